@@ -1,0 +1,56 @@
+# shared-resource-csi: see README.md.
+BINARY  := shared-resource-csi
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+OUT     := _output
+BIN     := $(OUT)/bin
+IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
+
+.PHONY: build test unit vet image deploy up down tools deps e2e-kind clean
+
+## build: the static driver binary, version stamped, in _output/bin.
+build:
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/$(BINARY) .
+
+## vet: go vet and gofmt.
+vet:
+	go vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
+
+## unit: the tests that need neither root nor a cluster (a quick check while coding).
+unit:
+	go test -count=1 -run 'TestParse|TestValidate|TestSourceCache|TestAuthorizer|TestStrip|TestValidateKey|TestParseMountInfo' .
+
+## deps, tools: apt packages and the cluster's binaries (built once, cached in _output/bin).
+deps:
+	hack/install-deps.sh
+tools: deps
+	hack/build-tools.sh
+
+## test: everything, as root: brings up the local cluster, runs every test against it, tears it down.
+test: vet tools build
+	hack/test.sh
+
+## image: an image tar of the static binary, written without Docker (load it with
+## `ctr -n k8s.io images import` or `docker load`).
+image: build tools
+	$(BIN)/mkimage -o $(OUT)/$(BINARY)-image.tar -tag $(IMAGE) -entrypoint /$(BINARY) -file $(BIN)/$(BINARY):/$(BINARY):0755
+	@echo "wrote $(OUT)/$(BINARY)-image.tar ($(IMAGE))"
+
+## deploy: install into the cluster kubectl points at.
+deploy:
+	kubectl apply -f deploy.yaml
+
+## up: a local single-node cluster with the driver deployed from deploy.yaml and an example share.
+up: tools build image
+	hack/up.sh
+
+## down: tear the local cluster down, leaving nothing behind.
+down:
+	hack/cluster.sh down
+
+## e2e-kind: for users with Docker and kind (cannot run on machines without Docker).
+e2e-kind: image
+	hack/e2e-kind.sh
+
+clean: down
+	rm -rf $(OUT)

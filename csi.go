@@ -1,0 +1,184 @@
+package main
+
+// The CSI Identity and Node services. Handlers validate (pure, no I/O), take the volume's lock,
+// call the steps in volumes.go and return gRPC status errors a cluster admin can act on.
+
+import (
+	"context"
+	"errors"
+	"os"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+)
+
+const driverName = "csi.sharedresource.openshift.io"
+
+// driver holds everything the servers and loops share. It has no package-level state.
+type driver struct {
+	version     string
+	nodeID      string
+	kubeletRoot string
+	tmpfsSize   int64
+	fileMode    os.FileMode
+
+	store   *volumeStore
+	locks   *volumeLocks
+	shares  *shareIndex
+	sources *sourceCache
+	authz   *authorizer
+	events  record.EventRecorder // nil in unit tests
+}
+
+// Compile-time checks that the servers implement the CSI interfaces.
+var (
+	_ csi.IdentityServer = (*identityServer)(nil)
+	_ csi.NodeServer     = (*nodeServer)(nil)
+)
+
+type identityServer struct {
+	csi.UnimplementedIdentityServer
+	d *driver
+}
+
+func (s *identityServer) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return &csi.GetPluginInfoResponse{Name: driverName, VendorVersion: s.d.version}, nil
+}
+
+func (s *identityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
+	// A node-only plugin: no controller service, no topology.
+	return &csi.GetPluginCapabilitiesResponse{}, nil
+}
+
+// Probe reports ready once the share caches have synced: before that, a publish would fall back
+// to live GETs and the relist could not tell a deleted share from one not yet seen.
+func (s *identityServer) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+	return &csi.ProbeResponse{Ready: wrapperspb.Bool(s.d.ready())}, nil
+}
+
+func (d *driver) ready() bool { return d.shares.synced() }
+
+type nodeServer struct {
+	csi.UnimplementedNodeServer
+	d *driver
+}
+
+func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	v, err := parsePublishRequest(req, s.d.kubeletRoot)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if !s.d.locks.tryLock(v.VolumeID) {
+		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", v.VolumeID)
+	}
+	defer s.d.locks.unlock(v.VolumeID)
+	if err := s.d.publish(ctx, v); err != nil {
+		return nil, err
+	}
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	if err := validateVolumeID(req.GetVolumeId()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := validateTargetPath(s.d.kubeletRoot, req.GetTargetPath(), ""); err != nil {
+		return nil, toStatus(err)
+	}
+	if !s.d.locks.tryLock(req.GetVolumeId()) {
+		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", req.GetVolumeId())
+	}
+	defer s.d.locks.unlock(req.GetVolumeId())
+	if err := s.d.unpublish(req.GetVolumeId(), req.GetTargetPath()); err != nil {
+		return nil, err
+	}
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+func (s *nodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{NodeId: s.d.nodeID}, nil
+}
+
+func (s *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	return &csi.NodeGetCapabilitiesResponse{}, nil
+}
+
+// toStatus maps validation errors to InvalidArgument and passes status errors through.
+func toStatus(err error) error {
+	var inv *invalidArgument
+	if errors.As(err, &inv) {
+		return status.Error(codes.InvalidArgument, inv.msg)
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// logCalls logs every call with its secrets stripped: fields the CSI spec marks csi_secret and
+// the service-account tokens the kubelet may put in the volume context. Nothing else in a CSI
+// request carries secret bytes, and the driver never logs data it reads.
+func logCalls(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	if m, ok := req.(proto.Message); ok && klog.V(4).Enabled() {
+		klog.V(4).InfoS("gRPC request", "method", info.FullMethod, "request", prototext.MarshalOptions{}.Format(stripSecrets(m)))
+	}
+	resp, err := handler(ctx, req)
+	if err != nil {
+		st, _ := status.FromError(err)
+		klog.V(2).InfoS("gRPC call failed", "method", info.FullMethod, "code", st.Code(), "message", st.Message(), "duration", time.Since(start))
+	} else {
+		klog.V(5).InfoS("gRPC call done", "method", info.FullMethod, "duration", time.Since(start))
+	}
+	return resp, err
+}
+
+const strippedValue = "***stripped***"
+
+// stripSecrets returns a copy of m with secret fields cleared and tokens replaced.
+func stripSecrets(m proto.Message) proto.Message {
+	c := proto.Clone(m)
+	stripMessage(c.ProtoReflect())
+	return c
+}
+
+func stripMessage(m protoreflect.Message) {
+	var secret []protoreflect.FieldDescriptor
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if isSecret, _ := proto.GetExtension(fd.Options(), csi.E_CsiSecret).(bool); isSecret {
+			secret = append(secret, fd)
+			return true
+		}
+		switch {
+		case fd.IsMap() && fd.MapValue().Kind() == protoreflect.StringKind:
+			tok := protoreflect.ValueOfString(ctxServiceAccountTok).MapKey()
+			if v.Map().Has(tok) {
+				v.Map().Set(tok, protoreflect.ValueOfString(strippedValue))
+			}
+		case fd.IsMap() && fd.MapValue().Message() != nil:
+			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				stripMessage(mv.Message())
+				return true
+			})
+		case fd.IsList() && fd.Message() != nil:
+			for i := 0; i < v.List().Len(); i++ {
+				stripMessage(v.List().Get(i).Message())
+			}
+		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
+			stripMessage(v.Message())
+		}
+		return true
+	})
+	for _, fd := range secret {
+		m.Clear(fd)
+	}
+}

@@ -1,0 +1,475 @@
+package main
+
+// End-to-end specification of the driver: the real binary over its CSI socket, a real API
+// server, real mounts. Each test is one user story of issue 2. See harness_test.go.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// relist is the interval the driver runs with in these tests; revocation and refresh must be
+// seen within it (plus slack for the API server's RBAC cache and the cycle's own work).
+const (
+	relist      = 2 * time.Second
+	relistSlack = 4 * time.Second
+)
+
+func wantCode(t *testing.T, err error, code codes.Code, msgParts ...string) {
+	t.Helper()
+	st, _ := status.FromError(err)
+	if st.Code() != code {
+		t.Fatalf("got %v (%q), want %v", st.Code(), st.Message(), code)
+	}
+	for _, p := range msgParts {
+		if !strings.Contains(st.Message(), p) {
+			t.Errorf("message %q does not mention %q", st.Message(), p)
+		}
+	}
+}
+
+// sharedSecretFixture: a Secret in a "platform" namespace, shared as a SharedSecret, and a
+// consumer namespace whose service account "app" is granted `use`.
+type sharedSecretFixture struct {
+	platform, consumer, share string
+	data                      map[string][]byte
+	revoke                    func()
+}
+
+func newSharedSecret(t *testing.T, e *kubeEnv, p *driverProc, grant bool) *sharedSecretFixture {
+	f := &sharedSecretFixture{platform: e.namespace(t, "platform"), consumer: e.namespace(t, "consumer"), share: "corp-ca-" + randSuffix()}
+	f.data = map[string][]byte{"ca.crt": p.secret("ca"), "tls.key": p.secret("key")}
+	e.createSecret(t, f.platform, "ca-bundle", f.data)
+	e.createShare(t, kindSecret, f.share, f.platform, "ca-bundle")
+	if grant {
+		f.revoke = e.grant(t, f.consumer, kindSecret, f.share, serviceAccount(f.consumer, "app"))
+	}
+	return f
+}
+
+func asStrings(m map[string][]byte) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = string(v)
+	}
+	return out
+}
+
+func sameFiles(got map[string]string, want map[string]string) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("got %d files %v, want %d", len(got), keys(got), len(want))
+	}
+	for k, v := range want {
+		if got[k] != v {
+			return fmt.Errorf("file %s: got %d bytes, want %d bytes of the source", k, len(got[k]), len(v))
+		}
+	}
+	return nil
+}
+
+func keys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestPublishAllowedShowsTheSecretReadOnly(t *testing.T) {
+	e := e2e(t)
+	p := e.startDriver(t)
+	f := newSharedSecret(t, e, p, true)
+	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
+	// The kubelet may pass service-account tokens; they must never be logged.
+	v.attrs[ctxServiceAccountTok] = string(p.secret("token"))
+
+	if err := p.publish(v); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	if err := sameFiles(readVolume(t, v.target), asStrings(f.data)); err != nil {
+		t.Fatal(err)
+	}
+	// The pod can never write, whatever its spec says.
+	for _, op := range []func() error{
+		func() error { return os.WriteFile(filepath.Join(v.target, "ca.crt"), []byte("x"), 0o644) },
+		func() error { return os.WriteFile(filepath.Join(v.target, "new"), []byte("x"), 0o644) },
+		func() error { return os.Remove(filepath.Join(v.target, "tls.key")) },
+	} {
+		if err := op(); !errors.Is(err, syscall.EROFS) {
+			t.Errorf("write through the volume: got %v, want EROFS", err)
+		}
+	}
+	// Idempotent: the same call again succeeds and changes nothing.
+	if err := p.publish(v); err != nil {
+		t.Fatalf("second publish: %v", err)
+	}
+	if n := len(mountsUnder(filepath.Dir(v.target))); n != 1 {
+		t.Errorf("%d mounts at the target after a repeated publish, want 1", n)
+	}
+	// Same volume id, other arguments: AlreadyExists.
+	other := *v
+	other.attrs = map[string]string{attrSharedSecret: f.share, attrRefreshResource: "false"}
+	wantCode(t, p.publish(&other), codes.AlreadyExists, v.id)
+
+	// Unpublish twice: both succeed, nothing is left.
+	if err := p.unpublish(v); err != nil {
+		t.Fatalf("unpublish: %v", err)
+	}
+	if err := p.unpublish(v); err != nil {
+		t.Fatalf("second unpublish: %v", err)
+	}
+	p.assertNothingLeft(t, v)
+}
+
+func TestPublishDeniedWithoutUseGrant(t *testing.T) {
+	e := e2e(t)
+	p := e.startDriver(t)
+	f := newSharedSecret(t, e, p, false)
+	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
+	wantCode(t, p.publish(v), codes.PermissionDenied,
+		f.share, f.consumer+"/app", "resources: [sharedsecrets]", "resourceNames: ["+f.share+"]", "verbs: [use]")
+	p.assertNothingLeft(t, v)
+
+	// A grant to a different share does not help.
+	e.grant(t, f.consumer, kindSecret, "some-other-share", serviceAccount(f.consumer, "app"))
+	wantCode(t, p.publish(v), codes.PermissionDenied)
+	p.assertNothingLeft(t, v)
+}
+
+func TestPublishAllowedThroughGroupBinding(t *testing.T) {
+	e := e2e(t)
+	p := e.startDriver(t)
+	f := newSharedSecret(t, e, p, false)
+	// Every service account of the namespace, through its group.
+	e.grant(t, f.consumer, kindSecret, f.share, rbacv1.Subject{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: "system:serviceaccounts:" + f.consumer})
+	v := p.volume(f.consumer, "any-sa", map[string]string{attrSharedSecret: f.share})
+	if err := p.publish(v); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	if err := sameFiles(readVolume(t, v.target), asStrings(f.data)); err != nil {
+		t.Fatal(err)
+	}
+	// Another namespace's service account is not in that group.
+	otherNS := e.namespace(t, "other")
+	w := p.volume(otherNS, "any-sa", map[string]string{attrSharedSecret: f.share})
+	wantCode(t, p.publish(w), codes.PermissionDenied)
+	if err := p.unpublish(v); err != nil {
+		t.Fatal(err)
+	}
+	p.assertNothingLeft(t, v, w)
+}
+
+func TestPublishUnknownShareOrMissingSource(t *testing.T) {
+	e := e2e(t)
+	p := e.startDriver(t)
+	ns := e.namespace(t, "consumer")
+
+	v := p.volume(ns, "app", map[string]string{attrSharedSecret: "no-such-share"})
+	wantCode(t, p.publish(v), codes.NotFound, "SharedSecret", "no-such-share")
+
+	share := "dangling-" + randSuffix()
+	e.createShare(t, kindSecret, share, "platform-nowhere", "gone")
+	e.grant(t, ns, kindSecret, share, serviceAccount(ns, "app"))
+	w := p.volume(ns, "app", map[string]string{attrSharedSecret: share})
+	wantCode(t, p.publish(w), codes.FailedPrecondition, "Secret platform-nowhere/gone", "does not exist")
+	p.assertNothingLeft(t, v, w)
+}
+
+func TestPublishRejectsBothOrNeitherShareAttribute(t *testing.T) {
+	e := e2e(t)
+	p := e.startDriver(t)
+	ns := e.namespace(t, "consumer")
+	both := p.volume(ns, "app", map[string]string{attrSharedSecret: "a", attrSharedConfigMap: "b"})
+	wantCode(t, p.publish(both), codes.InvalidArgument, "exactly one")
+	neither := p.volume(ns, "app", map[string]string{})
+	wantCode(t, p.publish(neither), codes.InvalidArgument, attrSharedSecret, attrSharedConfigMap)
+	p.assertNothingLeft(t, both, neither)
+}
+
+func TestConfigMapWithBinaryData(t *testing.T) {
+	e := e2e(t)
+	p := e.startDriver(t)
+	platform, consumer := e.namespace(t, "platform"), e.namespace(t, "consumer")
+	binary := []byte{0, 1, 2, 0xff, 0xfe, '\n', 0}
+	_, err := e.kube.CoreV1().ConfigMaps(platform).Create(context.Background(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "settings"},
+		Data:       map[string]string{"app.conf": "mode=shared\n"},
+		BinaryData: map[string][]byte{"blob.bin": binary},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	share := "settings-" + randSuffix()
+	e.createShare(t, kindConfigMap, share, platform, "settings")
+	e.grant(t, consumer, kindConfigMap, share, serviceAccount(consumer, "app"))
+	v := p.volume(consumer, "app", map[string]string{attrSharedConfigMap: share})
+	if err := p.publish(v); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	if err := sameFiles(readVolume(t, v.target), map[string]string{"app.conf": "mode=shared\n", "blob.bin": string(binary)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.unpublish(v); err != nil {
+		t.Fatal(err)
+	}
+	p.assertNothingLeft(t, v)
+}
+
+func TestRevocationEmptiesTheVolumeAndRegrantRestoresIt(t *testing.T) {
+	e := e2e(t)
+	p := e.startDriver(t)
+	f := newSharedSecret(t, e, p, true)
+	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
+	pinned := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share, attrRefreshResource: "false"})
+	for _, vol := range []*testVolume{v, pinned} {
+		if err := p.publish(vol); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+
+	f.revoke()
+	for _, vol := range []*testVolume{v, pinned} {
+		eventually(t, relist+relistSlack, func() error {
+			if files := readVolume(t, vol.target); len(files) != 0 {
+				return fmt.Errorf("still %d files after revocation", len(files))
+			}
+			return nil
+		})
+		// The mount stays (a running pod keeps its mount), only the files go; the pod can't
+		// reach the data through hidden paths either.
+		if n := len(mountsUnder(filepath.Dir(vol.target))); n != 1 {
+			t.Errorf("mount gone after revocation")
+		}
+		assertNoDataReachable(t, vol.target, f.data)
+		eventually(t, 10*time.Second, func() error {
+			evs, err := e.podEvents(vol.podNS, vol.podName, reasonRevoked)
+			if err != nil || len(evs) == 0 {
+				return fmt.Errorf("no %s event on the pod (err %v)", reasonRevoked, err)
+			}
+			if evs[0].Type != corev1.EventTypeWarning {
+				return fmt.Errorf("event type %s", evs[0].Type)
+			}
+			return nil
+		})
+	}
+
+	e.grant(t, f.consumer, kindSecret, f.share, serviceAccount(f.consumer, "app"))
+	for _, vol := range []*testVolume{v, pinned} {
+		eventually(t, relist+relistSlack, func() error {
+			return sameFiles(readVolume(t, vol.target), asStrings(f.data))
+		})
+	}
+	for _, vol := range []*testVolume{v, pinned} {
+		if err := p.unpublish(vol); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.assertNothingLeft(t, v, pinned)
+}
+
+// assertNoDataReachable walks everything visible under target and checks no file holds any of
+// the share's values.
+func assertNoDataReachable(t *testing.T, target string, data map[string][]byte) {
+	t.Helper()
+	filepath.Walk(target, func(path string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() {
+			return nil
+		}
+		b, _ := os.ReadFile(path)
+		for k, v := range data {
+			if strings.Contains(string(b), string(v)) {
+				t.Errorf("%s still holds the value of %s", path, k)
+			}
+		}
+		return nil
+	})
+}
+
+func TestRefreshUpdatesDataUnlessRefreshResourceFalse(t *testing.T) {
+	e := e2e(t)
+	p := e.startDriver(t)
+	f := newSharedSecret(t, e, p, true)
+	live := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
+	pinned := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share, attrRefreshResource: "false"})
+	for _, vol := range []*testVolume{live, pinned} {
+		if err := p.publish(vol); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	rotated := map[string][]byte{"ca.crt": p.secret("ca2"), "new.pem": p.secret("new")}
+	e.updateSecret(t, f.platform, "ca-bundle", rotated)
+	eventually(t, relist+relistSlack, func() error {
+		return sameFiles(readVolume(t, live.target), asStrings(rotated))
+	})
+	eventually(t, 10*time.Second, func() error {
+		if evs, err := e.podEvents(live.podNS, live.podName, reasonRefreshed); err != nil || len(evs) == 0 {
+			return fmt.Errorf("no %s event (err %v)", reasonRefreshed, err)
+		}
+		return nil
+	})
+	// Two more cycles: the pinned volume still has what it was published with.
+	time.Sleep(2 * relist)
+	if err := sameFiles(readVolume(t, pinned.target), asStrings(f.data)); err != nil {
+		t.Fatalf("refreshResource=false volume changed: %v", err)
+	}
+	for _, vol := range []*testVolume{live, pinned} {
+		if err := p.unpublish(vol); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.assertNothingLeft(t, live, pinned)
+}
+
+func TestShareDeletedActsThroughTheWatchNotTheRelist(t *testing.T) {
+	e := e2e(t)
+	// A relist interval far longer than the test: only the CRD watch can act in time.
+	p := e.startDriver(t, withRelist(time.Hour))
+	f := newSharedSecret(t, e, p, true)
+	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
+	if err := p.publish(v); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	e.deleteShare(t, kindSecret, f.share)
+	eventually(t, 10*time.Second, func() error {
+		if files := readVolume(t, v.target); len(files) != 0 {
+			return fmt.Errorf("still %d files after the share was deleted", len(files))
+		}
+		return nil
+	})
+	if err := p.unpublish(v); err != nil {
+		t.Fatal(err)
+	}
+	p.assertNothingLeft(t, v)
+}
+
+func TestShareRefChangeActsThroughTheWatch(t *testing.T) {
+	e := e2e(t)
+	p := e.startDriver(t, withRelist(time.Hour))
+	f := newSharedSecret(t, e, p, true)
+	other := map[string][]byte{"other.txt": p.secret("other")}
+	e.createSecret(t, f.platform, "other-bundle", other)
+	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
+	if err := p.publish(v); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	u, err := e.dyn.Resource(shareGVR(kindSecret)).Get(context.Background(), f.share, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Object["spec"] = map[string]any{"secretRef": map[string]any{"namespace": f.platform, "name": "other-bundle"}}
+	if _, err := e.dyn.Resource(shareGVR(kindSecret)).Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error { return sameFiles(readVolume(t, v.target), asStrings(other)) })
+	if err := p.unpublish(v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDriverKilledAndRestartedKeepsServingItsVolumes(t *testing.T) {
+	e := e2e(t)
+	p := e.startDriver(t)
+	f := newSharedSecret(t, e, p, true)
+	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
+	if err := p.publish(v); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+
+	p.kill()
+	// While the driver is down, the pod still has its data.
+	if err := sameFiles(readVolume(t, v.target), asStrings(f.data)); err != nil {
+		t.Fatalf("while the driver is down: %v", err)
+	}
+	p.start()
+	if err := sameFiles(readVolume(t, v.target), asStrings(f.data)); err != nil {
+		t.Fatalf("after restart: %v", err)
+	}
+	// The kubelet's retry of the publish it sent before the crash is answered from the record.
+	if err := p.publish(v); err != nil {
+		t.Fatalf("publish after restart: %v", err)
+	}
+	// Refresh still works for the recovered volume...
+	rotated := map[string][]byte{"ca.crt": p.secret("rotated")}
+	e.updateSecret(t, f.platform, "ca-bundle", rotated)
+	eventually(t, relist+relistSlack, func() error { return sameFiles(readVolume(t, v.target), asStrings(rotated)) })
+	// ...and so does revocation.
+	f.revoke()
+	eventually(t, relist+relistSlack, func() error {
+		if files := readVolume(t, v.target); len(files) != 0 {
+			return fmt.Errorf("still %d files after revocation", len(files))
+		}
+		return nil
+	})
+	if err := p.unpublish(v); err != nil {
+		t.Fatal(err)
+	}
+	p.assertNothingLeft(t, v)
+}
+
+func TestRestartCleansVolumesWhosePodIsGone(t *testing.T) {
+	e := e2e(t)
+	p := e.startDriver(t)
+	f := newSharedSecret(t, e, p, true)
+	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
+	if err := p.publish(v); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	p.kill()
+	// The pod went away while the driver was down and the kubelet cleaned up around our mount.
+	if err := syscall.Unmount(v.target, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(p.kubeletRoot, "pods", v.podUID)); err != nil {
+		t.Fatal(err)
+	}
+	p.start()
+	p.assertNothingLeft(t, v)
+}
+
+func TestConcurrentPublishOfOneVolume(t *testing.T) {
+	e := e2e(t)
+	p := e.startDriver(t)
+	f := newSharedSecret(t, e, p, true)
+	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = p.publish(v) }()
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		switch status.Code(err) {
+		case codes.OK:
+			ok++
+		case codes.Aborted:
+		default:
+			t.Errorf("concurrent publish: %v (want OK or Aborted)", err)
+		}
+	}
+	if ok == 0 {
+		t.Fatal("no concurrent publish succeeded")
+	}
+	if n := len(mountsUnder(filepath.Dir(v.target))); n != 1 {
+		t.Errorf("%d mounts at the target, want exactly 1", n)
+	}
+	if err := p.unpublish(v); err != nil {
+		t.Fatal(err)
+	}
+	p.assertNothingLeft(t, v)
+}

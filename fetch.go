@@ -1,0 +1,287 @@
+package main
+
+// What a volume needs from the API server: the share (from an informer over the two share CRDs,
+// which are few and small) and the one Secret or ConfigMap it points at (a GET on demand, through
+// a bounded LRU). There is deliberately no informer over Secrets or ConfigMaps: the driver's memory
+// must not grow with the number of Secrets in the cluster.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"golang.org/x/sync/singleflight"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// share is the part of a SharedSecret/SharedConfigMap the driver uses.
+type share struct {
+	Kind            shareKind
+	Name            string
+	SourceNamespace string
+	SourceName      string
+}
+
+func shareGVR(k shareKind) schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: shareGroup, Version: "v1alpha1", Resource: k.shareResource()}
+}
+
+// shareFromObject reads spec.secretRef / spec.configMapRef; a share without a usable ref is an error.
+func shareFromObject(k shareKind, u *unstructured.Unstructured) (share, error) {
+	refField := "secretRef"
+	if k == kindConfigMap {
+		refField = "configMapRef"
+	}
+	ns, _, _ := unstructured.NestedString(u.Object, "spec", refField, "namespace")
+	name, _, _ := unstructured.NestedString(u.Object, "spec", refField, "name")
+	s := share{Kind: k, Name: u.GetName(), SourceNamespace: ns, SourceName: name}
+	if !validLabel(ns) || !validName(name) {
+		return s, &badShareError{fmt.Sprintf("%s %q has an invalid spec.%s (namespace %q, name %q): fix the share", k.shareTypeName(), s.Name, refField, ns, name)}
+	}
+	return s, nil
+}
+
+// badShareError is a share object that cannot be used as it is; only an admin's edit fixes it.
+type badShareError struct{ msg string }
+
+func (e *badShareError) Error() string { return e.msg }
+
+// shareIndex serves shares from the informers' caches.
+type shareIndex struct {
+	dyn       dynamic.Interface
+	factory   dynamicinformer.DynamicSharedInformerFactory
+	informers map[shareKind]cache.SharedIndexInformer
+}
+
+// newShareIndex sets up informers on both share kinds. onChange is called with the kind and name
+// of every share that is added, changed or deleted, so volumes react at once, not at the next relist.
+func newShareIndex(dyn dynamic.Interface, resync time.Duration, onChange func(shareKind, string)) *shareIndex {
+	f := dynamicinformer.NewDynamicSharedInformerFactory(dyn, resync)
+	si := &shareIndex{dyn: dyn, factory: f, informers: map[shareKind]cache.SharedIndexInformer{}}
+	for _, k := range []shareKind{kindSecret, kindConfigMap} {
+		inf := f.ForResource(shareGVR(k)).Informer()
+		notify := func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok && onChange != nil {
+				onChange(k, u.GetName())
+			}
+		}
+		inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: notify,
+			UpdateFunc: func(oldObj, newObj any) {
+				o, _ := oldObj.(*unstructured.Unstructured)
+				n, _ := newObj.(*unstructured.Unstructured)
+				// A status write by the driver itself changes nothing a volume depends on.
+				if o != nil && n != nil && o.GetGeneration() == n.GetGeneration() && o.GetGeneration() != 0 {
+					return
+				}
+				notify(newObj)
+			},
+			DeleteFunc: notify,
+		})
+		si.informers[k] = inf
+	}
+	return si
+}
+
+func (si *shareIndex) start(ctx context.Context) { si.factory.Start(ctx.Done()) }
+
+func (si *shareIndex) synced() bool {
+	for _, inf := range si.informers {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// get returns the share from the cache, or with one live GET when the cache does not have it
+// (a share created a moment ago may not have reached the informer yet). A missing share is
+// reported as a NotFound API error.
+func (si *shareIndex) get(ctx context.Context, k shareKind, name string) (share, error) {
+	if obj, exists, err := si.informers[k].GetStore().GetByKey(name); err == nil && exists {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			return shareFromObject(k, u)
+		}
+	}
+	u, err := si.dyn.Resource(shareGVR(k)).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return share{}, err
+	}
+	return shareFromObject(k, u)
+}
+
+// cachedOnly answers from the informer alone; the relist loop uses it because the informer is
+// kept current by its watch, so a live GET per volume would only add load.
+func (si *shareIndex) cachedOnly(k shareKind, name string) (share, bool, error) {
+	obj, exists, err := si.informers[k].GetStore().GetByKey(name)
+	if err != nil || !exists {
+		return share{}, false, err
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return share{}, false, fmt.Errorf("unexpected object %T in share cache", obj)
+	}
+	s, err := shareFromObject(k, u)
+	return s, true, err
+}
+
+// sourceKey names a Secret or ConfigMap.
+type sourceKey struct {
+	Kind      shareKind
+	Namespace string
+	Name      string
+}
+
+func (k sourceKey) String() string { return fmt.Sprintf("%s %s/%s", k.Kind, k.Namespace, k.Name) }
+
+// sourceData is a source object's files. It is shared between callers and never modified.
+type sourceData struct {
+	Files           map[string][]byte
+	ResourceVersion string
+	Size            int64
+}
+
+type cachedSource struct {
+	data      *sourceData
+	fetchedAt time.Time
+}
+
+// sourceCache GETs sources on demand and keeps the most recently used ones, bounded both in
+// entries and in total bytes, for a short TTL: long enough that a burst of publishes costs one
+// GET, short enough that a publish after a change sees the change.
+type sourceCache struct {
+	client   kubernetes.Interface
+	ttl      time.Duration
+	maxBytes int64
+	now      func() time.Time
+	group    singleflight.Group
+
+	mu    sync.Mutex
+	lru   *lru.Cache[sourceKey, cachedSource]
+	bytes int64
+	stats cacheStats
+}
+
+type cacheStats struct{ Hits, Misses, Evictions int64 }
+
+func newSourceCache(client kubernetes.Interface, maxEntries int, maxBytes int64, ttl time.Duration) (*sourceCache, error) {
+	c := &sourceCache{client: client, ttl: ttl, maxBytes: maxBytes, now: time.Now}
+	l, err := lru.NewWithEvict(maxEntries, func(_ sourceKey, v cachedSource) {
+		// Called with c.mu held (from Add/Remove/RemoveOldest below).
+		c.bytes -= v.data.Size
+		c.stats.Evictions++
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.lru = l
+	return c, nil
+}
+
+// get returns the source, from the cache when fresh.
+func (c *sourceCache) get(ctx context.Context, key sourceKey) (*sourceData, error) {
+	c.mu.Lock()
+	if e, ok := c.lru.Get(key); ok && c.now().Sub(e.fetchedAt) < c.ttl {
+		c.stats.Hits++
+		c.mu.Unlock()
+		return e.data, nil
+	}
+	c.stats.Misses++
+	c.mu.Unlock()
+	return c.fetch(ctx, key, false)
+}
+
+// fetch GETs the source and caches it. fromWatchCache asks the API server to answer from its
+// watch cache (resourceVersion "0"): no quorum read of etcd, possibly a moment stale, which is
+// right for periodic refresh and wrong for a publish.
+func (c *sourceCache) fetch(ctx context.Context, key sourceKey, fromWatchCache bool) (*sourceData, error) {
+	v, err, _ := c.group.Do(fmt.Sprintf("%s|%t", key, fromWatchCache), func() (any, error) {
+		opts := metav1.GetOptions{}
+		if fromWatchCache {
+			opts.ResourceVersion = "0"
+		}
+		d, err := c.getObject(ctx, key, opts)
+		if err != nil {
+			if apierrors.IsNotFound(err) {
+				c.mu.Lock()
+				c.lru.Remove(key)
+				c.mu.Unlock()
+			}
+			return nil, err
+		}
+		c.store(key, d)
+		return d, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*sourceData), nil
+}
+
+func (c *sourceCache) getObject(ctx context.Context, key sourceKey, opts metav1.GetOptions) (*sourceData, error) {
+	d := &sourceData{Files: map[string][]byte{}}
+	switch key.Kind {
+	case kindSecret:
+		s, err := c.client.CoreV1().Secrets(key.Namespace).Get(ctx, key.Name, opts)
+		if err != nil {
+			return nil, err
+		}
+		d.ResourceVersion = s.ResourceVersion
+		for k, v := range s.Data {
+			d.Files[k] = v
+		}
+	case kindConfigMap:
+		cm, err := c.client.CoreV1().ConfigMaps(key.Namespace).Get(ctx, key.Name, opts)
+		if err != nil {
+			return nil, err
+		}
+		d.ResourceVersion = cm.ResourceVersion
+		for k, v := range cm.Data {
+			d.Files[k] = []byte(v)
+		}
+		for k, v := range cm.BinaryData {
+			d.Files[k] = v
+		}
+	default:
+		return nil, fmt.Errorf("unknown kind %q", key.Kind)
+	}
+	for k, v := range d.Files {
+		d.Size += int64(len(k) + len(v))
+	}
+	return d, nil
+}
+
+func (c *sourceCache) store(key sourceKey, d *sourceData) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lru.Remove(key)
+	if d.Size > c.maxBytes {
+		return // larger than the whole cache: serve it, don't keep it
+	}
+	c.lru.Add(key, cachedSource{data: d, fetchedAt: c.now()})
+	c.bytes += d.Size
+	for c.bytes > c.maxBytes {
+		if _, _, ok := c.lru.RemoveOldest(); !ok {
+			break
+		}
+	}
+}
+
+// snapshot reports the cache's size and counters.
+func (c *sourceCache) snapshot() (entries int, bytes int64, stats cacheStats) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Len(), c.bytes, c.stats
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs the whole test suite against a local cluster that it brings up and always tears down.
+# Called by `make test` (after build and tools); needs root.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+[[ $(id -u) == 0 ]] || { echo "make test needs root (it mounts file systems and runs a kubelet)" >&2; exit 1; }
+
+# A run killed earlier may have left a cluster behind.
+hack/cluster.sh down >/dev/null 2>&1 || true
+trap 'hack/cluster.sh down' EXIT
+start=$(date +%s)
+hack/cluster.sh up
+echo "cluster up in $(( $(date +%s) - start )) s"
+
+# The tests run inside the cluster's network namespace, where the API server is reachable.
+# Modules are downloaded first: there is no route out of the namespace.
+go mod download
+set +e
+hack/cluster.sh exec -- env \
+	DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi" \
+	KUBECTL="$ROOT/_output/bin/kubectl" \
+	go test -count=1 -timeout 40m -v ${TEST_ARGS:-} . 2>&1 | tee _output/test.log
+status=${PIPESTATUS[0]}
+echo "tests finished in $(( $(date +%s) - start )) s"
+exit "$status"

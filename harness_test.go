@@ -1,0 +1,536 @@
+package main
+
+// The end-to-end harness: the real driver binary, started as a subprocess, called over its CSI
+// socket by the test playing the kubelet, against the real kube-apiserver that
+// `hack/cluster.sh up` started (its kubeconfig in $KUBECONFIG). Tests that need it fail, never
+// skip, when it is missing.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// kubeEnv is the API server the e2e tests use.
+type kubeEnv struct {
+	kubeconfig string
+	kube       kubernetes.Interface
+	dyn        dynamic.Interface
+	binary     string
+}
+
+var (
+	envOnce sync.Once
+	envVal  *kubeEnv
+	envErr  error
+)
+
+// e2e returns the cluster and the driver binary, or fails the test: these tests must not pass
+// by skipping.
+func e2e(t *testing.T) *kubeEnv {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this end-to-end test needs root (it mounts file systems); run it with `make test`")
+	}
+	envOnce.Do(func() { envVal, envErr = setupKubeEnv() })
+	if envErr != nil {
+		t.Fatalf("end-to-end environment unavailable (run it with `make test`, which starts the cluster): %v", envErr)
+	}
+	return envVal
+}
+
+func setupKubeEnv() (*kubeEnv, error) {
+	kc := os.Getenv("KUBECONFIG")
+	if kc == "" {
+		return nil, fmt.Errorf("$KUBECONFIG is not set")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := installCRDs(kc); err != nil {
+		return nil, err
+	}
+	bin := os.Getenv("DRIVER_BINARY")
+	if bin == "" {
+		dir, err := os.MkdirTemp("", "srcsi-bin")
+		if err != nil {
+			return nil, err
+		}
+		bin = filepath.Join(dir, "shared-resource-csi")
+		out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("building the driver: %v\n%s", err, out)
+		}
+	}
+	return &kubeEnv{kubeconfig: kc, kube: kube, dyn: dyn, binary: bin}, nil
+}
+
+// installCRDs applies the CRDs from deploy.yaml (only those: the driver runs as a subprocess
+// here) and waits until they are served.
+func installCRDs(kubeconfig string) error {
+	kubectl := os.Getenv("KUBECTL")
+	if kubectl == "" {
+		kubectl = "kubectl"
+	}
+	docs, err := os.ReadFile("deploy.yaml")
+	if err != nil {
+		return err
+	}
+	var crds []string
+	for _, doc := range strings.Split(string(docs), "\n---") {
+		if strings.Contains(doc, "kind: CustomResourceDefinition") {
+			crds = append(crds, doc)
+		}
+	}
+	if len(crds) != 2 {
+		return fmt.Errorf("deploy.yaml has %d CRDs, want 2", len(crds))
+	}
+	cmd := exec.Command(kubectl, "--kubeconfig", kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-")
+	cmd.Stdin = strings.NewReader(strings.Join(crds, "\n---\n"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("applying CRDs: %v\n%s", err, out)
+	}
+	cmd = exec.Command(kubectl, "--kubeconfig", kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
+		"crd/sharedsecrets.sharedresource.openshift.io", "crd/sharedconfigmaps.sharedresource.openshift.io")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("waiting for CRDs: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// randSuffix returns a short random lowercase hex string for unique names and secret markers.
+func randSuffix() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// namespace creates a namespace for the test and deletes it afterwards.
+func (e *kubeEnv) namespace(t *testing.T, prefix string) string {
+	t.Helper()
+	name := prefix + "-" + randSuffix()
+	_, err := e.kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		e.kube.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+func (e *kubeEnv) createSecret(t *testing.T, ns, name string, data map[string][]byte) {
+	t.Helper()
+	_, err := e.kube.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating secret: %v", err)
+	}
+}
+
+func (e *kubeEnv) updateSecret(t *testing.T, ns, name string, data map[string][]byte) {
+	t.Helper()
+	s, err := e.kube.CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Data = data
+	if _, err := e.kube.CoreV1().Secrets(ns).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createShare creates a cluster-scoped SharedSecret or SharedConfigMap and deletes it afterwards.
+func (e *kubeEnv) createShare(t *testing.T, kind shareKind, name, srcNS, srcName string) {
+	t.Helper()
+	ref := "secretRef"
+	if kind == kindConfigMap {
+		ref = "configMapRef"
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": shareGroup + "/v1alpha1",
+		"kind":       kind.shareTypeName(),
+		"metadata":   map[string]any{"name": name},
+		"spec":       map[string]any{ref: map[string]any{"namespace": srcNS, "name": srcName}},
+	}}
+	if _, err := e.dyn.Resource(shareGVR(kind)).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating %s: %v", kind.shareTypeName(), err)
+	}
+	t.Cleanup(func() { e.deleteShare(t, kind, name) })
+}
+
+func (e *kubeEnv) deleteShare(t *testing.T, kind shareKind, name string) {
+	err := e.dyn.Resource(shareGVR(kind)).Delete(context.Background(), name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("deleting share: %v", err)
+	}
+}
+
+// grant lets subject `use` the share through a Role and RoleBinding in ns; it returns a function
+// that revokes the grant by deleting the RoleBinding.
+func (e *kubeEnv) grant(t *testing.T, ns string, kind shareKind, share string, subject rbacv1.Subject) (revoke func()) {
+	t.Helper()
+	ctx := context.Background()
+	name := "use-" + share + "-" + randSuffix()
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{shareGroup}, Resources: []string{kind.shareResource()},
+			ResourceNames: []string{share}, Verbs: []string{"use"}}},
+	}
+	if _, err := e.kube.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{subject},
+	}
+	if _, err := e.kube.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := e.kube.RbacV1().RoleBindings(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func serviceAccount(ns, name string) rbacv1.Subject {
+	return rbacv1.Subject{Kind: "ServiceAccount", Namespace: ns, Name: name}
+}
+
+// podEvents lists the events recorded on a pod with the given reason.
+func (e *kubeEnv) podEvents(ns, pod, reason string) ([]corev1.Event, error) {
+	list, err := e.kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
+		FieldSelector: "involvedObject.name=" + pod + ",reason=" + reason,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// driverProc is one run of the driver binary; restart() starts it again on the same dirs.
+type driverProc struct {
+	t           *testing.T
+	env         *kubeEnv
+	root        string // temp dir holding the kubelet root
+	kubeletRoot string
+	socket      string
+	args        []string
+	logPath     string
+	cmd         *exec.Cmd
+	conn        *grpc.ClientConn
+	node        csi.NodeClient
+	identity    csi.IdentityClient
+	// secrets that must never appear in the driver's log
+	secrets [][]byte
+}
+
+type driverOption func(*driverProc)
+
+// withRelist sets the relist interval (default 2s, short so revocation tests are quick).
+func withRelist(d time.Duration) driverOption {
+	return func(p *driverProc) { p.args = append(p.args, "--relist-interval="+d.String()) }
+}
+
+func withArgs(args ...string) driverOption {
+	return func(p *driverProc) { p.args = append(p.args, args...) }
+}
+
+func (e *kubeEnv) startDriver(t *testing.T, opts ...driverOption) *driverProc {
+	t.Helper()
+	// Short base path: unix socket paths are limited to 108 bytes.
+	root, err := os.MkdirTemp("", "srcsi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &driverProc{t: t, env: e, root: root, kubeletRoot: filepath.Join(root, "kubelet")}
+	p.socket = filepath.Join(p.kubeletRoot, "plugins", driverName, "csi.sock")
+	p.logPath = filepath.Join(root, "driver.log")
+	p.args = []string{
+		"--kubeconfig=" + e.kubeconfig,
+		"--endpoint=unix://" + p.socket,
+		"--kubelet-root-dir=" + p.kubeletRoot,
+		"--state-dir=" + filepath.Join(p.kubeletRoot, "plugins", driverName),
+		"--registration-dir=",
+		"--health-address=",
+		"--node-id=test-node",
+		"--cache-ttl=1s",
+		"--authz-cache-ttl=1s",
+		"--relist-interval=2s",
+		// Highest verbosity: the log must still hold no secret (checked at cleanup).
+		"--v=10",
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	if err := os.MkdirAll(filepath.Join(p.kubeletRoot, "pods"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.cleanup)
+	p.start()
+	return p
+}
+
+func (p *driverProc) start() {
+	t := p.t
+	t.Helper()
+	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(p.env.binary, p.args...)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	logf.Close()
+	p.conn, err = grpc.NewClient("unix://"+p.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.node, p.identity = csi.NewNodeClient(p.conn), csi.NewIdentityClient(p.conn)
+	eventually(t, 30*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		r, err := p.identity.Probe(ctx, &csi.ProbeRequest{})
+		if err != nil {
+			return err
+		}
+		if !r.GetReady().GetValue() {
+			return fmt.Errorf("not ready")
+		}
+		return nil
+	})
+}
+
+// kill stops the driver with SIGKILL, as a crash or OOM kill would.
+func (p *driverProc) kill() {
+	p.conn.Close()
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	p.cmd.Wait()
+}
+
+func (p *driverProc) restart() {
+	p.kill()
+	p.start()
+}
+
+// cleanup stops the driver, checks its log for secrets, and unmounts whatever a failed test
+// left under its temp root (deepest first), so tests never leak mounts into each other.
+func (p *driverProc) cleanup() {
+	if p.cmd != nil && p.cmd.ProcessState == nil {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { p.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			p.cmd.Process.Kill()
+			<-done
+		}
+	}
+	if p.conn != nil {
+		p.conn.Close()
+	}
+	log, _ := os.ReadFile(p.logPath)
+	for _, s := range p.secrets {
+		if bytes.Contains(log, s) {
+			p.t.Errorf("the driver's log contains a secret value %q", s)
+		}
+	}
+	if p.t.Failed() {
+		p.t.Logf("driver log (last 60 lines):\n%s", tail(log, 60))
+	}
+	for _, m := range mountsUnder(p.root) {
+		syscall.Unmount(m, syscall.MNT_DETACH)
+	}
+	os.RemoveAll(p.root)
+}
+
+func tail(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// mountsUnder lists mount points under dir, deepest first.
+func mountsUnder(dir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	entries, err := parseMountInfo(bufio.NewReader(f))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.MountPoint, dir+"/") {
+			out = append(out, e.MountPoint)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+// secret registers a value that must never appear in the driver's log and returns it.
+func (p *driverProc) secret(prefix string) []byte {
+	v := []byte(prefix + "-s3cr3t-" + randSuffix())
+	// The raw bytes, and the base64 form the API carries them in.
+	p.secrets = append(p.secrets, v, []byte(base64.StdEncoding.EncodeToString(v)))
+	return v
+}
+
+// testVolume is one in-line volume of one pod, as the kubelet would ask for it.
+type testVolume struct {
+	id, podUID, podName, podNS, sa, target string
+	attrs                                  map[string]string
+}
+
+// volume makes a pod dir like the kubelet does and returns the volume's request parameters.
+func (p *driverProc) volume(podNS, sa string, attrs map[string]string) *testVolume {
+	p.t.Helper()
+	uid := fmt.Sprintf("%08x-0000-4000-8000-%012x", randUint32(), randUint32())
+	v := &testVolume{
+		id:     "csi-" + randSuffix() + randSuffix(),
+		podUID: uid, podName: "pod-" + randSuffix(), podNS: podNS, sa: sa, attrs: attrs,
+	}
+	v.target = filepath.Join(p.kubeletRoot, "pods", uid, "volumes", "kubernetes.io~csi", "vol", "mount")
+	if err := os.MkdirAll(filepath.Dir(v.target), 0o750); err != nil {
+		p.t.Fatal(err)
+	}
+	return v
+}
+
+func randUint32() uint32 {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+func (v *testVolume) publishRequest() *csi.NodePublishVolumeRequest {
+	vc := map[string]string{
+		ctxPodName: v.podName, ctxPodNamespace: v.podNS, ctxPodUID: v.podUID,
+		ctxServiceAccount: v.sa, ctxEphemeral: "true",
+	}
+	for k, val := range v.attrs {
+		vc[k] = val
+	}
+	return &csi.NodePublishVolumeRequest{
+		VolumeId:   v.id,
+		TargetPath: v.target,
+		Readonly:   true,
+		VolumeCapability: &csi.VolumeCapability{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY},
+		},
+		VolumeContext: vc,
+	}
+}
+
+func (p *driverProc) publish(v *testVolume) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := p.node.NodePublishVolume(ctx, v.publishRequest())
+	return err
+}
+
+func (p *driverProc) unpublish(v *testVolume) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := p.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.id, TargetPath: v.target})
+	return err
+}
+
+// readVolume returns the files a pod sees at the target (symlinks followed, hidden entries skipped).
+func readVolume(t *testing.T, target string) map[string]string {
+	t.Helper()
+	entries, err := os.ReadDir(target)
+	if err != nil {
+		t.Fatalf("reading volume: %v", err)
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "..") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(target, e.Name()))
+		if err != nil {
+			t.Fatalf("reading %s: %v", e.Name(), err)
+		}
+		out[e.Name()] = string(b)
+	}
+	return out
+}
+
+// eventually polls f until it returns nil or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v: %v", timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// assertNothingLeft checks that no mount, volume dir or target of the driver's remains.
+func (p *driverProc) assertNothingLeft(t *testing.T, vols ...*testVolume) {
+	t.Helper()
+	if m := mountsUnder(p.kubeletRoot); len(m) > 0 {
+		t.Errorf("mounts left behind: %q", m)
+	}
+	entries, _ := os.ReadDir(filepath.Join(p.kubeletRoot, "plugins", driverName, "volumes"))
+	if len(entries) > 0 {
+		t.Errorf("volume dirs left behind: %d", len(entries))
+	}
+	for _, v := range vols {
+		if _, err := os.Lstat(v.target); err == nil {
+			t.Errorf("target %s left behind", v.target)
+		}
+	}
+}

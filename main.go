@@ -1,0 +1,257 @@
+// Command shared-resource-csi is a CSI node driver that shares Secrets and ConfigMaps across
+// namespaces: a cluster admin publishes one through a cluster-scoped SharedSecret or
+// SharedConfigMap and grants the RBAC verb `use`; pods in any namespace mount it as an in-line
+// ephemeral CSI volume. See README.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+// version is stamped at build time: -ldflags "-X main.version=..."
+var version = "dev"
+
+type options struct {
+	endpoint        string
+	stateDir        string
+	kubeletRoot     string
+	registrationDir string
+	nodeID          string
+	kubeconfig      string
+	qps             float64
+	burst           int
+	relistInterval  time.Duration
+	cacheEntries    int
+	cacheBytes      int64
+	cacheTTL        time.Duration
+	authzTTL        time.Duration
+	tmpfsSize       string
+	healthAddr      string
+	showVersion     bool
+}
+
+func parseFlags(args []string) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("shared-resource-csi", flag.ContinueOnError)
+	fs.StringVar(&o.endpoint, "endpoint", "unix:///var/lib/kubelet/plugins/"+driverName+"/csi.sock", "CSI endpoint (unix socket) the kubelet calls")
+	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/kubelet/plugins/"+driverName, "directory for the volumes' tmpfs mounts and records; must be under the kubelet root so mounts propagate")
+	fs.StringVar(&o.kubeletRoot, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root dir; every target path must be a CSI volume path under it")
+	fs.StringVar(&o.registrationDir, "registration-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registration dir; empty disables registration")
+	fs.StringVar(&o.nodeID, "node-id", os.Getenv("NODE_NAME"), "node name reported by NodeGetInfo (default: $NODE_NAME)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account")
+	fs.Float64Var(&o.qps, "kube-api-qps", 50, "client-side rate limit of API requests per second")
+	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst of API requests")
+	fs.DurationVar(&o.relistInterval, "relist-interval", 60*time.Second, "how often every volume's access is re-checked and its data refreshed")
+	fs.IntVar(&o.cacheEntries, "cache-max-entries", 1000, "most Secrets/ConfigMaps kept in the source cache")
+	fs.Int64Var(&o.cacheBytes, "cache-max-bytes", 64<<20, "most bytes of Secret/ConfigMap data kept in the source cache")
+	fs.DurationVar(&o.cacheTTL, "cache-ttl", 10*time.Second, "how long a fetched Secret/ConfigMap serves new publishes before it is fetched again")
+	fs.DurationVar(&o.authzTTL, "authz-cache-ttl", 10*time.Second, "how long a SubjectAccessReview grant serves new publishes (denials are never cached)")
+	fs.StringVar(&o.tmpfsSize, "tmpfs-size", "4Mi", "size limit of each volume's tmpfs (a quantity: 4Mi, 1Gi)")
+	fs.StringVar(&o.healthAddr, "health-address", ":9809", "address of the /healthz endpoint; empty disables it")
+	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	klogFlags.VisitAll(func(f *flag.Flag) {
+		if f.Name == "v" || f.Name == "vmodule" {
+			fs.Var(f.Value, f.Name, f.Usage)
+		}
+	})
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	// client-go logs request and response bodies (Secret data among them) at verbosity 8 and
+	// above, and it shares klog's global verbosity with us; the driver's own most detailed logs
+	// are at 5. So verbosity is capped at 5: no --v value can put secret bytes in the log.
+	if v, err := strconv.Atoi(klogFlags.Lookup("v").Value.String()); err == nil && v > maxVerbosity {
+		if err := klogFlags.Set("v", strconv.Itoa(maxVerbosity)); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// maxVerbosity is the highest klog verbosity the process runs at; see parseFlags.
+const maxVerbosity = 5
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		os.Exit(2)
+	}
+	if o.showVersion {
+		fmt.Println(driverName, version)
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		klog.ErrorS(err, "Driver failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}
+
+func run(ctx context.Context, o *options) error {
+	klog.InfoS("Starting", "driver", driverName, "version", version, "node", o.nodeID)
+	if o.nodeID == "" {
+		return fmt.Errorf("--node-id or $NODE_NAME is required")
+	}
+	size, err := resource.ParseQuantity(o.tmpfsSize)
+	if err != nil || size.Value() < reservedBytes*2 {
+		return fmt.Errorf("--tmpfs-size %q must be a quantity of at least %d bytes", o.tmpfsSize, reservedBytes*2)
+	}
+	sockPath, err := endpointPath(o.endpoint)
+	if err != nil {
+		return err
+	}
+	for _, p := range []*string{&o.stateDir, &o.kubeletRoot} {
+		if !filepath.IsAbs(*p) {
+			return fmt.Errorf("%q must be an absolute path", *p)
+		}
+		*p = filepath.Clean(*p)
+	}
+
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	cfg.UserAgent = "shared-resource-csi/" + version
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	sources, err := newSourceCache(client, o.cacheEntries, o.cacheBytes, o.cacheTTL)
+	if err != nil {
+		return err
+	}
+	// One event broadcaster for the process.
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+
+	shareEvents := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[shareRef]{Name: "share-events"})
+	d := &driver{
+		version:     version,
+		nodeID:      o.nodeID,
+		kubeletRoot: o.kubeletRoot,
+		tmpfsSize:   size.Value(),
+		fileMode:    0o644,
+		store:       newVolumeStore(o.stateDir),
+		locks:       newVolumeLocks(),
+		sources:     sources,
+		authz:       newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), o.authzTTL),
+		events:      broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "shared-resource-csi", Host: o.nodeID}),
+		shares: newShareIndex(dyn, 0, func(k shareKind, name string) {
+			shareEvents.Add(shareRef{Kind: k, Name: name})
+		}),
+	}
+
+	// Volumes from the previous run first: they must be known before any request is served.
+	if err := d.recover(); err != nil {
+		return fmt.Errorf("recovering volumes: %w", err)
+	}
+
+	grpcServer := grpc.NewServer(grpc.UnaryInterceptor(logCalls))
+	csi.RegisterIdentityServer(grpcServer, &identityServer{d: d})
+	csi.RegisterNodeServer(grpcServer, &nodeServer{d: d})
+	lis, err := listenUnix(sockPath)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", sockPath, err)
+	}
+	errs := make(chan error, 3)
+	go func() { errs <- grpcServer.Serve(lis) }()
+	defer grpcServer.GracefulStop()
+	klog.InfoS("Serving CSI", "endpoint", sockPath)
+
+	if o.healthAddr != "" {
+		hs := &http.Server{Addr: o.healthAddr, Handler: healthHandler(d), ReadHeaderTimeout: 5 * time.Second}
+		go func() { errs <- hs.ListenAndServe() }()
+		defer hs.Close()
+	}
+
+	d.shares.start(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), d.shares.synced) {
+		return ctx.Err()
+	}
+	klog.InfoS("Share caches synced")
+	// Relist and share events start only now: before the caches synced, every share would
+	// look deleted.
+	go d.runShareEvents(ctx, shareEvents)
+	go d.runRelist(ctx, o.relistInterval)
+
+	if o.registrationDir != "" {
+		regServer := grpc.NewServer()
+		registerapi.RegisterRegistrationServer(regServer, &registrationServer{endpoint: sockPath})
+		regLis, err := listenUnix(registrationSocket(o.registrationDir))
+		if err != nil {
+			return fmt.Errorf("listening for kubelet registration: %w", err)
+		}
+		go func() { errs <- regServer.Serve(regLis) }()
+		defer regServer.Stop()
+		// Removing the socket tells the kubelet the plugin is gone; on restart it is re-created.
+		defer os.Remove(registrationSocket(o.registrationDir))
+	}
+
+	select {
+	case <-ctx.Done():
+		klog.InfoS("Shutting down; published volumes stay mounted and are resumed on restart")
+		return nil
+	case err := <-errs:
+		return err
+	}
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return rest.InClusterConfig()
+}
+
+func healthHandler(d *driver) http.Handler {
+	mux := http.NewServeMux()
+	// Liveness: the process serves requests. Readiness (/healthz) also needs the share caches.
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !d.ready() {
+			http.Error(w, "share caches not synced", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}

@@ -1,0 +1,198 @@
+package main
+
+// The set of volumes this node serves. Each volume's record lives inside the volume's own tmpfs
+// (volumes/<id>/record.json), so it exists exactly as long as the volume does: it survives a
+// driver restart, disappears with the tmpfs on unpublish or reboot (when the pods are gone too),
+// and can never be left behind on the host disk. Records hold names, never data.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+)
+
+const (
+	recordFile = "record.json"
+	dataDir    = "data" // what the pod sees, bind-mounted read-only onto the target
+	heldDir    = "held" // a refreshResource=false volume's data, kept out of the pod's view while revoked
+)
+
+// volumeRecord is what the driver must remember about a published volume.
+type volumeRecord struct {
+	VolumeID       string    `json:"volumeID"`
+	Kind           shareKind `json:"kind"`
+	Share          string    `json:"share"`
+	Refresh        bool      `json:"refresh"`
+	PodNamespace   string    `json:"podNamespace"`
+	PodName        string    `json:"podName"`
+	PodUID         string    `json:"podUID"`
+	ServiceAccount string    `json:"serviceAccount"`
+	TargetPath     string    `json:"targetPath"`
+	// CreatedTarget says the driver made the target directory, so unpublish may remove it.
+	CreatedTarget bool `json:"createdTarget"`
+	// The source object whose data the volume shows, and its resourceVersion.
+	SourceNamespace string `json:"sourceNamespace"`
+	SourceName      string `json:"sourceName"`
+	ResourceVersion string `json:"resourceVersion"`
+	// Revoked: the pod lost access (or the share is gone); the data dir is empty.
+	Revoked bool `json:"revoked"`
+}
+
+// sameRequest says whether a repeated NodePublishVolume asks for what this volume already is.
+func (r *volumeRecord) sameRequest(v *volumeRequest) bool {
+	return r.Kind == v.Kind && r.Share == v.Share && r.Refresh == v.Refresh &&
+		r.PodNamespace == v.PodNamespace && r.PodName == v.PodName && r.PodUID == v.PodUID &&
+		r.ServiceAccount == v.ServiceAccount && r.TargetPath == v.TargetPath
+}
+
+func (r *volumeRecord) accessKey() accessKey {
+	return accessKey{Namespace: r.PodNamespace, ServiceAccount: r.ServiceAccount, Kind: r.Kind, Share: r.Share}
+}
+
+// volumeStore keeps the published volumes in memory and persists each record in its volume.
+type volumeStore struct {
+	dir  string // <state dir>/volumes
+	mu   sync.Mutex
+	vols map[string]volumeRecord
+}
+
+func newVolumeStore(stateDir string) *volumeStore {
+	return &volumeStore{dir: filepath.Join(stateDir, "volumes"), vols: map[string]volumeRecord{}}
+}
+
+// volumeDir is where the volume's tmpfs is mounted. id has passed validateVolumeID.
+func (s *volumeStore) volumeDir(id string) string { return filepath.Join(s.dir, id) }
+func (s *volumeStore) dataDir(id string) string   { return filepath.Join(s.dir, id, dataDir) }
+func (s *volumeStore) heldDir(id string) string   { return filepath.Join(s.dir, id, heldDir) }
+
+func (s *volumeStore) get(id string) (volumeRecord, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.vols[id]
+	return r, ok
+}
+
+// list returns the records sorted by volume id, so cycles process volumes in a stable order.
+func (s *volumeStore) list() []volumeRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]volumeRecord, 0, len(s.vols))
+	for _, r := range s.vols {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].VolumeID < out[j].VolumeID })
+	return out
+}
+
+func (s *volumeStore) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.vols)
+}
+
+// save persists rec atomically (temp file, fsync, rename) and then updates memory, so memory
+// never claims a state the disk does not have.
+func (s *volumeStore) save(rec volumeRecord) error {
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(s.volumeDir(rec.VolumeID), recordFile)
+	if err := writeFileAtomic(path, b, 0o600); err != nil {
+		return fmt.Errorf("saving record of volume %s: %w", rec.VolumeID, err)
+	}
+	s.mu.Lock()
+	s.vols[rec.VolumeID] = rec
+	s.mu.Unlock()
+	return nil
+}
+
+// forget drops a volume from memory; its record goes away with its tmpfs.
+func (s *volumeStore) forget(id string) {
+	s.mu.Lock()
+	delete(s.vols, id)
+	s.mu.Unlock()
+}
+
+// remember puts a record loaded at start into memory.
+func (s *volumeStore) remember(rec volumeRecord) {
+	s.mu.Lock()
+	s.vols[rec.VolumeID] = rec
+	s.mu.Unlock()
+}
+
+// readRecord reads and checks one volume's record.
+func (s *volumeStore) readRecord(id string) (volumeRecord, error) {
+	var rec volumeRecord
+	b, err := os.ReadFile(filepath.Join(s.volumeDir(id), recordFile))
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return rec, fmt.Errorf("corrupt record: %w", err)
+	}
+	if rec.VolumeID != id {
+		return rec, fmt.Errorf("corrupt record: it names volume %q", rec.VolumeID)
+	}
+	if rec.Kind != kindSecret && rec.Kind != kindConfigMap || rec.TargetPath == "" || rec.PodUID == "" {
+		return rec, errors.New("corrupt record: missing fields")
+	}
+	return rec, nil
+}
+
+// volumeIDsOnDisk lists the entries of the volumes dir that are valid volume ids; anything else
+// there was not made by this driver and is left alone.
+func (s *volumeStore) volumeIDsOnDisk() ([]string, error) {
+	entries, err := os.ReadDir(s.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range entries {
+		if e.IsDir() && validateVolumeID(e.Name()) == nil {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// writeFileAtomic writes path so that a reader (or a crash) sees either the old or the new
+// content, never a partial file.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmpName := tmp.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(tmpName)
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmpName, path); err != nil {
+		return err
+	}
+	ok = true
+	return nil
+}

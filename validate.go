@@ -1,0 +1,236 @@
+package main
+
+// Pure validation of what the kubelet hands us. Nothing here does I/O: every check that can be
+// made on the request alone is made before the driver takes a lock, calls the API server or
+// touches the file system, so bad input is rejected without side effects.
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+)
+
+// Volume attributes a pod author may set (API-compatible with OpenShift's driver).
+const (
+	attrSharedSecret    = "sharedSecret"
+	attrSharedConfigMap = "sharedConfigMap"
+	attrRefreshResource = "refreshResource"
+)
+
+// Keys the kubelet adds to the volume context (podInfoOnMount: true).
+const (
+	kubeletKeyPrefix     = "csi.storage.k8s.io/"
+	ctxPodName           = "csi.storage.k8s.io/pod.name"
+	ctxPodNamespace      = "csi.storage.k8s.io/pod.namespace"
+	ctxPodUID            = "csi.storage.k8s.io/pod.uid"
+	ctxServiceAccount    = "csi.storage.k8s.io/serviceAccount.name"
+	ctxEphemeral         = "csi.storage.k8s.io/ephemeral"
+	ctxServiceAccountTok = "csi.storage.k8s.io/serviceAccount.tokens"
+)
+
+// shareKind says which custom resource a volume refers to and which object it copies.
+type shareKind string
+
+const (
+	kindSecret    shareKind = "Secret"
+	kindConfigMap shareKind = "ConfigMap"
+)
+
+// shareResource is the RBAC resource name the `use` verb is checked against.
+func (k shareKind) shareResource() string {
+	if k == kindConfigMap {
+		return "sharedconfigmaps"
+	}
+	return "sharedsecrets"
+}
+
+// shareTypeName is the custom resource's Kind, for messages.
+func (k shareKind) shareTypeName() string { return "Shared" + string(k) }
+
+// volumeRequest is a validated NodePublishVolume request.
+type volumeRequest struct {
+	VolumeID       string
+	TargetPath     string
+	Kind           shareKind
+	Share          string
+	Refresh        bool
+	PodNamespace   string
+	PodName        string
+	PodUID         string
+	ServiceAccount string
+}
+
+// invalidArgument is a validation failure; csi.go maps it to codes.InvalidArgument.
+type invalidArgument struct{ msg string }
+
+func (e *invalidArgument) Error() string { return e.msg }
+
+func invalidf(format string, args ...any) error {
+	return &invalidArgument{msg: fmt.Sprintf(format, args...)}
+}
+
+var (
+	// RFC 1123 subdomain: the API server's rule for object names (shares, Secrets, ConfigMaps).
+	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	// RFC 1123 label: namespaces and service accounts' namespaces.
+	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	// Volume ids become a directory name under the state dir, so they must be one safe segment.
+	// The kubelet's ids for inline volumes look like "csi-<sha256 hex>".
+	volumeIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	podUIDPattern   = regexp.MustCompile(`^[a-f0-9-]{1,64}$`)
+)
+
+func validName(s string) bool  { return len(s) <= 253 && dnsSubdomain.MatchString(s) }
+func validLabel(s string) bool { return len(s) <= 63 && dnsLabel.MatchString(s) }
+
+// validateVolumeID accepts only ids that are a single, harmless path segment: the id names
+// the volume's directory, and "..", "/" or a leading dot would let a caller escape or collide
+// with our own files.
+func validateVolumeID(id string) error {
+	if id == "" {
+		return invalidf("volume_id is required")
+	}
+	if len(id) > 128 || !volumeIDPattern.MatchString(id) || strings.Contains(id, "..") {
+		return invalidf("volume_id %q is not valid: it must be 1-128 characters of [A-Za-z0-9._-], start with a letter or digit and not contain \"..\"", id)
+	}
+	return nil
+}
+
+// validateTargetPath checks, segment by segment, that target is where the kubelet puts a CSI
+// volume of the given pod: <kubeletRoot>/pods/<podUID>/volumes/kubernetes.io~csi/<name>/mount.
+// Checking the exact shape (not just a prefix) means that no request, whatever it claims, can
+// make the driver mount over or later remove any other host path (CVE-2020-8567 class bugs).
+// podUID may be empty (NodeUnpublishVolume carries no pod info); then any pod UID is accepted.
+func validateTargetPath(kubeletRoot, target, podUID string) error {
+	if target == "" {
+		return invalidf("target_path is required")
+	}
+	if !filepath.IsAbs(target) {
+		return invalidf("target_path %q must be absolute", target)
+	}
+	// Compare raw segments, not filepath.Clean output: Clean would silently turn "a/../b" into
+	// "b", hiding exactly the kind of path that must be rejected.
+	segs := strings.Split(target[1:], "/")
+	for _, s := range segs {
+		if s == "" || s == "." || s == ".." {
+			return invalidf("target_path %q must not contain empty, \".\" or \"..\" segments", target)
+		}
+	}
+	rootSegs := strings.Split(strings.TrimPrefix(filepath.Clean(kubeletRoot), "/"), "/")
+	if filepath.Clean(kubeletRoot) == "/" {
+		rootSegs = nil
+	}
+	rest, ok := cutSegments(segs, rootSegs)
+	if !ok {
+		return invalidf("target_path %q is not under the kubelet root dir %q", target, kubeletRoot)
+	}
+	// pods/<uid>/volumes/kubernetes.io~csi/<volume name>/mount
+	if len(rest) != 6 || rest[0] != "pods" || rest[2] != "volumes" || rest[3] != "kubernetes.io~csi" || rest[5] != "mount" {
+		return invalidf("target_path %q is not a kubelet CSI volume path (%s/pods/<pod uid>/volumes/kubernetes.io~csi/<volume>/mount)", target, kubeletRoot)
+	}
+	if !podUIDPattern.MatchString(rest[1]) {
+		return invalidf("target_path %q has an invalid pod uid segment %q", target, rest[1])
+	}
+	if podUID != "" && rest[1] != podUID {
+		return invalidf("target_path %q does not belong to pod uid %q", target, podUID)
+	}
+	return nil
+}
+
+func cutSegments(segs, prefix []string) ([]string, bool) {
+	if len(segs) < len(prefix) {
+		return nil, false
+	}
+	for i := range prefix {
+		if segs[i] != prefix[i] {
+			return nil, false
+		}
+	}
+	return segs[len(prefix):], true
+}
+
+// parsePublishRequest validates a NodePublishVolume request without side effects.
+func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) (*volumeRequest, error) {
+	if err := validateVolumeID(req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	capability := req.GetVolumeCapability()
+	if capability == nil {
+		return nil, invalidf("volume_capability is required")
+	}
+	if capability.GetBlock() != nil || capability.GetMount() == nil {
+		return nil, invalidf("only the mount access type is supported: this driver provides files, not a block device")
+	}
+	if fs := capability.GetMount().GetFsType(); fs != "" && fs != "tmpfs" {
+		return nil, invalidf("fs_type %q is not supported: volumes are always tmpfs", fs)
+	}
+	if flags := capability.GetMount().GetMountFlags(); len(flags) > 0 {
+		return nil, invalidf("mount flags %q are not supported", flags)
+	}
+	if req.GetStagingTargetPath() != "" {
+		return nil, invalidf("staging_target_path is not supported: this driver has no STAGE_UNSTAGE_VOLUME capability")
+	}
+
+	vc := req.GetVolumeContext()
+	if vc[ctxEphemeral] != "true" {
+		return nil, invalidf("%s is %q: this driver only serves in-line ephemeral volumes (a pod's `csi:` volume), not PersistentVolumes", ctxEphemeral, vc[ctxEphemeral])
+	}
+	v := &volumeRequest{
+		VolumeID:       req.GetVolumeId(),
+		TargetPath:     req.GetTargetPath(),
+		Refresh:        true,
+		PodNamespace:   vc[ctxPodNamespace],
+		PodName:        vc[ctxPodName],
+		PodUID:         vc[ctxPodUID],
+		ServiceAccount: vc[ctxServiceAccount],
+	}
+	if v.PodNamespace == "" || v.PodName == "" || v.PodUID == "" || v.ServiceAccount == "" {
+		return nil, invalidf("pod information is missing from the volume context: the CSIDriver object must set podInfoOnMount: true")
+	}
+	if !validLabel(v.PodNamespace) || !validName(v.PodName) || !validName(v.ServiceAccount) || !podUIDPattern.MatchString(v.PodUID) {
+		return nil, invalidf("pod information in the volume context is malformed (namespace %q, name %q, uid %q, service account %q)", v.PodNamespace, v.PodName, v.PodUID, v.ServiceAccount)
+	}
+	if err := validateTargetPath(kubeletRoot, v.TargetPath, v.PodUID); err != nil {
+		return nil, err
+	}
+
+	secretShare, hasSecret := vc[attrSharedSecret]
+	cmShare, hasCM := vc[attrSharedConfigMap]
+	switch {
+	case hasSecret && hasCM:
+		return nil, invalidf("set exactly one of volumeAttributes %s and %s, not both", attrSharedSecret, attrSharedConfigMap)
+	case hasSecret:
+		v.Kind, v.Share = kindSecret, secretShare
+	case hasCM:
+		v.Kind, v.Share = kindConfigMap, cmShare
+	default:
+		return nil, invalidf("set one of volumeAttributes %s or %s to the name of a share", attrSharedSecret, attrSharedConfigMap)
+	}
+	if !validName(v.Share) {
+		return nil, invalidf("%s name %q is not a valid object name (lowercase RFC 1123 subdomain)", v.Kind.shareTypeName(), v.Share)
+	}
+	if s, ok := vc[attrRefreshResource]; ok {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return nil, invalidf("volumeAttribute %s must be \"true\" or \"false\", not %q", attrRefreshResource, s)
+		}
+		v.Refresh = b
+	}
+	for k := range vc {
+		switch k {
+		case attrSharedSecret, attrSharedConfigMap, attrRefreshResource:
+			continue
+		}
+		// The kubelet owns the csi.storage.k8s.io/ prefix and may add keys in newer releases;
+		// rejecting those would break upgrades, so only unknown user attributes are errors.
+		if strings.HasPrefix(k, kubeletKeyPrefix) {
+			continue
+		}
+		return nil, invalidf("unknown volumeAttribute %q: supported are %s, %s and %s", k, attrSharedSecret, attrSharedConfigMap, attrRefreshResource)
+	}
+	return v, nil
+}

@@ -1,0 +1,387 @@
+package main
+
+// The life of a volume on the node: publish, unpublish, and recovery at start. csi.go validates
+// requests and takes the per-volume lock; this file does the steps in order and undoes exactly
+// the steps that ran when one fails.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+)
+
+// reservedBytes is tmpfs room kept for the record and directory entries.
+const reservedBytes = 64 << 10
+
+// volumeLocks lets one operation at a time work on a volume. Callers that find the lock held
+// get Aborted (the kubelet retries), rather than queueing behind a slow operation.
+type volumeLocks struct {
+	mu   sync.Mutex
+	held map[string]struct{}
+}
+
+func newVolumeLocks() *volumeLocks { return &volumeLocks{held: map[string]struct{}{}} }
+
+func (l *volumeLocks) tryLock(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, busy := l.held[id]; busy {
+		return false
+	}
+	l.held[id] = struct{}{}
+	return true
+}
+
+func (l *volumeLocks) unlock(id string) {
+	l.mu.Lock()
+	delete(l.held, id)
+	l.mu.Unlock()
+}
+
+// publish makes v's data visible, read-only, at its target path. The caller holds v's lock.
+func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
+	if rec, ok := d.store.get(v.VolumeID); ok {
+		if !rec.sameRequest(v) {
+			return status.Errorf(codes.AlreadyExists, "volume %s is already published with other arguments (%s %q for pod %s/%s at %s)",
+				v.VolumeID, rec.Kind.shareTypeName(), rec.Share, rec.PodNamespace, rec.PodName, rec.TargetPath)
+		}
+		return d.ensureBind(rec)
+	}
+
+	sh, err := d.shares.get(ctx, v.Kind, v.Share)
+	switch {
+	case apierrors.IsNotFound(err):
+		return status.Errorf(codes.NotFound, "%s %q does not exist: a cluster admin must create it (cluster-scoped, group %s)", v.Kind.shareTypeName(), v.Share, shareGroup)
+	case errors.As(err, new(*badShareError)):
+		return status.Errorf(codes.FailedPrecondition, "%v", err)
+	case err != nil:
+		return status.Errorf(codes.Unavailable, "reading %s %q, will retry: %v", v.Kind.shareTypeName(), v.Share, err)
+	}
+
+	key := accessKey{Namespace: v.PodNamespace, ServiceAccount: v.ServiceAccount, Kind: v.Kind, Share: v.Share}
+	dec, err := d.authz.check(ctx, key, false)
+	if err != nil {
+		// An error is never a grant.
+		return status.Errorf(codes.Unavailable, "cannot check access, will retry: %v", err)
+	}
+	if !dec.Allowed {
+		return status.Error(codes.PermissionDenied, deniedMessage(key, dec.Reason))
+	}
+
+	src, err := d.sources.get(ctx, sourceKey{Kind: v.Kind, Namespace: sh.SourceNamespace, Name: sh.SourceName})
+	if err != nil {
+		return sourceError(sh, err)
+	}
+	for k := range src.Files {
+		if err := validateKey(k); err != nil {
+			return status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared: %v", v.Kind, sh.SourceNamespace, sh.SourceName, err)
+		}
+	}
+	if need := 2*src.Size + reservedBytes; need > d.tmpfsSize {
+		// Twice: an update writes the new set beside the old one before the swap.
+		return status.Errorf(codes.ResourceExhausted, "%s %s/%s holds %d bytes; a volume needs twice that plus %d bytes, more than the tmpfs size limit of %d bytes (raise --tmpfs-size)",
+			v.Kind, sh.SourceNamespace, sh.SourceName, src.Size, reservedBytes, d.tmpfsSize)
+	}
+
+	// Side effects start here. Each step registers its undo; on failure they run in reverse.
+	var undo []func()
+	succeeded := false
+	defer func() {
+		if !succeeded {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+
+	volDir := d.store.volumeDir(v.VolumeID)
+	if err := d.prepareVolumeDir(volDir); err != nil {
+		return status.Errorf(codes.Internal, "creating volume dir: %v", err)
+	}
+	undo = append(undo, func() { removeDirLogged(volDir) })
+	if err := mountTmpfs(volDir, d.tmpfsSize, ""); err != nil {
+		return status.Errorf(codes.Internal, "mounting tmpfs for volume %s: %v", v.VolumeID, err)
+	}
+	undo = append(undo, func() { unmountLogged(volDir) })
+	if err := writeAtomic(d.store.dataDir(v.VolumeID), src.Files, d.fileMode); err != nil {
+		if errors.Is(err, unix.ENOSPC) {
+			return status.Errorf(codes.ResourceExhausted, "writing volume %s: the tmpfs size limit of %d bytes is too small (raise --tmpfs-size): %v", v.VolumeID, d.tmpfsSize, err)
+		}
+		return status.Errorf(codes.Internal, "writing volume %s: %v", v.VolumeID, err)
+	}
+	created, err := d.makeTarget(v.TargetPath)
+	if err != nil {
+		return err
+	}
+	if created {
+		undo = append(undo, func() { removeDirLogged(v.TargetPath) })
+	}
+	rec := volumeRecord{
+		VolumeID: v.VolumeID, Kind: v.Kind, Share: v.Share, Refresh: v.Refresh,
+		PodNamespace: v.PodNamespace, PodName: v.PodName, PodUID: v.PodUID, ServiceAccount: v.ServiceAccount,
+		TargetPath: v.TargetPath, CreatedTarget: created,
+		SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion,
+	}
+	if err := d.store.save(rec); err != nil {
+		return status.Errorf(codes.Internal, "%v", err)
+	}
+	undo = append(undo, func() { d.store.forget(v.VolumeID) })
+	if err := bindReadOnly(d.store.dataDir(v.VolumeID), v.TargetPath); err != nil {
+		return status.Errorf(codes.Internal, "bind-mounting volume %s onto %s: %v", v.VolumeID, v.TargetPath, err)
+	}
+	succeeded = true
+	klog.V(2).InfoS("Published volume", "volumeID", v.VolumeID, "kind", v.Kind, "share", v.Share,
+		"pod", klog.KRef(v.PodNamespace, v.PodName), "source", klog.KRef(sh.SourceNamespace, sh.SourceName), "files", len(src.Files))
+	return nil
+}
+
+// sourceError maps a failed GET of a share's source to the code the kubelet should see.
+func sourceError(sh share, err error) error {
+	what := fmt.Sprintf("%s %s/%s (referenced by %s %q)", sh.Kind, sh.SourceNamespace, sh.SourceName, sh.Kind.shareTypeName(), sh.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return status.Errorf(codes.FailedPrecondition, "%s does not exist: create it, or point the share at an existing object", what)
+	case apierrors.IsForbidden(err):
+		return status.Errorf(codes.FailedPrecondition, "the driver may not read %s: its ClusterRole must allow get on %ss: %v", what, strings.ToLower(string(sh.Kind)), err)
+	default:
+		return status.Errorf(codes.Unavailable, "reading %s: %v", what, err)
+	}
+}
+
+// prepareVolumeDir creates the volume's directory. A directory left by an earlier crash holds no
+// live volume (every live volume is in the store), so it is cleaned first.
+func (d *driver) prepareVolumeDir(volDir string) error {
+	if err := os.MkdirAll(d.store.dir, 0o700); err != nil {
+		return err
+	}
+	err := os.Mkdir(volDir, 0o700)
+	if errors.Is(err, os.ErrExist) {
+		klog.InfoS("Removing leftover volume dir", "dir", volDir)
+		d.cleanOrphan(volDir)
+		err = os.Mkdir(volDir, 0o700)
+	}
+	return err
+}
+
+// makeTarget creates the target directory (the kubelet creates its parent; CSI makes the plugin
+// create the target itself) and refuses symlinks anywhere below the kubelet root: the driver
+// must mount onto exactly the path it was given, not wherever a link points.
+func (d *driver) makeTarget(target string) (created bool, err error) {
+	rel, err := filepath.Rel(d.kubeletRoot, target)
+	if err != nil {
+		return false, status.Errorf(codes.InvalidArgument, "target_path %q: %v", target, err)
+	}
+	p := d.kubeletRoot
+	segs := strings.Split(rel, "/")
+	for i, s := range segs {
+		p = filepath.Join(p, s)
+		fi, err := os.Lstat(p)
+		last := i == len(segs)-1
+		switch {
+		case err == nil && fi.Mode()&os.ModeSymlink != 0:
+			return false, status.Errorf(codes.InvalidArgument, "target_path %q: %s is a symlink; refusing to follow it", target, p)
+		case err == nil && !fi.IsDir():
+			return false, status.Errorf(codes.InvalidArgument, "target_path %q: %s is not a directory", target, p)
+		case err == nil:
+			continue
+		case errors.Is(err, os.ErrNotExist) && last:
+			if err := os.Mkdir(p, 0o750); err != nil {
+				return false, status.Errorf(codes.Internal, "creating target_path %q: %v", target, err)
+			}
+			return true, nil
+		case errors.Is(err, os.ErrNotExist):
+			return false, status.Errorf(codes.FailedPrecondition, "target_path %q: parent %s does not exist (the kubelet creates it)", target, p)
+		default:
+			return false, status.Errorf(codes.Internal, "target_path %q: %v", target, err)
+		}
+	}
+	return false, nil
+}
+
+// ensureBind makes a repeated publish succeed: the volume exists; its bind may be missing if the
+// driver stopped between saving the record and mounting.
+func (d *driver) ensureBind(rec volumeRecord) error {
+	mounts, err := readMountInfo()
+	if err != nil {
+		return status.Errorf(codes.Internal, "%v", err)
+	}
+	if d.isOurBind(mounts, rec.VolumeID, rec.TargetPath) {
+		return nil
+	}
+	if e, ok := mountAt(mounts, rec.TargetPath); ok {
+		return status.Errorf(codes.FailedPrecondition, "target_path %q already has another mount (%s %s)", rec.TargetPath, e.FSType, e.Source)
+	}
+	created, err := d.makeTarget(rec.TargetPath)
+	if err != nil {
+		return err
+	}
+	if created && !rec.CreatedTarget {
+		rec.CreatedTarget = true
+		if err := d.store.save(rec); err != nil {
+			return status.Errorf(codes.Internal, "%v", err)
+		}
+	}
+	if err := bindReadOnly(d.store.dataDir(rec.VolumeID), rec.TargetPath); err != nil {
+		return status.Errorf(codes.Internal, "bind-mounting volume %s onto %s: %v", rec.VolumeID, rec.TargetPath, err)
+	}
+	return nil
+}
+
+// isOurBind says whether the topmost mount at target is the read-only bind of this volume's data:
+// same file system (device) as the volume's tmpfs, rooted at its data dir.
+func (d *driver) isOurBind(mounts []mountEntry, volumeID, target string) bool {
+	tm, ok := mountAt(mounts, d.store.volumeDir(volumeID))
+	if !ok {
+		return false
+	}
+	b, ok := mountAt(mounts, target)
+	return ok && b.MajorMinor == tm.MajorMinor && b.Root == "/"+dataDir
+}
+
+// unpublish removes a volume: the bind, the target dir if the driver made it, the tmpfs (and the
+// record with it), the volume dir. The caller holds the volume's lock. Unknown volumes succeed.
+func (d *driver) unpublish(volumeID, target string) error {
+	rec, ok := d.store.get(volumeID)
+	if !ok {
+		klog.V(2).InfoS("Unpublish of an unknown volume: nothing to do", "volumeID", volumeID)
+		return nil
+	}
+	if rec.TargetPath != target {
+		return status.Errorf(codes.InvalidArgument, "volume %s is published at %q, not at %q; nothing was changed", volumeID, rec.TargetPath, target)
+	}
+	if err := d.teardown(rec); err != nil {
+		return status.Errorf(codes.Internal, "unpublishing volume %s: %v", volumeID, err)
+	}
+	klog.V(2).InfoS("Unpublished volume", "volumeID", volumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName))
+	return nil
+}
+
+// teardown undoes a published volume in the reverse order of publish. Each step acts only on
+// what the driver made: its own bind (checked by device), its own target dir, its own tmpfs.
+func (d *driver) teardown(rec volumeRecord) error {
+	mounts, err := readMountInfo()
+	if err != nil {
+		return err
+	}
+	for d.isOurBind(mounts, rec.VolumeID, rec.TargetPath) {
+		if err := unmountExact(rec.TargetPath); err != nil {
+			return fmt.Errorf("unmounting %s: %w", rec.TargetPath, err)
+		}
+		if mounts, err = readMountInfo(); err != nil {
+			return err
+		}
+	}
+	if rec.CreatedTarget {
+		if err := os.Remove(rec.TargetPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("removing target dir: %w", err)
+		}
+	}
+	volDir := d.store.volumeDir(rec.VolumeID)
+	if err := unmountExact(volDir); err != nil {
+		return fmt.Errorf("unmounting tmpfs %s: %w", volDir, err)
+	}
+	if err := os.Remove(volDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing %s: %w", volDir, err)
+	}
+	d.store.forget(rec.VolumeID)
+	return nil
+}
+
+// cleanOrphan removes a volume dir that has no usable record: any bind of its tmpfs under the
+// kubelet's pods dir (recognised by device and root), then the tmpfs, then the empty dir.
+func (d *driver) cleanOrphan(volDir string) {
+	mounts, err := readMountInfo()
+	if err != nil {
+		klog.ErrorS(err, "Cannot read mounts; leaving orphan volume dir", "dir", volDir)
+		return
+	}
+	if tm, ok := mountAt(mounts, volDir); ok {
+		podsDir := filepath.Join(d.kubeletRoot, "pods") + "/"
+		for _, m := range mounts {
+			if m.MajorMinor == tm.MajorMinor && m.Root == "/"+dataDir && strings.HasPrefix(m.MountPoint, podsDir) {
+				unmountLogged(m.MountPoint)
+			}
+		}
+		unmountLogged(volDir)
+	}
+	// Remove, not RemoveAll: if anything is still in there, it is not ours to delete.
+	removeDirLogged(volDir)
+}
+
+// recover loads the volumes left by a previous run: whole ones are resumed, broken ones cleaned.
+func (d *driver) recover() error {
+	ids, err := d.store.volumeIDsOnDisk()
+	if err != nil {
+		return fmt.Errorf("listing %s: %w", d.store.dir, err)
+	}
+	mounts, err := readMountInfo()
+	if err != nil {
+		return err
+	}
+	resumed, cleaned := 0, 0
+	for _, id := range ids {
+		volDir := d.store.volumeDir(id)
+		if _, mounted := mountAt(mounts, volDir); !mounted {
+			klog.InfoS("Volume dir has no tmpfs; removing it", "volumeID", id)
+			removeDirLogged(volDir)
+			cleaned++
+			continue
+		}
+		rec, err := d.store.readRecord(id)
+		if err == nil {
+			err = validateTargetPath(d.kubeletRoot, rec.TargetPath, rec.PodUID)
+		}
+		if err != nil {
+			klog.ErrorS(err, "Volume record unusable; cleaning the volume", "volumeID", id)
+			d.cleanOrphan(volDir)
+			cleaned++
+			continue
+		}
+		if !d.podDirExists(rec.PodUID) || !dirExists(rec.TargetPath) {
+			klog.InfoS("Pod or target of volume is gone; cleaning it", "volumeID", id, "pod", klog.KRef(rec.PodNamespace, rec.PodName))
+			if err := d.teardown(rec); err != nil {
+				klog.ErrorS(err, "Cleaning volume failed", "volumeID", id)
+			}
+			cleaned++
+			continue
+		}
+		d.store.remember(rec)
+		if err := d.ensureBind(rec); err != nil {
+			klog.ErrorS(err, "Re-binding volume failed; the kubelet's retry will try again", "volumeID", id)
+		}
+		resumed++
+	}
+	klog.InfoS("Recovered volumes", "resumed", resumed, "cleaned", cleaned)
+	return nil
+}
+
+func (d *driver) podDirExists(podUID string) bool {
+	return dirExists(filepath.Join(d.kubeletRoot, "pods", podUID))
+}
+
+func dirExists(p string) bool {
+	fi, err := os.Lstat(p)
+	return err == nil && fi.IsDir()
+}
+
+func unmountLogged(p string) {
+	if err := unmountExact(p); err != nil {
+		klog.ErrorS(err, "Unmount failed", "path", p)
+	}
+}
+
+func removeDirLogged(p string) {
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		klog.ErrorS(err, "Removing dir failed", "path", p)
+	}
+}
