@@ -37,6 +37,7 @@ type driver struct {
 	sources *sourceCache
 	authz   *authorizer
 	events  record.EventRecorder // nil in unit tests
+	metrics *metrics             // nil in unit tests
 }
 
 // Compile-time checks that the servers implement the CSI interfaces.
@@ -124,10 +125,19 @@ func toStatus(err error) error {
 	return status.Error(codes.Internal, err.Error())
 }
 
-// logCalls logs every call with its secrets stripped: fields the CSI spec marks csi_secret and
-// the service-account tokens the kubelet may put in the volume context. Nothing else in a CSI
-// request carries secret bytes, and the driver never logs data it reads.
-func logCalls(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+// observeCalls logs every call with its secrets stripped (fields the CSI spec marks csi_secret,
+// and the service-account tokens the kubelet may put in the volume context: nothing else in a
+// CSI request carries secret bytes, and the driver never logs data it reads), and counts it.
+func observeCalls(m *metrics) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := logCall(ctx, req, info, handler)
+		m.observeCall(info.FullMethod, err, time.Since(start))
+		return resp, err
+	}
+}
+
+func logCall(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
 	if m, ok := req.(proto.Message); ok && klog.V(4).Enabled() {
 		klog.V(4).InfoS("gRPC request", "method", info.FullMethod, "request", prototext.MarshalOptions{}.Format(stripSecrets(m)))

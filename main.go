@@ -72,7 +72,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.cacheTTL, "cache-ttl", 10*time.Second, "how long a fetched Secret/ConfigMap serves new publishes before it is fetched again")
 	fs.DurationVar(&o.authzTTL, "authz-cache-ttl", 10*time.Second, "how long a SubjectAccessReview grant serves new publishes (denials are never cached)")
 	fs.StringVar(&o.tmpfsSize, "tmpfs-size", "4Mi", "size limit of each volume's tmpfs (a quantity: 4Mi, 1Gi)")
-	fs.StringVar(&o.healthAddr, "health-address", ":9809", "address of the /healthz endpoint; empty disables it")
+	fs.StringVar(&o.healthAddr, "health-address", ":9809", "address serving /healthz (ready), /livez (alive) and /metrics (Prometheus); empty disables it")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -146,6 +146,8 @@ func run(ctx context.Context, o *options) error {
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	cfg.UserAgent = "shared-resource-csi/" + version
+	m := newMetrics()
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &countingTransport{next: rt, m: m} })
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -174,18 +176,21 @@ func run(ctx context.Context, o *options) error {
 		locks:       newVolumeLocks(),
 		sources:     sources,
 		authz:       newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), o.authzTTL),
+		metrics:     m,
 		events:      broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "shared-resource-csi", Host: o.nodeID}),
 		shares: newShareIndex(dyn, 0, func(k shareKind, name string) {
 			shareEvents.Add(shareRef{Kind: k, Name: name})
 		}),
 	}
 
+	m.registerDriverGauges(d)
+
 	// Volumes from the previous run first: they must be known before any request is served.
 	if err := d.recover(); err != nil {
 		return fmt.Errorf("recovering volumes: %w", err)
 	}
 
-	grpcServer := grpc.NewServer(grpc.UnaryInterceptor(logCalls))
+	grpcServer := grpc.NewServer(grpc.UnaryInterceptor(observeCalls(m)))
 	csi.RegisterIdentityServer(grpcServer, &identityServer{d: d})
 	csi.RegisterNodeServer(grpcServer, &nodeServer{d: d})
 	lis, err := listenUnix(sockPath)
@@ -245,6 +250,7 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 func healthHandler(d *driver) http.Handler {
 	mux := http.NewServeMux()
 	// Liveness: the process serves requests. Readiness (/healthz) also needs the share caches.
+	mux.Handle("/metrics", d.metrics.handler())
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if !d.ready() {

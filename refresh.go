@@ -89,6 +89,9 @@ func (d *driver) runRelist(ctx context.Context, interval time.Duration) {
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		start := time.Now()
 		n := d.relistCycle(ctx)
+		if d.metrics != nil {
+			d.metrics.relist.Observe(time.Since(start).Seconds())
+		}
 		klog.V(3).InfoS("Relist cycle done", "volumes", n, "duration", time.Since(start))
 	}, interval)
 }
@@ -210,8 +213,10 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 		return err
 	}
 	if wasRevoked {
+		d.metrics.volumeChanged("restored")
 		d.event(rec, corev1.EventTypeNormal, reasonRestored, "Access to %s %q is granted again; its data is back", rec.Kind.shareTypeName(), rec.Share)
 	} else {
+		d.metrics.volumeChanged("refreshed")
 		d.event(rec, corev1.EventTypeNormal, reasonRefreshed, "Updated from %s %s/%s (resourceVersion %s)", rec.Kind, sh.SourceNamespace, sh.SourceName, src.ResourceVersion)
 	}
 	klog.V(2).InfoS("Volume updated", "volumeID", rec.VolumeID, "restored", wasRevoked, "resourceVersion", src.ResourceVersion)
@@ -245,6 +250,7 @@ func (d *driver) revoke(rec volumeRecord, why string) error {
 	if err := d.store.save(rec); err != nil {
 		return err
 	}
+	d.metrics.volumeChanged("revoked")
 	d.event(rec, corev1.EventTypeWarning, reasonRevoked, "The volume's files were removed: %s", why)
 	klog.InfoS("Volume revoked", "volumeID", rec.VolumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName), "share", rec.Share)
 	return nil
@@ -268,6 +274,7 @@ func (d *driver) restoreHeld(rec volumeRecord) error {
 	if err := os.RemoveAll(held); err != nil {
 		klog.ErrorS(err, "Removing held data failed", "volumeID", rec.VolumeID)
 	}
+	d.metrics.volumeChanged("restored")
 	d.event(rec, corev1.EventTypeNormal, reasonRestored, "Access to %s %q is granted again; its data is back", rec.Kind.shareTypeName(), rec.Share)
 	klog.InfoS("Volume restored", "volumeID", rec.VolumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName))
 	return nil

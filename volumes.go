@@ -365,6 +365,29 @@ func (d *driver) recover() error {
 	return nil
 }
 
+// countMounts counts the mounts the driver holds: each volume's tmpfs and its binds.
+func (d *driver) countMounts() int {
+	mounts, err := readMountInfo()
+	if err != nil {
+		return -1
+	}
+	devices := map[string]bool{}
+	prefix := d.store.dir + "/"
+	n := 0
+	for _, m := range mounts {
+		if strings.HasPrefix(m.MountPoint, prefix) && m.FSType == "tmpfs" {
+			devices[m.MajorMinor] = true
+			n++
+		}
+	}
+	for _, m := range mounts {
+		if devices[m.MajorMinor] && !strings.HasPrefix(m.MountPoint, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
 func (d *driver) podDirExists(podUID string) bool {
 	return dirExists(filepath.Join(d.kubeletRoot, "pods", podUID))
 }

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Builds the binaries of the local test cluster into _output/bin (gitignored):
+#   kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl  (k8s.io/kubernetes)
+#   etcd                                                                   (go.etcd.io/etcd/server/v3)
+#   mkimage                                                                (tools/mkimage, stdlib only)
+#   pause                                                                  (hack/pause.c, gcc -static)
+# Versions come from tools/go.mod. Each binary has a stamp file (_output/bin/.NAME.stamp) recording
+# what it was built from; a binary is rebuilt only when it is missing or its stamp differs.
+# Cold build: ~4 min on 2 cores; warm: seconds; nothing to do: ~1 s.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TOOLS=$ROOT/tools
+BIN=$ROOT/_output/bin
+mkdir -p "$BIN"
+
+export CGO_ENABLED=0   # static binaries: no dependency on the host's libc
+export GOTOOLCHAIN=local
+goversion=$(go env GOVERSION)
+modver() { (cd "$TOOLS" && go list -m -f '{{.Version}}' "$1"); }
+kube_version=$(modver k8s.io/kubernetes)   # e.g. v1.34.4
+etcd_version=$(modver go.etcd.io/etcd/server/v3)
+
+# stale NAME WANT: true when NAME is missing or was built from something else.
+stale() { [[ ! -x $BIN/$1 ]] || [[ "$(cat "$BIN/.$1.stamp" 2>/dev/null)" != "$2" ]]; }
+stamp() { printf '%s\n' "$2" >"$BIN/.$1.stamp"; }
+
+# --- Kubernetes: one `go build` for all stale commands, so they share the compile work.
+kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+kube_stamp="kubernetes=$kube_version $goversion"
+todo=()
+for c in "${kube_cmds[@]}"; do
+	if stale "$c" "$kube_stamp"; then todo+=("$c"); fi
+done
+if ((${#todo[@]})); then
+	# Without these the binaries report v0.0.0-master and the kubelet/apiserver version skew
+	# checks and `kubectl version` are meaningless.
+	major=${kube_version#v}; major=${major%%.*}
+	minor=${kube_version#v*.}; minor=${minor%%.*}
+	ldflags="-s -w"
+	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		ldflags+=" -X $p.gitVersion=$kube_version -X $p.gitMajor=$major -X $p.gitMinor=$minor"
+		ldflags+=" -X $p.gitTreeState=clean"
+	done
+	echo "building ${todo[*]} ($kube_version)..."
+	pkgs=()
+	for c in "${todo[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+	(cd "$TOOLS" && go build -trimpath -ldflags "$ldflags" -o "$BIN/" "${pkgs[@]}")
+	for c in "${todo[@]}"; do stamp "$c" "$kube_stamp"; done
+fi
+
+# --- etcd: the package go.etcd.io/etcd/server/v3 is itself the etcd main package.
+etcd_stamp="etcd=$etcd_version $goversion"
+if stale etcd "$etcd_stamp"; then
+	echo "building etcd ($etcd_version)..."
+	(cd "$TOOLS" && go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3)
+	stamp etcd "$etcd_stamp"
+fi
+
+# --- mkimage: rebuilt when its source changes.
+mk_stamp="mkimage=$(cat "$TOOLS"/mkimage/*.go | sha256sum | cut -c1-16) $goversion"
+if stale mkimage "$mk_stamp"; then
+	echo "building mkimage..."
+	(cd "$TOOLS" && go build -trimpath -o "$BIN/mkimage" ./mkimage)
+	stamp mkimage "$mk_stamp"
+fi
+
+# --- pause: static so the image needs nothing but the binary.
+pause_stamp="pause=$(sha256sum <"$ROOT/hack/pause.c" | cut -c1-16)"
+if stale pause "$pause_stamp"; then
+	echo "building pause..."
+	gcc -static -Os -Wall -o "$BIN/pause" "$ROOT/hack/pause.c"
+	strip "$BIN/pause" 2>/dev/null || true
+	stamp pause "$pause_stamp"
+fi
+
+echo "tools up to date in $BIN"

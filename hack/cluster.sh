@@ -1,0 +1,676 @@
+#!/usr/bin/env bash
+# A real single-node Kubernetes cluster on this machine, without Docker or a registry, for the
+# driver's e2e tests. Everything runs inside a network namespace created for the run, so no
+# packet leaves the machine (and no other process's network is touched).
+#
+#   hack/cluster.sh up [--control-plane-only]   start a fresh cluster (runs `down` first)
+#   hack/cluster.sh exec -- CMD [ARGS...]        run CMD inside the netns with the cluster env
+#   hack/cluster.sh import-image TAR             load a docker-archive into the node's containerd
+#   hack/cluster.sh status                       show what is running
+#   hack/cluster.sh down                         stop and clean up everything (idempotent)
+#
+# Binaries: hack/build-tools.sh (_output/bin). Packages: hack/install-deps.sh.
+# State: _output/cluster (logs in _output/cluster/logs survive `down` for post-mortems).
+# Env for tests: _output/cluster/env (KUBECONFIG, SRCSI_NETNS, SRCSI_KUBECTL, CONTAINERD_ADDRESS...).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BIN=$ROOT/_output/bin
+IMAGES=$ROOT/_output/images
+CL=$ROOT/_output/cluster
+PKI=$CL/pki
+LOGS=$CL/logs
+PIDS=$CL/pids
+CTRD=$CL/containerd
+CTRD_SOCK=$CTRD/containerd.sock
+KUBELET_ROOT=/var/lib/kubelet   # the production path: the driver's default paths work unchanged
+
+NETNS=srcsi
+NETNS_PATH=/run/netns/$NETNS
+NODE_NAME=srcsi-node
+NODE_IP=10.200.0.2
+APISERVER=https://$NODE_IP:6443
+SERVICE_CIDR=10.0.0.0/24 # the `kubernetes` Service gets 10.0.0.1
+POD_CIDR=10.88.0.0/16
+CNI_BRIDGE=srcsi0
+CNI_NETWORK=srcsi
+PAUSE_IMAGE=docker.io/library/pause:local
+BUSYBOX_IMAGE=docker.io/library/busybox:local
+
+# shellcheck source=hack/lib/cluster-pki.sh
+source "$ROOT/hack/lib/cluster-pki.sh"
+
+log() { printf '[cluster %5.1fs] %s\n' "$(($(date +%s%N) - T0))e-9" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+T0=$(date +%s%N)
+
+# in_netns CMD...: run CMD in the cluster's network namespace. nsenter --net only switches the
+# network namespace; `ip netns exec` would also remount /sys, which breaks the kubelet's cgroup
+# detection ("failed to find cgroup mounts").
+in_netns() { nsenter --net="$NETNS_PATH" -- "$@"; }
+
+kubectl() { in_netns "$BIN/kubectl" --kubeconfig "$CL/admin.kubeconfig" "$@"; }
+
+# start NAME CMD...: start a daemon in the netns, log to logs/NAME.log, record its PID.
+# setsid: its own session, so it outlives the caller's process group and terminal.
+# 9>&-: do not inherit the lock on fd 9 (a daemon holding it would block the next `down`).
+# nsenter and setsid both exec (no fork) here, so $! is the daemon's own PID.
+start() {
+	local name=$1
+	shift
+	# Not via in_netns: a backgrounded shell function would fork a subshell and $! would be its PID.
+	nsenter --net="$NETNS_PATH" -- setsid "$@" </dev/null >"$LOGS/$name.log" 2>&1 9>&- &
+	echo $! >"$PIDS/$name.pid"
+}
+
+# wait_for DESC SECONDS CMD...: poll CMD every 0.1 s until it succeeds.
+wait_for() {
+	local desc=$1 secs=$2
+	shift 2
+	local deadline=$(($(date +%s) + secs))
+	until "$@" >/dev/null 2>&1; do
+		if (($(date +%s) >= deadline)); then
+			log "timed out after ${secs}s waiting for $desc (logs: $LOGS)"
+			return 1
+		fi
+		check_alive
+		sleep 0.1
+	done
+	log "$desc"
+}
+
+# check_alive: fail fast (with the log tail) when a daemon we started has died.
+check_alive() {
+	local f name
+	for f in "$PIDS"/*.pid; do
+		[[ -e $f ]] || continue
+		name=$(basename "$f" .pid)
+		if ! kill -0 "$(cat "$f")" 2>/dev/null; then
+			log "$name exited; last lines of $LOGS/$name.log:"
+			tail -n 20 "$LOGS/$name.log" >&2 || true
+			exit 1
+		fi
+	done
+}
+
+lock() {
+	mkdir -p "$ROOT/_output"
+	exec 9>"$ROOT/_output/.cluster.lock"
+	flock 9
+}
+
+# ---------------------------------------------------------------------------------------------
+# up
+
+setup_netns() {
+	ip netns add "$NETNS"
+	# Both ends of the veth pair live in the netns: the node gets a real, non-loopback address
+	# (the kubelet refuses a loopback node IP), and the default route leads nowhere outside.
+	# (The kernel here has no `dummy` link type.)
+	ip -n "$NETNS" link add veth0 type veth peer name veth1
+	ip -n "$NETNS" addr add "$NODE_IP/24" dev veth0
+	ip -n "$NETNS" link set lo up
+	ip -n "$NETNS" link set veth0 up
+	ip -n "$NETNS" link set veth1 up
+	# Components need a default route to pick their address; nothing answers beyond it.
+	ip -n "$NETNS" route add default dev veth0
+	# No kube-proxy: make the `kubernetes` Service (10.0.0.1:443, what in-cluster clients use)
+	# reach the API server with one DNAT rule, for host-network processes (OUTPUT) and pods
+	# (PREROUTING on the CNI bridge).
+	in_netns iptables -t nat -N SRCSI-KUBERNETES
+	in_netns iptables -t nat -A SRCSI-KUBERNETES -d 10.0.0.1/32 -p tcp --dport 443 \
+		-j DNAT --to-destination "$NODE_IP:6443"
+	in_netns iptables -t nat -A OUTPUT -j SRCSI-KUBERNETES
+	in_netns iptables -t nat -A PREROUTING -j SRCSI-KUBERNETES
+}
+
+write_configs() {
+	mkdir -p "$CL/etcd"
+	pki_all "$PKI" "$NODE_NAME" "$NODE_IP"
+	kubeconfig "$CL/admin.kubeconfig" "$APISERVER" "$PKI/ca.crt" "$PKI/admin.crt" "$PKI/admin.key"
+	kubeconfig "$CL/controller-manager.kubeconfig" "$APISERVER" "$PKI/ca.crt" \
+		"$PKI/controller-manager.crt" "$PKI/controller-manager.key"
+	kubeconfig "$CL/scheduler.kubeconfig" "$APISERVER" "$PKI/ca.crt" "$PKI/scheduler.crt" "$PKI/scheduler.key"
+	kubeconfig "$CL/kubelet.kubeconfig" "$APISERVER" "$PKI/ca.crt" "$PKI/kubelet.crt" "$PKI/kubelet.key"
+
+	# One audit event per request (RequestReceived omitted) at Metadata level: user, verb,
+	# resource, response code. Tests count these to measure the driver's API load.
+	cat >"$CL/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+EOF
+}
+
+start_control_plane() {
+	start etcd "$BIN/etcd" --name srcsi --data-dir "$CL/etcd" \
+		--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+		--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+		--initial-cluster srcsi=http://127.0.0.1:2380 \
+		--quota-backend-bytes 4294967296 \
+		--unsafe-no-fsync # disposable test data: skipping fsync makes every write much faster
+
+	start kube-apiserver "$BIN/kube-apiserver" \
+		--etcd-servers http://127.0.0.1:2379 \
+		--bind-address 0.0.0.0 --secure-port 6443 --advertise-address "$NODE_IP" \
+		--service-cluster-ip-range "$SERVICE_CIDR" \
+		--client-ca-file "$PKI/ca.crt" \
+		--tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+		--authorization-mode Node,RBAC \
+		--enable-admission-plugins NodeRestriction \
+		--allow-privileged=true \
+		--service-account-issuer https://kubernetes.default.svc.cluster.local \
+		--service-account-key-file "$PKI/sa.pub" \
+		--service-account-signing-key-file "$PKI/sa.key" \
+		--kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" \
+		--kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
+		--kubelet-preferred-address-types InternalIP,Hostname \
+		--audit-policy-file "$CL/audit-policy.yaml" --audit-log-path "$CL/audit.log" \
+		--audit-log-maxsize 0 \
+		--profiling=false \
+		--v 1
+
+	# nodelifecycle must stay on: it removes the node's not-ready taint (else DaemonSets get no
+	# pods). The cloud and IPAM controllers have nothing to do here (no cloud, CNI does IPAM).
+	# --node-monitor-period 1s: the not-ready taint goes ~1 s after the node is Ready, not 5 s.
+	# --secure-port 0: nothing scrapes it; saves generating a self-signed serving cert.
+	# --kube-api-qps/burst: with per-controller service-account credentials, start-up makes a few
+	# requests per controller; the default 20 qps spreads that over ~6 s.
+	start kube-controller-manager "$BIN/kube-controller-manager" \
+		--kubeconfig "$CL/controller-manager.kubeconfig" \
+		--leader-elect=false \
+		--secure-port 0 \
+		--use-service-account-credentials \
+		--service-account-private-key-file "$PKI/sa.key" \
+		--root-ca-file "$PKI/ca.crt" \
+		--cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+		--controllers '*,-node-ipam-controller,-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller' \
+		--node-monitor-period 1s \
+		--kube-api-qps 200 --kube-api-burst 400 \
+		--v 1
+}
+
+start_scheduler() {
+	# --secure-port 0: nothing scrapes it (and then it needs no authn/authz kubeconfigs).
+	start kube-scheduler "$BIN/kube-scheduler" \
+		--kubeconfig "$CL/scheduler.kubeconfig" \
+		--leader-elect=false \
+		--secure-port 0 \
+		--v 1
+}
+
+start_containerd() {
+	mkdir -p "$CTRD" "$CL/cni/net.d" "$CL/pod-logs"
+	cat >"$CTRD/config.toml" <<EOF
+# containerd for the local test cluster: own root/state/socket so it never meets another
+# containerd on the machine. (Shim sockets still land in /run/containerd/s; names are hashed
+# from this socket path, so they do not collide.)
+version = 2
+root = "$CTRD/root"
+state = "$CTRD/state"
+# Plugins that only probe and fail here; skipping them saves start-up time and log noise.
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "$CTRD_SOCK"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$CTRD/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  # Imported locally (no registry); pods use imagePullPolicy: Never.
+  sandbox_image = "$PAUSE_IMAGE"
+  # This VM lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj below ours, and without
+  # this every sandbox fails with "can't get final child's PID from pipe".
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        # The kubelet uses cgroupDriver: cgroupfs; both must agree.
+        SystemdCgroup = false
+        # runc's state under our dir too (default /run/containerd/runc).
+        Root = "$CTRD/runc"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$CL/cni/net.d"
+    max_conf_num = 1
+EOF
+	# A plain bridge network for pods. ipMasq off: nothing outside the netns to reach anyway,
+	# and it keeps iptables free of NAT rules. IPAM state under our dir, not /var/lib/cni.
+	cat >"$CL/cni/net.d/10-$CNI_NETWORK.conflist" <<EOF
+{
+  "cniVersion": "0.4.0",
+  "name": "$CNI_NETWORK",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$CNI_BRIDGE",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "$POD_CIDR"}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dataDir": "$CL/cni/ipam"
+      }
+    }
+  ]
+}
+EOF
+	start containerd /usr/bin/containerd --config "$CTRD/config.toml"
+}
+
+# build_images: the pause and busybox images (docker-archives written by mkimage; ms each).
+build_images() {
+	mkdir -p "$IMAGES/busybox-etc"
+	"$BIN/mkimage" -o "$IMAGES/pause.tar" -tag "$PAUSE_IMAGE" -entrypoint /pause \
+		-file "$BIN/pause:/pause:0755"
+
+	printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' \
+		>"$IMAGES/busybox-etc/passwd"
+	printf 'root:x:0:\nnogroup:x:65534:\n' >"$IMAGES/busybox-etc/group"
+	local args=() applet
+	# Every applet this busybox has (sh, cat, ls, sleep, md5sum, sha256sum, stat, id, ...).
+	for applet in $(/bin/busybox --list); do
+		[[ $applet == busybox ]] || args+=(-symlink "/bin/$applet:busybox")
+	done
+	"$BIN/mkimage" -o "$IMAGES/busybox.tar" -tag "$BUSYBOX_IMAGE" -cmd /bin/sh \
+		-file /bin/busybox:/bin/busybox:0755 "${args[@]}" \
+		-file "$IMAGES/busybox-etc/passwd:/etc/passwd:0644" \
+		-file "$IMAGES/busybox-etc/group:/etc/group:0644" \
+		-dir /tmp:1777 -dir /root:0700 -dir /var -dir /dev -dir /proc -dir /sys
+}
+
+ctr() { /usr/bin/ctr --address "$CTRD_SOCK" --namespace k8s.io "$@"; }
+
+import_image() { ctr images import "$1" >/dev/null; }
+
+start_kubelet() {
+	mkdir -p "$KUBELET_ROOT"
+	cat >"$CL/kubelet-config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://$CTRD_SOCK
+# The machine uses cgroup v1 (hybrid) and no systemd; the kubelet must not refuse v1.
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+# Authn/authz like a real node: client certs from the cluster CA, everything else asked of the
+# API server (so the API server's kubelet-client cert, O=system:masters, may logs/exec).
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: "$PKI/ca.crt"}
+authorization:
+  mode: Webhook
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+# A small shared disk: never evict pods or delete images because of disk or memory pressure
+# (our images are imported, not pullable, so a deleted image cannot come back).
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%", nodefs.inodesFree: "1%", imagefs.available: "1%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+# No cluster DNS and no host resolv.conf: pods have no reason to resolve names outside.
+resolvConf: ""
+clusterDomain: cluster.local
+podLogsDir: "$CL/pod-logs"
+# Faster reaction in tests (defaults are 10s / 1m).
+nodeStatusUpdateFrequency: 2s
+syncFrequency: 10s
+fileCheckFrequency: 5s
+EOF
+	start kubelet "$BIN/kubelet" \
+		--config "$CL/kubelet-config.yaml" \
+		--kubeconfig "$CL/kubelet.kubeconfig" \
+		--root-dir "$KUBELET_ROOT" \
+		--hostname-override "$NODE_NAME" \
+		--node-ip "$NODE_IP" \
+		--v 2
+}
+
+write_env() {
+	local mode=$1
+	cat >"$CL/env" <<EOF
+# Written by hack/cluster.sh up. Source it, or use \`hack/cluster.sh exec -- CMD\`.
+# The API server is reachable only from inside the network namespace \$SRCSI_NETNS.
+export KUBECONFIG=$CL/admin.kubeconfig
+export SRCSI_NETNS=$NETNS_PATH
+export SRCSI_KUBECTL=$BIN/kubectl
+export SRCSI_BIN_DIR=$BIN
+export SRCSI_CLUSTER_DIR=$CL
+export SRCSI_MODE=$mode
+export SRCSI_APISERVER=$APISERVER
+export SRCSI_CA_FILE=$PKI/ca.crt
+export SRCSI_AUDIT_LOG=$CL/audit.log
+export SRCSI_NODE_NAME=$NODE_NAME
+export SRCSI_NODE_IP=$NODE_IP
+export SRCSI_KUBELET_DIR=$KUBELET_ROOT
+export SRCSI_PAUSE_IMAGE=$PAUSE_IMAGE
+export SRCSI_BUSYBOX_IMAGE=$BUSYBOX_IMAGE
+EOF
+	[[ $mode == full ]] && cat >>"$CL/env" <<EOF
+# ctr reads these two directly: \`ctr images ls\` talks to the cluster's containerd.
+export CONTAINERD_ADDRESS=$CTRD_SOCK
+export CONTAINERD_NAMESPACE=k8s.io
+EOF
+	return 0
+}
+
+apiserver_ready() { [[ "$(kubectl get --raw /readyz 2>/dev/null)" == ok ]]; }
+
+default_sa_exists() { kubectl -n default get serviceaccount default; }
+
+# node_ready: Ready=True and the node lifecycle controller has removed the not-ready taint
+# (until then new pods stay Pending).
+node_ready() {
+	local out
+	out=$(kubectl get node "$NODE_NAME" \
+		-o 'jsonpath={.status.conditions[?(@.type=="Ready")].status} {.spec.taints[*].key}') || return 1
+	[[ $out == True* && $out != *node.kubernetes.io/not-ready* ]]
+}
+
+cmd_up() {
+	local mode=full
+	case ${1:-} in
+	"") ;;
+	--control-plane-only) mode=control-plane-only ;;
+	*) die "unknown flag for up: $1" ;;
+	esac
+	for b in etcd kube-apiserver kube-controller-manager kubectl; do
+		[[ -x $BIN/$b ]] || die "missing $BIN/$b: run hack/build-tools.sh"
+	done
+	if [[ $mode == full ]]; then
+		for b in kubelet kube-scheduler mkimage pause; do
+			[[ -x $BIN/$b ]] || die "missing $BIN/$b: run hack/build-tools.sh"
+		done
+		for b in /usr/bin/containerd /usr/bin/ctr /usr/sbin/runc /usr/lib/cni/bridge /bin/busybox; do
+			[[ -x $b ]] || die "missing $b: run hack/install-deps.sh"
+		done
+	fi
+
+	lock
+	teardown # a fresh cluster every time, whatever a previous run left behind
+	mkdir -p "$LOGS" "$PIDS"
+	rm -f "$LOGS"/*.log "$CL/audit.log"
+
+	setup_netns
+	write_configs
+	log "netns $NETNS and PKI ready"
+
+	start_control_plane
+	if [[ $mode == full ]]; then
+		start_scheduler
+		start_containerd
+		build_images
+		wait_for "containerd is serving" 20 ctr version
+		import_image "$IMAGES/pause.tar"
+		import_image "$IMAGES/busybox.tar"
+		log "images imported"
+		start_kubelet
+	fi
+	write_env "$mode"
+
+	wait_for "kube-apiserver /readyz ok" 60 apiserver_ready
+	if [[ $mode == full ]]; then
+		wait_for "node $NODE_NAME Ready" 60 node_ready
+	fi
+	wait_for "ServiceAccount default/default exists" 60 default_sa_exists
+	log "cluster up ($mode); env: $CL/env"
+}
+
+# ---------------------------------------------------------------------------------------------
+# down
+
+# Processes this harness started, found without PID files: binaries under _output/bin, or
+# anything whose command line names our cluster dir (containerd --config, its shims -address).
+# Matches full paths only, never bare names.
+harness_pids() {
+	{
+		find /proc -mindepth 2 -maxdepth 2 -name exe -lname "$BIN/*" 2>/dev/null
+		grep -lsF -- "$CL/" /proc/[0-9]*/cmdline
+	} | cut -d/ -f3 | sort -un | grep -vxF -f <(ancestors) || true
+}
+
+# This script and its callers (a caller's command line may well mention our paths).
+ancestors() {
+	local p=$$
+	while ((p > 1)); do
+		echo "$p"
+		p=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null) || break
+	done
+	echo 1
+}
+
+# Processes in the kubelet's pod cgroups (all containers, including host-network ones).
+pod_pids() {
+	find /sys/fs/cgroup/pids /sys/fs/cgroup/memory /sys/fs/cgroup/unified -path '*/kubepods*' \
+		-name cgroup.procs -exec cat {} + 2>/dev/null | sort -un
+}
+
+# kill_wait SIGNAL SECONDS PID...: signal, then wait until all are gone.
+kill_wait() {
+	local sig=$1 secs=$2
+	shift 2
+	(($#)) || return 0
+	kill "-$sig" "$@" 2>/dev/null || true
+	local i p alive
+	for ((i = 0; i < secs * 20; i++)); do
+		alive=0
+		for p in "$@"; do
+			# A zombie has no exe link; it is as good as gone (its parent will reap it).
+			[[ -e /proc/$p/exe ]] && alive=1 && break
+		done
+		((alive)) || return 0
+		sleep 0.05
+	done
+	return 1
+}
+
+stop_processes() {
+	local pids=() f p
+	# 1. The daemons from PID files (only if the PID still runs one of ours: PIDs get reused).
+	for f in "$PIDS"/*.pid; do
+		[[ -e $f ]] || continue
+		p=$(cat "$f")
+		if [[ -e /proc/$p ]] && { [[ "$(readlink "/proc/$p/exe" 2>/dev/null)" == "$BIN"/* ]] ||
+			tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF "$CL/"; }; then
+			pids+=("$p")
+		fi
+	done
+	# SIGKILL straight away: all state is thrown away anyway, and on SIGTERM the API server and
+	# etcd take many seconds to drain while the kubelet and containerd gain nothing from it.
+	kill_wait KILL 3 "${pids[@]}" || log "warning: daemons survive SIGKILL: ${pids[*]}"
+	rm -f "$PIDS"/*.pid
+
+	# 2. Every container process (the kubelet is gone, nothing restarts them).
+	mapfile -t pids < <(pod_pids)
+	kill_wait KILL 3 "${pids[@]}" || log "warning: pod processes survive: ${pids[*]}"
+
+	# 3. Anything else of ours (shims, a daemon from a run whose PID files are lost).
+	mapfile -t pids < <(harness_pids)
+	if ((${#pids[@]})); then
+		kill_wait KILL 3 "${pids[@]}" || log "warning: processes survive: ${pids[*]}"
+	fi
+}
+
+# Mount points (decoded) under the given prefixes, deepest first.
+mounts_under() {
+	local prefix mp
+	awk '{print $5}' /proc/self/mountinfo | while read -r mp; do
+		mp=$(printf '%b' "$mp") # mountinfo escapes spaces etc. as \040
+		for prefix in "$@"; do
+			if [[ $mp == "$prefix" || $mp == "$prefix"/* ]]; then
+				echo "$mp"
+				break
+			fi
+		done
+	done | awk '{print length($0) "\t" $0}' | sort -rn | cut -f2-
+}
+
+unmount_all() {
+	local prefixes=("$KUBELET_ROOT" "$CL") mp i
+	# Pod network namespaces of containerd's CRI (containerd 1.6 always puts them there).
+	for mp in /run/netns/cni-*; do [[ -e $mp ]] && prefixes+=("$mp"); done
+	# Repeat: mounts can be stacked, and unmounting a parent may expose nothing new but a
+	# lazily detached one disappears only from the list after the syscall.
+	for ((i = 0; i < 5; i++)); do
+		mapfile -t mps < <(mounts_under "${prefixes[@]}")
+		((${#mps[@]})) || return 0
+		for mp in "${mps[@]}"; do
+			umount "$mp" 2>/dev/null || umount -l "$mp" 2>/dev/null || true
+		done
+	done
+	mapfile -t mps < <(mounts_under "${prefixes[@]}")
+	((${#mps[@]} == 0)) && return 0
+	log "ERROR: mounts remain: ${mps[*]}"
+	return 1
+}
+
+remove_iptables_chains() {
+	# The kubelet runs inside the netns, so its chains die with it; this only catches chains a
+	# kubelet run outside the netns may have left in the host's tables (KUBE-FIREWALL,
+	# KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT, ...). One iptables-save per family when clean.
+	local ipt table chain rule
+	for ipt in iptables ip6tables; do
+		command -v "$ipt-save" >/dev/null || continue
+		"$ipt-save" 2>/dev/null | grep -qE '^:(KUBE-|SRCSI-)' || continue
+		for table in filter nat mangle; do
+			for chain in $("$ipt" -w -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(KUBE-|SRCSI-)/ {print $2}'); do
+				# Drop the jumps to it from other chains, then the chain itself.
+				"$ipt" -w -t "$table" -S | grep -E -- "-j $chain( |\$)" | sed 's/^-A //' |
+					while read -r rule; do eval "$ipt -w -t $table -D $rule" || true; done
+				"$ipt" -w -t "$table" -F "$chain" 2>/dev/null || true
+			done
+			for chain in $("$ipt" -w -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(KUBE-|SRCSI-)/ {print $2}'); do
+				"$ipt" -w -t "$table" -X "$chain" 2>/dev/null || true
+			done
+		done
+	done
+}
+
+remove_cgroups() {
+	local d i
+	# Deepest first (rmdir only removes empty cgroups); retry while the kernel frees them.
+	for ((i = 0; i < 20; i++)); do
+		mapfile -t dirs < <(find /sys/fs/cgroup/*/kubepods* -depth -type d 2>/dev/null)
+		((${#dirs[@]})) || return 0
+		for d in "${dirs[@]}"; do rmdir "$d" 2>/dev/null || true; done
+		sleep 0.05
+	done
+	log "warning: cgroups remain: $(find /sys/fs/cgroup/*/kubepods* -maxdepth 0 2>/dev/null | tr '\n' ' ')"
+}
+
+teardown() {
+	stop_processes
+
+	# Sockets of our shims (in /run/containerd/s) are named in each task bundle's address file.
+	local f a id
+	for f in "$CTRD"/state/io.containerd.runtime.v2.task/*/*/address; do
+		[[ -e $f ]] || continue
+		a=$(cat "$f")
+		a=${a#unix://}
+		[[ $a == /run/containerd/s/* ]] && rm -f "$a"
+	done
+	# libcni's result cache (/var/lib/cni/results, not configurable in containerd 1.6) has
+	# NETWORK-SANDBOXID-IFNAME entries for our sandboxes.
+	for f in "$CTRD"/state/io.containerd.grpc.v1.cri/sandboxes/*; do
+		[[ -e $f ]] || continue
+		id=$(basename "$f")
+		rm -f /var/lib/cni/results/*-"$id"-*
+	done
+
+	local unmounted=true
+	unmount_all || unmounted=false
+	rm -f /run/netns/cni-* 2>/dev/null || true
+
+	if [[ -e $NETNS_PATH ]] || ip netns list 2>/dev/null | grep -qw "$NETNS"; then
+		ip netns delete "$NETNS" || umount -l "$NETNS_PATH" 2>/dev/null || true
+		rm -f "$NETNS_PATH"
+	fi
+	# `ip netns add` turned /run/netns into a (shared) mount point; undo that once no network
+	# namespace is left in it, so the mount table is as before.
+	if [[ -d /run/netns ]] && [[ -z "$(ls -A /run/netns)" ]]; then
+		umount /run/netns 2>/dev/null || true
+		rmdir /run/netns 2>/dev/null || true
+	fi
+	# Only there if a CNI plugin ran outside the netns.
+	if ip link show "$CNI_BRIDGE" >/dev/null 2>&1; then ip link delete "$CNI_BRIDGE"; fi
+	remove_iptables_chains
+	remove_cgroups
+
+	# Empty directories the shims and libcni created (rmdir leaves them if anything else is there).
+	rmdir /run/containerd/s /run/containerd /var/lib/cni/results /var/lib/cni 2>/dev/null || true
+
+	# Never rm while a mount is left below: rm -rf would follow a bind mount into another tree
+	# (--one-file-system does not catch a bind mount from the same file system).
+	$unmounted || die "not removing $KUBELET_ROOT and $CL: mounts remain (see above)"
+	rm -rf --one-file-system "$KUBELET_ROOT"
+	# Pod log symlinks the kubelet made in /var/log/containers point into our pod-logs dir.
+	for f in /var/log/containers/*; do
+		[[ -L $f && "$(readlink "$f")" == "$CL/"* ]] && rm -f "$f"
+	done
+	rmdir /var/log/containers 2>/dev/null || true
+	# Keep the logs and the audit log for post-mortems; everything else goes.
+	if [[ -d $CL ]]; then
+		find "$CL" -mindepth 1 -maxdepth 1 ! -name logs ! -name audit.log \
+			-exec rm -rf --one-file-system {} +
+	fi
+}
+
+cmd_down() {
+	lock
+	teardown
+	log "down"
+}
+
+# ---------------------------------------------------------------------------------------------
+
+cmd_exec() {
+	[[ ${1:-} == -- ]] && shift
+	(($#)) || die "usage: cluster.sh exec -- CMD [ARGS...]"
+	[[ -e $CL/env && -e $NETNS_PATH ]] || die "no cluster: run hack/cluster.sh up"
+	set -a
+	# shellcheck disable=SC1091
+	source "$CL/env"
+	set +a
+	export PATH=$BIN:$PATH # `kubectl` is the cluster's own, not /usr/bin/kubectl
+	exec nsenter --net="$NETNS_PATH" -- "$@"
+}
+
+cmd_import_image() {
+	(($# == 1)) || die "usage: cluster.sh import-image TAR"
+	[[ -S $CTRD_SOCK ]] || die "containerd is not running (hack/cluster.sh up, not --control-plane-only)"
+	ctr images import "$1"
+}
+
+cmd_status() {
+	local f p
+	for f in "$PIDS"/*.pid; do
+		[[ -e $f ]] || continue
+		p=$(cat "$f")
+		if kill -0 "$p" 2>/dev/null; then state=running; else state=dead; fi
+		printf '%-24s pid %-8s %s\n' "$(basename "$f" .pid)" "$p" "$state"
+	done
+	[[ -e $NETNS_PATH ]] && echo "netns $NETNS_PATH" || echo "no netns"
+}
+
+case ${1:-} in
+up) shift; cmd_up "$@" ;;
+down) cmd_down ;;
+exec) shift; cmd_exec "$@" ;;
+import-image) shift; cmd_import_image "$@" ;;
+status) cmd_status ;;
+*)
+	sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+	exit 2
+	;;
+esac

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the local test cluster (hack/cluster.sh) needs. Idempotent: when
+# everything is already installed it only runs dpkg-query and exits (well under a second).
+set -euo pipefail
+
+pkgs=(
+	containerd                  # container runtime (CRI) for the kubelet
+	runc                        # OCI runtime used by containerd
+	containernetworking-plugins # CNI bridge/host-local/loopback/portmap in /usr/lib/cni
+	busybox-static              # the busybox test image is built from /bin/busybox
+	iptables                    # kubelet and the CNI bridge plugin program iptables
+	conntrack                   # CNI portmap / kubelet cleanups
+	iproute2                    # ip netns / ip link for the cluster's network namespace
+	util-linux                  # nsenter, mount/umount, findmnt
+	openssl                     # cluster PKI
+	gcc libc6-dev               # static pause binary (hack/pause.c)
+	procps psmisc               # ps/pkill used by `cluster.sh down`
+	ca-certificates
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+	# dpkg-query prints "install ok installed" only for fully installed packages.
+	if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]]; then
+		missing+=("$p")
+	fi
+done
+
+if ((${#missing[@]} == 0)); then
+	echo "install-deps: all packages present"
+	exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# --no-install-recommends: containerd/runc recommend nothing we need; keeps the install small.
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# The containerd package ships a system service. Some hosts start it on install (others are
+# prevented by policy-rc.d); our cluster runs its own containerd with its own socket/root, and
+# a second one is only confusing, so stop it if it was started here.
+if command -v systemctl >/dev/null && [[ -d /run/systemd/system ]]; then
+	systemctl disable --now containerd.service >/dev/null 2>&1 || true
+fi
+echo "install-deps: done"
