@@ -38,6 +38,7 @@ type driver struct {
 	authz   *authorizer
 	events  record.EventRecorder // nil in unit tests
 	metrics *metrics             // nil in unit tests
+	crash   crashPoints          // armed only by crash tests
 }
 
 // Compile-time checks that the servers implement the CSI interfaces.

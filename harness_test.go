@@ -247,11 +247,12 @@ func (e *kubeEnv) podEvents(ns, pod, reason string) ([]corev1.Event, error) {
 // driverProc is one run of the driver binary; restart() starts it again on the same dirs.
 type driverProc struct {
 	t           *testing.T
-	env         *kubeEnv
+	kube        *kubeEnv
 	root        string // temp dir holding the kubelet root
 	kubeletRoot string
 	socket      string
 	args        []string
+	env         []string // extra environment, e.g. a crash point; cleared by disarm()
 	logPath     string
 	cmd         *exec.Cmd
 	conn        *grpc.ClientConn
@@ -268,6 +269,11 @@ func withRelist(d time.Duration) driverOption {
 	return func(p *driverProc) { p.args = append(p.args, "--relist-interval="+d.String()) }
 }
 
+// withEnv adds environment variables to the driver's process.
+func withEnv(env ...string) driverOption {
+	return func(p *driverProc) { p.env = append(p.env, env...) }
+}
+
 func withArgs(args ...string) driverOption {
 	return func(p *driverProc) { p.args = append(p.args, args...) }
 }
@@ -279,7 +285,7 @@ func (e *kubeEnv) startDriver(t *testing.T, opts ...driverOption) *driverProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &driverProc{t: t, env: e, root: root, kubeletRoot: filepath.Join(root, "kubelet")}
+	p := &driverProc{t: t, kube: e, root: root, kubeletRoot: filepath.Join(root, "kubelet")}
 	p.socket = filepath.Join(p.kubeletRoot, "plugins", driverName, "csi.sock")
 	p.logPath = filepath.Join(root, "driver.log")
 	p.args = []string{
@@ -314,7 +320,8 @@ func (p *driverProc) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd = exec.Command(p.env.binary, p.args...)
+	p.cmd = exec.Command(p.kube.binary, p.args...)
+	p.cmd.Env = append(os.Environ(), p.env...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -350,6 +357,27 @@ func (p *driverProc) restart() {
 	p.kill()
 	p.start()
 }
+
+// waitKilled waits for the driver to die by SIGKILL on its own (a crash point) and fails the
+// test if it exits any other way or not at all.
+func (p *driverProc) waitKilled() {
+	p.t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		p.t.Fatal("the driver did not die at its crash point")
+	}
+	p.conn.Close()
+	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		p.t.Fatalf("the driver exited with %v, want killed by SIGKILL at its crash point", p.cmd.ProcessState)
+	}
+}
+
+// disarm removes extra environment (crash points) for the next start.
+func (p *driverProc) disarm() { p.env = nil }
 
 // cleanup stops the driver, checks its log for secrets, and unmounts whatever a failed test
 // left under its temp root (deepest first), so tests never leak mounts into each other.

@@ -177,6 +177,7 @@ func run(ctx context.Context, o *options) error {
 		sources:     sources,
 		authz:       newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), o.authzTTL),
 		metrics:     m,
+		crash:       crashPoints{at: os.Getenv(crashEnv)},
 		events:      broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "shared-resource-csi", Host: o.nodeID}),
 		shares: newShareIndex(dyn, 0, func(k shareKind, name string) {
 			shareEvents.Add(shareRef{Kind: k, Name: name})

@@ -243,13 +243,16 @@ func (d *driver) revoke(rec volumeRecord, why string) error {
 			}
 		}
 	}
+	d.crash.reached("revoke:held")
 	if err := writeAtomic(data, nil, d.fileMode); err != nil {
 		return err
 	}
+	d.crash.reached("revoke:emptied")
 	rec.Revoked = true
 	if err := d.store.save(rec); err != nil {
 		return err
 	}
+	d.crash.reached("revoke:record")
 	d.metrics.volumeChanged("revoked")
 	d.event(rec, corev1.EventTypeWarning, reasonRevoked, "The volume's files were removed: %s", why)
 	klog.InfoS("Volume revoked", "volumeID", rec.VolumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName), "share", rec.Share)
@@ -266,10 +269,12 @@ func (d *driver) restoreHeld(rec volumeRecord) error {
 	if err := writeAtomic(d.store.dataDir(rec.VolumeID), files, d.fileMode); err != nil {
 		return err
 	}
+	d.crash.reached("restore:data")
 	rec.Revoked = false
 	if err := d.store.save(rec); err != nil {
 		return err
 	}
+	d.crash.reached("restore:record")
 	// The held dir lives inside the volume's own tmpfs, under a name the driver chose.
 	if err := os.RemoveAll(held); err != nil {
 		klog.ErrorS(err, "Removing held data failed", "volumeID", rec.VolumeID)

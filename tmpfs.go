@@ -147,27 +147,32 @@ type mountEntry struct {
 // The file is read until two consecutive reads are identical: on older kernels
 // (before the mount-table cursor, Linux 5.8) a read split over several chunks
 // while mounts change can skip or repeat entries, and a skipped entry would
-// make a mounted volume look unmounted.
+// make a mounted volume look unmounted. On a busy node other pods' mounts may
+// change on every read; since Linux 5.8 a single read is consistent for the
+// entries that exist throughout it (the driver's own mounts do: it holds the
+// volume's lock), so churn elsewhere is never a reason to fail: after the last
+// attempt the last read is used.
 func readMountInfo() ([]mountEntry, error) {
 	const (
 		path     = "/proc/self/mountinfo"
-		attempts = 4
+		attempts = 10
 	)
 	prev, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	for range attempts - 1 {
+	for i := range attempts - 1 {
 		cur, err := os.ReadFile(path)
 		if err != nil {
 			return nil, err
 		}
 		if bytes.Equal(prev, cur) {
-			return parseMountInfo(bytes.NewReader(cur))
+			break
 		}
 		prev = cur
+		time.Sleep(time.Duration(i+1) * time.Millisecond)
 	}
-	return nil, fmt.Errorf("read %s: content changed on each of %d reads", path, attempts)
+	return parseMountInfo(bytes.NewReader(prev))
 }
 
 // parseMountInfo parses the mountinfo format:

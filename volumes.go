@@ -109,37 +109,48 @@ func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
 		return status.Errorf(codes.Internal, "creating volume dir: %v", err)
 	}
 	undo = append(undo, func() { removeDirLogged(volDir) })
+	d.crash.reached("publish:dir")
 	if err := mountTmpfs(volDir, d.tmpfsSize, ""); err != nil {
 		return status.Errorf(codes.Internal, "mounting tmpfs for volume %s: %v", v.VolumeID, err)
 	}
 	undo = append(undo, func() { unmountLogged(volDir) })
+	d.crash.reached("publish:tmpfs")
 	if err := writeAtomic(d.store.dataDir(v.VolumeID), src.Files, d.fileMode); err != nil {
 		if errors.Is(err, unix.ENOSPC) {
 			return status.Errorf(codes.ResourceExhausted, "writing volume %s: the tmpfs size limit of %d bytes is too small (raise --tmpfs-size): %v", v.VolumeID, d.tmpfsSize, err)
 		}
 		return status.Errorf(codes.Internal, "writing volume %s: %v", v.VolumeID, err)
 	}
-	created, err := d.makeTarget(v.TargetPath)
+	d.crash.reached("publish:data")
+	exists, err := d.checkTarget(v.TargetPath)
 	if err != nil {
 		return err
 	}
-	if created {
-		undo = append(undo, func() { removeDirLogged(v.TargetPath) })
-	}
+	// The record says the driver creates the target before it does, so that a crash between
+	// the two still leaves a record that owns the directory.
 	rec := volumeRecord{
 		VolumeID: v.VolumeID, Kind: v.Kind, Share: v.Share, Refresh: v.Refresh,
 		PodNamespace: v.PodNamespace, PodName: v.PodName, PodUID: v.PodUID, ServiceAccount: v.ServiceAccount,
-		TargetPath: v.TargetPath, CreatedTarget: created,
+		TargetPath: v.TargetPath, CreatedTarget: !exists,
 		SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion,
 	}
 	if err := d.store.save(rec); err != nil {
 		return status.Errorf(codes.Internal, "%v", err)
 	}
 	undo = append(undo, func() { d.store.forget(v.VolumeID) })
+	d.crash.reached("publish:record")
+	if !exists {
+		if err := createTarget(v.TargetPath); err != nil {
+			return err
+		}
+		undo = append(undo, func() { removeDirLogged(v.TargetPath) })
+	}
+	d.crash.reached("publish:target")
 	if err := bindReadOnly(d.store.dataDir(v.VolumeID), v.TargetPath); err != nil {
 		return status.Errorf(codes.Internal, "bind-mounting volume %s onto %s: %v", v.VolumeID, v.TargetPath, err)
 	}
 	succeeded = true
+	d.crash.reached("publish:bind")
 	klog.V(2).InfoS("Published volume", "volumeID", v.VolumeID, "kind", v.Kind, "share", v.Share,
 		"pod", klog.KRef(v.PodNamespace, v.PodName), "source", klog.KRef(sh.SourceNamespace, sh.SourceName), "files", len(src.Files))
 	return nil
@@ -173,10 +184,10 @@ func (d *driver) prepareVolumeDir(volDir string) error {
 	return err
 }
 
-// makeTarget creates the target directory (the kubelet creates its parent; CSI makes the plugin
-// create the target itself) and refuses symlinks anywhere below the kubelet root: the driver
-// must mount onto exactly the path it was given, not wherever a link points.
-func (d *driver) makeTarget(target string) (created bool, err error) {
+// checkTarget says whether the target directory exists, and refuses symlinks anywhere below the
+// kubelet root: the driver must mount onto exactly the path it was given, not wherever a link
+// points. The kubelet creates the target's parent; CSI makes the plugin create the target.
+func (d *driver) checkTarget(target string) (exists bool, err error) {
 	rel, err := filepath.Rel(d.kubeletRoot, target)
 	if err != nil {
 		return false, status.Errorf(codes.InvalidArgument, "target_path %q: %v", target, err)
@@ -195,17 +206,21 @@ func (d *driver) makeTarget(target string) (created bool, err error) {
 		case err == nil:
 			continue
 		case errors.Is(err, os.ErrNotExist) && last:
-			if err := os.Mkdir(p, 0o750); err != nil {
-				return false, status.Errorf(codes.Internal, "creating target_path %q: %v", target, err)
-			}
-			return true, nil
+			return false, nil
 		case errors.Is(err, os.ErrNotExist):
 			return false, status.Errorf(codes.FailedPrecondition, "target_path %q: parent %s does not exist (the kubelet creates it)", target, p)
 		default:
 			return false, status.Errorf(codes.Internal, "target_path %q: %v", target, err)
 		}
 	}
-	return false, nil
+	return true, nil
+}
+
+func createTarget(target string) error {
+	if err := os.Mkdir(target, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
+		return status.Errorf(codes.Internal, "creating target_path %q: %v", target, err)
+	}
+	return nil
 }
 
 // ensureBind makes a repeated publish succeed: the volume exists; its bind may be missing if the
@@ -221,14 +236,19 @@ func (d *driver) ensureBind(rec volumeRecord) error {
 	if e, ok := mountAt(mounts, rec.TargetPath); ok {
 		return status.Errorf(codes.FailedPrecondition, "target_path %q already has another mount (%s %s)", rec.TargetPath, e.FSType, e.Source)
 	}
-	created, err := d.makeTarget(rec.TargetPath)
+	exists, err := d.checkTarget(rec.TargetPath)
 	if err != nil {
 		return err
 	}
-	if created && !rec.CreatedTarget {
-		rec.CreatedTarget = true
-		if err := d.store.save(rec); err != nil {
-			return status.Errorf(codes.Internal, "%v", err)
+	if !exists {
+		if !rec.CreatedTarget {
+			rec.CreatedTarget = true
+			if err := d.store.save(rec); err != nil {
+				return status.Errorf(codes.Internal, "%v", err)
+			}
+		}
+		if err := createTarget(rec.TargetPath); err != nil {
+			return err
 		}
 	}
 	if err := bindReadOnly(d.store.dataDir(rec.VolumeID), rec.TargetPath); err != nil {
@@ -245,7 +265,13 @@ func (d *driver) isOurBind(mounts []mountEntry, volumeID, target string) bool {
 		return false
 	}
 	b, ok := mountAt(mounts, target)
-	return ok && b.MajorMinor == tm.MajorMinor && b.Root == "/"+dataDir
+	return ok && b.MajorMinor == tm.MajorMinor && isDataRoot(b.Root)
+}
+
+// isDataRoot says whether a bind's root in mountinfo is a volume's data dir. The kernel shows
+// "/data//deleted" once the directory was removed under the bind (a wiped state dir).
+func isDataRoot(root string) bool {
+	return root == "/"+dataDir || root == "/"+dataDir+"//deleted"
 }
 
 // unpublish removes a volume: the bind, the target dir if the driver made it, the tmpfs (and the
@@ -281,18 +307,22 @@ func (d *driver) teardown(rec volumeRecord) error {
 			return err
 		}
 	}
+	d.crash.reached("unpublish:bind")
 	if rec.CreatedTarget {
 		if err := os.Remove(rec.TargetPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("removing target dir: %w", err)
 		}
 	}
+	d.crash.reached("unpublish:target")
 	volDir := d.store.volumeDir(rec.VolumeID)
 	if err := unmountExact(volDir); err != nil {
 		return fmt.Errorf("unmounting tmpfs %s: %w", volDir, err)
 	}
+	d.crash.reached("unpublish:tmpfs")
 	if err := os.Remove(volDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("removing %s: %w", volDir, err)
 	}
+	d.crash.reached("unpublish:dir")
 	d.store.forget(rec.VolumeID)
 	return nil
 }
@@ -308,8 +338,12 @@ func (d *driver) cleanOrphan(volDir string) {
 	if tm, ok := mountAt(mounts, volDir); ok {
 		podsDir := filepath.Join(d.kubeletRoot, "pods") + "/"
 		for _, m := range mounts {
-			if m.MajorMinor == tm.MajorMinor && m.Root == "/"+dataDir && strings.HasPrefix(m.MountPoint, podsDir) {
+			if m.MajorMinor == tm.MajorMinor && isDataRoot(m.Root) && strings.HasPrefix(m.MountPoint, podsDir) &&
+				validateTargetPath(d.kubeletRoot, m.MountPoint, "") == nil {
 				unmountLogged(m.MountPoint)
+				// The directory held the driver's own bind (the driver creates targets; the
+				// kubelet only their parents). Remove, not RemoveAll: only if it is empty.
+				removeDirLogged(m.MountPoint)
 			}
 		}
 		unmountLogged(volDir)
