@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"errors"
-	"os"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -29,7 +28,6 @@ type driver struct {
 	nodeID      string
 	kubeletRoot string
 	tmpfsSize   int64
-	fileMode    os.FileMode
 
 	store   *volumeStore
 	locks   *volumeLocks
@@ -110,8 +108,13 @@ func (s *nodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi
 	return &csi.NodeGetInfoResponse{NodeId: s.d.nodeID}, nil
 }
 
+// NodeGetCapabilities advertises VOLUME_MOUNT_GROUP: the kubelet then passes the pod's fsGroup
+// with each publish and does not try to chown the (read-only) volume itself; the driver gives
+// the files that group.
 func (s *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
-	return &csi.NodeGetCapabilitiesResponse{}, nil
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: []*csi.NodeServiceCapability{{
+		Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP}},
+	}}}, nil
 }
 
 // toStatus maps validation errors to InvalidArgument and passes status errors through.

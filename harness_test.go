@@ -452,6 +452,8 @@ func (p *driverProc) secret(prefix string) []byte {
 type testVolume struct {
 	id, podUID, podName, podNS, sa, target string
 	attrs                                  map[string]string
+	fsGroup                                string   // the kubelet's volume_mount_group
+	mountFlags                             []string // e.g. an SELinux context=
 }
 
 // volume makes a pod dir like the kubelet does and returns the volume's request parameters.
@@ -488,7 +490,9 @@ func (v *testVolume) publishRequest() *csi.NodePublishVolumeRequest {
 		TargetPath: v.target,
 		Readonly:   true,
 		VolumeCapability: &csi.VolumeCapability{
-			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{
+				VolumeMountGroup: v.fsGroup, MountFlags: v.mountFlags,
+			}},
 			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY},
 		},
 		VolumeContext: vc,

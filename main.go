@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -52,6 +53,8 @@ type options struct {
 	authzTTL        time.Duration
 	tmpfsSize       string
 	healthAddr      string
+	statusLeaseNS   string
+	statusLease     time.Duration
 	showVersion     bool
 }
 
@@ -73,6 +76,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.authzTTL, "authz-cache-ttl", 10*time.Second, "how long a SubjectAccessReview grant serves new publishes (denials are never cached)")
 	fs.StringVar(&o.tmpfsSize, "tmpfs-size", "4Mi", "size limit of each volume's tmpfs (a quantity: 4Mi, 1Gi)")
 	fs.StringVar(&o.healthAddr, "health-address", ":9809", "address serving /healthz (ready), /livez (alive) and /metrics (Prometheus); empty disables it")
+	fs.StringVar(&o.statusLeaseNS, "status-lease-namespace", "", "namespace of the Lease that elects the one driver writing the shares' Ready condition; empty disables status writing")
+	fs.DurationVar(&o.statusLease, "status-lease-duration", 15*time.Second, "duration of the status writer's Lease: a crashed writer is replaced within it (at least 1s)")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -171,7 +176,6 @@ func run(ctx context.Context, o *options) error {
 		nodeID:      o.nodeID,
 		kubeletRoot: o.kubeletRoot,
 		tmpfsSize:   size.Value(),
-		fileMode:    0o644,
 		store:       newVolumeStore(o.stateDir),
 		locks:       newVolumeLocks(),
 		sources:     sources,
@@ -198,7 +202,7 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", sockPath, err)
 	}
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	go func() { errs <- grpcServer.Serve(lis) }()
 	defer grpcServer.GracefulStop()
 	klog.InfoS("Serving CSI", "endpoint", sockPath)
@@ -218,6 +222,26 @@ func run(ctx context.Context, o *options) error {
 	// look deleted.
 	go d.runShareEvents(ctx, shareEvents)
 	go d.runRelist(ctx, o.relistInterval)
+
+	if o.statusLeaseNS != "" {
+		meta, err := metadata.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		statusDone := make(chan struct{})
+		go func() {
+			defer close(statusDone)
+			if err := runStatusWriter(sctx, statusConfig{
+				Kube: client, Dyn: dyn, Meta: meta, Shares: d.shares, NodeID: o.nodeID,
+				LeaseNamespace: o.statusLeaseNS, LeaseDuration: o.statusLease, Interval: o.relistInterval,
+			}); err != nil {
+				errs <- err
+			}
+		}()
+		// On return, release the Lease (so another driver takes over at once) before exiting.
+		defer func() { cancel(); <-statusDone }()
+	}
 
 	if o.registrationDir != "" {
 		regServer := grpc.NewServer()

@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"time"
 
@@ -198,12 +199,11 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 	if !rec.Revoked && sameSource && rec.ResourceVersion == src.ResourceVersion {
 		return nil
 	}
-	for k := range src.Files {
-		if err := validateKey(k); err != nil {
-			return err
-		}
+	files, err := rec.project(src.Files)
+	if err != nil {
+		return fmt.Errorf("%s %s/%s: %w", rec.Kind, sh.SourceNamespace, sh.SourceName, err)
 	}
-	if err := writeAtomic(d.store.dataDir(rec.VolumeID), src.Files, d.fileMode); err != nil {
+	if err := writeVolume(d.store.dataDir(rec.VolumeID), files, rec.GID); err != nil {
 		return err
 	}
 	wasRevoked := rec.Revoked
@@ -234,17 +234,17 @@ func (d *driver) revoke(rec volumeRecord, why string) error {
 	if !rec.Refresh {
 		// A held copy from an interrupted revoke is the original: never overwrite it.
 		if _, err := os.Lstat(d.store.heldDir(rec.VolumeID)); errors.Is(err, os.ErrNotExist) {
-			files, err := readCurrent(data)
+			files, err := readVolumeFiles(data)
 			if err != nil {
 				return err
 			}
-			if err := writeAtomic(d.store.heldDir(rec.VolumeID), files, d.fileMode); err != nil {
+			if err := writeVolume(d.store.heldDir(rec.VolumeID), files, rec.GID); err != nil {
 				return err
 			}
 		}
 	}
 	d.crash.reached("revoke:held")
-	if err := writeAtomic(data, nil, d.fileMode); err != nil {
+	if err := writeVolume(data, nil, rec.GID); err != nil {
 		return err
 	}
 	d.crash.reached("revoke:emptied")
@@ -262,11 +262,11 @@ func (d *driver) revoke(rec volumeRecord, why string) error {
 // restoreHeld brings back a refreshResource=false volume's original data.
 func (d *driver) restoreHeld(rec volumeRecord) error {
 	held := d.store.heldDir(rec.VolumeID)
-	files, err := readCurrent(held)
+	files, err := readVolumeFiles(held)
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(d.store.dataDir(rec.VolumeID), files, d.fileMode); err != nil {
+	if err := writeVolume(d.store.dataDir(rec.VolumeID), files, rec.GID); err != nil {
 		return err
 	}
 	d.crash.reached("restore:data")

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -40,13 +41,25 @@ type volumeRecord struct {
 	ResourceVersion string `json:"resourceVersion"`
 	// Revoked: the pod lost access (or the share is gone); the data dir is empty.
 	Revoked bool `json:"revoked"`
+	// How files are made: modes, key selection, owner group (the pod's fsGroup, -1 for none),
+	// and the tmpfs's SELinux context mount option.
+	DefaultMode  os.FileMode `json:"defaultMode"`
+	Items        []item      `json:"items,omitempty"`
+	GID          int         `json:"gid"`
+	MountContext string      `json:"mountContext,omitempty"`
 }
 
 // sameRequest says whether a repeated NodePublishVolume asks for what this volume already is.
 func (r *volumeRecord) sameRequest(v *volumeRequest) bool {
 	return r.Kind == v.Kind && r.Share == v.Share && r.Refresh == v.Refresh &&
 		r.PodNamespace == v.PodNamespace && r.PodName == v.PodName && r.PodUID == v.PodUID &&
-		r.ServiceAccount == v.ServiceAccount && r.TargetPath == v.TargetPath
+		r.ServiceAccount == v.ServiceAccount && r.TargetPath == v.TargetPath &&
+		r.DefaultMode == v.DefaultMode && slices.Equal(r.Items, v.Items) && r.GID == v.GID && r.MountContext == v.MountContext
+}
+
+// project turns a source's data into this volume's files.
+func (r *volumeRecord) project(src map[string][]byte) (map[string]volumeFile, error) {
+	return projectFiles(src, r.Items, r.DefaultMode)
 }
 
 func (r *volumeRecord) accessKey() accessKey {

@@ -6,6 +6,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -19,7 +21,13 @@ const (
 	attrSharedSecret    = "sharedSecret"
 	attrSharedConfigMap = "sharedConfigMap"
 	attrRefreshResource = "refreshResource"
+	attrDefaultMode     = "defaultMode"
+	attrItems           = "items"
 )
+
+// defaultFileMode is what files get when the volume sets no defaultMode, as the kubelet's own
+// secret volumes do.
+const defaultFileMode os.FileMode = 0o644
 
 // Keys the kubelet adds to the volume context (podInfoOnMount: true).
 const (
@@ -62,6 +70,19 @@ type volumeRequest struct {
 	PodName        string
 	PodUID         string
 	ServiceAccount string
+	// How the source's keys become files.
+	DefaultMode os.FileMode
+	Items       []item // empty: every key, as a file of the same name
+	// Ownership and labels from the kubelet.
+	GID          int    // the pod's fsGroup (VOLUME_MOUNT_GROUP), or -1
+	MountContext string // an SELinux context= mount option for the tmpfs, or ""
+}
+
+// item selects one key of the source and names the file it becomes.
+type item struct {
+	Key  string      `json:"key"`
+	Path string      `json:"path"`
+	Mode os.FileMode `json:"mode,omitempty"` // 0: the volume's default mode
 }
 
 // invalidArgument is a validation failure; csi.go maps it to codes.InvalidArgument.
@@ -168,8 +189,13 @@ func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) 
 	if fs := capability.GetMount().GetFsType(); fs != "" && fs != "tmpfs" {
 		return nil, invalidf("fs_type %q is not supported: volumes are always tmpfs", fs)
 	}
-	if flags := capability.GetMount().GetMountFlags(); len(flags) > 0 {
-		return nil, invalidf("mount flags %q are not supported", flags)
+	mountContext, err := parseMountFlags(capability.GetMount().GetMountFlags())
+	if err != nil {
+		return nil, err
+	}
+	gid, err := parseMountGroup(capability.GetMount().GetVolumeMountGroup())
+	if err != nil {
+		return nil, err
 	}
 	if req.GetStagingTargetPath() != "" {
 		return nil, invalidf("staging_target_path is not supported: this driver has no STAGE_UNSTAGE_VOLUME capability")
@@ -183,6 +209,9 @@ func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) 
 		VolumeID:       req.GetVolumeId(),
 		TargetPath:     req.GetTargetPath(),
 		Refresh:        true,
+		DefaultMode:    defaultFileMode,
+		GID:            gid,
+		MountContext:   mountContext,
 		PodNamespace:   vc[ctxPodNamespace],
 		PodName:        vc[ctxPodName],
 		PodUID:         vc[ctxPodUID],
@@ -220,9 +249,23 @@ func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) 
 		}
 		v.Refresh = b
 	}
+	if s, ok := vc[attrDefaultMode]; ok {
+		m, err := parseMode(s)
+		if err != nil {
+			return nil, invalidf("volumeAttribute %s: %v", attrDefaultMode, err)
+		}
+		v.DefaultMode = m
+	}
+	if s, ok := vc[attrItems]; ok {
+		items, err := parseItems(s)
+		if err != nil {
+			return nil, invalidf("volumeAttribute %s: %v", attrItems, err)
+		}
+		v.Items = items
+	}
 	for k := range vc {
 		switch k {
-		case attrSharedSecret, attrSharedConfigMap, attrRefreshResource:
+		case attrSharedSecret, attrSharedConfigMap, attrRefreshResource, attrDefaultMode, attrItems:
 			continue
 		}
 		// The kubelet owns the csi.storage.k8s.io/ prefix and may add keys in newer releases;
@@ -230,7 +273,97 @@ func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) 
 		if strings.HasPrefix(k, kubeletKeyPrefix) {
 			continue
 		}
-		return nil, invalidf("unknown volumeAttribute %q: supported are %s, %s and %s", k, attrSharedSecret, attrSharedConfigMap, attrRefreshResource)
+		return nil, invalidf("unknown volumeAttribute %q: supported are %s, %s, %s, %s and %s",
+			k, attrSharedSecret, attrSharedConfigMap, attrRefreshResource, attrDefaultMode, attrItems)
 	}
 	return v, nil
+}
+
+// parseMode reads an octal file mode such as "0440" or "440": permission bits only.
+func parseMode(s string) (os.FileMode, error) {
+	m, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || s == "" || len(s) > 4 || m > 0o777 {
+		return 0, fmt.Errorf("%q is not an octal file mode between 0000 and 0777 (e.g. \"0440\")", s)
+	}
+	return os.FileMode(m), nil
+}
+
+// parseItems reads the key selection: comma-separated entries KEY[=PATH][:MODE], e.g.
+// "ca.crt, tls.key=keys/tls.key:0400". PATH is relative, checked segment by segment; MODE is
+// octal. Two entries may not produce the same path, nor a path that is another's directory.
+func parseItems(s string) ([]item, error) {
+	var items []item
+	paths := map[string]bool{}
+	for _, entry := range strings.Split(s, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			return nil, fmt.Errorf("empty entry in %q (entries are KEY[=PATH][:MODE], comma-separated)", s)
+		}
+		var it item
+		rest, modeStr, hasMode := strings.Cut(entry, ":")
+		if hasMode {
+			m, err := parseMode(modeStr)
+			if err != nil {
+				return nil, fmt.Errorf("entry %q: %v", entry, err)
+			}
+			if m == 0 {
+				return nil, fmt.Errorf("entry %q: mode 0000 would make the file unreadable", entry)
+			}
+			it.Mode = m
+		}
+		it.Key, it.Path, _ = strings.Cut(rest, "=")
+		if it.Path == "" {
+			it.Path = it.Key
+		}
+		if err := validateKey(it.Key); err != nil {
+			return nil, fmt.Errorf("entry %q: %v", entry, err)
+		}
+		if err := validateFilePath(it.Path); err != nil {
+			return nil, fmt.Errorf("entry %q: %v", entry, err)
+		}
+		if paths[it.Path] {
+			return nil, fmt.Errorf("entry %q: path %q is used twice", entry, it.Path)
+		}
+		paths[it.Path] = true
+		items = append(items, it)
+	}
+	for p := range paths {
+		for dir := path.Dir(p); dir != "."; dir = path.Dir(dir) {
+			if paths[dir] {
+				return nil, fmt.Errorf("path %q is a file and also the directory of %q", dir, p)
+			}
+		}
+	}
+	return items, nil
+}
+
+// selinuxContextFlag is the only mount flag accepted: the kubelet's SELinux label for the volume
+// (CSIDriver seLinuxMount), quoted because MLS categories contain commas. Anything else could
+// smuggle further options into the tmpfs mount.
+var selinuxContextFlag = regexp.MustCompile(`^context="[A-Za-z0-9_.:,-]+"$|^context=[A-Za-z0-9_.:-]+$`)
+
+func parseMountFlags(flags []string) (string, error) {
+	var ctx string
+	for _, f := range flags {
+		if !selinuxContextFlag.MatchString(f) {
+			return "", invalidf("mount flag %q is not supported: the only mount flag accepted is an SELinux context=\"...\"", f)
+		}
+		if ctx != "" && ctx != f {
+			return "", invalidf("mount flags %q set two SELinux contexts", flags)
+		}
+		ctx = f
+	}
+	return ctx, nil
+}
+
+// parseMountGroup reads the pod's fsGroup, passed because the driver advertises VOLUME_MOUNT_GROUP.
+func parseMountGroup(s string) (int, error) {
+	if s == "" {
+		return -1, nil
+	}
+	g, err := strconv.ParseUint(s, 10, 31)
+	if err != nil {
+		return 0, invalidf("volume_mount_group %q is not a group id", s)
+	}
+	return int(g), nil
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -32,8 +34,8 @@ func TestParsePublishRequestAcceptsAKubeletRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := volumeRequest{VolumeID: "csi-0123abcd", TargetPath: goodTarget, Kind: kindSecret, Share: "corp-ca", Refresh: true,
-		PodNamespace: "team-a", PodName: "web-1", PodUID: testUID, ServiceAccount: "app"}
-	if *v != want {
+		PodNamespace: "team-a", PodName: "web-1", PodUID: testUID, ServiceAccount: "app", DefaultMode: 0o644, GID: -1}
+	if !reflect.DeepEqual(*v, want) {
 		t.Errorf("got %+v\nwant %+v", *v, want)
 	}
 }
@@ -54,7 +56,7 @@ func TestParsePublishRequestRejectsBadInput(t *testing.T) {
 		}, "only the mount access type"},
 		{"mount flags", func(r *csi.NodePublishVolumeRequest) {
 			r.VolumeCapability.GetMount().MountFlags = []string{"exec"}
-		}, "mount flags"},
+		}, "mount flag"},
 		{"fs type", func(r *csi.NodePublishVolumeRequest) { r.VolumeCapability.GetMount().FsType = "ext4" }, "fs_type"},
 		{"no target", func(r *csi.NodePublishVolumeRequest) { r.TargetPath = "" }, "target_path is required"},
 		{"relative target", func(r *csi.NodePublishVolumeRequest) { r.TargetPath = "pods/x/mount" }, "absolute"},
@@ -122,5 +124,97 @@ func TestValidateTargetPathForUnpublishAcceptsAnyPodUID(t *testing.T) {
 		if err := validateTargetPath(testRoot, bad, ""); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+func TestParseItemsSelectsRenamesAndSetsModes(t *testing.T) {
+	items, err := parseItems(" ca.crt , tls.key=keys/tls.key:0400,tls.crt=keys/tls.crt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []item{{Key: "ca.crt", Path: "ca.crt"}, {Key: "tls.key", Path: "keys/tls.key", Mode: 0o400}, {Key: "tls.crt", Path: "keys/tls.crt"}}
+	if len(items) != len(want) {
+		t.Fatalf("got %+v", items)
+	}
+	for i := range want {
+		if items[i] != want[i] {
+			t.Errorf("item %d: got %+v, want %+v", i, items[i], want[i])
+		}
+	}
+}
+
+func TestParseItemsRejectsUnsafeOrConflictingPaths(t *testing.T) {
+	for _, bad := range []string{
+		"", "a,,b", "a=../etc/passwd", "a=/etc/passwd", "a=b//c", "a=./b", "a=b/../c", "a=..data/x",
+		"../a", "a/b", "a=x,b=x", "a=x,b=x/y", "a:0999", "a:abc", "a:0000", "a:01777", "a=b:",
+	} {
+		if _, err := parseItems(bad); err == nil {
+			t.Errorf("items %q accepted", bad)
+		}
+	}
+}
+
+func TestParseModeAcceptsOctalPermissionBitsOnly(t *testing.T) {
+	for s, want := range map[string]os.FileMode{"0440": 0o440, "440": 0o440, "0": 0, "0777": 0o777} {
+		if m, err := parseMode(s); err != nil || m != want {
+			t.Errorf("parseMode(%q) = %v, %v", s, m, err)
+		}
+	}
+	for _, bad := range []string{"", "0800", "1777", "04755", "rw", "-1", "0x1ff", "00440"} {
+		if _, err := parseMode(bad); err == nil {
+			t.Errorf("parseMode(%q) accepted", bad)
+		}
+	}
+}
+
+func TestMountFlagsAcceptOnlyAnSELinuxContext(t *testing.T) {
+	ok := `context="system_u:object_r:container_file_t:s0:c1,c2"`
+	if ctx, err := parseMountFlags([]string{ok}); err != nil || ctx != ok {
+		t.Errorf("got %q, %v", ctx, err)
+	}
+	for _, bad := range [][]string{
+		{"ro"}, {"exec"}, {"context=a,size=0"}, {`context="a",size=0`}, {`context="a" b`}, {"context="},
+		{`context="a"`, `context="b"`}, {"nosuid", `context="a"`},
+	} {
+		if _, err := parseMountFlags(bad); err == nil {
+			t.Errorf("mount flags %q accepted", bad)
+		}
+	}
+}
+
+func TestParsePublishRequestReadsFsGroupAndFileAttributes(t *testing.T) {
+	r := goodPublishRequest()
+	r.VolumeCapability.GetMount().VolumeMountGroup = "2345"
+	r.VolumeContext[attrDefaultMode] = "0440"
+	r.VolumeContext[attrItems] = "ca.crt=certs/ca.pem"
+	v, err := parsePublishRequest(r, testRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.GID != 2345 || v.DefaultMode != 0o440 || len(v.Items) != 1 || v.Items[0].Path != "certs/ca.pem" {
+		t.Errorf("got %+v", v)
+	}
+	r.VolumeCapability.GetMount().VolumeMountGroup = "wheel"
+	if _, err := parsePublishRequest(r, testRoot); err == nil {
+		t.Error("a non-numeric fsGroup was accepted")
+	}
+}
+
+func TestProjectFilesFollowsItemsAndReportsMissingKeys(t *testing.T) {
+	src := map[string][]byte{"ca.crt": []byte("ca"), "tls.key": []byte("key"), "unused": []byte("x")}
+	files, err := projectFiles(src, []item{{Key: "ca.crt", Path: "certs/ca.pem"}, {Key: "tls.key", Path: "tls.key", Mode: 0o400}}, 0o440)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 2 || string(files["certs/ca.pem"].Data) != "ca" || files["certs/ca.pem"].Mode != 0o440 || files["tls.key"].Mode != 0o400 {
+		t.Errorf("got %+v", files)
+	}
+	_, err = projectFiles(src, []item{{Key: "absent", Path: "a"}}, 0o644)
+	if err == nil || !strings.Contains(err.Error(), `"absent"`) {
+		t.Errorf("missing key: %v", err)
+	}
+	all, err := projectFiles(src, nil, 0o600)
+	if err != nil || len(all) != 3 || all["unused"].Mode != 0o600 {
+		t.Errorf("no items: %+v, %v", all, err)
 	}
 }

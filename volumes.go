@@ -82,10 +82,16 @@ func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
 	if err != nil {
 		return sourceError(sh, err)
 	}
-	for k := range src.Files {
-		if err := validateKey(k); err != nil {
-			return status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared: %v", v.Kind, sh.SourceNamespace, sh.SourceName, err)
-		}
+	rec := volumeRecord{
+		VolumeID: v.VolumeID, Kind: v.Kind, Share: v.Share, Refresh: v.Refresh,
+		PodNamespace: v.PodNamespace, PodName: v.PodName, PodUID: v.PodUID, ServiceAccount: v.ServiceAccount,
+		TargetPath:      v.TargetPath,
+		SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion,
+		DefaultMode: v.DefaultMode, Items: v.Items, GID: v.GID, MountContext: v.MountContext,
+	}
+	files, err := rec.project(src.Files)
+	if err != nil {
+		return status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", v.Kind, sh.SourceNamespace, sh.SourceName, err)
 	}
 	if need := 2*src.Size + reservedBytes; need > d.tmpfsSize {
 		// Twice: an update writes the new set beside the old one before the swap.
@@ -110,12 +116,15 @@ func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
 	}
 	undo = append(undo, func() { removeDirLogged(volDir) })
 	d.crash.reached("publish:dir")
-	if err := mountTmpfs(volDir, d.tmpfsSize, ""); err != nil {
+	if err := mountTmpfs(volDir, d.tmpfsSize, v.MountContext); err != nil {
+		if v.MountContext != "" {
+			return status.Errorf(codes.FailedPrecondition, "mounting tmpfs for volume %s with the SELinux option %s failed (is SELinux enabled on this node?): %v", v.VolumeID, v.MountContext, err)
+		}
 		return status.Errorf(codes.Internal, "mounting tmpfs for volume %s: %v", v.VolumeID, err)
 	}
 	undo = append(undo, func() { unmountLogged(volDir) })
 	d.crash.reached("publish:tmpfs")
-	if err := writeAtomic(d.store.dataDir(v.VolumeID), src.Files, d.fileMode); err != nil {
+	if err := writeVolume(d.store.dataDir(v.VolumeID), files, v.GID); err != nil {
 		if errors.Is(err, unix.ENOSPC) {
 			return status.Errorf(codes.ResourceExhausted, "writing volume %s: the tmpfs size limit of %d bytes is too small (raise --tmpfs-size): %v", v.VolumeID, d.tmpfsSize, err)
 		}
@@ -128,12 +137,7 @@ func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
 	}
 	// The record says the driver creates the target before it does, so that a crash between
 	// the two still leaves a record that owns the directory.
-	rec := volumeRecord{
-		VolumeID: v.VolumeID, Kind: v.Kind, Share: v.Share, Refresh: v.Refresh,
-		PodNamespace: v.PodNamespace, PodName: v.PodName, PodUID: v.PodUID, ServiceAccount: v.ServiceAccount,
-		TargetPath: v.TargetPath, CreatedTarget: !exists,
-		SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion,
-	}
+	rec.CreatedTarget = !exists
 	if err := d.store.save(rec); err != nil {
 		return status.Errorf(codes.Internal, "%v", err)
 	}

@@ -1,0 +1,328 @@
+package main
+
+// Share status: every SharedSecret and SharedConfigMap gets a Ready condition saying whether its
+// source Secret/ConfigMap exists and the driver can read it, so an admin sees a broken share in
+// `kubectl get sharedsecrets` (the CRDs' Ready column) before a pod fails to mount it.
+//
+// Every node runs a driver, but only one writes status at a time: the holder of a Lease. N
+// writers would send N times the traffic for the same answer and race each other's writes. The
+// others only campaign for the Lease; when the holder dies, one of them takes over within the
+// lease duration.
+//
+// The check is a GET of the source's metadata only (the metadata client): the status writer never
+// receives Secret data, and it does not go through the source cache, so shares that no volume on
+// this node uses cannot evict the sources that volumes here do use.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+)
+
+// The condition the CRDs' Ready printer column shows (.status.conditions[?(@.type=="Ready")]).
+const (
+	conditionReady = "Ready"
+
+	reasonSourceAvailable   = "SourceAvailable"   // True
+	reasonSourceNotFound    = "SourceNotFound"    // False
+	reasonSourceForbidden   = "SourceForbidden"   // False
+	reasonInvalidShare      = "InvalidShare"      // False: the spec's ref cannot be used
+	reasonSourceCheckFailed = "SourceCheckFailed" // Unknown: the API server could not answer
+)
+
+// statusLeaseName is the Lease the drivers of one cluster compete for.
+const statusLeaseName = "shared-resource-csi-status"
+
+// statusFieldManager names the driver in the shares' managedFields.
+const statusFieldManager = "shared-resource-csi"
+
+// statusConfig is what the status writer needs; main wires it.
+type statusConfig struct {
+	Kube   kubernetes.Interface // the Lease
+	Dyn    dynamic.Interface    // status writes
+	Meta   metadata.Interface   // source checks (metadata only)
+	Shares *shareIndex          // the share informers; their caches must be synced or syncing
+	// NodeID prefixes the Lease holder identity, so `kubectl get lease` shows which node writes.
+	NodeID         string
+	LeaseNamespace string
+	// LeaseDuration is how long a dead leader blocks the others; the renew deadline and retry
+	// period are derived from it in client-go's usual proportions (15s/10s/2s).
+	LeaseDuration time.Duration
+	// Interval is how often every share's source is checked again (a source's creation or
+	// deletion is not watched: the driver has no informer on Secrets or ConfigMaps).
+	Interval time.Duration
+}
+
+// runStatusWriter campaigns for the Lease until ctx ends and, while it holds it, keeps every
+// share's Ready condition current. It returns after ctx ended and the Lease was released, so the
+// next driver can take over at once after a clean shutdown.
+func runStatusWriter(ctx context.Context, cfg statusConfig) error {
+	if cfg.LeaseDuration < time.Second || cfg.Interval <= 0 {
+		return fmt.Errorf("status writer: the lease duration (%v) must be at least 1s and the interval (%v) positive", cfg.LeaseDuration, cfg.Interval)
+	}
+	// Unique per process, not just per node: two drivers on one node (a surge rollout, a manual
+	// second run) must never both believe they hold the Lease.
+	suffix := make([]byte, 4)
+	if _, err := rand.Read(suffix); err != nil {
+		return err
+	}
+	identity := cfg.NodeID + "_" + hex.EncodeToString(suffix)
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.LeaseNamespace, Name: statusLeaseName},
+		Client:     cfg.Kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+	}
+	w := &statusWriter{cfg: cfg, identity: identity}
+	klog.InfoS("Share status writer campaigning", "lease", cfg.LeaseNamespace+"/"+statusLeaseName, "identity", identity)
+	for ctx.Err() == nil {
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:          lock,
+			LeaseDuration: cfg.LeaseDuration,
+			RenewDeadline: cfg.LeaseDuration * 2 / 3,
+			RetryPeriod:   cfg.LeaseDuration * 2 / 15,
+			// A clean shutdown (SIGTERM, rollout) hands over at once instead of after a lease
+			// duration without status updates.
+			ReleaseOnCancel: true,
+			Name:            statusLeaseName,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: w.lead,
+				OnStoppedLeading: func() { klog.V(2).InfoS("Not leading the share status writer", "identity", identity) },
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("status writer: %w", err)
+		}
+		// Run returns when the Lease is lost (renewal failed for the renew deadline) or ctx
+		// ended; a lost Lease is campaigned for again.
+		le.Run(ctx)
+	}
+	// A term's worker may still be finishing its last write: wait for it, so that nothing is
+	// written after this returns.
+	w.term.Lock()
+	defer w.term.Unlock()
+	return nil
+}
+
+type statusWriter struct {
+	cfg      statusConfig
+	identity string
+	// term is held by the one leadership term that may write. leaderelection starts
+	// OnStartedLeading in a goroutine and does not wait for it, so without this the worker of a
+	// lost term could still be writing when the next term's worker starts.
+	term sync.Mutex
+}
+
+// lead runs one leadership term: it checks every share now, on share events, and every
+// interval, until ctx (the term) ends.
+func (w *statusWriter) lead(ctx context.Context) {
+	w.term.Lock()
+	defer w.term.Unlock()
+	if ctx.Err() != nil {
+		return // the term ended before its worker got to start
+	}
+	klog.InfoS("Leading the share status writer", "identity", w.identity)
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[shareRef]())
+	defer q.ShutDown()
+	for k, inf := range w.cfg.Shares.informers {
+		enqueue := func(obj any) {
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				q.Add(shareRef{Kind: k, Name: u.GetName()})
+			}
+		}
+		// Registering replays every cached share as an add: the term starts with a full check.
+		reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: enqueue,
+			UpdateFunc: func(oldObj, newObj any) {
+				o, _ := oldObj.(*unstructured.Unstructured)
+				n, _ := newObj.(*unstructured.Unstructured)
+				// Same generation: only status changed, most likely by this very writer.
+				if o != nil && n != nil && o.GetGeneration() == n.GetGeneration() && o.GetGeneration() != 0 {
+					return
+				}
+				enqueue(newObj)
+			},
+			// A deleted share has no status to write.
+		})
+		if err != nil {
+			klog.ErrorS(err, "Watching shares for status", "kind", k)
+			continue
+		}
+		defer func() {
+			if err := inf.RemoveEventHandler(reg); err != nil {
+				klog.ErrorS(err, "Removing the share status handler", "kind", k)
+			}
+		}()
+	}
+	go func() {
+		<-ctx.Done()
+		q.ShutDown()
+	}()
+	go wait.UntilWithContext(ctx, func(context.Context) {
+		for k, inf := range w.cfg.Shares.informers {
+			for _, name := range inf.GetStore().ListKeys() {
+				q.Add(shareRef{Kind: k, Name: name})
+			}
+		}
+	}, w.cfg.Interval)
+
+	for {
+		ref, shutdown := q.Get()
+		if shutdown {
+			break
+		}
+		if err := w.sync(ctx, ref); err != nil && ctx.Err() == nil {
+			// Typically a conflict with an informer a moment behind our own last write.
+			klog.V(2).InfoS("Share status not written; retrying", "kind", ref.Kind.shareTypeName(), "share", ref.Name, "err", err)
+			q.AddRateLimited(ref)
+		} else {
+			q.Forget(ref)
+		}
+		q.Done(ref)
+	}
+	klog.InfoS("Stopped leading the share status writer", "identity", w.identity)
+}
+
+// sync checks one share's source and writes its Ready condition if it changed.
+func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
+	obj, exists, err := w.cfg.Shares.informers[ref.Kind].GetStore().GetByKey(ref.Name)
+	if err != nil || !exists {
+		return err
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return fmt.Errorf("unexpected object %T in share cache", obj)
+	}
+	cond := w.checkSource(ctx, ref.Kind, u)
+	if ctx.Err() != nil {
+		return ctx.Err() // the term ended: the check's error says nothing about the source
+	}
+	conds, err := shareConditions(u)
+	if err != nil {
+		// Only a writer ignoring the CRD schema gets here; the driver's condition replaces it.
+		klog.V(2).InfoS("Replacing unreadable share status", "kind", ref.Kind.shareTypeName(), "share", ref.Name, "err", err)
+		conds = nil
+	}
+	// lastTransitionTime moves only when the status does; reason, message and
+	// observedGeneration are updated in place.
+	if !meta.SetStatusCondition(&conds, cond) {
+		return nil
+	}
+	u = u.DeepCopy()
+	items := make([]any, 0, len(conds))
+	for i := range conds {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&conds[i])
+		if err != nil {
+			return err
+		}
+		items = append(items, m)
+	}
+	if err := unstructured.SetNestedSlice(u.Object, items, "status", "conditions"); err != nil {
+		return err
+	}
+	// An update, not a patch: the resourceVersion makes a write based on a stale read fail
+	// (and be retried) instead of undoing a newer one, and other condition types are kept.
+	if _, err := w.cfg.Dyn.Resource(shareGVR(ref.Kind)).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: statusFieldManager}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil // deleted meanwhile
+		}
+		return err
+	}
+	klog.V(2).InfoS("Share status updated", "kind", ref.Kind.shareTypeName(), "share", ref.Name,
+		"ready", cond.Status, "reason", cond.Reason, "message", cond.Message)
+	return nil
+}
+
+// checkSource GETs the share's source (metadata only, from the API server's watch cache) and
+// returns the Ready condition that describes the answer.
+func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstructured.Unstructured) metav1.Condition {
+	sh, err := shareFromObject(k, u)
+	var cond metav1.Condition
+	if err != nil {
+		cond = metav1.Condition{Type: conditionReady, Status: metav1.ConditionFalse, Reason: reasonInvalidShare, Message: err.Error()}
+	} else {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, err := w.cfg.Meta.Resource(sourceGVR(k)).Namespace(sh.SourceNamespace).Get(ctx, sh.SourceName, metav1.GetOptions{ResourceVersion: "0"})
+		cond = readyCondition(sh, err)
+	}
+	cond.ObservedGeneration = u.GetGeneration()
+	return cond
+}
+
+func sourceGVR(k shareKind) schema.GroupVersionResource {
+	if k == kindConfigMap {
+		return schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	}
+	return schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+}
+
+// readyCondition turns the answer to a GET of the share's source into the Ready condition. The
+// messages say what to do: they are what an admin reads in `kubectl describe`.
+func readyCondition(sh share, getErr error) metav1.Condition {
+	src := fmt.Sprintf("%s %s/%s", sh.Kind, sh.SourceNamespace, sh.SourceName)
+	c := metav1.Condition{Type: conditionReady}
+	switch {
+	case getErr == nil:
+		c.Status, c.Reason = metav1.ConditionTrue, reasonSourceAvailable
+		c.Message = src + " exists and the driver can read it"
+	case apierrors.IsNotFound(getErr):
+		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceNotFound
+		c.Message = fmt.Sprintf("%s does not exist: pods cannot mount %s %q until it is created (or spec.%s is corrected)",
+			src, sh.Kind.shareTypeName(), sh.Name, shareRefField(sh.Kind))
+	case apierrors.IsForbidden(getErr):
+		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceForbidden
+		c.Message = fmt.Sprintf("the driver may not read %s: grant its service account get on %s in namespace %q (%v)",
+			src, sourceGVR(sh.Kind).Resource, sh.SourceNamespace, getErr)
+	default:
+		c.Status, c.Reason = metav1.ConditionUnknown, reasonSourceCheckFailed
+		c.Message = fmt.Sprintf("checking %s failed: %v", src, getErr)
+	}
+	return c
+}
+
+func shareRefField(k shareKind) string {
+	if k == kindConfigMap {
+		return "configMapRef"
+	}
+	return "secretRef"
+}
+
+// shareConditions reads status.conditions.
+func shareConditions(u *unstructured.Unstructured) ([]metav1.Condition, error) {
+	items, found, err := unstructured.NestedSlice(u.Object, "status", "conditions")
+	if err != nil || !found {
+		return nil, err
+	}
+	out := make([]metav1.Condition, 0, len(items))
+	for _, it := range items {
+		m, ok := it.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("status.conditions holds a %T", it)
+		}
+		var c metav1.Condition
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &c); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
