@@ -110,39 +110,43 @@ func TestCrashDuringUnpublishThenKubeletRetries(t *testing.T) {
 
 func TestCrashDuringRevokeAndRestoreKeepsPinnedData(t *testing.T) {
 	e := e2e(t)
-	for _, step := range append(append([]string{}, revokeSteps...), restoreSteps...) {
-		t.Run(step, func(t *testing.T) {
-			p := e.startDriver(t)
-			f := newSharedSecret(t, e, p, true)
-			// refreshResource=false: its data must come back exactly as published, so a crash
-			// mid-revoke must not lose the held copy.
-			v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share, attrRefreshResource: "false"})
-			if err := p.publish(v); err != nil {
-				t.Fatal(err)
-			}
-			p.kill()
-			p.env = []string{crashEnv + "=" + step}
-			p.start()
-			f.revoke()
-			if step == "restore:data" || step == "restore:record" {
-				eventually(t, relist+relistSlack, func() error { return emptyVolume(t, v) })
-				f.revoke = e.grant(t, f.consumer, kindSecret, f.share, serviceAccount(f.consumer, "app"))
-			}
-			p.waitKilled()
-			p.disarm()
-			p.start()
-			if step == "restore:data" || step == "restore:record" {
+	for _, phase := range []string{"revoke", "restore"} {
+		for _, step := range reconcileSteps {
+			t.Run(phase+"/"+step, func(t *testing.T) {
+				p := e.startDriver(t)
+				f := newSharedSecret(t, e, p, true)
+				// refreshResource=false: its data must come back exactly as published, so a
+				// crash mid-revoke or mid-restore must not lose it.
+				v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share, attrRefreshResource: "false"})
+				if err := p.publish(v); err != nil {
+					t.Fatal(err)
+				}
+				if phase == "restore" {
+					f.revoke()
+					eventually(t, relist+relistSlack, func() error { return emptyVolume(t, v) })
+				}
+				p.kill()
+				p.env = []string{crashEnv + "=" + step}
+				p.start()
+				if phase == "revoke" {
+					f.revoke()
+				} else {
+					f.revoke = e.grant(t, f.consumer, kindSecret, f.share, serviceAccount(f.consumer, "app"))
+				}
+				p.waitKilled()
+				p.disarm()
+				p.start()
+				if phase == "revoke" {
+					eventually(t, relist+relistSlack, func() error { return emptyVolume(t, v) })
+					e.grant(t, f.consumer, kindSecret, f.share, serviceAccount(f.consumer, "app"))
+				}
 				eventually(t, relist+relistSlack, func() error { return sameFiles(readVolume(t, v.target), asStrings(f.data)) })
-			} else {
-				eventually(t, relist+relistSlack, func() error { return emptyVolume(t, v) })
-				e.grant(t, f.consumer, kindSecret, f.share, serviceAccount(f.consumer, "app"))
-				eventually(t, relist+relistSlack, func() error { return sameFiles(readVolume(t, v.target), asStrings(f.data)) })
-			}
-			if err := p.unpublish(v); err != nil {
-				t.Fatal(err)
-			}
-			p.assertNothingLeft(t, v)
-		})
+				if err := p.unpublish(v); err != nil {
+					t.Fatal(err)
+				}
+				p.assertNothingLeft(t, v)
+			})
+		}
 	}
 }
 

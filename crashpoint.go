@@ -18,8 +18,7 @@ const crashEnv = "SRCSI_TEST_CRASH_AT"
 var (
 	publishSteps   = []string{"publish:dir", "publish:tmpfs", "publish:data", "publish:record", "publish:target", "publish:bind"}
 	unpublishSteps = []string{"unpublish:bind", "unpublish:target", "unpublish:tmpfs", "unpublish:dir"}
-	revokeSteps    = []string{"revoke:held", "revoke:emptied", "revoke:record"}
-	restoreSteps   = []string{"restore:data", "restore:record"}
+	reconcileSteps = []string{"reconcile:copies", "reconcile:data", "reconcile:record"}
 )
 
 type crashPoints struct{ at string }

@@ -449,7 +449,7 @@ func TestConcurrentPublishOfOneVolume(t *testing.T) {
 	errs := make([]error, 8)
 	for i := range errs {
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = p.publish(v) }()
+		go func() { defer wg.Done(); errs[i] = p.publishOnce(v) }()
 	}
 	wg.Wait()
 	ok := 0

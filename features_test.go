@@ -4,12 +4,17 @@ package main
 // SELinux mount options. (The same with real pods and a non-root user is in pods_test.go.)
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // fileInfo follows the pod's view of a file (through the top-level symlinks) to its mode and group.
@@ -115,4 +120,104 @@ func TestMountFlagsOnlySELinuxContext(t *testing.T) {
 		wantCode(t, err, codes.FailedPrecondition, "SELinux")
 	}
 	p.assertNothingLeft(t, v, w)
+}
+
+func TestSeveralSharesInOneVolume(t *testing.T) {
+	e := e2e(t)
+	p := e.startDriver(t)
+	f := newSharedSecret(t, e, p, true) // secret share: ca.crt, tls.key
+	proxy := map[string]string{"proxy.env": "HTTPS_PROXY=http://proxy:3128\n", "ca.crt": "proxy-ca"}
+	if _, err := e.kube.CoreV1().ConfigMaps(f.platform).Create(t.Context(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "proxy"}, Data: proxy}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cmShare := "proxy-" + randSuffix()
+	e.createShare(t, kindConfigMap, cmShare, f.platform, "proxy")
+	revokeCM := e.grant(t, f.consumer, kindConfigMap, cmShare, serviceAccount(f.consumer, "app"))
+	shares := "secret/" + f.share + ", configmap/" + cmShare
+
+	// Both shares have a key ca.crt: without items the paths collide, which is refused.
+	clash := p.volume(f.consumer, "app", map[string]string{attrShares: shares})
+	wantCode(t, p.publish(clash), codes.FailedPrecondition, `"ca.crt"`, attrItems)
+
+	v := p.volume(f.consumer, "app", map[string]string{attrShares: shares,
+		attrItems: "configmap/" + cmShare + "/proxy.env, configmap/" + cmShare + "/ca.crt=proxy/ca.crt"})
+	if err := p.publish(v); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	all := map[string]string{"ca.crt": string(f.data["ca.crt"]), "tls.key": string(f.data["tls.key"]),
+		"proxy.env": proxy["proxy.env"], "proxy/ca.crt": "proxy-ca"}
+	if err := sameFiles(readTree(t, v.target), all); err != nil {
+		t.Fatal(err)
+	}
+
+	// Revoking one share removes only its files.
+	revokeCM()
+	eventually(t, relist+relistSlack, func() error {
+		return sameFiles(readTree(t, v.target), map[string]string{"ca.crt": all["ca.crt"], "tls.key": all["tls.key"]})
+	})
+	eventually(t, 10*time.Second, func() error {
+		evs, err := e.podEvents(v.podNS, v.podName, reasonRevoked)
+		if err != nil || len(evs) == 0 || !strings.Contains(evs[0].Message, "configmap/"+cmShare) {
+			return fmt.Errorf("no revocation event naming the config map share (%v, %v)", evs, err)
+		}
+		return nil
+	})
+	e.grant(t, f.consumer, kindConfigMap, cmShare, serviceAccount(f.consumer, "app"))
+	eventually(t, relist+relistSlack, func() error { return sameFiles(readTree(t, v.target), all) })
+
+	// A later collision: the secret gains a key proxy.env. The first share listed keeps the path,
+	// and the pod gets a Warning event.
+	withProxy := map[string][]byte{"ca.crt": f.data["ca.crt"], "tls.key": f.data["tls.key"], "proxy.env": []byte("from-the-secret\n")}
+	e.updateSecret(t, f.platform, "ca-bundle", withProxy)
+	all["proxy.env"] = "from-the-secret\n"
+	eventually(t, relist+relistSlack, func() error { return sameFiles(readTree(t, v.target), all) })
+	eventually(t, 10*time.Second, func() error {
+		if evs, err := e.podEvents(v.podNS, v.podName, reasonConflict); err != nil || len(evs) == 0 {
+			return fmt.Errorf("no %s event (err %v)", reasonConflict, err)
+		}
+		return nil
+	})
+	if err := p.unpublish(v); err != nil {
+		t.Fatal(err)
+	}
+	p.assertNothingLeft(t, v, clash)
+}
+
+// readTree returns every file a pod sees under target, by relative path, following the
+// top-level links and skipping the writer's hidden entries.
+func readTree(t *testing.T, target string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for name := range readVolumeNames(t, target) {
+		full := filepath.Join(target, name)
+		filepath.Walk(full+"/", func(p string, info os.FileInfo, err error) error {
+			if err != nil || info.IsDir() {
+				return nil
+			}
+			rel, _ := filepath.Rel(target, p)
+			b, _ := os.ReadFile(p)
+			out[rel] = string(b)
+			return nil
+		})
+		if fi, err := os.Stat(full); err == nil && !fi.IsDir() {
+			b, _ := os.ReadFile(full)
+			out[name] = string(b)
+		}
+	}
+	return out
+}
+
+func readVolumeNames(t *testing.T, target string) map[string]bool {
+	entries, err := os.ReadDir(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "..") {
+			out[e.Name()] = true
+		}
+	}
+	return out
 }

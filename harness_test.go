@@ -25,7 +25,10 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -222,11 +225,38 @@ func (e *kubeEnv) grant(t *testing.T, ns string, kind shareKind, share string, s
 	if _, err := e.kube.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The API server's authorizer sees RBAC changes through its own cache, a moment later: wait
+	// until the grant is in effect, so tests measure the driver, not that lag.
+	e.waitAccess(t, ns, kind, share, subject, true)
 	return func() {
 		if err := e.kube.RbacV1().RoleBindings(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		e.waitAccess(t, ns, kind, share, subject, false)
 	}
+}
+
+// waitAccess waits until a SubjectAccessReview for subject says `want` (a ServiceAccount
+// subject as itself; a Group subject through a service account in that group).
+func (e *kubeEnv) waitAccess(t *testing.T, ns string, kind shareKind, share string, subject rbacv1.Subject, want bool) {
+	t.Helper()
+	user, groups := "system:serviceaccount:"+subject.Namespace+":"+subject.Name, []string{"system:serviceaccounts", "system:serviceaccounts:" + subject.Namespace, "system:authenticated"}
+	if subject.Kind == "Group" {
+		user, groups = "system:serviceaccount:"+ns+":any-sa", []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated", subject.Name}
+	}
+	eventually(t, 30*time.Second, func() error {
+		res, err := e.kube.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups, ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: ns, Verb: "use", Group: shareGroup, Resource: kind.shareResource(), Name: share}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		if res.Status.Allowed != want {
+			return fmt.Errorf("access of %s to %s is %v, waiting for %v", user, share, res.Status.Allowed, want)
+		}
+		return nil
+	})
 }
 
 func serviceAccount(ns, name string) rbacv1.Subject {
@@ -499,18 +529,38 @@ func (v *testVolume) publishRequest() *csi.NodePublishVolumeRequest {
 	}
 }
 
-func (p *driverProc) publish(v *testVolume) error {
+// publishOnce is one NodePublishVolume call.
+func (p *driverProc) publishOnce(v *testVolume) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := p.node.NodePublishVolume(ctx, v.publishRequest())
 	return err
 }
 
+// publish calls NodePublishVolume as the kubelet does: an Aborted answer (another operation on
+// the volume, e.g. the relist, holds its lock) is retried.
+func (p *driverProc) publish(v *testVolume) error {
+	return retryAborted(func() error { return p.publishOnce(v) })
+}
+
 func (p *driverProc) unpublish(v *testVolume) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, err := p.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.id, TargetPath: v.target})
-	return err
+	return retryAborted(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := p.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.id, TargetPath: v.target})
+		return err
+	})
+}
+
+func retryAborted(call func() error) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := call()
+		if status.Code(err) != codes.Aborted || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // readVolume returns the files a pod sees at the target (symlinks followed, hidden entries skipped).

@@ -1,7 +1,8 @@
 package main
 
-// Projection: how a source's keys become a volume's files (the volume's items and modes), the
-// same way at publish, at every refresh and on restore, from what the record remembers.
+// Projection: how each share's source keys become files (the volume's items and modes), and how
+// the shares' files are composed into the one directory the pod sees. The same code runs at
+// publish, at every refresh and on restore, from what the record remembers.
 
 import (
 	"fmt"
@@ -10,18 +11,25 @@ import (
 	"strings"
 )
 
-// missingKeysError says which selected keys the source lacks.
+// missingKeysError says which selected keys a source lacks.
 type missingKeysError struct{ keys []string }
 
 func (e *missingKeysError) Error() string {
 	return fmt.Sprintf("the source has no key %s selected by the volume's items", strings.Join(e.keys, ", "))
 }
 
-// projectFiles selects and names the files of a volume. With no items, every key becomes a file
-// of the same name; keys are validated either way before anything is written.
-func projectFiles(src map[string][]byte, items []item, defaultMode os.FileMode) (map[string]volumeFile, error) {
+// projectFiles selects and names the files share number `share` contributes. Items that name
+// the share select its keys; a share no item names contributes every key under its own name.
+// Keys are validated either way before anything is written.
+func projectFiles(src map[string][]byte, items []item, share int, defaultMode os.FileMode) (map[string]volumeFile, error) {
 	out := map[string]volumeFile{}
-	if len(items) == 0 {
+	var mine []item
+	for _, it := range items {
+		if it.Share == share {
+			mine = append(mine, it)
+		}
+	}
+	if len(mine) == 0 {
 		for k, v := range src {
 			if err := validateKey(k); err != nil {
 				return nil, err
@@ -31,7 +39,7 @@ func projectFiles(src map[string][]byte, items []item, defaultMode os.FileMode) 
 		return out, nil
 	}
 	var missing []string
-	for _, it := range items {
+	for _, it := range mine {
 		v, ok := src[it.Key]
 		if !ok {
 			missing = append(missing, fmt.Sprintf("%q", it.Key))
@@ -48,4 +56,57 @@ func projectFiles(src map[string][]byte, items []item, defaultMode os.FileMode) 
 		return nil, &missingKeysError{keys: missing}
 	}
 	return out, nil
+}
+
+// pathConflict is one path that two shares both produce.
+type pathConflict struct {
+	Path          string
+	Kept, Dropped shareSpec
+}
+
+// composeFiles merges the shares' files in the volume's order. A path produced by two shares (or
+// a file of one that is a directory of another) goes to the earlier share, as in a projected
+// volume the first source listed wins; the conflicts are returned so they can be reported.
+func composeFiles(specs []shareSpec, perShare []map[string]volumeFile) (map[string]volumeFile, []pathConflict) {
+	out := map[string]volumeFile{}
+	owner := map[string]int{} // path -> share index, including the directories of each file
+	var conflicts []pathConflict
+	for i, files := range perShare {
+		if files == nil {
+			continue // revoked: contributes nothing
+		}
+		paths := make([]string, 0, len(files))
+		for p := range files {
+			paths = append(paths, p)
+		}
+		sort.Strings(paths)
+	next:
+		for _, p := range paths {
+			// Taken: the path itself (a file or a directory of the earlier share), or any of
+			// its parent directories that is a file of an earlier share.
+			for q := p; q != "."; q = parentPath(q) {
+				if j, taken := owner[q]; taken && j != i && (q == p || isFile(out, q)) {
+					conflicts = append(conflicts, pathConflict{Path: p, Kept: specs[j], Dropped: specs[i]})
+					continue next
+				}
+			}
+			out[p] = files[p]
+			for q := p; q != "."; q = parentPath(q) {
+				owner[q] = i
+			}
+		}
+	}
+	return out, conflicts
+}
+
+func isFile(files map[string]volumeFile, p string) bool {
+	_, ok := files[p]
+	return ok
+}
+
+func parentPath(p string) string {
+	if i := strings.LastIndex(p, "/"); i >= 0 {
+		return p[:i]
+	}
+	return "."
 }

@@ -9,9 +9,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +26,7 @@ const (
 	reasonRevoked   = "SharedResourceAccessRevoked"
 	reasonRestored  = "SharedResourceAccessRestored"
 	reasonRefreshed = "SharedResourceRefreshed"
+	reasonConflict  = "SharedResourceFileConflict"
 )
 
 // cycleMemo remembers, for one pass over volumes, each access decision and each source fetched.
@@ -126,7 +126,7 @@ func (d *driver) runShareEvents(ctx context.Context, q workqueue.TypedInterface[
 		}
 		memo := d.newCycleMemo()
 		for _, rec := range d.store.list() {
-			if rec.Kind == ref.Kind && rec.Share == ref.Name {
+			if slices.Contains(rec.specs(), shareSpec{Kind: ref.Kind, Name: ref.Name}) {
 				d.reconcileLocked(ctx, rec.VolumeID, memo)
 			}
 		}
@@ -150,7 +150,10 @@ func (d *driver) reconcileLocked(ctx context.Context, volumeID string, memo *cyc
 	}
 }
 
-// reconcile brings one volume to what the cluster says it should be.
+// reconcile brings one volume to what the cluster says it should be. Each share is judged on
+// its own: granted and changed, its copy is updated; revoked (or deleted), it stops contributing
+// files; an error leaves it as it is. Then, if anything changed, the pod's view is rebuilt from
+// the granted shares' copies in one atomic swap.
 func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMemo) error {
 	if !d.podDirExists(rec.PodUID) {
 		// The kubelet removes a pod's dir only after its volumes are unmounted; a record that
@@ -158,131 +161,161 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 		klog.InfoS("Pod of volume is gone; cleaning the volume", "volumeID", rec.VolumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName))
 		return d.teardown(rec)
 	}
+	d.dropRevokedCopies(rec)
+	var changes []shareChange
+	var firstErr error
+	for i := range rec.Shares {
+		c, err := d.reconcileShare(ctx, &rec, i, memo)
+		if err != nil {
+			klog.ErrorS(err, "Checking a share of a volume failed; it is left as it was", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
+		if c != nil {
+			changes = append(changes, *c)
+		}
+	}
+	if len(changes) == 0 {
+		return firstErr
+	}
+	d.crash.reached("reconcile:copies")
+	conflicts, err := d.composeData(rec)
+	if err != nil {
+		return err
+	}
+	d.crash.reached("reconcile:data")
+	if err := d.store.save(rec); err != nil {
+		return err
+	}
+	d.crash.reached("reconcile:record")
+	d.dropRevokedCopies(rec)
+	for _, c := range changes {
+		d.metrics.volumeChanged(c.kind)
+		switch c.kind {
+		case "revoked":
+			d.event(rec, corev1.EventTypeWarning, reasonRevoked, "The files of %s were removed from the volume: %s", c.share, c.why)
+		case "restored":
+			d.event(rec, corev1.EventTypeNormal, reasonRestored, "Access to %s is granted again; its files are back", c.share)
+		case "refreshed":
+			d.event(rec, corev1.EventTypeNormal, reasonRefreshed, "Updated %s from %s", c.share, c.why)
+		}
+		klog.InfoS("Volume changed", "volumeID", rec.VolumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName), "share", c.share.String(), "change", c.kind)
+	}
+	for _, c := range conflicts {
+		d.event(rec, corev1.EventTypeWarning, reasonConflict, "%s and %s both provide the file %q; %s keeps it (the first share listed wins)", c.Kept, c.Dropped, c.Path, c.Kept)
+	}
+	return firstErr
+}
 
-	sh, err := memo.share(ctx, shareRef{Kind: rec.Kind, Name: rec.Share})
+// shareChange is one share's change in a reconcile, for events and metrics.
+type shareChange struct {
+	share shareSpec
+	kind  string // revoked, restored, refreshed
+	why   string
+}
+
+// reconcileShare judges share i of rec, updating its copy and rec.Shares[i]; it returns the
+// change, or nil when the share's files stay as they are.
+func (d *driver) reconcileShare(ctx context.Context, rec *volumeRecord, i int, memo *cycleMemo) (*shareChange, error) {
+	st := &rec.Shares[i]
+	revoke := func(why string) (*shareChange, error) {
+		if st.Revoked {
+			return nil, nil
+		}
+		st.Revoked = true
+		return &shareChange{share: st.shareSpec, kind: "revoked", why: why}, nil
+	}
+
+	sh, err := memo.share(ctx, shareRef{Kind: st.Kind, Name: st.Name})
 	if apierrors.IsNotFound(err) {
-		return d.revoke(rec, rec.Kind.shareTypeName()+" "+quote(rec.Share)+" was deleted")
+		return revoke(st.Kind.shareTypeName() + " " + quote(st.Name) + " was deleted")
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	dec, err := memo.decision(ctx, rec.accessKey())
+	dec, err := memo.decision(ctx, rec.accessKey(i))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !dec.Allowed {
-		return d.revoke(rec, deniedMessage(rec.accessKey(), dec.Reason))
+		return revoke(deniedMessage(rec.accessKey(i), dec.Reason))
 	}
 
 	if !rec.Refresh {
-		// refreshResource=false: the data published is the data shown, on every path; only
-		// access decides whether it is visible.
-		if rec.Revoked {
-			return d.restoreHeld(rec)
+		// refreshResource=false: the files published are the files shown, on every path; only
+		// access decides whether they are visible.
+		if st.Revoked {
+			st.Revoked = false
+			return &shareChange{share: st.shareSpec, kind: "restored"}, nil
 		}
-		return nil
+		return nil, nil
 	}
-
-	src, err := memo.source(ctx, sourceKey{Kind: rec.Kind, Namespace: sh.SourceNamespace, Name: sh.SourceName})
+	src, err := memo.source(ctx, sourceKey{Kind: st.Kind, Namespace: sh.SourceNamespace, Name: sh.SourceName})
 	if apierrors.IsNotFound(err) {
-		// The source was deleted (or the share now points at a missing object). The volume keeps
-		// its last good data, as the kubelet's own secret volumes do: deleting and re-creating a
+		// The source was deleted (or the share now points at a missing object). The share keeps
+		// its last good files, as the kubelet's own secret volumes do: deleting and re-creating a
 		// Secret during a rotation must not blank every consumer. Revocation is RBAC's job.
-		klog.V(2).InfoS("Source of volume not found; keeping its last data", "volumeID", rec.VolumeID,
+		klog.V(2).InfoS("Source of a share not found; keeping its last files", "volumeID", rec.VolumeID,
 			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	sameSource := rec.SourceNamespace == sh.SourceNamespace && rec.SourceName == sh.SourceName
-	if !rec.Revoked && sameSource && rec.ResourceVersion == src.ResourceVersion {
-		return nil
+	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
+	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion {
+		return nil, nil
 	}
-	files, err := rec.project(src.Files)
+	files, err := rec.project(i, src.Files)
 	if err != nil {
-		return fmt.Errorf("%s %s/%s: %w", rec.Kind, sh.SourceNamespace, sh.SourceName, err)
+		return nil, fmt.Errorf("%s %s/%s: %w", st.Kind, sh.SourceNamespace, sh.SourceName, err)
 	}
-	if err := writeVolume(d.store.dataDir(rec.VolumeID), files, rec.GID); err != nil {
-		return err
+	if err := writeVolume(d.store.shareDir(rec.VolumeID, i), files, rec.GID); err != nil {
+		return nil, err
 	}
-	wasRevoked := rec.Revoked
-	rec.Revoked = false
-	rec.SourceNamespace, rec.SourceName, rec.ResourceVersion = sh.SourceNamespace, sh.SourceName, src.ResourceVersion
-	if err := d.store.save(rec); err != nil {
-		return err
+	change := &shareChange{share: st.shareSpec, kind: "refreshed",
+		why: fmt.Sprintf("%s %s/%s (resourceVersion %s)", st.Kind, sh.SourceNamespace, sh.SourceName, src.ResourceVersion)}
+	if st.Revoked {
+		change.kind = "restored"
 	}
-	if wasRevoked {
-		d.metrics.volumeChanged("restored")
-		d.event(rec, corev1.EventTypeNormal, reasonRestored, "Access to %s %q is granted again; its data is back", rec.Kind.shareTypeName(), rec.Share)
-	} else {
-		d.metrics.volumeChanged("refreshed")
-		d.event(rec, corev1.EventTypeNormal, reasonRefreshed, "Updated from %s %s/%s (resourceVersion %s)", rec.Kind, sh.SourceNamespace, sh.SourceName, src.ResourceVersion)
-	}
-	klog.V(2).InfoS("Volume updated", "volumeID", rec.VolumeID, "restored", wasRevoked, "resourceVersion", src.ResourceVersion)
-	return nil
+	st.Revoked = false
+	st.SourceNamespace, st.SourceName, st.ResourceVersion = sh.SourceNamespace, sh.SourceName, src.ResourceVersion
+	return change, nil
 }
 
-// revoke empties the volume atomically; the mount stays (a running pod's mount cannot be taken
-// away), but no file of the share is reachable through it. A refreshResource=false volume's data
-// is first moved out of the pod's view so it can come back unchanged.
-func (d *driver) revoke(rec volumeRecord, why string) error {
-	if rec.Revoked {
-		return nil
-	}
-	data := d.store.dataDir(rec.VolumeID)
+// dropRevokedCopies empties the copies of revoked shares of a refreshing volume: a restore
+// fetches fresh data anyway, so revoked bytes are not kept. (A refreshResource=false share keeps
+// its copy: it is exactly what comes back.) Only after the record says "revoked", so that a
+// crash never leaves a granted share with an empty copy.
+func (d *driver) dropRevokedCopies(rec volumeRecord) {
 	if !rec.Refresh {
-		// A held copy from an interrupted revoke is the original: never overwrite it.
-		if _, err := os.Lstat(d.store.heldDir(rec.VolumeID)); errors.Is(err, os.ErrNotExist) {
-			files, err := readVolumeFiles(data)
-			if err != nil {
-				return err
-			}
-			if err := writeVolume(d.store.heldDir(rec.VolumeID), files, rec.GID); err != nil {
-				return err
+		return
+	}
+	for i, st := range rec.Shares {
+		if st.Revoked {
+			if err := writeVolume(d.store.shareDir(rec.VolumeID, i), nil, rec.GID); err != nil {
+				klog.ErrorS(err, "Emptying a revoked share's copy failed", "volumeID", rec.VolumeID)
 			}
 		}
 	}
-	d.crash.reached("revoke:held")
-	if err := writeVolume(data, nil, rec.GID); err != nil {
-		return err
-	}
-	d.crash.reached("revoke:emptied")
-	rec.Revoked = true
-	if err := d.store.save(rec); err != nil {
-		return err
-	}
-	d.crash.reached("revoke:record")
-	d.metrics.volumeChanged("revoked")
-	d.event(rec, corev1.EventTypeWarning, reasonRevoked, "The volume's files were removed: %s", why)
-	klog.InfoS("Volume revoked", "volumeID", rec.VolumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName), "share", rec.Share)
-	return nil
 }
 
-// restoreHeld brings back a refreshResource=false volume's original data.
-func (d *driver) restoreHeld(rec volumeRecord) error {
-	held := d.store.heldDir(rec.VolumeID)
-	files, err := readVolumeFiles(held)
-	if err != nil {
-		return err
+// composeData rebuilds the pod's view from the copies of the granted shares, in one atomic swap.
+func (d *driver) composeData(rec volumeRecord) ([]pathConflict, error) {
+	perShare := make([]map[string]volumeFile, len(rec.Shares))
+	for i, st := range rec.Shares {
+		if st.Revoked {
+			continue
+		}
+		files, err := readVolumeFiles(d.store.shareDir(rec.VolumeID, i))
+		if err != nil {
+			return nil, err
+		}
+		perShare[i] = files
 	}
-	if err := writeVolume(d.store.dataDir(rec.VolumeID), files, rec.GID); err != nil {
-		return err
-	}
-	d.crash.reached("restore:data")
-	rec.Revoked = false
-	if err := d.store.save(rec); err != nil {
-		return err
-	}
-	d.crash.reached("restore:record")
-	// The held dir lives inside the volume's own tmpfs, under a name the driver chose.
-	if err := os.RemoveAll(held); err != nil {
-		klog.ErrorS(err, "Removing held data failed", "volumeID", rec.VolumeID)
-	}
-	d.metrics.volumeChanged("restored")
-	d.event(rec, corev1.EventTypeNormal, reasonRestored, "Access to %s %q is granted again; its data is back", rec.Kind.shareTypeName(), rec.Share)
-	klog.InfoS("Volume restored", "volumeID", rec.VolumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName))
-	return nil
+	files, conflicts := composeFiles(rec.specs(), perShare)
+	return conflicts, writeVolume(d.store.dataDir(rec.VolumeID), files, rec.GID)
 }
 
 func (d *driver) event(rec volumeRecord, eventType, reason, format string, args ...any) {

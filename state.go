@@ -13,34 +13,29 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 )
 
 const (
 	recordFile = "record.json"
-	dataDir    = "data" // what the pod sees, bind-mounted read-only onto the target
-	heldDir    = "held" // a refreshResource=false volume's data, kept out of the pod's view while revoked
+	dataDir    = "data"   // what the pod sees, bind-mounted read-only onto the target
+	sharesDir  = "shares" // shares/<i>: share i's last good files, out of the pod's view
 )
 
 // volumeRecord is what the driver must remember about a published volume.
 type volumeRecord struct {
-	VolumeID       string    `json:"volumeID"`
-	Kind           shareKind `json:"kind"`
-	Share          string    `json:"share"`
-	Refresh        bool      `json:"refresh"`
-	PodNamespace   string    `json:"podNamespace"`
-	PodName        string    `json:"podName"`
-	PodUID         string    `json:"podUID"`
-	ServiceAccount string    `json:"serviceAccount"`
-	TargetPath     string    `json:"targetPath"`
+	VolumeID       string       `json:"volumeID"`
+	Shares         []shareState `json:"shares"`
+	Refresh        bool         `json:"refresh"`
+	PodNamespace   string       `json:"podNamespace"`
+	PodName        string       `json:"podName"`
+	PodUID         string       `json:"podUID"`
+	ServiceAccount string       `json:"serviceAccount"`
+	TargetPath     string       `json:"targetPath"`
 	// CreatedTarget says the driver made the target directory, so unpublish may remove it.
 	CreatedTarget bool `json:"createdTarget"`
-	// The source object whose data the volume shows, and its resourceVersion.
-	SourceNamespace string `json:"sourceNamespace"`
-	SourceName      string `json:"sourceName"`
-	ResourceVersion string `json:"resourceVersion"`
-	// Revoked: the pod lost access (or the share is gone); the data dir is empty.
-	Revoked bool `json:"revoked"`
 	// How files are made: modes, key selection, owner group (the pod's fsGroup, -1 for none),
 	// and the tmpfs's SELinux context mount option.
 	DefaultMode  os.FileMode `json:"defaultMode"`
@@ -49,21 +44,50 @@ type volumeRecord struct {
 	MountContext string      `json:"mountContext,omitempty"`
 }
 
+// shareState is what the volume shows of one of its shares.
+type shareState struct {
+	shareSpec
+	// The source object whose files the share contributes, and its resourceVersion.
+	SourceNamespace string `json:"sourceNamespace"`
+	SourceName      string `json:"sourceName"`
+	ResourceVersion string `json:"resourceVersion"`
+	// Revoked: the pod may not use the share (or it was deleted); its files are not shown.
+	Revoked bool `json:"revoked"`
+}
+
+func (r *volumeRecord) specs() []shareSpec {
+	out := make([]shareSpec, len(r.Shares))
+	for i, s := range r.Shares {
+		out[i] = s.shareSpec
+	}
+	return out
+}
+
+// describe names the volume's shares for logs and messages.
+func (r *volumeRecord) describe() string {
+	names := make([]string, len(r.Shares))
+	for i, s := range r.Shares {
+		names[i] = s.String()
+	}
+	return strings.Join(names, ",")
+}
+
 // sameRequest says whether a repeated NodePublishVolume asks for what this volume already is.
 func (r *volumeRecord) sameRequest(v *volumeRequest) bool {
-	return r.Kind == v.Kind && r.Share == v.Share && r.Refresh == v.Refresh &&
+	return slices.Equal(r.specs(), v.Shares) && r.Refresh == v.Refresh &&
 		r.PodNamespace == v.PodNamespace && r.PodName == v.PodName && r.PodUID == v.PodUID &&
 		r.ServiceAccount == v.ServiceAccount && r.TargetPath == v.TargetPath &&
 		r.DefaultMode == v.DefaultMode && slices.Equal(r.Items, v.Items) && r.GID == v.GID && r.MountContext == v.MountContext
 }
 
-// project turns a source's data into this volume's files.
-func (r *volumeRecord) project(src map[string][]byte) (map[string]volumeFile, error) {
-	return projectFiles(src, r.Items, r.DefaultMode)
+// project turns share i's source data into the files it contributes to this volume.
+func (r *volumeRecord) project(i int, src map[string][]byte) (map[string]volumeFile, error) {
+	return projectFiles(src, r.Items, i, r.DefaultMode)
 }
 
-func (r *volumeRecord) accessKey() accessKey {
-	return accessKey{Namespace: r.PodNamespace, ServiceAccount: r.ServiceAccount, Kind: r.Kind, Share: r.Share}
+func (r *volumeRecord) accessKey(i int) accessKey {
+	s := r.Shares[i]
+	return accessKey{Namespace: r.PodNamespace, ServiceAccount: r.ServiceAccount, Kind: s.Kind, Share: s.Name}
 }
 
 // volumeStore keeps the published volumes in memory and persists each record in its volume.
@@ -80,7 +104,9 @@ func newVolumeStore(stateDir string) *volumeStore {
 // volumeDir is where the volume's tmpfs is mounted. id has passed validateVolumeID.
 func (s *volumeStore) volumeDir(id string) string { return filepath.Join(s.dir, id) }
 func (s *volumeStore) dataDir(id string) string   { return filepath.Join(s.dir, id, dataDir) }
-func (s *volumeStore) heldDir(id string) string   { return filepath.Join(s.dir, id, heldDir) }
+func (s *volumeStore) shareDir(id string, i int) string {
+	return filepath.Join(s.dir, id, sharesDir, strconv.Itoa(i))
+}
 
 func (s *volumeStore) get(id string) (volumeRecord, bool) {
 	s.mu.Lock()
@@ -151,8 +177,13 @@ func (s *volumeStore) readRecord(id string) (volumeRecord, error) {
 	if rec.VolumeID != id {
 		return rec, fmt.Errorf("corrupt record: it names volume %q", rec.VolumeID)
 	}
-	if rec.Kind != kindSecret && rec.Kind != kindConfigMap || rec.TargetPath == "" || rec.PodUID == "" {
+	if len(rec.Shares) == 0 || rec.TargetPath == "" || rec.PodUID == "" {
 		return rec, errors.New("corrupt record: missing fields")
+	}
+	for _, sh := range rec.Shares {
+		if sh.Kind != kindSecret && sh.Kind != kindConfigMap || !validName(sh.Name) {
+			return rec, errors.New("corrupt record: invalid share")
+		}
 	}
 	return rec, nil
 }

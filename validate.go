@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -23,7 +24,11 @@ const (
 	attrRefreshResource = "refreshResource"
 	attrDefaultMode     = "defaultMode"
 	attrItems           = "items"
+	attrShares          = "shares"
 )
+
+// maxShares bounds the shares of one volume (each costs a SubjectAccessReview and a GET).
+const maxShares = 16
 
 // defaultFileMode is what files get when the volume sets no defaultMode, as the kubelet's own
 // secret volumes do.
@@ -59,12 +64,20 @@ func (k shareKind) shareResource() string {
 // shareTypeName is the custom resource's Kind, for messages.
 func (k shareKind) shareTypeName() string { return "Shared" + string(k) }
 
+// shareSpec names one share a volume mounts.
+type shareSpec struct {
+	Kind shareKind `json:"kind"`
+	Name string    `json:"name"`
+}
+
+// String is the form used in the shares attribute and in messages: secret/NAME, configmap/NAME.
+func (s shareSpec) String() string { return strings.ToLower(string(s.Kind)) + "/" + s.Name }
+
 // volumeRequest is a validated NodePublishVolume request.
 type volumeRequest struct {
 	VolumeID       string
 	TargetPath     string
-	Kind           shareKind
-	Share          string
+	Shares         []shareSpec // one, or several (attribute shares), in the order given
 	Refresh        bool
 	PodNamespace   string
 	PodName        string
@@ -78,11 +91,12 @@ type volumeRequest struct {
 	MountContext string // an SELinux context= mount option for the tmpfs, or ""
 }
 
-// item selects one key of the source and names the file it becomes.
+// item selects one key of one share's source and names the file it becomes.
 type item struct {
-	Key  string      `json:"key"`
-	Path string      `json:"path"`
-	Mode os.FileMode `json:"mode,omitempty"` // 0: the volume's default mode
+	Share int         `json:"share,omitempty"` // index into the volume's shares
+	Key   string      `json:"key"`
+	Path  string      `json:"path"`
+	Mode  os.FileMode `json:"mode,omitempty"` // 0: the volume's default mode
 }
 
 // invalidArgument is a validation failure; csi.go maps it to codes.InvalidArgument.
@@ -227,21 +241,11 @@ func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) 
 		return nil, err
 	}
 
-	secretShare, hasSecret := vc[attrSharedSecret]
-	cmShare, hasCM := vc[attrSharedConfigMap]
-	switch {
-	case hasSecret && hasCM:
-		return nil, invalidf("set exactly one of volumeAttributes %s and %s, not both", attrSharedSecret, attrSharedConfigMap)
-	case hasSecret:
-		v.Kind, v.Share = kindSecret, secretShare
-	case hasCM:
-		v.Kind, v.Share = kindConfigMap, cmShare
-	default:
-		return nil, invalidf("set one of volumeAttributes %s or %s to the name of a share", attrSharedSecret, attrSharedConfigMap)
+	shares, err := parseShareAttributes(vc)
+	if err != nil {
+		return nil, err
 	}
-	if !validName(v.Share) {
-		return nil, invalidf("%s name %q is not a valid object name (lowercase RFC 1123 subdomain)", v.Kind.shareTypeName(), v.Share)
-	}
+	v.Shares = shares
 	if s, ok := vc[attrRefreshResource]; ok {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
@@ -257,7 +261,7 @@ func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) 
 		v.DefaultMode = m
 	}
 	if s, ok := vc[attrItems]; ok {
-		items, err := parseItems(s)
+		items, err := parseItems(s, v.Shares)
 		if err != nil {
 			return nil, invalidf("volumeAttribute %s: %v", attrItems, err)
 		}
@@ -265,7 +269,7 @@ func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) 
 	}
 	for k := range vc {
 		switch k {
-		case attrSharedSecret, attrSharedConfigMap, attrRefreshResource, attrDefaultMode, attrItems:
+		case attrSharedSecret, attrSharedConfigMap, attrShares, attrRefreshResource, attrDefaultMode, attrItems:
 			continue
 		}
 		// The kubelet owns the csi.storage.k8s.io/ prefix and may add keys in newer releases;
@@ -273,10 +277,58 @@ func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) 
 		if strings.HasPrefix(k, kubeletKeyPrefix) {
 			continue
 		}
-		return nil, invalidf("unknown volumeAttribute %q: supported are %s, %s, %s, %s and %s",
-			k, attrSharedSecret, attrSharedConfigMap, attrRefreshResource, attrDefaultMode, attrItems)
+		return nil, invalidf("unknown volumeAttribute %q: supported are %s, %s, %s, %s, %s and %s",
+			k, attrSharedSecret, attrSharedConfigMap, attrShares, attrRefreshResource, attrDefaultMode, attrItems)
 	}
 	return v, nil
+}
+
+// parseShareAttributes reads which shares a volume mounts: exactly one of sharedSecret: NAME,
+// sharedConfigMap: NAME (OpenShift's attributes) or shares: "secret/NAME, configmap/NAME, ...".
+func parseShareAttributes(vc map[string]string) ([]shareSpec, error) {
+	secretName, hasSecret := vc[attrSharedSecret]
+	cmName, hasCM := vc[attrSharedConfigMap]
+	list, hasList := vc[attrShares]
+	var shares []shareSpec
+	switch n := btoi(hasSecret) + btoi(hasCM) + btoi(hasList); {
+	case n > 1:
+		return nil, invalidf("set exactly one of volumeAttributes %s, %s and %s, not several", attrSharedSecret, attrSharedConfigMap, attrShares)
+	case hasSecret:
+		shares = []shareSpec{{Kind: kindSecret, Name: secretName}}
+	case hasCM:
+		shares = []shareSpec{{Kind: kindConfigMap, Name: cmName}}
+	case hasList:
+		for _, entry := range strings.Split(list, ",") {
+			entry = strings.TrimSpace(entry)
+			kind, name, ok := strings.Cut(entry, "/")
+			s := shareSpec{Kind: map[string]shareKind{"secret": kindSecret, "configmap": kindConfigMap}[kind], Name: name}
+			if !ok || s.Kind == "" {
+				return nil, invalidf("volumeAttribute %s: entry %q is not secret/NAME or configmap/NAME", attrShares, entry)
+			}
+			if slices.Contains(shares, s) {
+				return nil, invalidf("volumeAttribute %s: %s is listed twice", attrShares, s)
+			}
+			shares = append(shares, s)
+		}
+		if len(shares) > maxShares {
+			return nil, invalidf("volumeAttribute %s lists %d shares; at most %d", attrShares, len(shares), maxShares)
+		}
+	default:
+		return nil, invalidf("set one of volumeAttributes %s or %s to the name of a share (or %s to a list of them)", attrSharedSecret, attrSharedConfigMap, attrShares)
+	}
+	for _, s := range shares {
+		if !validName(s.Name) {
+			return nil, invalidf("%s name %q is not a valid object name (lowercase RFC 1123 subdomain)", s.Kind.shareTypeName(), s.Name)
+		}
+	}
+	return shares, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // parseMode reads an octal file mode such as "0440" or "440": permission bits only.
@@ -291,7 +343,8 @@ func parseMode(s string) (os.FileMode, error) {
 // parseItems reads the key selection: comma-separated entries KEY[=PATH][:MODE], e.g.
 // "ca.crt, tls.key=keys/tls.key:0400". PATH is relative, checked segment by segment; MODE is
 // octal. Two entries may not produce the same path, nor a path that is another's directory.
-func parseItems(s string) ([]item, error) {
+// In a volume of several shares, KEY names its share: secret/NAME/KEY or configmap/NAME/KEY.
+func parseItems(s string, shares []shareSpec) ([]item, error) {
 	var items []item
 	paths := map[string]bool{}
 	for _, entry := range strings.Split(s, ",") {
@@ -312,6 +365,15 @@ func parseItems(s string) ([]item, error) {
 			it.Mode = m
 		}
 		it.Key, it.Path, _ = strings.Cut(rest, "=")
+		if i := strings.LastIndex(it.Key, "/"); i >= 0 {
+			it.Share = slices.IndexFunc(shares, func(s shareSpec) bool { return s.String() == it.Key[:i] })
+			if it.Share < 0 {
+				return nil, fmt.Errorf("entry %q: %q is not one of the volume's shares", entry, it.Key[:i])
+			}
+			it.Key = it.Key[i+1:]
+		} else if len(shares) > 1 {
+			return nil, fmt.Errorf("entry %q: the volume has several shares; name the key as KIND/SHARE/KEY, e.g. %s/%s", entry, shares[0], it.Key)
+		}
 		if it.Path == "" {
 			it.Path = it.Key
 		}

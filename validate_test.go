@@ -33,7 +33,7 @@ func TestParsePublishRequestAcceptsAKubeletRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := volumeRequest{VolumeID: "csi-0123abcd", TargetPath: goodTarget, Kind: kindSecret, Share: "corp-ca", Refresh: true,
+	want := volumeRequest{VolumeID: "csi-0123abcd", TargetPath: goodTarget, Shares: []shareSpec{{Kind: kindSecret, Name: "corp-ca"}}, Refresh: true,
 		PodNamespace: "team-a", PodName: "web-1", PodUID: testUID, ServiceAccount: "app", DefaultMode: 0o644, GID: -1}
 	if !reflect.DeepEqual(*v, want) {
 		t.Errorf("got %+v\nwant %+v", *v, want)
@@ -128,7 +128,7 @@ func TestValidateTargetPathForUnpublishAcceptsAnyPodUID(t *testing.T) {
 }
 
 func TestParseItemsSelectsRenamesAndSetsModes(t *testing.T) {
-	items, err := parseItems(" ca.crt , tls.key=keys/tls.key:0400,tls.crt=keys/tls.crt")
+	items, err := parseItems(" ca.crt , tls.key=keys/tls.key:0400,tls.crt=keys/tls.crt", oneShare)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestParseItemsRejectsUnsafeOrConflictingPaths(t *testing.T) {
 		"", "a,,b", "a=../etc/passwd", "a=/etc/passwd", "a=b//c", "a=./b", "a=b/../c", "a=..data/x",
 		"../a", "a/b", "a=x,b=x", "a=x,b=x/y", "a:0999", "a:abc", "a:0000", "a:01777", "a=b:",
 	} {
-		if _, err := parseItems(bad); err == nil {
+		if _, err := parseItems(bad, oneShare); err == nil {
 			t.Errorf("items %q accepted", bad)
 		}
 	}
@@ -202,19 +202,83 @@ func TestParsePublishRequestReadsFsGroupAndFileAttributes(t *testing.T) {
 
 func TestProjectFilesFollowsItemsAndReportsMissingKeys(t *testing.T) {
 	src := map[string][]byte{"ca.crt": []byte("ca"), "tls.key": []byte("key"), "unused": []byte("x")}
-	files, err := projectFiles(src, []item{{Key: "ca.crt", Path: "certs/ca.pem"}, {Key: "tls.key", Path: "tls.key", Mode: 0o400}}, 0o440)
+	files, err := projectFiles(src, []item{{Key: "ca.crt", Path: "certs/ca.pem"}, {Key: "tls.key", Path: "tls.key", Mode: 0o400}}, 0, 0o440)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(files) != 2 || string(files["certs/ca.pem"].Data) != "ca" || files["certs/ca.pem"].Mode != 0o440 || files["tls.key"].Mode != 0o400 {
 		t.Errorf("got %+v", files)
 	}
-	_, err = projectFiles(src, []item{{Key: "absent", Path: "a"}}, 0o644)
+	_, err = projectFiles(src, []item{{Key: "absent", Path: "a"}}, 0, 0o644)
 	if err == nil || !strings.Contains(err.Error(), `"absent"`) {
 		t.Errorf("missing key: %v", err)
 	}
-	all, err := projectFiles(src, nil, 0o600)
+	all, err := projectFiles(src, nil, 0, 0o600)
 	if err != nil || len(all) != 3 || all["unused"].Mode != 0o600 {
 		t.Errorf("no items: %+v, %v", all, err)
+	}
+}
+
+var oneShare = []shareSpec{{Kind: kindSecret, Name: "corp-ca"}}
+
+func TestParseSharesListsSeveralSharesAndItemsNameThem(t *testing.T) {
+	r := goodPublishRequest()
+	delete(r.VolumeContext, attrSharedSecret)
+	r.VolumeContext[attrShares] = "secret/corp-ca, configmap/proxy"
+	r.VolumeContext[attrItems] = "secret/corp-ca/ca.crt=certs/ca.pem, configmap/proxy/proxy.env"
+	v, err := parsePublishRequest(r, testRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantShares := []shareSpec{{Kind: kindSecret, Name: "corp-ca"}, {Kind: kindConfigMap, Name: "proxy"}}
+	if !reflect.DeepEqual(v.Shares, wantShares) {
+		t.Errorf("shares %+v", v.Shares)
+	}
+	wantItems := []item{{Share: 0, Key: "ca.crt", Path: "certs/ca.pem"}, {Share: 1, Key: "proxy.env", Path: "proxy.env"}}
+	if !reflect.DeepEqual(v.Items, wantItems) {
+		t.Errorf("items %+v", v.Items)
+	}
+	for _, bad := range []map[string]string{
+		{attrShares: "secret/a, secret/a"},
+		{attrShares: "secret/a, configmaps/b"},
+		{attrShares: "a"},
+		{attrShares: "secret/A_B"},
+		{attrShares: "secret/a", attrSharedSecret: "a"},
+		{attrShares: "secret/a,configmap/b", attrItems: "ca.crt"},                       // which share?
+		{attrShares: "secret/a,configmap/b", attrItems: "secret/zzz/ca.crt"},            // not listed
+		{attrShares: "secret/a,configmap/b", attrItems: "secret/a/k=x,configmap/b/k=x"}, // same path
+	} {
+		r := goodPublishRequest()
+		delete(r.VolumeContext, attrSharedSecret)
+		for k, v := range bad {
+			r.VolumeContext[k] = v
+		}
+		if _, err := parsePublishRequest(r, testRoot); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+func TestComposeFilesFirstShareWinsAndReportsConflicts(t *testing.T) {
+	specs := []shareSpec{{Kind: kindSecret, Name: "a"}, {Kind: kindConfigMap, Name: "b"}, {Kind: kindSecret, Name: "c"}}
+	f := func(s string) volumeFile { return volumeFile{Data: []byte(s), Mode: 0o644} }
+	files, conflicts := composeFiles(specs, []map[string]volumeFile{
+		{"ca.crt": f("a"), "dir/x": f("a")},
+		{"ca.crt": f("b"), "dir/y": f("b"), "dir": f("b-file")},
+		nil, // revoked
+	})
+	if string(files["ca.crt"].Data) != "a" || string(files["dir/x"].Data) != "a" || string(files["dir/y"].Data) != "b" {
+		t.Errorf("files %v", files)
+	}
+	if _, ok := files["dir"]; ok {
+		t.Error("a file of the second share shadows a directory of the first")
+	}
+	if len(conflicts) != 2 {
+		t.Fatalf("conflicts %+v, want ca.crt and dir", conflicts)
+	}
+	for _, c := range conflicts {
+		if c.Kept != specs[0] || c.Dropped != specs[1] {
+			t.Errorf("conflict %+v", c)
+		}
 	}
 }

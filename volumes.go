@@ -52,51 +52,45 @@ func (l *volumeLocks) unlock(id string) {
 func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
 	if rec, ok := d.store.get(v.VolumeID); ok {
 		if !rec.sameRequest(v) {
-			return status.Errorf(codes.AlreadyExists, "volume %s is already published with other arguments (%s %q for pod %s/%s at %s)",
-				v.VolumeID, rec.Kind.shareTypeName(), rec.Share, rec.PodNamespace, rec.PodName, rec.TargetPath)
+			return status.Errorf(codes.AlreadyExists, "volume %s is already published with other arguments (%s for pod %s/%s at %s)",
+				v.VolumeID, rec.describe(), rec.PodNamespace, rec.PodName, rec.TargetPath)
 		}
 		return d.ensureBind(rec)
 	}
 
-	sh, err := d.shares.get(ctx, v.Kind, v.Share)
-	switch {
-	case apierrors.IsNotFound(err):
-		return status.Errorf(codes.NotFound, "%s %q does not exist: a cluster admin must create it (cluster-scoped, group %s)", v.Kind.shareTypeName(), v.Share, shareGroup)
-	case errors.As(err, new(*badShareError)):
-		return status.Errorf(codes.FailedPrecondition, "%v", err)
-	case err != nil:
-		return status.Errorf(codes.Unavailable, "reading %s %q, will retry: %v", v.Kind.shareTypeName(), v.Share, err)
-	}
-
-	key := accessKey{Namespace: v.PodNamespace, ServiceAccount: v.ServiceAccount, Kind: v.Kind, Share: v.Share}
-	dec, err := d.authz.check(ctx, key, false)
-	if err != nil {
-		// An error is never a grant.
-		return status.Errorf(codes.Unavailable, "cannot check access, will retry: %v", err)
-	}
-	if !dec.Allowed {
-		return status.Error(codes.PermissionDenied, deniedMessage(key, dec.Reason))
-	}
-
-	src, err := d.sources.get(ctx, sourceKey{Kind: v.Kind, Namespace: sh.SourceNamespace, Name: sh.SourceName})
-	if err != nil {
-		return sourceError(sh, err)
-	}
 	rec := volumeRecord{
-		VolumeID: v.VolumeID, Kind: v.Kind, Share: v.Share, Refresh: v.Refresh,
+		VolumeID: v.VolumeID, Refresh: v.Refresh,
 		PodNamespace: v.PodNamespace, PodName: v.PodName, PodUID: v.PodUID, ServiceAccount: v.ServiceAccount,
-		TargetPath:      v.TargetPath,
-		SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion,
+		TargetPath:  v.TargetPath,
 		DefaultMode: v.DefaultMode, Items: v.Items, GID: v.GID, MountContext: v.MountContext,
 	}
-	files, err := rec.project(src.Files)
-	if err != nil {
-		return status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", v.Kind, sh.SourceNamespace, sh.SourceName, err)
+	// Every share is checked and fetched before anything is written: a volume is published
+	// whole or not at all.
+	perShare := make([]map[string]volumeFile, len(v.Shares))
+	var size int64
+	for i, spec := range v.Shares {
+		sh, src, err := d.fetchShare(ctx, v, spec)
+		if err != nil {
+			return err
+		}
+		rec.Shares = append(rec.Shares, shareState{shareSpec: spec,
+			SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion})
+		if perShare[i], err = rec.project(i, src.Files); err != nil {
+			return status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", spec.Kind, sh.SourceNamespace, sh.SourceName, err)
+		}
+		size += src.Size
 	}
-	if need := 2*src.Size + reservedBytes; need > d.tmpfsSize {
-		// Twice: an update writes the new set beside the old one before the swap.
-		return status.Errorf(codes.ResourceExhausted, "%s %s/%s holds %d bytes; a volume needs twice that plus %d bytes, more than the tmpfs size limit of %d bytes (raise --tmpfs-size)",
-			v.Kind, sh.SourceNamespace, sh.SourceName, src.Size, reservedBytes, d.tmpfsSize)
+	files, conflicts := composeFiles(v.Shares, perShare)
+	if len(conflicts) > 0 {
+		c := conflicts[0]
+		return status.Errorf(codes.FailedPrecondition, "%s and %s both provide the file %q: select and rename keys with the volumeAttribute %s",
+			c.Kept, c.Dropped, c.Path, attrItems)
+	}
+	// Three times: each share's copy, and the data dir, where an update writes the new set beside
+	// the old one before the swap.
+	if need := 3*size + reservedBytes; need > d.tmpfsSize {
+		return status.Errorf(codes.ResourceExhausted, "the shares of volume %s hold %d bytes; a volume needs three times that plus %d bytes, more than the tmpfs size limit of %d bytes (raise --tmpfs-size)",
+			v.VolumeID, size, reservedBytes, d.tmpfsSize)
 	}
 
 	// Side effects start here. Each step registers its undo; on failure they run in reverse.
@@ -124,11 +118,11 @@ func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
 	}
 	undo = append(undo, func() { unmountLogged(volDir) })
 	d.crash.reached("publish:tmpfs")
+	if err := d.writeShareCopies(rec, perShare); err != nil {
+		return writeError(v.VolumeID, d.tmpfsSize, err)
+	}
 	if err := writeVolume(d.store.dataDir(v.VolumeID), files, v.GID); err != nil {
-		if errors.Is(err, unix.ENOSPC) {
-			return status.Errorf(codes.ResourceExhausted, "writing volume %s: the tmpfs size limit of %d bytes is too small (raise --tmpfs-size): %v", v.VolumeID, d.tmpfsSize, err)
-		}
-		return status.Errorf(codes.Internal, "writing volume %s: %v", v.VolumeID, err)
+		return writeError(v.VolumeID, d.tmpfsSize, err)
 	}
 	d.crash.reached("publish:data")
 	exists, err := d.checkTarget(v.TargetPath)
@@ -155,9 +149,57 @@ func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
 	}
 	succeeded = true
 	d.crash.reached("publish:bind")
-	klog.V(2).InfoS("Published volume", "volumeID", v.VolumeID, "kind", v.Kind, "share", v.Share,
-		"pod", klog.KRef(v.PodNamespace, v.PodName), "source", klog.KRef(sh.SourceNamespace, sh.SourceName), "files", len(src.Files))
+	klog.V(2).InfoS("Published volume", "volumeID", v.VolumeID, "shares", rec.describe(),
+		"pod", klog.KRef(v.PodNamespace, v.PodName), "files", len(files))
 	return nil
+}
+
+// fetchShare looks up one share of a publish, checks the pod may use it and GETs its source.
+func (d *driver) fetchShare(ctx context.Context, v *volumeRequest, spec shareSpec) (share, *sourceData, error) {
+	sh, err := d.shares.get(ctx, spec.Kind, spec.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return sh, nil, status.Errorf(codes.NotFound, "%s %q does not exist: a cluster admin must create it (cluster-scoped, group %s)", spec.Kind.shareTypeName(), spec.Name, shareGroup)
+	case errors.As(err, new(*badShareError)):
+		return sh, nil, status.Errorf(codes.FailedPrecondition, "%v", err)
+	case err != nil:
+		return sh, nil, status.Errorf(codes.Unavailable, "reading %s %q, will retry: %v", spec.Kind.shareTypeName(), spec.Name, err)
+	}
+	key := accessKey{Namespace: v.PodNamespace, ServiceAccount: v.ServiceAccount, Kind: spec.Kind, Share: spec.Name}
+	dec, err := d.authz.check(ctx, key, false)
+	if err != nil {
+		// An error is never a grant.
+		return sh, nil, status.Errorf(codes.Unavailable, "cannot check access, will retry: %v", err)
+	}
+	if !dec.Allowed {
+		return sh, nil, status.Error(codes.PermissionDenied, deniedMessage(key, dec.Reason))
+	}
+	src, err := d.sources.get(ctx, sourceKey{Kind: spec.Kind, Namespace: sh.SourceNamespace, Name: sh.SourceName})
+	if err != nil {
+		return sh, nil, sourceError(sh, err)
+	}
+	return sh, src, nil
+}
+
+// writeShareCopies keeps each share's files beside the data dir, out of the pod's view: they are
+// what the share shows while the share is granted, and what comes back after a revocation.
+func (d *driver) writeShareCopies(rec volumeRecord, perShare []map[string]volumeFile) error {
+	if err := os.MkdirAll(filepath.Join(d.store.volumeDir(rec.VolumeID), sharesDir), 0o755); err != nil {
+		return err
+	}
+	for i, files := range perShare {
+		if err := writeVolume(d.store.shareDir(rec.VolumeID, i), files, rec.GID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeError(volumeID string, limit int64, err error) error {
+	if errors.Is(err, unix.ENOSPC) {
+		return status.Errorf(codes.ResourceExhausted, "writing volume %s: the tmpfs size limit of %d bytes is too small (raise --tmpfs-size): %v", volumeID, limit, err)
+	}
+	return status.Errorf(codes.Internal, "writing volume %s: %v", volumeID, err)
 }
 
 // sourceError maps a failed GET of a share's source to the code the kubelet should see.
