@@ -5,6 +5,9 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -220,4 +223,68 @@ func readVolumeNames(t *testing.T, target string) map[string]bool {
 		}
 	}
 	return out
+}
+
+func TestMetricsAreServedAndCount(t *testing.T) {
+	e := e2e(t)
+	addr := freeLocalAddr(t)
+	p := e.startDriver(t, withArgs("--health-address="+addr))
+	f := newSharedSecret(t, e, p, true)
+	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
+	if err := p.publish(v); err != nil {
+		t.Fatal(err)
+	}
+	denied := p.volume(f.consumer, "other", map[string]string{attrSharedSecret: f.share})
+	wantCode(t, p.publish(denied), codes.PermissionDenied)
+	f.revoke()
+	eventually(t, relist+relistSlack, func() error { return emptyVolume(t, v) })
+
+	m := scrape(t, "http://"+addr+"/metrics")
+	for _, want := range []string{
+		`sharedresource_csi_operations_total{code="OK",method="NodePublishVolume"} 1`,
+		`sharedresource_csi_operations_total{code="PermissionDenied",method="NodePublishVolume"} 1`,
+		`sharedresource_volumes 1`,
+		`sharedresource_mounts 2`, // the tmpfs and its bind
+		`sharedresource_volume_changes_total{change="revoked"} 1`,
+		`sharedresource_api_requests_total{code="201",resource="subjectaccessreviews",verb="create"}`,
+		`sharedresource_api_requests_total{code="200",resource="secrets",verb="get"}`,
+		`sharedresource_relist_cycle_duration_seconds_count`,
+		`sharedresource_source_cache_misses_total`,
+		`go_goroutines`, `process_open_fds`, `process_resident_memory_bytes`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	for _, path := range []string{"/healthz", "/livez"} {
+		if body := scrape(t, "http://"+addr+path); !strings.Contains(body, "ok") {
+			t.Errorf("%s: %q", path, body)
+		}
+	}
+	if err := p.unpublish(v); err != nil {
+		t.Fatal(err)
+	}
+	if m := scrape(t, "http://"+addr+"/metrics"); !strings.Contains(m, "sharedresource_mounts 0") {
+		t.Error("mounts gauge not back to 0 after unpublish")
+	}
+}
+
+func freeLocalAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
