@@ -121,8 +121,8 @@ func validateFilePath(p string) error {
 // several problems the error is the same every time, and files are written in
 // a stable order).
 func atomicValidateVolume(files map[string]volumeFile, gid int) ([]string, error) {
-	if gid > atomicMaxGid {
-		return nil, fmt.Errorf("gid %d out of range (at most %d)", gid, atomicMaxGid)
+	if int64(gid) > atomicMaxGid {
+		return nil, fmt.Errorf("gid %d out of range (at most %d)", gid, int64(atomicMaxGid))
 	}
 	paths := slices.Sorted(maps.Keys(files))
 	for _, p := range paths {
@@ -351,7 +351,11 @@ func atomicCheckTopSlot(root *os.Root, name string) error {
 }
 
 // atomicOwner is the ownership the writer gives (or, for gid < 0, leaves on)
-// everything inside a timestamped dir.
+// everything inside a timestamped dir. For gid < 0 that is the process's
+// euid:egid, which is what creation yields unless dir itself is setgid (then
+// the timestamped dir inherits dir's group, the identical-payload check never
+// matches, and every write republishes: harmless churn, and the driver's
+// volume dirs are plain 0755 dirs).
 func atomicOwner(gid int) (uid, g uint32) {
 	if gid < 0 {
 		return uint32(os.Geteuid()), uint32(os.Getegid())
@@ -385,7 +389,7 @@ func atomicScan(sub *os.Root) (map[string]volumeFile, map[string]atomicEntry, er
 			return err
 		}
 		if !li.Mode().IsRegular() && !li.IsDir() {
-			return fmt.Errorf("%s is a %v, not a regular file or directory", rel, li.Mode().Type())
+			return fmt.Errorf("%s is not a regular file or directory (mode %v)", rel, li.Mode())
 		}
 		// O_NONBLOCK so that a FIFO swapped in after the Lstat cannot hang
 		// the reader; it changes nothing for regular files and dirs.

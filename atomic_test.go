@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // atomicTestTsDirs lists the timestamped payload dirs in dir.
@@ -1419,7 +1420,7 @@ func TestWriteVolumeReadersNeverSeeMixNested(t *testing.T) {
 		}
 	})
 
-	const swaps = 200
+	const swaps = 100
 	var last map[string]volumeFile
 	for i := 1; i <= swaps && !failed.Load(); i++ {
 		_, last = volumeTestGeneration(i)
@@ -1444,4 +1445,105 @@ func TestWriteVolumeReadersNeverSeeMixNested(t *testing.T) {
 	if !seen["A"] || !seen["B"] {
 		t.Logf("note: the ..data walker only saw sets %v", slices.Sorted(maps.Keys(seen)))
 	}
+}
+
+// volumeFuzzOracle says whether writeVolume must accept files, by rules written down
+// independently of the writer: every path has 1..16 "/"-separated segments, each a key the API
+// server accepts (validation.IsConfigMapKey, which also rejects "", ".", ".." and "..x"); every
+// mode is permission bits only; and no path is a directory of another path.
+func volumeFuzzOracle(files map[string]volumeFile) bool {
+	for p, f := range files {
+		segs := strings.Split(p, "/")
+		if len(segs) > 16 || f.Mode&^0o777 != 0 {
+			return false
+		}
+		for _, s := range segs {
+			if len(validation.IsConfigMapKey(s)) > 0 {
+				return false
+			}
+		}
+		for q := range files {
+			if strings.HasPrefix(q, p+"/") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// FuzzWriteVolume feeds sequences of nested payloads to one dir: each is either accepted and
+// then exactly what the dir shows (layout, modes, group, readVolumeFiles), or rejected with the
+// dir unchanged. Input per payload: a header byte (low 3 bits: number of files, bits 3-4: gid
+// choice), then per file a path length byte (low 5 bits; bit 7: raw bytes instead of the
+// alphabet "ab./", which produces "..", "//", "a/b", ...), the path, a mode byte (bit 7: add
+// setuid), a data length byte and the data.
+func FuzzWriteVolume(f *testing.F) {
+	f.Add([]byte{0x02, 3, 0, 2, 1, 0o644 & 0x7f, 1, 'x', 1, 1, 0x24, 0})
+	f.Add([]byte{0x0a, 3, 0, 2, 1, 0x24, 1, 'y', 1, 0, 0x24, 0, 0x01, 1, 0, 0x20, 0})
+	f.Add([]byte{0x01, 4, 2, 2, 3, 0, 0x24, 1, 'z', 0x11, 0x83, '/', 'a', 'b', 0x24, 0})
+	gids := []int{-1, 2345, -1, 2346}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tmpfsTestNeedRoot(t) // gids are applied with chown
+		next := func() byte {
+			if len(data) == 0 {
+				return 0
+			}
+			b := data[0]
+			data = data[1:]
+			return b
+		}
+		take := func(n int) []byte {
+			n = min(n, len(data))
+			b := bytes.Clone(data[:n])
+			data = data[n:]
+			return b
+		}
+		dir := filepath.Join(t.TempDir(), "vol")
+		var want map[string]volumeFile
+		wantGid := -1
+		for round := 0; len(data) > 0 && round < 6; round++ {
+			hdr := next()
+			gid := gids[int(hdr>>3)%len(gids)]
+			files := map[string]volumeFile{}
+			for range int(hdr & 7) {
+				lb := next()
+				p := take(int(lb & 0x1f))
+				if lb&0x80 == 0 {
+					for i, c := range p {
+						p[i] = "ab./"[c%4]
+					}
+				}
+				mb := next()
+				mode := os.FileMode(mb&0x7f) | 0o400
+				if mb&0x80 != 0 {
+					mode |= os.ModeSetuid
+				}
+				files[string(p)] = volumeFile{Data: take(int(next() & 0x3f)), Mode: mode}
+			}
+			var before map[string]string
+			if want != nil {
+				before = atomicTestSnapshot(t, dir)
+			}
+			err := writeVolume(dir, files, gid)
+			switch valid := volumeFuzzOracle(files); {
+			case valid && err != nil:
+				t.Fatalf("round %d: valid payload %s rejected: %v", round, volumeTestDescribe(files), err)
+			case !valid && err == nil:
+				t.Fatalf("round %d: invalid payload %s accepted", round, volumeTestDescribe(files))
+			case valid:
+				want, wantGid = files, gid
+			case want == nil:
+				if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+					t.Fatalf("round %d: rejected payload created the dir (%v)", round, err)
+				}
+			default:
+				if after := atomicTestSnapshot(t, dir); !maps.Equal(before, after) {
+					t.Fatalf("round %d: rejected payload %s changed the dir", round, volumeTestDescribe(files))
+				}
+			}
+			if want != nil {
+				volumeTestCheckLayout(t, dir, want, wantGid)
+			}
+		}
+	})
 }

@@ -100,7 +100,7 @@ func TestItemsNamingAMissingKeyFailPrecondition(t *testing.T) {
 	p.assertNothingLeft(t, v, bad)
 }
 
-func TestMountFlagsOnlySELinuxContext(t *testing.T) {
+func TestSELinuxContextIsTheOnlyMountFlag(t *testing.T) {
 	e := e2e(t)
 	p := e.startDriver(t)
 	f := newSharedSecret(t, e, p, true)

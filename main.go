@@ -139,8 +139,8 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 	for _, p := range []*string{&o.stateDir, &o.kubeletRoot} {
-		if !filepath.IsAbs(*p) {
-			return fmt.Errorf("%q must be an absolute path", *p)
+		if !filepath.IsAbs(*p) || hasControlChars(*p) {
+			return fmt.Errorf("%q must be an absolute path without control characters", *p)
 		}
 		*p = filepath.Clean(*p)
 	}

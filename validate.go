@@ -149,6 +149,9 @@ func validateTargetPath(kubeletRoot, target, podUID string) error {
 	}
 	// Compare raw segments, not filepath.Clean output: Clean would silently turn "a/../b" into
 	// "b", hiding exactly the kind of path that must be rejected.
+	if hasControlChars(target) {
+		return invalidf("target_path %q contains control characters", target)
+	}
 	segs := strings.Split(target[1:], "/")
 	for _, s := range segs {
 		if s == "" || s == "." || s == ".." {
@@ -170,10 +173,18 @@ func validateTargetPath(kubeletRoot, target, podUID string) error {
 	if !podUIDPattern.MatchString(rest[1]) {
 		return invalidf("target_path %q has an invalid pod uid segment %q", target, rest[1])
 	}
+	// The kubelet names the directory after the pod's volume, a DNS label.
+	if !validLabel(rest[4]) {
+		return invalidf("target_path %q has an invalid volume name segment %q", target, rest[4])
+	}
 	if podUID != "" && rest[1] != podUID {
 		return invalidf("target_path %q does not belong to pod uid %q", target, podUID)
 	}
 	return nil
+}
+
+func hasControlChars(s string) bool {
+	return strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
 }
 
 func cutSegments(segs, prefix []string) ([]string, bool) {
