@@ -135,6 +135,42 @@ func TestPublishAllowedShowsTheSecretReadOnly(t *testing.T) {
 	p.assertNothingLeft(t, v)
 }
 
+// The driver runs in a container, in its own mount namespace: the bind must be read-only where
+// the kubelet and the pod see it, not only where the driver made it. (A bind followed by a
+// read-only remount fails this: the remount does not propagate.)
+func TestReadOnlyInTheMountNamespaceThePodSees(t *testing.T) {
+	e := e2e(t)
+	p := e.startDriver(t, withOwnMountNamespace())
+	f := newSharedSecret(t, e, p, true)
+	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
+	if err := p.publish(v); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	mounts, err := readMountInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := mountAt(mounts, v.target)
+	if !ok {
+		t.Fatal("the bind did not propagate to the test's mount namespace")
+	}
+	for _, opt := range []string{"ro", "nosuid", "nodev", "noexec"} {
+		if !hasOption(m.Options, opt) {
+			t.Errorf("the propagated bind's options %q lack %s", m.Options, opt)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(v.target, "x"), []byte("x"), 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("writing through the propagated bind: %v, want EROFS", err)
+	}
+	if err := sameFiles(readVolume(t, v.target), asStrings(f.data)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.unpublish(v); err != nil {
+		t.Fatal(err)
+	}
+	p.assertNothingLeft(t, v)
+}
+
 func TestPublishDeniedWithoutUseGrant(t *testing.T) {
 	e := e2e(t)
 	p := e.startDriver(t)

@@ -283,6 +283,7 @@ type driverProc struct {
 	socket      string
 	args        []string
 	env         []string // extra environment, e.g. a crash point; cleared by disarm()
+	ownMountNS  bool     // run the driver in its own mount namespace (see withOwnMountNamespace)
 	logPath     string
 	cmd         *exec.Cmd
 	conn        *grpc.ClientConn
@@ -302,6 +303,12 @@ func withRelist(d time.Duration) driverOption {
 // withEnv adds environment variables to the driver's process.
 func withEnv(env ...string) driverOption {
 	return func(p *driverProc) { p.env = append(p.env, env...) }
+}
+
+// withOwnMountNamespace runs the driver as a container with Bidirectional propagation runs it:
+// in a mount namespace of its own, its mounts reaching the test's namespace by propagation.
+func withOwnMountNamespace() driverOption {
+	return func(p *driverProc) { p.ownMountNS = true }
 }
 
 func withArgs(args ...string) driverOption {
@@ -339,6 +346,15 @@ func (e *kubeEnv) startDriver(t *testing.T, opts ...driverOption) *driverProc {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.cleanup)
+	if p.ownMountNS {
+		// The kubelet's root is a shared mount (the kubelet makes it so): make the temp root one.
+		if err := syscall.Mount(root, root, "", syscall.MS_BIND, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount("", root, "", syscall.MS_SHARED, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
 	p.start()
 	return p
 }
@@ -350,7 +366,13 @@ func (p *driverProc) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd = exec.Command(p.kube.binary, p.args...)
+	if p.ownMountNS {
+		// As in a container with Bidirectional mount propagation: the driver in its own mount
+		// namespace, whose copy of the (shared) temp root is a peer of the test's.
+		p.cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "unchanged", p.kube.binary}, p.args...)...)
+	} else {
+		p.cmd = exec.Command(p.kube.binary, p.args...)
+	}
 	p.cmd.Env = append(os.Environ(), p.env...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
@@ -437,6 +459,9 @@ func (p *driverProc) cleanup() {
 	}
 	for _, m := range mountsUnder(p.root) {
 		syscall.Unmount(m, syscall.MNT_DETACH)
+	}
+	if p.ownMountNS {
+		syscall.Unmount(p.root, syscall.MNT_DETACH)
 	}
 	os.RemoveAll(p.root)
 }

@@ -45,37 +45,33 @@ func mountTmpfs(dir string, sizeBytes int64, extraData string) error {
 	return nil
 }
 
-// bindReadOnly bind-mounts source onto target and makes the bind read-only,
-// nosuid, nodev and noexec.
-//
-// It takes two mount calls because the kernel ignores MS_RDONLY (and the other
-// per-mount flags) on the initial MS_BIND; only a MS_REMOUNT|MS_BIND applies
-// them. Between the two calls the bind is writable, so if the remount fails the
-// bind is taken down again: the caller must never be left with a writable view
-// of the volume in a pod.
+// bindReadOnly bind-mounts source onto target, read-only, nosuid, nodev and
+// noexec from the moment it exists, in every mount namespace it propagates to.
+// It needs the new mount API (Linux 5.12); on an older kernel it fails rather
+// than fall back to a bind that the host could see writable.
 func bindReadOnly(source, target string) error {
-	if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
+	// The bind is made read-only before it is attached: open_tree clones source as a detached
+	// mount, mount_setattr makes that read-only, move_mount attaches it at target. A classic
+	// bind followed by a read-only remount is not enough when the driver runs in its own mount
+	// namespace (a container with Bidirectional propagation): the bind propagates to the host
+	// as it is created (writable), and the remount does not propagate, so the kubelet and the
+	// pod's container runtime would see a writable mount.
+	fd, err := unix.OpenTree(unix.AT_FDCWD, source, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if errors.Is(err, unix.ENOSYS) {
+		return fmt.Errorf("clone %s: this kernel lacks open_tree/mount_setattr (Linux 5.12+), needed for a bind mount that is read-only on the host too: %w", source, err)
+	}
+	if err != nil {
+		return fmt.Errorf("clone %s: %w", source, err)
+	}
+	defer unix.Close(fd)
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		return fmt.Errorf("make the bind of %s read-only: %w", source, err)
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("bind mount %s on %s: %w", source, target, err)
 	}
-	const roFlags = unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY |
-		unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
-	err := unix.Mount("", target, "", roFlags, "")
-	if err == nil {
-		return nil
-	}
-	err = fmt.Errorf("remount bind of %s on %s read-only: %w", source, target, err)
-	if uerr := unmountExact(target); uerr != nil {
-		// The writable bind we just made is the topmost mount on target, so a
-		// lazy detach removes exactly it. MNT_DETACH is acceptable here (and
-		// only here) because nothing can be using a mount that is
-		// microseconds old and was never handed to anyone; leaving it writable
-		// would be worse.
-		if derr := unix.Unmount(target, unix.MNT_DETACH); derr != nil {
-			return errors.Join(err,
-				fmt.Errorf("WRITABLE BIND LEFT on %s: unmount: %w; detach: %w", target, uerr, derr))
-		}
-	}
-	return err
+	return nil
 }
 
 // unmountExact unmounts the topmost mount at exactly path.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -277,7 +278,19 @@ func (d *driver) ensureBind(rec volumeRecord) error {
 		return status.Errorf(codes.Internal, "%v", err)
 	}
 	if d.isOurBind(mounts, rec.VolumeID, rec.TargetPath) {
-		return nil
+		if e, _ := mountAt(mounts, rec.TargetPath); hasOption(e.Options, "ro") {
+			return nil
+		}
+		// A writable bind of ours (made by a version that bound, then remounted read-only: the
+		// remount does not propagate out of the driver's container) is replaced.
+		klog.InfoS("Replacing a writable bind of the volume with a read-only one", "volumeID", rec.VolumeID)
+		if err := unmountExact(rec.TargetPath); err != nil {
+			return status.Errorf(codes.Internal, "unmounting the writable bind at %s: %v", rec.TargetPath, err)
+		}
+		mounts, err = readMountInfo()
+		if err != nil {
+			return status.Errorf(codes.Internal, "%v", err)
+		}
 	}
 	if e, ok := mountAt(mounts, rec.TargetPath); ok {
 		return status.Errorf(codes.FailedPrecondition, "target_path %q already has another mount (%s %s)", rec.TargetPath, e.FSType, e.Source)
@@ -312,6 +325,10 @@ func (d *driver) isOurBind(mounts []mountEntry, volumeID, target string) bool {
 	}
 	b, ok := mountAt(mounts, target)
 	return ok && b.MajorMinor == tm.MajorMinor && isDataRoot(b.Root)
+}
+
+func hasOption(options, opt string) bool {
+	return slices.Contains(strings.Split(options, ","), opt)
 }
 
 // isDataRoot says whether a bind's root in mountinfo is a volume's data dir. The kernel shows
