@@ -32,9 +32,13 @@ test: vet tools build
 
 ## image: an image tar of the static binary, written without Docker (load it with
 ## `ctr -n k8s.io images import` or `docker load`).
-image: build tools
+image: build $(BIN)/mkimage
 	$(BIN)/mkimage -o $(OUT)/$(BINARY)-image.tar -tag $(IMAGE) -entrypoint /$(BINARY) -file $(BIN)/$(BINARY):/$(BINARY):0755
 	@echo "wrote $(OUT)/$(BINARY)-image.tar ($(IMAGE))"
+
+# mkimage alone (stdlib only): `make image` must not need the cluster's tools (kind users have Docker).
+$(BIN)/mkimage: tools/mkimage/main.go
+	cd tools && CGO_ENABLED=0 go build -trimpath -o ../$(BIN)/mkimage ./mkimage
 
 ## deploy: install into the cluster kubectl points at.
 deploy:
