@@ -240,27 +240,6 @@ func writeVolume(dir string, files map[string]volumeFile, gid int) error {
 	return nil
 }
 
-// writeAtomic is writeVolume for a flat Secret/ConfigMap payload: every key
-// is one file directly in the volume with permission bits mode, ownership as
-// created. Keys are held to validateKey (a single segment, no "/"), stricter
-// than writeVolume's paths, because a key is never a path.
-func writeAtomic(dir string, files map[string][]byte, mode os.FileMode) error {
-	if mode&^os.ModePerm != 0 {
-		return fmt.Errorf("write %s: mode %v has bits other than permissions", dir, mode)
-	}
-	keys := slices.Sorted(maps.Keys(files))
-	for _, k := range keys {
-		if err := validateKey(k); err != nil {
-			return fmt.Errorf("write %s: %w", dir, err)
-		}
-	}
-	vf := make(map[string]volumeFile, len(files))
-	for k, v := range files {
-		vf[k] = volumeFile{Data: v, Mode: mode}
-	}
-	return writeVolume(dir, vf, -1)
-}
-
 // atomicEnsureDir creates dir (and missing parents) with mode 0755 if it does
 // not exist, and refuses a dir that is a symlink, since the writer must not
 // end up publishing into some other place.
@@ -755,18 +734,4 @@ func atomicScanTsDir(root *os.Root, ts string) (map[string]volumeFile, error) {
 	defer sub.Close()
 	files, _, err := atomicScan(sub)
 	return files, err
-}
-
-// readCurrent is readVolumeFiles without the modes: path -> bytes. For a
-// volume written by writeAtomic the paths are exactly the keys.
-func readCurrent(dir string) (map[string][]byte, error) {
-	vf, err := readVolumeFiles(dir)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string][]byte, len(vf))
-	for p, f := range vf {
-		out[p] = f.Data
-	}
-	return out, nil
 }

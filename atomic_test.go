@@ -1547,3 +1547,41 @@ func FuzzWriteVolume(f *testing.F) {
 		}
 	})
 }
+
+// The single-segment writer the tests use: flat keys, one mode, no group (what the driver
+// wrote before items and fsGroup existed), and its reader.
+
+// writeAtomic is writeVolume for a flat Secret/ConfigMap payload: every key
+// is one file directly in the volume with permission bits mode, ownership as
+// created. Keys are held to validateKey (a single segment, no "/"), stricter
+// than writeVolume's paths, because a key is never a path.
+func writeAtomic(dir string, files map[string][]byte, mode os.FileMode) error {
+	if mode&^os.ModePerm != 0 {
+		return fmt.Errorf("write %s: mode %v has bits other than permissions", dir, mode)
+	}
+	keys := slices.Sorted(maps.Keys(files))
+	for _, k := range keys {
+		if err := validateKey(k); err != nil {
+			return fmt.Errorf("write %s: %w", dir, err)
+		}
+	}
+	vf := make(map[string]volumeFile, len(files))
+	for k, v := range files {
+		vf[k] = volumeFile{Data: v, Mode: mode}
+	}
+	return writeVolume(dir, vf, -1)
+}
+
+// readCurrent is readVolumeFiles without the modes: path -> bytes. For a
+// volume written by writeAtomic the paths are exactly the keys.
+func readCurrent(dir string) (map[string][]byte, error) {
+	vf, err := readVolumeFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte, len(vf))
+	for p, f := range vf {
+		out[p] = f.Data
+	}
+	return out, nil
+}

@@ -122,21 +122,6 @@ func (si *shareIndex) get(ctx context.Context, k shareKind, name string) (share,
 	return shareFromObject(k, u)
 }
 
-// cachedOnly answers from the informer alone; the relist loop uses it because the informer is
-// kept current by its watch, so a live GET per volume would only add load.
-func (si *shareIndex) cachedOnly(k shareKind, name string) (share, bool, error) {
-	obj, exists, err := si.informers[k].GetStore().GetByKey(name)
-	if err != nil || !exists {
-		return share{}, false, err
-	}
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return share{}, false, fmt.Errorf("unexpected object %T in share cache", obj)
-	}
-	s, err := shareFromObject(k, u)
-	return s, true, err
-}
-
 // sourceKey names a Secret or ConfigMap.
 type sourceKey struct {
 	Kind      shareKind
