@@ -57,10 +57,7 @@ func TestCrashDuringPublishThenKubeletRetries(t *testing.T) {
 			rotated := map[string][]byte{"ca.crt": p.secret("rotated")}
 			e.updateSecret(t, f.platform, "ca-bundle", rotated)
 			eventually(t, relist+relistSlack, func() error { return sameFiles(readVolume(t, v.target), asStrings(rotated)) })
-			if err := p.unpublish(v); err != nil {
-				t.Fatal(err)
-			}
-			p.assertNothingLeft(t, v)
+			p.unpublishAll(t, v)
 		})
 	}
 }
@@ -89,11 +86,7 @@ func TestCrashDuringUnpublishThenKubeletRetries(t *testing.T) {
 	for _, step := range unpublishSteps {
 		t.Run(step, func(t *testing.T) {
 			p := e.startDriver(t)
-			f := newSharedSecret(t, e, p, true)
-			v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
-			if err := p.publish(v); err != nil {
-				t.Fatal(err)
-			}
+			_, v := publishedVolume(t, e, p)
 			p.kill()
 			p.env = []string{crashEnv + "=" + step}
 			p.start()
@@ -141,10 +134,7 @@ func TestCrashDuringRevokeAndRestoreKeepsPinnedData(t *testing.T) {
 					e.grant(t, f.consumer, kindSecret, f.share, serviceAccount(f.consumer, "app"))
 				}
 				eventually(t, relist+relistSlack, func() error { return sameFiles(readVolume(t, v.target), asStrings(f.data)) })
-				if err := p.unpublish(v); err != nil {
-					t.Fatal(err)
-				}
-				p.assertNothingLeft(t, v)
+				p.unpublishAll(t, v)
 			})
 		}
 	}
@@ -193,22 +183,13 @@ func TestCorruptRecordIsCleanedAndTheDriverServes(t *testing.T) {
 	if err := p.publish(v); err != nil {
 		t.Fatalf("publish after corruption: %v", err)
 	}
-	for _, vol := range []*testVolume{v, other} {
-		if err := p.unpublish(vol); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p.assertNothingLeft(t, v, other)
+	p.unpublishAll(t, v, other)
 }
 
 func TestWipedStateDirIsReportedAndCleaned(t *testing.T) {
 	e := e2e(t)
 	p := e.startDriver(t)
-	f := newSharedSecret(t, e, p, true)
-	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
-	if err := p.publish(v); err != nil {
-		t.Fatal(err)
-	}
+	f, v := publishedVolume(t, e, p)
 	p.kill()
 	// A host tmp cleaner's rm -rf: it empties the tmpfs (mount points themselves are busy).
 	volDir := filepath.Join(p.kubeletRoot, "plugins", driverName, "volumes", v.id)
@@ -231,8 +212,5 @@ func TestWipedStateDirIsReportedAndCleaned(t *testing.T) {
 	if err := sameFiles(readVolume(t, v.target), asStrings(f.data)); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.unpublish(v); err != nil {
-		t.Fatal(err)
-	}
-	p.assertNothingLeft(t, v)
+	p.unpublishAll(t, v)
 }

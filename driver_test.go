@@ -61,6 +61,17 @@ func newSharedSecret(t *testing.T, e *kubeEnv, p *driverProc, grant bool) *share
 	return f
 }
 
+// publishedVolume shares a Secret, grants it to consumer/app, and publishes one volume of it.
+func publishedVolume(t *testing.T, e *kubeEnv, p *driverProc) (*sharedSecretFixture, *testVolume) {
+	t.Helper()
+	f := newSharedSecret(t, e, p, true)
+	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
+	if err := p.publish(v); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	return f, v
+}
+
 func asStrings(m map[string][]byte) map[string]string {
 	out := map[string]string{}
 	for k, v := range m {
@@ -141,11 +152,7 @@ func TestPublishAllowedShowsTheSecretReadOnly(t *testing.T) {
 func TestReadOnlyInTheMountNamespaceThePodSees(t *testing.T) {
 	e := e2e(t)
 	p := e.startDriver(t, withOwnMountNamespace())
-	f := newSharedSecret(t, e, p, true)
-	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
-	if err := p.publish(v); err != nil {
-		t.Fatalf("publish: %v", err)
-	}
+	f, v := publishedVolume(t, e, p)
 	mounts, err := readMountInfo()
 	if err != nil {
 		t.Fatal(err)
@@ -165,10 +172,7 @@ func TestReadOnlyInTheMountNamespaceThePodSees(t *testing.T) {
 	if err := sameFiles(readVolume(t, v.target), asStrings(f.data)); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.unpublish(v); err != nil {
-		t.Fatal(err)
-	}
-	p.assertNothingLeft(t, v)
+	p.unpublishAll(t, v)
 }
 
 func TestPublishDeniedWithoutUseGrant(t *testing.T) {
@@ -259,10 +263,7 @@ func TestConfigMapWithBinaryData(t *testing.T) {
 	if err := sameFiles(readVolume(t, v.target), map[string]string{"app.conf": "mode=shared\n", "blob.bin": string(binary)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.unpublish(v); err != nil {
-		t.Fatal(err)
-	}
-	p.assertNothingLeft(t, v)
+	p.unpublishAll(t, v)
 }
 
 func TestRevocationEmptiesTheVolumeAndRegrantRestoresIt(t *testing.T) {
@@ -309,12 +310,7 @@ func TestRevocationEmptiesTheVolumeAndRegrantRestoresIt(t *testing.T) {
 			return sameFiles(readVolume(t, vol.target), asStrings(f.data))
 		})
 	}
-	for _, vol := range []*testVolume{v, pinned} {
-		if err := p.unpublish(vol); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p.assertNothingLeft(t, v, pinned)
+	p.unpublishAll(t, v, pinned)
 }
 
 // assertNoDataReachable walks everything visible under target and checks no file holds any of
@@ -362,23 +358,14 @@ func TestRefreshUpdatesDataUnlessRefreshResourceFalse(t *testing.T) {
 	if err := sameFiles(readVolume(t, pinned.target), asStrings(f.data)); err != nil {
 		t.Fatalf("refreshResource=false volume changed: %v", err)
 	}
-	for _, vol := range []*testVolume{live, pinned} {
-		if err := p.unpublish(vol); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p.assertNothingLeft(t, live, pinned)
+	p.unpublishAll(t, live, pinned)
 }
 
 func TestShareDeletedActsThroughTheWatchNotTheRelist(t *testing.T) {
 	e := e2e(t)
 	// A relist interval far longer than the test: only the CRD watch can act in time.
 	p := e.startDriver(t, withRelist(time.Hour))
-	f := newSharedSecret(t, e, p, true)
-	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
-	if err := p.publish(v); err != nil {
-		t.Fatalf("publish: %v", err)
-	}
+	f, v := publishedVolume(t, e, p)
 	e.deleteShare(t, kindSecret, f.share)
 	eventually(t, 10*time.Second, func() error {
 		if files := readVolume(t, v.target); len(files) != 0 {
@@ -386,10 +373,7 @@ func TestShareDeletedActsThroughTheWatchNotTheRelist(t *testing.T) {
 		}
 		return nil
 	})
-	if err := p.unpublish(v); err != nil {
-		t.Fatal(err)
-	}
-	p.assertNothingLeft(t, v)
+	p.unpublishAll(t, v)
 }
 
 func TestShareRefChangeActsThroughTheWatch(t *testing.T) {
@@ -419,11 +403,7 @@ func TestShareRefChangeActsThroughTheWatch(t *testing.T) {
 func TestDriverKilledAndRestartedKeepsServingItsVolumes(t *testing.T) {
 	e := e2e(t)
 	p := e.startDriver(t)
-	f := newSharedSecret(t, e, p, true)
-	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
-	if err := p.publish(v); err != nil {
-		t.Fatalf("publish: %v", err)
-	}
+	f, v := publishedVolume(t, e, p)
 
 	p.kill()
 	// While the driver is down, the pod still has its data.
@@ -450,20 +430,13 @@ func TestDriverKilledAndRestartedKeepsServingItsVolumes(t *testing.T) {
 		}
 		return nil
 	})
-	if err := p.unpublish(v); err != nil {
-		t.Fatal(err)
-	}
-	p.assertNothingLeft(t, v)
+	p.unpublishAll(t, v)
 }
 
 func TestRestartCleansVolumesWhosePodIsGone(t *testing.T) {
 	e := e2e(t)
 	p := e.startDriver(t)
-	f := newSharedSecret(t, e, p, true)
-	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
-	if err := p.publish(v); err != nil {
-		t.Fatalf("publish: %v", err)
-	}
+	_, v := publishedVolume(t, e, p)
 	p.kill()
 	// The pod went away while the driver was down and the kubelet cleaned up around our mount.
 	if err := syscall.Unmount(v.target, 0); err != nil {
@@ -504,8 +477,5 @@ func TestConcurrentPublishOfOneVolume(t *testing.T) {
 	if n := len(mountsUnder(filepath.Dir(v.target))); n != 1 {
 		t.Errorf("%d mounts at the target, want exactly 1", n)
 	}
-	if err := p.unpublish(v); err != nil {
-		t.Fatal(err)
-	}
-	p.assertNothingLeft(t, v)
+	p.unpublishAll(t, v)
 }

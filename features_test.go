@@ -78,10 +78,7 @@ func TestFileModesItemsAndFsGroup(t *testing.T) {
 	if mode, gid := fileInfo(t, filepath.Join(v.target, "keys/tls.key")); mode != 0o400 || gid != 2345 {
 		t.Errorf("after refresh: mode %v gid %d", mode, gid)
 	}
-	if err := p.unpublish(v); err != nil {
-		t.Fatal(err)
-	}
-	p.assertNothingLeft(t, v)
+	p.unpublishAll(t, v)
 }
 
 func readFile(t *testing.T, p string) string {
@@ -229,11 +226,7 @@ func TestMetricsAreServedAndCount(t *testing.T) {
 	e := e2e(t)
 	addr := freeLocalAddr(t)
 	p := e.startDriver(t, withArgs("--health-address="+addr))
-	f := newSharedSecret(t, e, p, true)
-	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
-	if err := p.publish(v); err != nil {
-		t.Fatal(err)
-	}
+	f, v := publishedVolume(t, e, p)
 	denied := p.volume(f.consumer, "other", map[string]string{attrSharedSecret: f.share})
 	wantCode(t, p.publish(denied), codes.PermissionDenied)
 	f.revoke()

@@ -625,6 +625,18 @@ func eventually(t *testing.T, timeout time.Duration, f func() error) {
 	}
 }
 
+// unpublishAll unpublishes each volume, as the kubelet does when pods go, and checks that nothing
+// of the driver's is left.
+func (p *driverProc) unpublishAll(t *testing.T, vols ...*testVolume) {
+	t.Helper()
+	for _, v := range vols {
+		if err := p.unpublish(v); err != nil {
+			t.Fatalf("unpublish %s: %v", v.id, err)
+		}
+	}
+	p.assertNothingLeft(t, vols...)
+}
+
 // assertNothingLeft checks that no mount, volume dir or target of the driver's remains.
 func (p *driverProc) assertNothingLeft(t *testing.T, vols ...*testVolume) {
 	t.Helper()

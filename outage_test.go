@@ -130,11 +130,7 @@ func TestAPIServerOutageNeverRevokesAndRecovers(t *testing.T) {
 	e := e2e(t)
 	kc, proxy := proxiedKubeconfig(t, e)
 	p := e.startDriver(t, withArgs("--kubeconfig="+kc))
-	f := newSharedSecret(t, e, p, true)
-	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
-	if err := p.publish(v); err != nil {
-		t.Fatalf("publish: %v", err)
-	}
+	f, v := publishedVolume(t, e, p)
 
 	proxy.cut()
 	// While the API server is unreachable, access is revoked and the Secret rotated: the driver
@@ -170,22 +166,13 @@ func TestAPIServerOutageNeverRevokesAndRecovers(t *testing.T) {
 	e.grant(t, f.consumer, kindSecret, f.share, serviceAccount(f.consumer, "app"))
 	eventually(t, relist+relistSlack, func() error { return sameFiles(readVolume(t, v.target), asStrings(rotated)) })
 	eventually(t, relist+relistSlack, func() error { return p.publish(w) })
-	for _, vol := range []*testVolume{v, w} {
-		if err := p.unpublish(vol); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p.assertNothingLeft(t, v, w)
+	p.unpublishAll(t, v, w)
 }
 
 func TestSourceDeletedKeepsLastGoodData(t *testing.T) {
 	e := e2e(t)
 	p := e.startDriver(t)
-	f := newSharedSecret(t, e, p, true)
-	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
-	if err := p.publish(v); err != nil {
-		t.Fatal(err)
-	}
+	f, v := publishedVolume(t, e, p)
 	if err := e.kube.CoreV1().Secrets(f.platform).Delete(t.Context(), "ca-bundle", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -199,8 +186,5 @@ func TestSourceDeletedKeepsLastGoodData(t *testing.T) {
 	e.createSecret(t, f.platform, "ca-bundle", recreated)
 	eventually(t, relist+relistSlack, func() error { return sameFiles(readVolume(t, v.target), asStrings(recreated)) })
 	// A new publish while the source is missing fails FailedPrecondition (tested in driver_test.go).
-	if err := p.unpublish(v); err != nil {
-		t.Fatal(err)
-	}
-	p.assertNothingLeft(t, v)
+	p.unpublishAll(t, v)
 }
