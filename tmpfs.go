@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -133,6 +134,11 @@ func readMountInfo() ([]mountEntry, error) {
 	prev, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
+	}
+	if mountCursorKernel() {
+		// One read is consistent (see mountCursorKernel); reading again while other pods'
+		// mounts change would only add sleeps and more reads of the whole table.
+		return parseMountInfo(bytes.NewReader(prev))
 	}
 	for i := range attempts - 1 {
 		cur, err := os.ReadFile(path)
@@ -272,3 +278,17 @@ func mountAt(entries []mountEntry, path string) (mountEntry, bool) {
 	}
 	return mountEntry{}, false
 }
+
+// mountCursorKernel says whether the kernel (5.8 and later) reads the mount table with a cursor:
+// a read while mounts change then returns every mount that existed throughout exactly once.
+var mountCursorKernel = sync.OnceValue(func() bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 5 || major == 5 && minor >= 8
+})

@@ -331,6 +331,33 @@ func hasOption(options, opt string) bool {
 	return slices.Contains(strings.Split(options, ","), opt)
 }
 
+// bindIsOurs says whether the topmost mount at target is this volume's bind, with two stat(2)
+// calls: lstat of a mount point shows the mounted directory, so the target is our bind exactly
+// when it is the very inode of the volume's data dir on the same device. Reading the mount table
+// instead reads every mount on the node, under a lock the kernel also takes for every mount and
+// unmount: with 1000 volumes that made each unpublish cost tens of milliseconds. Only when the
+// data dir is gone (a wiped state dir) is the mount table consulted.
+func (d *driver) bindIsOurs(volumeID, target string) (bool, error) {
+	var data, tgt unix.Stat_t
+	if err := unix.Stat(d.store.dataDir(volumeID), &data); err != nil {
+		if !errors.Is(err, unix.ENOENT) {
+			return false, fmt.Errorf("stat %s: %w", d.store.dataDir(volumeID), err)
+		}
+		mounts, err := readMountInfo()
+		if err != nil {
+			return false, err
+		}
+		return d.isOurBind(mounts, volumeID, target), nil
+	}
+	if err := unix.Lstat(target, &tgt); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, fmt.Errorf("lstat %s: %w", target, err)
+	}
+	return tgt.Dev == data.Dev && tgt.Ino == data.Ino, nil
+}
+
 // isDataRoot says whether a bind's root in mountinfo is a volume's data dir. The kernel shows
 // "/data//deleted" once the directory was removed under the bind (a wiped state dir).
 func isDataRoot(root string) bool {
@@ -358,16 +385,16 @@ func (d *driver) unpublish(volumeID, target string) error {
 // teardown undoes a published volume in the reverse order of publish. Each step acts only on
 // what the driver made: its own bind (checked by device), its own target dir, its own tmpfs.
 func (d *driver) teardown(rec volumeRecord) error {
-	mounts, err := readMountInfo()
-	if err != nil {
-		return err
-	}
-	for d.isOurBind(mounts, rec.VolumeID, rec.TargetPath) {
+	for {
+		ours, err := d.bindIsOurs(rec.VolumeID, rec.TargetPath)
+		if err != nil {
+			return err
+		}
+		if !ours {
+			break
+		}
 		if err := unmountExact(rec.TargetPath); err != nil {
 			return fmt.Errorf("unmounting %s: %w", rec.TargetPath, err)
-		}
-		if mounts, err = readMountInfo(); err != nil {
-			return err
 		}
 	}
 	d.crash.reached("unpublish:bind")
