@@ -5,7 +5,7 @@ OUT     := _output
 BIN     := $(OUT)/bin
 IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 
-.PHONY: build test unit vet image deploy up down tools deps e2e-kind clean
+.PHONY: build test unit vet image deploy up down tools deps e2e-kind bench clean
 
 ## build: the static driver binary, version stamped, in _output/bin.
 build:
@@ -29,6 +29,11 @@ tools: deps
 ## test: everything, as root: brings up the local cluster, runs every test against it, tears it down.
 test: vet tools build
 	hack/test.sh
+
+## bench: benchmarks against a local control plane (root); writes BENCHMARKS.md.
+## BENCH_SMOKE=1: a quick check of every benchmark (CI); BENCH_COUNT (default 5), BENCH_FILTER.
+bench: build tools
+	hack/bench.sh
 
 ## image: an image tar of the static binary, written without Docker (load it with
 ## `ctr -n k8s.io images import` or `docker load`).

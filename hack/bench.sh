@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# `make bench`: runs the benchmarks (bench_test.go) against a local control plane (kube-apiserver
+# + etcd; no kubelet is needed: the benchmarks play the kubelet) that it brings up and always
+# tears down, then writes BENCHMARKS.md with tools/benchtable. Needs root (the driver mounts).
+#
+#   BENCH_COUNT=N    runs of each benchmark; the table shows median, min and max (default 5)
+#   BENCH_FILTER=RE  only the benchmarks matching RE (go test -bench syntax; default: all)
+#   BENCH_SMOKE=1    every scenario shrunk and run once: a check that they all work, for CI
+#
+# Only a full run (no filter, no smoke) that succeeds replaces BENCHMARKS.md; every run leaves
+# its raw output and table in _output/bench.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+[[ $(id -u) == 0 ]] || { echo "make bench needs root (the driver mounts file systems)" >&2; exit 1; }
+[[ -x _output/bin/shared-resource-csi && -x _output/bin/kubectl ]] || {
+	echo "missing _output/bin/shared-resource-csi or kubectl: run make build tools (make bench does)" >&2
+	exit 1
+}
+
+OUT=$ROOT/_output/bench
+mkdir -p "$OUT"
+start=$(date +%s)
+count=${BENCH_COUNT:-5}
+filter=${BENCH_FILTER:-.}
+[[ -n ${BENCH_SMOKE:-} ]] && count=1
+
+# Built before the cluster's network namespace is entered: there is no route out of it.
+echo "building the benchmarks..."
+go test -vet=off -c -o "$OUT/bench.test" .
+(cd tools && go build -trimpath -o "$OUT/benchtable" ./benchtable)
+
+# A run killed earlier may have left a cluster behind.
+hack/cluster.sh down >/dev/null 2>&1 || true
+trap 'hack/cluster.sh down' EXIT
+hack/cluster.sh up --control-plane-only
+
+# -benchtime 1x: each run of a benchmark is one whole scenario (see bench_test.go).
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+set +e
+hack/cluster.sh exec -- env \
+	DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi" \
+	KUBECTL="$ROOT/_output/bin/kubectl" \
+	BENCH_SMOKE="${BENCH_SMOKE:-}" \
+	"$OUT/bench.test" -test.run '^$' -test.bench "$filter" -test.benchtime 1x \
+	-test.count "$count" -test.timeout 60m | tee "$OUT/raw.txt"
+status=${PIPESTATUS[0]}
+set -e
+wall=$(($(date +%s) - start))
+load="$load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after (wall times depend on what else runs)"
+echo "benchmarks finished in ${wall} s (exit status $status)"
+
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ -z $(git status --porcelain --untracked-files=no 2>/dev/null) ]] || commit="$commit (with uncommitted changes)"
+command="make bench" smoke=false
+[[ -n ${BENCH_SMOKE:-} ]] && command="BENCH_SMOKE=1 make bench" smoke=true
+"$OUT/benchtable" -in "$OUT/raw.txt" -out "$OUT/BENCHMARKS.md" -commit "$commit" \
+	-wall "$((wall / 60)) min $((wall % 60)) s" -command "$command" -smoke="$smoke" -load "$load"
+if ((status == 0)) && [[ -z ${BENCH_SMOKE:-} && $filter == . ]]; then
+	cp "$OUT/BENCHMARKS.md" BENCHMARKS.md
+	echo "wrote BENCHMARKS.md"
+else
+	echo "wrote $OUT/BENCHMARKS.md (BENCHMARKS.md is only replaced by a full, successful run)"
+fi
+exit "$status"
