@@ -1,0 +1,783 @@
+package main
+
+// Fuzz targets for everything that turns untrusted input into file system paths, names or mount
+// options: volume attributes and ids, target paths, Secret/ConfigMap keys and item paths, and the
+// atomic writer that turns them into files. Each target states invariants that must hold for
+// every input, checked with oracles that share no code with the function under test (the API
+// server's own validation from k8s.io/apimachinery, plain string arithmetic on segments), so a
+// bug in a validator cannot hide itself.
+//
+// `go test` runs the seeds as ordinary tests; hack/fuzz.sh fuzzes each target for a bounded time.
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"maps"
+	"math"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+const fuzzKubeletRoot = "/var/lib/kubelet"
+
+// fuzzEncodeAttrs and fuzzDecodeAttrs turn a volume context into one string and back, so the
+// fuzzer can add, drop, rename and duplicate attributes (a later line wins, as the last of two
+// duplicate map entries on the protobuf wire does).
+func fuzzEncodeAttrs(m map[string]string) string {
+	var lines []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		lines = append(lines, k+"="+m[k])
+	}
+	return strings.Join(lines, "\n")
+}
+
+func fuzzDecodeAttrs(s string) map[string]string {
+	m := map[string]string{}
+	if s == "" {
+		return m
+	}
+	for _, line := range strings.Split(s, "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		m[k] = v
+	}
+	return m
+}
+
+// fuzzCapability picks one of the capability shapes a CO could send; arg fills the one free
+// field of the shape (fs type, mount flags one per line, volume mount group).
+func fuzzCapability(kind uint8, arg string) *csi.VolumeCapability {
+	mount := func(m *csi.VolumeCapability_MountVolume) *csi.VolumeCapability {
+		return &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: m}}
+	}
+	switch kind % 7 {
+	case 0:
+		return mount(&csi.VolumeCapability_MountVolume{})
+	case 1:
+		return &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}}
+	case 2:
+		return nil
+	case 3:
+		return mount(&csi.VolumeCapability_MountVolume{FsType: arg})
+	case 4:
+		return mount(&csi.VolumeCapability_MountVolume{MountFlags: strings.Split(arg, "\n")})
+	case 5:
+		return mount(&csi.VolumeCapability_MountVolume{VolumeMountGroup: arg})
+	default:
+		return &csi.VolumeCapability{} // no access type at all
+	}
+}
+
+// fuzzIsUID is the pod UID shape, written out without the validator's regexp.
+func fuzzIsUID(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'f' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// fuzzIsSegment: s names exactly one directory entry (no separator, not "." or "..", no NUL,
+// which no system call takes).
+func fuzzIsSegment(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\x00")
+}
+
+// fuzzIsControl: the ASCII control characters, which no path the kubelet builds contains and
+// which would garble the driver's messages and logs.
+func fuzzIsControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// fuzzValidPath is the rule for a file path inside a volume: 1-4096 bytes, relative, at most 16
+// segments, each a key the API server accepts (which also excludes "", ".", ".." and names
+// starting with "..", the writer's own).
+func fuzzValidPath(p string) bool {
+	if p == "" || len(p) > 4096 || strings.HasPrefix(p, "/") {
+		return false
+	}
+	segs := strings.Split(p, "/")
+	if len(segs) > 16 {
+		return false
+	}
+	for _, s := range segs {
+		if len(validation.IsConfigMapKey(s)) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// fuzzSplitMountOptions splits mount data as the kernel does: at commas outside double quotes.
+func fuzzSplitMountOptions(s string) []string {
+	var out []string
+	quoted, start := false, 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '"':
+			quoted = !quoted
+		case ',':
+			if !quoted {
+				out = append(out, s[start:i])
+				start = i + 1
+			}
+		}
+	}
+	return append(out, s[start:])
+}
+
+// fuzzCheckCSITarget checks that target is exactly
+// <root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount with every part a single segment, and
+// that it cannot lexically leave root.
+func fuzzCheckCSITarget(t *testing.T, root, target, wantUID string) {
+	t.Helper()
+	if !filepath.IsAbs(target) || filepath.Clean(target) != target {
+		t.Fatalf("accepted target %q is not absolute and clean", target)
+	}
+	prefix := strings.TrimSuffix(root, "/") + "/"
+	rel, ok := strings.CutPrefix(target, prefix)
+	if !ok {
+		t.Fatalf("accepted target %q is not under the kubelet root %q", target, root)
+	}
+	segs := strings.Split(rel, "/")
+	if len(segs) != 6 || segs[0] != "pods" || segs[2] != "volumes" || segs[3] != "kubernetes.io~csi" || segs[5] != "mount" {
+		t.Fatalf("accepted target %q does not have the kubelet CSI volume shape", target)
+	}
+	for _, s := range segs {
+		if !fuzzIsSegment(s) || strings.ContainsFunc(s, fuzzIsControl) {
+			t.Fatalf("accepted target %q has segment %q", target, s)
+		}
+	}
+	if !fuzzIsUID(segs[1]) {
+		t.Fatalf("accepted target %q has pod uid segment %q", target, segs[1])
+	}
+	// The kubelet names the directory after the pod's volume, a DNS label.
+	if errs := validation.IsDNS1123Label(segs[4]); len(errs) > 0 {
+		t.Fatalf("accepted target %q has volume name segment %q: %v", target, segs[4], errs)
+	}
+	if wantUID != "" && segs[1] != wantUID {
+		t.Fatalf("accepted target %q of pod %q for pod %q", target, segs[1], wantUID)
+	}
+	if filepath.Join(root, rel) != target {
+		t.Fatalf("accepted target %q resolves to %q", target, filepath.Join(root, rel))
+	}
+}
+
+func FuzzParsePublishRequest(f *testing.F) {
+	const uid = "0f1e2d3c-0000-4000-8000-123456789abc"
+	good := map[string]string{
+		ctxPodName: "web-1", ctxPodNamespace: "team-a", ctxPodUID: uid,
+		ctxServiceAccount: "app", ctxEphemeral: "true", attrSharedSecret: "corp-ca",
+	}
+	with := func(kv ...string) string {
+		m := maps.Clone(good)
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i+1] == "-" {
+				delete(m, kv[i])
+			} else {
+				m[kv[i]] = kv[i+1]
+			}
+		}
+		return fuzzEncodeAttrs(m)
+	}
+	target := fuzzKubeletRoot + "/pods/" + uid + "/volumes/kubernetes.io~csi/ca/mount"
+	// Valid requests of every shape.
+	f.Add("csi-0123abcd", target, with(), uint8(0), "")
+	f.Add("csi-"+strings.Repeat("a", 64), target, with(attrSharedSecret, "-", attrSharedConfigMap, "trusted.ca",
+		attrRefreshResource, "false", ctxServiceAccountTok, `{"x":{"token":"t"}}`), uint8(3), "tmpfs")
+	f.Add("csi-1", target, with(attrSharedSecret, "-", attrShares, "secret/corp-ca, configmap/trusted.ca",
+		attrItems, "secret/corp-ca/ca.crt=certs/ca.pem:0440, configmap/trusted.ca/bundle", attrDefaultMode, "0400"), uint8(5), "1000")
+	f.Add("csi-2", target, with(attrItems, "tls.key=keys/tls.key:0400,ca.crt"), uint8(4), `context="system_u:object_r:container_file_t:s0:c1,c2"`)
+	// Valid, with single dots where a second one would be an attack.
+	f.Add("csi-0.1", target, with(attrItems, "ca.crt=a.b/c"), uint8(0), "")
+	// Invalid ones, each with exactly one thing wrong (regressions of one check show at once,
+	// and the fuzzer explores around each), then several at once.
+	f.Add("csi-..-x", target, with(), uint8(0), "")
+	f.Add("csi/x", target, with(), uint8(0), "")
+	f.Add("csi-5", target, with(attrItems, "ca.crt=x,tls.key=x"), uint8(0), "")
+	f.Add("csi-5", target, with(attrItems, "ca.crt=a,tls.key=a/b"), uint8(0), "")
+	f.Add("csi-5", target, with(attrItems, "ca.crt=a/../../b"), uint8(0), "")
+	f.Add("csi-5", target, with(attrShares, "secret/a", attrSharedSecret, "-"), uint8(4), "context=a_t,uid=0")
+	f.Add("csi-5", target, with(), uint8(4), `context="a_t",uid=0`)
+	f.Add("csi-5", target, with(attrSharedSecret, "-", attrShares, "secret/a, secret/a"), uint8(0), "")
+	f.Add("csi-5", fuzzKubeletRoot+"/pods/"+uid+"/volumes/kubernetes.io~csi/a.b/mount", with(), uint8(0), "")
+	f.Add("../../etc", fuzzKubeletRoot+"/pods/"+uid+"/volumes/kubernetes.io~csi/../mount", with(attrSharedConfigMap, "x"), uint8(0), "")
+	f.Add("a..b", "/var/lib/kubelet//pods/"+uid+"/volumes/kubernetes.io~csi/ca/mount", with(attrRefreshResource, "maybe"), uint8(1), "")
+	f.Add(".x", target, with(attrSharedSecret, "", "unknown", "1"), uint8(6), "")
+	f.Add("csi-3", target, with(attrItems, "ca.crt=../../etc/passwd,tls.key=/abs,x=..data/y"), uint8(4), "context=a,uid=0")
+	f.Add("csi-4", target, with(attrSharedSecret, "-", attrShares, "secret/a,secret/a,pod/b"), uint8(5), "-1")
+
+	f.Fuzz(func(t *testing.T, volumeID, targetPath, attrs string, capKind uint8, capArg string) {
+		vc := fuzzDecodeAttrs(attrs)
+		req := &csi.NodePublishVolumeRequest{
+			VolumeId: volumeID, TargetPath: targetPath, VolumeCapability: fuzzCapability(capKind, capArg), VolumeContext: vc,
+		}
+		v, err := parsePublishRequest(req, fuzzKubeletRoot)
+		if err != nil {
+			// Every rejection is the client's fault and must say so (InvalidArgument).
+			var inv *invalidArgument
+			if !errors.As(err, &inv) || inv.msg == "" {
+				t.Fatalf("rejection %T %q is not an InvalidArgument with a message", err, err)
+			}
+			return
+		}
+
+		// The volume id names a directory under the state dir: one safe segment.
+		id := v.VolumeID
+		if id != volumeID || !fuzzIsSegment(id) || strings.Contains(id, "..") || strings.HasPrefix(id, ".") || len(id) > 128 {
+			t.Fatalf("accepted volume id %q", volumeID)
+		}
+		const base = "/state/volumes"
+		if p := filepath.Join(base, id); filepath.Dir(p) != base || filepath.Base(p) != id {
+			t.Fatalf("accepted volume id %q names %q", id, p)
+		}
+
+		// The capability is a tmpfs mount; the only mount option that gets through is one SELinux
+		// context, which cannot smuggle in another option; the group is a group id.
+		switch k := capKind % 7; {
+		case k == 3 && capArg != "" && capArg != "tmpfs":
+			t.Fatalf("accepted fs_type %q", capArg)
+		case k != 0 && k != 3 && k != 4 && k != 5:
+			t.Fatalf("accepted capability kind %d (%v)", k, req.VolumeCapability)
+		}
+		if flags := req.VolumeCapability.GetMount().GetMountFlags(); len(flags) > 0 {
+			for _, fl := range flags {
+				if fl != v.MountContext {
+					t.Fatalf("mount flags %q accepted as the one context %q", flags, v.MountContext)
+				}
+			}
+			opts := fuzzSplitMountOptions("size=4194304,mode=0755," + v.MountContext)
+			if len(opts) != 3 || opts[2] != v.MountContext || !strings.HasPrefix(opts[2], "context=") ||
+				strings.ContainsAny(v.MountContext, "\x00\n") {
+				t.Fatalf("accepted mount flag %q adds the mount options %q", v.MountContext, opts)
+			}
+		} else if v.MountContext != "" {
+			t.Fatalf("mount context %q without mount flags", v.MountContext)
+		}
+		if g := req.VolumeCapability.GetMount().GetVolumeMountGroup(); g == "" {
+			if v.GID != -1 {
+				t.Fatalf("no volume_mount_group parsed as gid %d", v.GID)
+			}
+		} else if n, err := strconv.ParseUint(g, 10, 64); err != nil || n != uint64(v.GID) || v.GID < 0 || v.GID > math.MaxInt32 {
+			t.Fatalf("volume_mount_group %q parsed as gid %d", g, v.GID)
+		}
+
+		// Pod information is complete and well formed, by the API server's rules.
+		if vc[ctxEphemeral] != "true" {
+			t.Fatalf("accepted %s=%q", ctxEphemeral, vc[ctxEphemeral])
+		}
+		if v.PodNamespace != vc[ctxPodNamespace] || v.PodName != vc[ctxPodName] || v.PodUID != vc[ctxPodUID] || v.ServiceAccount != vc[ctxServiceAccount] {
+			t.Fatalf("pod information %+v is not the volume context's %q", v, vc)
+		}
+		if len(validation.IsDNS1123Label(v.PodNamespace)) > 0 || len(validation.IsDNS1123Subdomain(v.PodName)) > 0 ||
+			len(validation.IsDNS1123Subdomain(v.ServiceAccount)) > 0 || !fuzzIsUID(v.PodUID) {
+			t.Fatalf("accepted malformed pod information %+v", v)
+		}
+
+		// The target is exactly this pod's CSI volume path.
+		if v.TargetPath != targetPath {
+			t.Fatalf("target %q became %q", targetPath, v.TargetPath)
+		}
+		fuzzCheckCSITarget(t, fuzzKubeletRoot, v.TargetPath, v.PodUID)
+
+		// Exactly one way of naming shares; 1 to 16 distinct shares, each a valid object name.
+		secretName, hasSecret := vc[attrSharedSecret]
+		cmName, hasCM := vc[attrSharedConfigMap]
+		list, hasList := vc[attrShares]
+		var want []shareSpec
+		switch {
+		case hasSecret && !hasCM && !hasList:
+			want = []shareSpec{{Kind: kindSecret, Name: secretName}}
+		case hasCM && !hasSecret && !hasList:
+			want = []shareSpec{{Kind: kindConfigMap, Name: cmName}}
+		case hasList && !hasSecret && !hasCM:
+			for _, e := range strings.Split(list, ",") {
+				kind, name, _ := strings.Cut(strings.TrimSpace(e), "/")
+				want = append(want, shareSpec{Kind: map[string]shareKind{"secret": kindSecret, "configmap": kindConfigMap}[kind], Name: name})
+			}
+		default:
+			t.Fatalf("accepted with sharedSecret=%v, sharedConfigMap=%v, shares=%v", hasSecret, hasCM, hasList)
+		}
+		if !slices.Equal(v.Shares, want) || len(want) < 1 || len(want) > 16 {
+			t.Fatalf("shares %q parsed as %v", list, v.Shares)
+		}
+		for i, s := range v.Shares {
+			if s.Kind != kindSecret && s.Kind != kindConfigMap || len(validation.IsDNS1123Subdomain(s.Name)) > 0 {
+				t.Fatalf("accepted share %v", s)
+			}
+			if slices.Contains(v.Shares[:i], s) {
+				t.Fatalf("accepted %v twice", s)
+			}
+		}
+
+		// refreshResource defaults to true and is otherwise a boolean.
+		if s, ok := vc[attrRefreshResource]; ok {
+			b, err := strconv.ParseBool(s)
+			if err != nil || b != v.Refresh {
+				t.Fatalf("refreshResource %q parsed as %v", s, v.Refresh)
+			}
+		} else if !v.Refresh {
+			t.Fatal("refreshResource defaulted to false")
+		}
+
+		// Modes are permission bits only; items select valid keys of the volume's shares and
+		// name distinct files inside the volume, none of which is another's directory.
+		if v.DefaultMode&^0o777 != 0 || (vc[attrDefaultMode] == "" && v.DefaultMode != 0o644) {
+			t.Fatalf("defaultMode %q parsed as %v", vc[attrDefaultMode], v.DefaultMode)
+		}
+		if _, ok := vc[attrItems]; !ok && len(v.Items) > 0 {
+			t.Fatalf("items %v without the items attribute", v.Items)
+		}
+		paths := map[string]bool{}
+		for _, it := range v.Items {
+			if it.Share < 0 || it.Share >= len(v.Shares) || len(validation.IsConfigMapKey(it.Key)) > 0 ||
+				!fuzzValidPath(it.Path) || it.Mode&^0o777 != 0 || paths[it.Path] {
+				t.Fatalf("accepted item %+v of %q", it, vc[attrItems])
+			}
+			paths[it.Path] = true
+			const data = "/vol/..data"
+			if p := filepath.Join(data, it.Path); !strings.HasPrefix(p, data+"/") || path.Clean(it.Path) != it.Path {
+				t.Fatalf("accepted item path %q names %q", it.Path, p)
+			}
+		}
+		for p := range paths {
+			for d := path.Dir(p); d != "."; d = path.Dir(d) {
+				if paths[d] {
+					t.Fatalf("accepted %q as a file and as the directory of %q", d, p)
+				}
+			}
+		}
+
+		// No attribute the driver does not know, except the kubelet's own.
+		known := []string{attrSharedSecret, attrSharedConfigMap, attrShares, attrRefreshResource, attrDefaultMode, attrItems}
+		for k := range vc {
+			if !slices.Contains(known, k) && !strings.HasPrefix(k, kubeletKeyPrefix) {
+				t.Fatalf("accepted unknown attribute %q", k)
+			}
+		}
+	})
+}
+
+func FuzzValidateTargetPath(f *testing.F) {
+	const uid = "0f1e2d3c-0000-4000-8000-123456789abc"
+	f.Add(fuzzKubeletRoot, fuzzKubeletRoot+"/pods/"+uid+"/volumes/kubernetes.io~csi/ca/mount", uid, "ca", "")
+	f.Add(fuzzKubeletRoot, fuzzKubeletRoot+"/pods/"+uid+"/volumes/kubernetes.io~csi/ca/mount/", uid, "ca", "/")
+	f.Add(fuzzKubeletRoot, fuzzKubeletRoot+"/pods/"+uid+"/volumes/kubernetes.io~csi/a.b/mount", "", "a.b", "")
+	f.Add(fuzzKubeletRoot, fuzzKubeletRoot+"/pods/"+uid+"/volumes/kubernetes.io~csi/../mount", "", "..", "")
+	f.Add("/", "/pods/"+uid+"/volumes/kubernetes.io~csi/x/mount", "", "x", "/")
+	f.Add("/var/lib/kubelet/", "/var/lib/kubelet/pods/"+uid+"/volumes/kubernetes.io~csi/ca/mount/", uid, ".", "")
+	f.Add("/var/lib/kubelet", "/var/lib/kubelet-x/pods/"+uid+"/volumes/kubernetes.io~csi/ca/mount", uid, "a/b", "")
+	f.Add("/var/lib/kubelet", "/var/lib/kubelet/pods/"+uid+"/volumes/kubernetes.io~csi/ca/./mount", uid, "", "")
+	f.Add("/var/lib/kubelet", "/", "", "ca", "/..")
+	f.Add(fuzzKubeletRoot, fuzzKubeletRoot+"/pods/"+uid+"/volumes/kubernetes.io~csi/a\x00b/mount", uid, "\x00", "")
+
+	f.Fuzz(func(t *testing.T, root, target, podUID, name, suffix string) {
+		// main.go only ever passes an absolute, cleaned root.
+		root = filepath.Clean("/" + root)
+		check := func(target, podUID string) {
+			err := validateTargetPath(root, target, podUID)
+			if err != nil {
+				var inv *invalidArgument
+				if !errors.As(err, &inv) || inv.msg == "" {
+					t.Fatalf("rejection %T %q is not an InvalidArgument with a message", err, err)
+				}
+				return
+			}
+			fuzzCheckCSITarget(t, root, target, podUID)
+		}
+		// An arbitrary path, and one that starts as the kubelet's path and goes on: the fuzzer
+		// finds near misses of the right shape far sooner from there.
+		check(target, podUID)
+		kubeletPath := strings.TrimSuffix(root, "/") + "/pods/" + podUID + "/volumes/kubernetes.io~csi/" + name + "/mount"
+		check(kubeletPath+suffix, podUID)
+		check(kubeletPath+suffix, "")
+
+		// And the other way round: the path the kubelet builds for a valid pod uid and volume
+		// name is always accepted, for that pod and for unpublish (no pod uid).
+		// (main.go refuses a kubelet root with control characters; the kubelet names the
+		// directory after the pod's volume, a DNS label.)
+		if fuzzIsUID(podUID) && len(validation.IsDNS1123Label(name)) == 0 && !strings.ContainsFunc(root, fuzzIsControl) {
+			if err := validateTargetPath(root, kubeletPath, podUID); err != nil {
+				t.Fatalf("kubelet path %q rejected for its pod: %v", kubeletPath, err)
+			}
+			if err := validateTargetPath(root, kubeletPath, ""); err != nil {
+				t.Fatalf("kubelet path %q rejected for unpublish: %v", kubeletPath, err)
+			}
+		}
+	})
+}
+
+// FuzzValidateKey checks both name rules of the writer: validateKey (a Secret/ConfigMap key, one
+// file name) and validateFilePath (an item's path inside the volume, segments of keys).
+func FuzzValidateKey(f *testing.F) {
+	for _, k := range []string{"ca.crt", ".dockerconfigjson", "a..b", "x.", "", ".", "..", "..data", "...", "../etc", "a/b",
+		"/abs", "a\x00b", "ümlaut", strings.Repeat("k", 253), strings.Repeat("k", 254),
+		"certs/ca.pem", "a/../b", "a//b", "a/", "a/..data/b", "a/./b", strings.Repeat("d/", 15) + "f", strings.Repeat("d/", 16) + "f"} {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		err := validateKey(key)
+		// The API server's rule for Secret and ConfigMap keys is the oracle, both ways: a key
+		// the API accepted must be writable, and nothing else may be.
+		if apiErrs := validation.IsConfigMapKey(key); (err == nil) != (len(apiErrs) == 0) {
+			t.Fatalf("validateKey(%q) = %v, but the API server's validation says %q", key, err, apiErrs)
+		}
+		if err != nil {
+			// The message names the key, so the admin finds it.
+			if !strings.Contains(err.Error(), strconv.Quote(key)) {
+				t.Fatalf("error %q does not name the key %q", err, key)
+			}
+		} else {
+			if !fuzzIsSegment(key) || strings.HasPrefix(key, "..") || len(key) > 253 {
+				t.Fatalf("accepted key %q", key)
+			}
+			const dir = "/vol/..data"
+			if p := filepath.Join(dir, key); filepath.Dir(p) != dir || filepath.Base(p) != key {
+				t.Fatalf("accepted key %q names %q", key, p)
+			}
+		}
+
+		err = validateFilePath(key)
+		if (err == nil) != fuzzValidPath(key) {
+			t.Fatalf("validateFilePath(%q) = %v, but the rule says valid=%v", key, err, fuzzValidPath(key))
+		}
+		if err != nil {
+			if !strings.Contains(err.Error(), strconv.Quote(key)) {
+				t.Fatalf("error %q does not name the path %q", err, key)
+			}
+			return
+		}
+		// Accepted paths stay below the payload dir and never reach the writer's own entries.
+		const dir = "/vol/..2026_01_01_00_00_00.1"
+		p := filepath.Join(dir, key)
+		if !strings.HasPrefix(p, dir+"/") || p != dir+"/"+key {
+			t.Fatalf("accepted path %q names %q", key, p)
+		}
+		for _, s := range strings.Split(key, "/") {
+			if strings.HasPrefix(s, "..") {
+				t.Fatalf("accepted path %q has the reserved segment %q", key, s)
+			}
+		}
+	})
+}
+
+// fuzzPayload is one call of the writer: writeAtomic (flat keys, one mode) or writeVolume
+// (nested paths, a mode per file, an fsGroup).
+type fuzzPayload struct {
+	flat  bool
+	mode  os.FileMode // flat only
+	gid   int         // writeVolume only
+	files map[string]volumeFile
+}
+
+// fuzzPathAlphabet: bytes are mapped onto it for most names, so that the fuzzer mostly produces
+// names the API could hold (and among them nested paths, empty segments and reserved "..x"
+// names), plus raw bytes for the rest.
+const fuzzPathAlphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._/"
+
+// fuzzModes: valid permission bits, and two invalid ones (a setuid bit, a stray high bit).
+var fuzzModes = []os.FileMode{0o644, 0o600, 0o440, 0o400, 0o755, 0o444, os.ModeSetuid | 0o755, 0o1644}
+
+// fuzzGids: no fsGroup (-1, or any negative), root's, another, one chown cannot take.
+var fuzzGids = []int{-1, 0, 1234, -7, math.MaxUint32}
+
+// fuzzDecodePayloads reads a sequence of payloads from data. Per payload: a header byte (low 3
+// bits: number of files, bit 3: flat, high 4 bits: flat mode), a gid byte, then per file a name
+// length byte (bit 7: raw bytes instead of the alphabet, bit 6: +220 bytes, past the 253-byte
+// key limit), the name, a mode byte, a value length byte and the value.
+func fuzzDecodePayloads(data []byte) []fuzzPayload {
+	next := func() byte {
+		if len(data) == 0 {
+			return 0
+		}
+		b := data[0]
+		data = data[1:]
+		return b
+	}
+	take := func(n int) []byte {
+		n = min(n, len(data))
+		b := data[:n:n]
+		data = data[n:]
+		return b
+	}
+	var out []fuzzPayload
+	for len(data) > 0 && len(out) < 8 {
+		hdr := next()
+		p := fuzzPayload{
+			flat:  hdr&8 != 0,
+			mode:  fuzzModes[int(hdr>>4)%len(fuzzModes)],
+			gid:   fuzzGids[int(next())%len(fuzzGids)],
+			files: map[string]volumeFile{},
+		}
+		for range int(hdr & 7) {
+			nb := next()
+			n := int(nb & 0x3f)
+			if nb&0x40 != 0 {
+				n += 220
+			}
+			name := bytes.Clone(take(n))
+			if nb&0x80 == 0 {
+				for i, c := range name {
+					name[i] = fuzzPathAlphabet[int(c)%len(fuzzPathAlphabet)]
+				}
+			}
+			mode := fuzzModes[int(next())%len(fuzzModes)]
+			if p.flat {
+				mode = p.mode
+			}
+			p.files[string(name)] = volumeFile{Data: bytes.Clone(take(int(next()))), Mode: mode}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// fuzzEncodePayload is the inverse of fuzzDecodePayloads for seeds: names of the alphabet and
+// shorter than 64 bytes, modes and gid as indexes into fuzzModes and fuzzGids.
+func fuzzEncodePayload(flat bool, mode, gid int, files map[string]string, modes map[string]int) []byte {
+	hdr := byte(mode<<4 | len(files))
+	if flat {
+		hdr |= 8
+	}
+	out := []byte{hdr, byte(gid)}
+	for _, k := range slices.Sorted(maps.Keys(files)) {
+		out = append(out, byte(len(k)))
+		for _, c := range []byte(k) {
+			out = append(out, byte(strings.IndexByte(fuzzPathAlphabet, c)))
+		}
+		out = append(out, byte(modes[k]), byte(len(files[k])))
+		out = append(out, files[k]...)
+	}
+	return out
+}
+
+// fuzzPayloadValid says, by the rules and not by the writer's code, whether the writer must
+// accept p.
+func fuzzPayloadValid(p fuzzPayload) bool {
+	if p.flat && p.mode&^0o777 != 0 {
+		return false
+	}
+	for name, f := range p.files {
+		if f.Mode&^0o777 != 0 {
+			return false
+		}
+		if p.flat && len(validation.IsConfigMapKey(name)) > 0 || !p.flat && !fuzzValidPath(name) {
+			return false
+		}
+		for d := path.Dir(name); !p.flat && d != "." && d != "/"; d = path.Dir(d) {
+			if _, ok := p.files[d]; ok {
+				return false // both a file and a directory
+			}
+		}
+	}
+	return p.flat || p.gid <= math.MaxUint32-1
+}
+
+func FuzzWriteAtomic(f *testing.F) {
+	f.Add(fuzzEncodePayload(true, 0, 0, map[string]string{"ca.crt": "one", "tls.key": "two"}, nil))
+	f.Add(slices.Concat(
+		fuzzEncodePayload(true, 0, 0, map[string]string{"a": "1", "b": "2"}, nil),
+		fuzzEncodePayload(true, 1, 0, map[string]string{"b": "3", "c": ""}, nil),
+		fuzzEncodePayload(true, 0, 0, map[string]string{}, nil),
+		fuzzEncodePayload(true, 2, 0, map[string]string{"a": "1"}, nil)))
+	f.Add(slices.Concat(
+		fuzzEncodePayload(true, 0, 0, map[string]string{"ok": "x"}, nil),
+		fuzzEncodePayload(true, 0, 0, map[string]string{"..data": "evil", "ok": "y"}, nil),
+		fuzzEncodePayload(true, 0, 0, map[string]string{".hidden": "z"}, nil)))
+	f.Add(slices.Concat(
+		fuzzEncodePayload(true, 0, 0, map[string]string{"..": "x"}, nil),
+		[]byte{0x09, 0, 0x85, '.', '.', '/', 'e', 't', 0, 1, 'x'}, // flat, raw key "../et"
+		fuzzEncodePayload(true, 3, 0, map[string]string{"k": "v"}, nil)))
+	// Nested paths, modes, fsGroup; then a file that is also a directory, ".." inside a path,
+	// a reserved segment, a setuid mode and a gid chown cannot take: all refused, nothing changed.
+	f.Add(slices.Concat(
+		fuzzEncodePayload(false, 0, 1, map[string]string{"certs/ca.pem": "1", "certs/sub/x": "2", "tls.key": "3"}, map[string]int{"tls.key": 3}),
+		fuzzEncodePayload(false, 0, 2, map[string]string{"certs/ca.pem": "4", "other/y": "5"}, map[string]int{"other/y": 2}),
+		fuzzEncodePayload(false, 0, 0, map[string]string{"a": "1", "a/b": "2"}, nil),
+		fuzzEncodePayload(false, 0, 0, map[string]string{"a/../../b": "1"}, nil),
+		fuzzEncodePayload(false, 0, 0, map[string]string{"a/..data/b": "1"}, nil),
+		fuzzEncodePayload(false, 0, 0, map[string]string{"a": "1"}, map[string]int{"a": 6}),
+		fuzzEncodePayload(false, 0, 4, map[string]string{"a": "1"}, nil),
+		fuzzEncodePayload(false, 0, 3, map[string]string{}, nil)))
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := filepath.Join(t.TempDir(), "vol")
+		var want map[string]volumeFile // the last valid payload; nil until there is one
+		wantUID, wantGID := uint32(os.Geteuid()), uint32(os.Getegid())
+		for i, p := range fuzzDecodePayloads(data) {
+			if os.Geteuid() != 0 && p.gid >= 0 && p.gid <= math.MaxUint32-1 {
+				p.gid = os.Getegid() // only root may give files away to another group
+			}
+			valid := fuzzPayloadValid(p)
+			var before map[string]string
+			if !valid {
+				before = snapshotTree(t, dir, true)
+			}
+			var err error
+			if p.flat {
+				flat := map[string][]byte{}
+				for k, f := range p.files {
+					flat[k] = f.Data
+				}
+				err = writeAtomic(dir, flat, p.mode)
+			} else {
+				err = writeVolume(dir, p.files, p.gid)
+			}
+			switch {
+			case valid && err != nil:
+				t.Fatalf("write %d of the valid payload %v failed: %v", i, slices.Sorted(maps.Keys(p.files)), err)
+			case valid:
+				want = p.files
+				wantUID, wantGID = uint32(os.Geteuid()), uint32(os.Getegid())
+				if !p.flat && p.gid >= 0 {
+					wantUID, wantGID = 0, uint32(p.gid)
+				}
+			case err == nil:
+				t.Fatalf("write %d of the invalid payload %q (gid %d) succeeded", i, slices.Sorted(maps.Keys(p.files)), p.gid)
+			default:
+				if diff := diffSnapshots(before, snapshotTree(t, dir, true)); diff != "" {
+					t.Fatalf("write %d of an invalid payload failed (%v) but changed the dir:\n%s", i, err, diff)
+				}
+			}
+			fuzzCheckAtomicDir(t, dir, want, wantUID, wantGID)
+		}
+	})
+}
+
+// fuzzCheckAtomicDir checks the writer's invariants: readers see exactly the last valid payload,
+// ..data points at a directory holding exactly it (files with their modes, the dirs between
+// them, everything owned as asked), there is one top-level link per first path segment and
+// nothing else, and no link anywhere leads out of dir.
+func fuzzCheckAtomicDir(t *testing.T, dir string, want map[string]volumeFile, uid, gid uint32) {
+	t.Helper()
+	got, err := readVolumeFiles(dir)
+	if err != nil {
+		t.Fatalf("readVolumeFiles: %v", err)
+	}
+	if !maps.EqualFunc(got, want, func(a, b volumeFile) bool { return a.Mode == b.Mode && bytes.Equal(a.Data, b.Data) }) {
+		t.Fatalf("readers see %d files %q, want the last valid payload %q", len(got), slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+	}
+	if want == nil {
+		// Invalid payloads are rejected before anything is created.
+		if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("dir exists before any valid write: %v", err)
+		}
+		return
+	}
+
+	ts, err := os.Readlink(filepath.Join(dir, atomicDataDirName))
+	if err != nil {
+		t.Fatalf("..data: %v", err)
+	}
+	if !fuzzIsSegment(ts) || !strings.HasPrefix(ts, "..") {
+		t.Fatalf("..data points at %q, not a payload dir next to it", ts)
+	}
+	wantTop := []string{atomicDataDirName, ts}
+	for p := range want {
+		top, _, _ := strings.Cut(p, "/")
+		if !slices.Contains(wantTop, top) {
+			wantTop = append(wantTop, top)
+		}
+	}
+	slices.Sort(wantTop)
+	top, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var topNames []string
+	for _, e := range top {
+		topNames = append(topNames, e.Name())
+		if e.Name() == atomicDataDirName || e.Name() == ts {
+			continue
+		}
+		if link, err := os.Readlink(filepath.Join(dir, e.Name())); err != nil || link != atomicDataDirName+"/"+e.Name() {
+			t.Fatalf("top-level %q: link %q (%v), want %q", e.Name(), link, err, atomicDataDirName+"/"+e.Name())
+		}
+	}
+	if !slices.Equal(topNames, wantTop) {
+		t.Fatalf("dir holds %q, want exactly %q", topNames, wantTop)
+	}
+	for p, f := range want {
+		if b, err := os.ReadFile(filepath.Join(dir, p)); err != nil || !bytes.Equal(b, f.Data) {
+			t.Fatalf("reading %q through the top-level link: %d bytes (%v), want %d", p, len(b), err, len(f.Data))
+		}
+	}
+
+	// The payload dir: exactly the files and the dirs between them, with their modes and owner.
+	wantDirs := map[string]bool{".": true}
+	for p := range want {
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			wantDirs[d] = true
+		}
+	}
+	payload := filepath.Join(dir, ts)
+	n := 0
+	err = filepath.WalkDir(payload, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(payload, p)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		f, isFile := want[rel]
+		switch {
+		case isFile && fi.Mode() != f.Mode:
+			t.Fatalf("payload file %q has mode %v, want %v", rel, fi.Mode(), f.Mode)
+		case !isFile && (!wantDirs[rel] || fi.Mode() != fs.ModeDir|0o755):
+			t.Fatalf("payload entry %q (mode %v) is not a file of the payload nor a dir between them", rel, fi.Mode())
+		case st.Uid != uid || st.Gid != gid:
+			t.Fatalf("payload entry %q is owned by %d:%d, want %d:%d", rel, st.Uid, st.Gid, uid, gid)
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != len(want)+len(wantDirs) {
+		t.Fatalf("payload dir holds %d entries, want %d files and %d dirs", n, len(want), len(wantDirs))
+	}
+
+	// No symlink anywhere under dir leads out of it, or nowhere.
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.Type()&fs.ModeSymlink == 0 {
+			return err
+		}
+		link, err := os.Readlink(p)
+		if err != nil {
+			return err
+		}
+		if filepath.IsAbs(link) {
+			t.Fatalf("%s is an absolute link to %q: it would resolve differently in the pod", p, link)
+		}
+		to, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			t.Fatalf("%s -> %q dangles: %v", p, link, err)
+		}
+		if !strings.HasPrefix(to, real+"/") {
+			t.Fatalf("%s -> %q resolves to %s, outside %s", p, link, to, real)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
