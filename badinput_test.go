@@ -702,7 +702,7 @@ func TestSubjectAccessReviewForbiddenIsNeverAGrant(t *testing.T) {
 
 	before := p.hostState(t, sentinel)
 	err := p.publish(v)
-	wantCode(t, err, codes.Unavailable, "subjectaccessreviews", "forbidden", f.share)
+	wantCode(t, err, codes.Unavailable, "subjectaccessreviews", "forbidden", "ClusterRole", f.share)
 	t.Logf("publish without the right to review access: %v", err)
 	before.assertSame(t, p.hostState(t, sentinel))
 	p.assertNothingLeft(t, v)

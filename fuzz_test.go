@@ -599,6 +599,10 @@ func FuzzWriteAtomic(f *testing.F) {
 		fuzzEncodePayload(true, 0, 0, map[string]string{"..": "x"}, nil),
 		[]byte{0x09, 0, 0x85, '.', '.', '/', 'e', 't', 0, 1, 'x'}, // flat, raw key "../et"
 		fuzzEncodePayload(true, 3, 0, map[string]string{"k": "v"}, nil)))
+	// A nested payload refused before any was accepted: the dir must not even be created.
+	f.Add(slices.Concat(
+		fuzzEncodePayload(false, 0, 0, map[string]string{"a/../b": "1"}, nil),
+		fuzzEncodePayload(false, 0, 0, map[string]string{"a/b": "1"}, nil)))
 	// Nested paths, modes, fsGroup; then a file that is also a directory, ".." inside a path,
 	// a reserved segment, a setuid mode and a gid chown cannot take: all refused, nothing changed.
 	f.Add(slices.Concat(

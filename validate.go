@@ -147,11 +147,11 @@ func validateTargetPath(kubeletRoot, target, podUID string) error {
 	if !filepath.IsAbs(target) {
 		return invalidf("target_path %q must be absolute", target)
 	}
-	// Compare raw segments, not filepath.Clean output: Clean would silently turn "a/../b" into
-	// "b", hiding exactly the kind of path that must be rejected.
 	if hasControlChars(target) {
 		return invalidf("target_path %q contains control characters", target)
 	}
+	// Compare raw segments, not filepath.Clean output: Clean would silently turn "a/../b" into
+	// "b", hiding exactly the kind of path that must be rejected.
 	segs := strings.Split(target[1:], "/")
 	for _, s := range segs {
 		if s == "" || s == "." || s == ".." {

@@ -59,6 +59,11 @@ func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
 		return d.ensureBind(rec)
 	}
 
+	// The target's path is checked (no symlink, parents present) before any API call or mount;
+	// again below, just before the driver creates it.
+	if _, err := d.checkTarget(v.TargetPath); err != nil {
+		return err
+	}
 	rec := volumeRecord{
 		VolumeID: v.VolumeID, Refresh: v.Refresh,
 		PodNamespace: v.PodNamespace, PodName: v.PodName, PodUID: v.PodUID, ServiceAccount: v.ServiceAccount,
@@ -168,6 +173,12 @@ func (d *driver) fetchShare(ctx context.Context, v *volumeRequest, spec shareSpe
 	}
 	key := accessKey{Namespace: v.PodNamespace, ServiceAccount: v.ServiceAccount, Kind: spec.Kind, Share: spec.Name}
 	dec, err := d.authz.check(ctx, key, false)
+	if apierrors.IsForbidden(err) {
+		// The driver's own RBAC is wrong, not the pod's: say what the admin must fix. Still
+		// never a grant; Unavailable so that the kubelet's retry succeeds once it is fixed.
+		return sh, nil, status.Errorf(codes.Unavailable, "cannot check access: the driver's service account may not create "+
+			"subjectaccessreviews.authorization.k8s.io; its ClusterRole (shared-resource-csi-driver in deploy.yaml) must allow it; will retry: %v", err)
+	}
 	if err != nil {
 		// An error is never a grant.
 		return sh, nil, status.Errorf(codes.Unavailable, "cannot check access, will retry: %v", err)
