@@ -80,19 +80,24 @@ func newShareIndex(dyn dynamic.Interface, resync time.Duration, onChange func(sh
 		inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc: notify,
 			UpdateFunc: func(oldObj, newObj any) {
-				o, _ := oldObj.(*unstructured.Unstructured)
-				n, _ := newObj.(*unstructured.Unstructured)
-				// A status write by the driver itself changes nothing a volume depends on.
-				if o != nil && n != nil && o.GetGeneration() == n.GetGeneration() && o.GetGeneration() != 0 {
-					return
+				if specChanged(oldObj, newObj) {
+					notify(newObj)
 				}
-				notify(newObj)
 			},
 			DeleteFunc: notify,
 		})
 		si.informers[k] = inf
 	}
 	return si
+}
+
+// specChanged says whether an informer update changed a share's spec. Only status changed
+// when the generation stayed (most likely the driver's own status write): nothing a volume or
+// a share's Ready condition depends on.
+func specChanged(oldObj, newObj any) bool {
+	o, _ := oldObj.(*unstructured.Unstructured)
+	n, _ := newObj.(*unstructured.Unstructured)
+	return o == nil || n == nil || o.GetGeneration() != n.GetGeneration() || o.GetGeneration() == 0
 }
 
 func (si *shareIndex) start(ctx context.Context) { si.factory.Start(ctx.Done()) }

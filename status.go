@@ -152,13 +152,9 @@ func (w *statusWriter) lead(ctx context.Context) {
 		reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc: enqueue,
 			UpdateFunc: func(oldObj, newObj any) {
-				o, _ := oldObj.(*unstructured.Unstructured)
-				n, _ := newObj.(*unstructured.Unstructured)
-				// Same generation: only status changed, most likely by this very writer.
-				if o != nil && n != nil && o.GetGeneration() == n.GetGeneration() && o.GetGeneration() != 0 {
-					return
+				if specChanged(oldObj, newObj) {
+					enqueue(newObj)
 				}
-				enqueue(newObj)
 			},
 			// A deleted share has no status to write.
 		})
