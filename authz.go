@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sync/singleflight"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	authzclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 )
 
 const shareGroup = "sharedresource.openshift.io"
@@ -42,7 +41,7 @@ type decision struct {
 // newly granted pod must not wait for a TTL, and the kubelet's retry backoff bounds their cost.
 // Errors are never cached and never mean "allowed".
 type authorizer struct {
-	sar   authzclient.SubjectAccessReviewInterface
+	sar   sarCreator
 	ttl   time.Duration
 	now   func() time.Time
 	group singleflight.Group
@@ -51,7 +50,7 @@ type authorizer struct {
 	granted map[accessKey]time.Time // grant time
 }
 
-func newAuthorizer(sar authzclient.SubjectAccessReviewInterface, ttl time.Duration) *authorizer {
+func newAuthorizer(sar sarCreator, ttl time.Duration) *authorizer {
 	return &authorizer{sar: sar, ttl: ttl, now: time.Now, granted: map[accessKey]time.Time{}}
 }
 

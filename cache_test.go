@@ -31,6 +31,17 @@ func secretObj(ns, name string, size int) *corev1.Secret {
 		Data: map[string][]byte{"k": make([]byte, size)}}
 }
 
+// fakeSources reads Secrets and ConfigMaps from a fake clientset.
+type fakeSources struct{ c *fake.Clientset }
+
+func (f fakeSources) getSecret(ctx context.Context, ns, name string, opts metav1.GetOptions) (*corev1.Secret, error) {
+	return f.c.CoreV1().Secrets(ns).Get(ctx, name, opts)
+}
+
+func (f fakeSources) getConfigMap(ctx context.Context, ns, name string, opts metav1.GetOptions) (*corev1.ConfigMap, error) {
+	return f.c.CoreV1().ConfigMaps(ns).Get(ctx, name, opts)
+}
+
 func countGets(client *fake.Clientset) *atomic.Int64 {
 	var n atomic.Int64
 	client.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -43,7 +54,7 @@ func countGets(client *fake.Clientset) *atomic.Int64 {
 func TestSourceCacheServesRepeatedGetsWithinTTL(t *testing.T) {
 	client := fake.NewSimpleClientset(secretObj("p", "a", 10))
 	gets := countGets(client)
-	c, _ := newSourceCache(client, 10, 1<<20, time.Minute)
+	c, _ := newSourceCache(fakeSources{client}, 10, 1<<20, time.Minute)
 	clock := &fakeClock{t: time.Unix(0, 0)}
 	c.now = clock.now
 	key := sourceKey{Kind: kindSecret, Namespace: "p", Name: "a"}
@@ -69,7 +80,7 @@ func TestSourceCacheBoundsEntriesAndBytes(t *testing.T) {
 	}
 	client := fake.NewSimpleClientset(objs...)
 	// At most 4 entries, at most 350 bytes (three 101-byte entries).
-	c, _ := newSourceCache(client, 4, 350, time.Minute)
+	c, _ := newSourceCache(fakeSources{client}, 4, 350, time.Minute)
 	for i := 0; i < 10; i++ {
 		if _, err := c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)
@@ -106,7 +117,7 @@ func TestSourceCacheCoalescesConcurrentMisses(t *testing.T) {
 		<-release
 		return false, nil, nil
 	})
-	c, _ := newSourceCache(client, 10, 1<<20, time.Minute)
+	c, _ := newSourceCache(fakeSources{client}, 10, 1<<20, time.Minute)
 	var wg sync.WaitGroup
 	for i := 0; i < 20; i++ {
 		wg.Add(1)
@@ -123,7 +134,7 @@ func TestSourceCacheCoalescesConcurrentMisses(t *testing.T) {
 	}
 }
 
-func sarClient(allowed func() (bool, error)) (*fake.Clientset, *atomic.Int64) {
+func fakeSARClient(allowed func() (bool, error)) (*fake.Clientset, *atomic.Int64) {
 	client := fake.NewSimpleClientset()
 	var n atomic.Int64
 	client.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -141,7 +152,7 @@ func sarClient(allowed func() (bool, error)) (*fake.Clientset, *atomic.Int64) {
 
 func TestAuthorizerCachesGrantsNotDenialsNorErrors(t *testing.T) {
 	answer, answerErr := true, error(nil)
-	client, sars := sarClient(func() (bool, error) { return answer, answerErr })
+	client, sars := fakeSARClient(func() (bool, error) { return answer, answerErr })
 	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), time.Minute)
 	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
 	for i := 0; i < 1000; i++ {

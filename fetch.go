@@ -16,10 +16,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -58,17 +58,25 @@ func (e *badShareError) Error() string { return e.msg }
 // shareIndex serves shares from the informers' caches.
 type shareIndex struct {
 	dyn       dynamic.Interface
-	factory   dynamicinformer.DynamicSharedInformerFactory
 	informers map[shareKind]cache.SharedIndexInformer
 }
 
 // newShareIndex sets up informers on both share kinds. onChange is called with the kind and name
 // of every share that is added, changed or deleted, so volumes react at once, not at the next relist.
 func newShareIndex(dyn dynamic.Interface, resync time.Duration, onChange func(shareKind, string)) *shareIndex {
-	f := dynamicinformer.NewDynamicSharedInformerFactory(dyn, resync)
-	si := &shareIndex{dyn: dyn, factory: f, informers: map[shareKind]cache.SharedIndexInformer{}}
+	si := &shareIndex{dyn: dyn, informers: map[shareKind]cache.SharedIndexInformer{}}
 	for _, k := range []shareKind{kindSecret, kindConfigMap} {
-		inf := f.ForResource(shareGVR(k)).Informer()
+		shares := dyn.Resource(shareGVR(k))
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+				return shares.List(ctx, opts)
+			},
+			WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+				return shares.Watch(ctx, opts)
+			},
+		}
+		// Shares are cluster-scoped: the store's key is the name, and no index is needed.
+		inf := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, resync, cache.Indexers{})
 		notify := func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
@@ -100,7 +108,12 @@ func specChanged(oldObj, newObj any) bool {
 	return o == nil || n == nil || o.GetGeneration() != n.GetGeneration() || o.GetGeneration() == 0
 }
 
-func (si *shareIndex) start(ctx context.Context) { si.factory.Start(ctx.Done()) }
+// start runs the informers until ctx ends.
+func (si *shareIndex) start(ctx context.Context) {
+	for _, inf := range si.informers {
+		go inf.RunWithContext(ctx)
+	}
+}
 
 func (si *shareIndex) synced() bool {
 	for _, inf := range si.informers {
@@ -152,7 +165,7 @@ type cachedSource struct {
 // entries and in total bytes, for a short TTL: long enough that a burst of publishes costs one
 // GET, short enough that a publish after a change sees the change.
 type sourceCache struct {
-	client   kubernetes.Interface
+	client   sourceGetter
 	ttl      time.Duration
 	maxBytes int64
 	now      func() time.Time
@@ -166,7 +179,7 @@ type sourceCache struct {
 
 type cacheStats struct{ Hits, Misses, Evictions int64 }
 
-func newSourceCache(client kubernetes.Interface, maxEntries int, maxBytes int64, ttl time.Duration) (*sourceCache, error) {
+func newSourceCache(client sourceGetter, maxEntries int, maxBytes int64, ttl time.Duration) (*sourceCache, error) {
 	c := &sourceCache{client: client, ttl: ttl, maxBytes: maxBytes, now: time.Now}
 	l, err := lru.NewWithEvict(maxEntries, func(_ sourceKey, v cachedSource) {
 		// Called with c.mu held (from Add/Remove/RemoveOldest below).
@@ -224,7 +237,7 @@ func (c *sourceCache) getObject(ctx context.Context, key sourceKey, opts metav1.
 	d := &sourceData{Files: map[string][]byte{}}
 	switch key.Kind {
 	case kindSecret:
-		s, err := c.client.CoreV1().Secrets(key.Namespace).Get(ctx, key.Name, opts)
+		s, err := c.client.getSecret(ctx, key.Namespace, key.Name, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -233,7 +246,7 @@ func (c *sourceCache) getObject(ctx context.Context, key sourceKey, opts metav1.
 			d.Files[k] = v
 		}
 	case kindConfigMap:
-		cm, err := c.client.CoreV1().ConfigMaps(key.Namespace).Get(ctx, key.Name, opts)
+		cm, err := c.client.getConfigMap(ctx, key.Namespace, key.Name, opts)
 		if err != nil {
 			return nil, err
 		}

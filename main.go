@@ -20,11 +20,6 @@ import (
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -67,7 +62,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.registrationDir, "registration-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registration dir; empty disables registration")
 	fs.StringVar(&o.nodeID, "node-id", os.Getenv("NODE_NAME"), "node name reported by NodeGetInfo (default: $NODE_NAME)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account")
-	fs.Float64Var(&o.qps, "kube-api-qps", 50, "client-side rate limit of API requests per second")
+	fs.Float64Var(&o.qps, "kube-api-qps", 50, "client-side rate limit of API requests per second, for all of the driver's requests together")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst of API requests")
 	fs.DurationVar(&o.relistInterval, "relist-interval", 60*time.Second, "how often every volume's access is re-checked and its data refreshed")
 	fs.IntVar(&o.cacheEntries, "cache-max-entries", 1000, "most Secrets/ConfigMaps kept in the source cache")
@@ -150,7 +145,7 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
-	// Protobuf for the typed clients (the dynamic client of the share CRDs stays JSON), and no
+	// Protobuf for Secrets, ConfigMaps, reviews, events and the Lease (the share CRDs are JSON), and no
 	// gzip: Secrets do not compress, and gzipping a 1 MiB Secret doubled the API server's time
 	// to answer its GET.
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
@@ -158,21 +153,17 @@ func run(ctx context.Context, o *options) error {
 	cfg.UserAgent = "shared-resource-csi/" + version
 	m := newMetrics()
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &countingTransport{next: rt, m: m} })
-	client, err := kubernetes.NewForConfig(cfg)
+	kube, err := newKubeClient(cfg)
 	if err != nil {
 		return err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	sources, err := newSourceCache(client, o.cacheEntries, o.cacheBytes, o.cacheTTL)
+	sources, err := newSourceCache(kube, o.cacheEntries, o.cacheBytes, o.cacheTTL)
 	if err != nil {
 		return err
 	}
 	// One event broadcaster for the process.
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(eventSink{c: kube.core})
 	defer broadcaster.Shutdown()
 
 	shareEvents := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[shareRef]{Name: "share-events"})
@@ -184,11 +175,11 @@ func run(ctx context.Context, o *options) error {
 		store:       newVolumeStore(o.stateDir),
 		locks:       newVolumeLocks(),
 		sources:     sources,
-		authz:       newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), o.authzTTL),
+		authz:       newAuthorizer(sarClient{c: kube.authz}, o.authzTTL),
 		metrics:     m,
 		crash:       crashPoints{at: os.Getenv(crashEnv)},
-		events:      broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "shared-resource-csi", Host: o.nodeID}),
-		shares: newShareIndex(dyn, 0, func(k shareKind, name string) {
+		events:      broadcaster.NewRecorder(kube.scheme, corev1.EventSource{Component: "shared-resource-csi", Host: o.nodeID}),
+		shares: newShareIndex(kube.dyn, 0, func(k shareKind, name string) {
 			shareEvents.Add(shareRef{Kind: k, Name: name})
 		}),
 	}
@@ -229,16 +220,12 @@ func run(ctx context.Context, o *options) error {
 	go d.runRelist(ctx, o.relistInterval)
 
 	if o.statusLeaseNS != "" {
-		meta, err := metadata.NewForConfig(cfg)
-		if err != nil {
-			return err
-		}
 		sctx, cancel := context.WithCancel(ctx)
 		statusDone := make(chan struct{})
 		go func() {
 			defer close(statusDone)
 			if err := runStatusWriter(sctx, statusConfig{
-				Kube: client, Dyn: dyn, Meta: meta, Shares: d.shares, NodeID: o.nodeID,
+				Leases: leaseClient{c: kube.coord, namespace: o.statusLeaseNS}, Dyn: kube.dyn, Meta: kube.meta, Shares: d.shares, NodeID: o.nodeID,
 				LeaseNamespace: o.statusLeaseNS, LeaseDuration: o.statusLease, Interval: o.relistInterval,
 			}); err != nil {
 				errs <- err

@@ -18,7 +18,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,11 +28,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 )
@@ -57,10 +53,10 @@ const statusFieldManager = "shared-resource-csi"
 
 // statusConfig is what the status writer needs; main wires it.
 type statusConfig struct {
-	Kube   kubernetes.Interface // the Lease
-	Dyn    dynamic.Interface    // status writes
-	Meta   metadata.Interface   // source checks (metadata only)
-	Shares *shareIndex          // the share informers; their caches must be synced or syncing
+	Leases leaseClient        // coordination.k8s.io/v1 in the Lease's namespace
+	Dyn    dynamic.Interface  // status writes
+	Meta   metadata.Interface // source checks (metadata only)
+	Shares *shareIndex        // the share informers; their caches must be synced or syncing
 	// NodeID prefixes the Lease holder identity, so `kubectl get lease` shows which node writes.
 	NodeID         string
 	LeaseNamespace string
@@ -86,59 +82,32 @@ func runStatusWriter(ctx context.Context, cfg statusConfig) error {
 		return err
 	}
 	identity := cfg.NodeID + "_" + hex.EncodeToString(suffix)
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.LeaseNamespace, Name: statusLeaseName},
-		Client:     cfg.Kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
-	}
 	w := &statusWriter{cfg: cfg, identity: identity}
 	klog.InfoS("Share status writer campaigning", "lease", cfg.LeaseNamespace+"/"+statusLeaseName, "identity", identity)
-	for ctx.Err() == nil {
-		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:          lock,
-			LeaseDuration: cfg.LeaseDuration,
-			RenewDeadline: cfg.LeaseDuration * 2 / 3,
-			RetryPeriod:   cfg.LeaseDuration * 2 / 15,
-			// A clean shutdown (SIGTERM, rollout) hands over at once instead of after a lease
-			// duration without status updates.
-			ReleaseOnCancel: true,
-			Name:            statusLeaseName,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: w.lead,
-				OnStoppedLeading: func() { klog.V(2).InfoS("Not leading the share status writer", "identity", identity) },
-			},
-		})
-		if err != nil {
-			return fmt.Errorf("status writer: %w", err)
-		}
-		// Run returns when the Lease is lost (renewal failed for the renew deadline) or ctx
-		// ended; a lost Lease is campaigned for again.
-		le.Run(ctx)
+	elector := &leaseElector{
+		leases:   cfg.Leases,
+		name:     statusLeaseName,
+		identity: identity,
+		// client-go's usual proportions (15s/10s/2s).
+		duration:      cfg.LeaseDuration,
+		renewDeadline: cfg.LeaseDuration * 2 / 3,
+		retry:         cfg.LeaseDuration * 2 / 15,
+		now:           time.Now,
 	}
-	// A term's worker may still be finishing its last write: wait for it, so that nothing is
-	// written after this returns.
-	w.term.Lock()
-	defer w.term.Unlock()
+	// run returns after ctx ended, the last term's worker returned and the Lease was released:
+	// nothing is written after this returns.
+	elector.run(ctx, w.lead)
 	return nil
 }
 
 type statusWriter struct {
 	cfg      statusConfig
 	identity string
-	// term is held by the one leadership term that may write. leaderelection starts
-	// OnStartedLeading in a goroutine and does not wait for it, so without this the worker of a
-	// lost term could still be writing when the next term's worker starts.
-	term sync.Mutex
 }
 
 // lead runs one leadership term: it checks every share now, on share events, and every
-// interval, until ctx (the term) ends.
+// interval, until ctx (the term) ends. The elector runs one term at a time and waits for it.
 func (w *statusWriter) lead(ctx context.Context) {
-	w.term.Lock()
-	defer w.term.Unlock()
-	if ctx.Err() != nil {
-		return // the term ended before its worker got to start
-	}
 	klog.InfoS("Leading the share status writer", "identity", w.identity)
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[shareRef]())
 	defer q.ShutDown()

@@ -1,0 +1,176 @@
+package main
+
+// The driver's clients of the API server. Besides the share CRDs (dynamic client) and the status
+// writer's metadata GETs, it reads Secrets and ConfigMaps, creates SubjectAccessReviews and
+// Events, and keeps one Lease: three built-in API groups.
+//
+// Why not client-go's generated clientset: importing it registers every built-in API group (some
+// 60 group versions, hundreds of types) in its scheme at start-up, and that alone put about
+// 20 MiB on the driver's resident memory, half of its budget (BENCHMARKS.md). REST clients over a
+// scheme of the three groups used here send the very same requests (protobuf, same paths, same
+// errors) for a fraction of it.
+
+import (
+	"context"
+	"fmt"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/flowcontrol"
+)
+
+// kubeClient holds one REST client per API group the driver uses, all over one HTTP client (one
+// connection pool) and one rate limiter (so --kube-api-qps bounds the whole driver).
+type kubeClient struct {
+	scheme *runtime.Scheme // core/v1, authorization/v1, coordination/v1 only
+	core   rest.Interface  // /api/v1
+	authz  rest.Interface  // /apis/authorization.k8s.io/v1
+	coord  rest.Interface  // /apis/coordination.k8s.io/v1
+	dyn    dynamic.Interface
+	meta   metadata.Interface
+}
+
+// newKubeClient builds the clients from cfg; cfg's QPS and Burst become one shared rate limiter.
+func newKubeClient(cfg *rest.Config) (*kubeClient, error) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, authorizationv1.AddToScheme, coordinationv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return nil, err
+		}
+	}
+	cfg = rest.CopyConfig(cfg)
+	if cfg.RateLimiter == nil && cfg.QPS > 0 {
+		cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+	}
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	codecs := serializer.NewCodecFactory(scheme)
+	restClient := func(apiPath string, gv schema.GroupVersion) (*rest.RESTClient, error) {
+		c := rest.CopyConfig(cfg)
+		c.APIPath = apiPath
+		c.GroupVersion = &gv
+		c.NegotiatedSerializer = codecs.WithoutConversion()
+		return rest.RESTClientForConfigAndClient(c, httpClient)
+	}
+	k := &kubeClient{scheme: scheme}
+	if k.core, err = restClient("/api", corev1.SchemeGroupVersion); err != nil {
+		return nil, err
+	}
+	if k.authz, err = restClient("/apis", authorizationv1.SchemeGroupVersion); err != nil {
+		return nil, err
+	}
+	if k.coord, err = restClient("/apis", coordinationv1.SchemeGroupVersion); err != nil {
+		return nil, err
+	}
+	// The share CRDs are JSON-only (custom resources have no protobuf encoding).
+	jsonCfg := rest.CopyConfig(cfg)
+	jsonCfg.ContentType = ""
+	if k.dyn, err = dynamic.NewForConfigAndClient(jsonCfg, httpClient); err != nil {
+		return nil, err
+	}
+	if k.meta, err = metadata.NewForConfigAndClient(jsonCfg, httpClient); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// sourceGetter reads the Secrets and ConfigMaps shares point at.
+type sourceGetter interface {
+	getSecret(ctx context.Context, namespace, name string, opts metav1.GetOptions) (*corev1.Secret, error)
+	getConfigMap(ctx context.Context, namespace, name string, opts metav1.GetOptions) (*corev1.ConfigMap, error)
+}
+
+var _ sourceGetter = (*kubeClient)(nil)
+
+func (k *kubeClient) getSecret(ctx context.Context, namespace, name string, opts metav1.GetOptions) (*corev1.Secret, error) {
+	s := &corev1.Secret{}
+	err := k.core.Get().Namespace(namespace).Resource("secrets").Name(name).
+		VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(s)
+	return s, err
+}
+
+func (k *kubeClient) getConfigMap(ctx context.Context, namespace, name string, opts metav1.GetOptions) (*corev1.ConfigMap, error) {
+	cm := &corev1.ConfigMap{}
+	err := k.core.Get().Namespace(namespace).Resource("configmaps").Name(name).
+		VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(cm)
+	return cm, err
+}
+
+// sarCreator creates SubjectAccessReviews. Its method is the generated client's, so a test can
+// hand the authorizer a fake clientset's SubjectAccessReviews().
+type sarCreator interface {
+	Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error)
+}
+
+// sarClient creates SubjectAccessReviews over the authorization.k8s.io/v1 REST client.
+type sarClient struct{ c rest.Interface }
+
+var _ sarCreator = sarClient{}
+
+func (s sarClient) Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
+	out := &authorizationv1.SubjectAccessReview{}
+	err := s.c.Post().Resource("subjectaccessreviews").VersionedParams(&opts, metav1.ParameterCodec).
+		Body(sar).Do(ctx).Into(out)
+	return out, err
+}
+
+// eventSink is where client-go's event broadcaster writes: core/v1 Events in the involved
+// object's namespace.
+type eventSink struct{ c rest.Interface }
+
+var _ record.EventSink = eventSink{}
+
+// The broadcaster's interface has no context; its own retry and rate limiting bound the calls.
+
+func (s eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	return out, s.c.Post().Namespace(e.Namespace).Resource("events").Body(e).Do(context.Background()).Into(out)
+}
+
+func (s eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	return out, s.c.Put().Namespace(e.Namespace).Resource("events").Name(e.Name).Body(e).Do(context.Background()).Into(out)
+}
+
+func (s eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	return out, s.c.Patch(types.StrategicMergePatchType).Namespace(e.Namespace).Resource("events").Name(e.Name).
+		Body(data).Do(context.Background()).Into(out)
+}
+
+// leaseClient reads and writes Leases in one namespace.
+type leaseClient struct {
+	c         rest.Interface
+	namespace string
+}
+
+func (l leaseClient) get(ctx context.Context, name string) (*coordinationv1.Lease, error) {
+	out := &coordinationv1.Lease{}
+	return out, l.c.Get().Namespace(l.namespace).Resource("leases").Name(name).Do(ctx).Into(out)
+}
+
+func (l leaseClient) create(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	out := &coordinationv1.Lease{}
+	return out, l.c.Post().Namespace(l.namespace).Resource("leases").Body(lease).Do(ctx).Into(out)
+}
+
+// update writes lease if its resourceVersion is still current (a Conflict error otherwise).
+func (l leaseClient) update(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	if lease.Name == "" {
+		return nil, fmt.Errorf("lease without a name")
+	}
+	out := &coordinationv1.Lease{}
+	return out, l.c.Put().Namespace(l.namespace).Resource("leases").Name(lease.Name).Body(lease).Do(ctx).Into(out)
+}
