@@ -223,10 +223,18 @@ func TestPublishUnknownShareOrMissingSource(t *testing.T) {
 
 	share := "dangling-" + randSuffix()
 	e.createShare(t, kindSecret, share, "platform-nowhere", "gone")
+	// Denied first: a pod that may not use the share learns nothing of its source, not even
+	// that it is missing (the driver fetches it while the review is out, and keeps quiet).
+	denied := p.volume(ns, "app", map[string]string{attrSharedSecret: share})
+	err := p.publish(denied)
+	wantCode(t, err, codes.PermissionDenied, share)
+	if strings.Contains(err.Error(), "platform-nowhere") || strings.Contains(err.Error(), "gone") {
+		t.Errorf("a denied publish reveals the share's source: %v", err)
+	}
 	e.grant(t, ns, kindSecret, share, serviceAccount(ns, "app"))
 	w := p.volume(ns, "app", map[string]string{attrSharedSecret: share})
 	wantCode(t, p.publish(w), codes.FailedPrecondition, "Secret platform-nowhere/gone", "does not exist")
-	p.assertNothingLeft(t, v, w)
+	p.assertNothingLeft(t, v, denied, w)
 }
 
 func TestPublishRejectsBothOrNeitherShareAttribute(t *testing.T) {

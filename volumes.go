@@ -172,7 +172,22 @@ func (d *driver) fetchShare(ctx context.Context, v *volumeRequest, spec shareSpe
 		return sh, nil, status.Errorf(codes.Unavailable, "reading %s %q, will retry: %v", spec.Kind.shareTypeName(), spec.Name, err)
 	}
 	key := accessKey{Namespace: v.PodNamespace, ServiceAccount: v.ServiceAccount, Kind: spec.Kind, Share: spec.Name}
+	// The review and the GET of the source go out together: a cold publish then waits for the
+	// slower of the two instead of their sum. The source is only handed out, and its errors
+	// only reported, once access is granted: a denied pod learns nothing about it, not even
+	// whether it exists. (The GET itself reveals nothing to anybody: the driver may read every
+	// shared source, and what it caches stays in its memory.)
+	type fetched struct {
+		src *sourceData
+		err error
+	}
+	got := make(chan fetched, 1)
+	go func() {
+		src, err := d.sources.get(ctx, sourceKey{Kind: spec.Kind, Namespace: sh.SourceNamespace, Name: sh.SourceName})
+		got <- fetched{src, err}
+	}()
 	dec, err := d.authz.check(ctx, key, false)
+	f := <-got
 	if apierrors.IsForbidden(err) {
 		// The driver's own RBAC is wrong, not the pod's: say what the admin must fix. Still
 		// never a grant; Unavailable so that the kubelet's retry succeeds once it is fixed.
@@ -186,11 +201,10 @@ func (d *driver) fetchShare(ctx context.Context, v *volumeRequest, spec shareSpe
 	if !dec.Allowed {
 		return sh, nil, status.Error(codes.PermissionDenied, deniedMessage(key, dec.Reason))
 	}
-	src, err := d.sources.get(ctx, sourceKey{Kind: spec.Kind, Namespace: sh.SourceNamespace, Name: sh.SourceName})
-	if err != nil {
-		return sh, nil, sourceError(sh, err)
+	if f.err != nil {
+		return sh, nil, sourceError(sh, f.err)
 	}
-	return sh, src, nil
+	return sh, f.src, nil
 }
 
 // writeShareCopies keeps each share's files beside the data dir, out of the pod's view: they are
