@@ -5,10 +5,10 @@ package main
 // Events, and keeps one Lease: three built-in API groups.
 //
 // Why not client-go's generated clientset: importing it registers every built-in API group (some
-// 60 group versions, hundreds of types) in its scheme at start-up, and that alone put about
-// 20 MiB on the driver's resident memory, half of its budget (BENCHMARKS.md). REST clients over a
-// scheme of the three groups used here send the very same requests (protobuf, same paths, same
-// errors) for a fraction of it.
+// 60 group versions, hundreds of types) in its scheme at start-up, and that alone cost about
+// 14 MiB of the driver's resident memory (measured with 1000 volumes: 47.6 MiB before, 33.8 MiB
+// after). REST clients over a scheme of the three groups used here send the very same requests
+// (protobuf, same paths, same errors).
 
 import (
 	"context"
