@@ -63,7 +63,12 @@ func (e *leaseElector) acquire(ctx context.Context) bool {
 	t := time.NewTicker(e.retry)
 	defer t.Stop()
 	for {
-		if e.tryAcquireOrRenew(ctx) {
+		// Each attempt has a deadline: a request hanging on a dead connection must not stop
+		// the campaign.
+		actx, cancel := context.WithTimeout(ctx, e.renewDeadline)
+		ok := e.tryAcquireOrRenew(actx)
+		cancel()
+		if ok {
 			klog.InfoS("Acquired the Lease", "lease", e.leases.namespace+"/"+e.name, "identity", e.identity)
 			return true
 		}
