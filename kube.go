@@ -74,13 +74,12 @@ func newKubeClient(cfg *rest.Config) (*kubeClient, error) {
 	if k.coord, err = restClient("/apis", coordinationv1.SchemeGroupVersion); err != nil {
 		return nil, err
 	}
-	// The share CRDs are JSON-only (custom resources have no protobuf encoding).
-	jsonCfg := rest.CopyConfig(cfg)
-	jsonCfg.ContentType = ""
-	if k.dyn, err = dynamic.NewForConfigAndClient(jsonCfg, httpClient); err != nil {
+	// Both set their own content types: JSON for the share CRDs (custom resources have no
+	// protobuf encoding), protobuf for metadata.
+	if k.dyn, err = dynamic.NewForConfigAndClient(cfg, httpClient); err != nil {
 		return nil, err
 	}
-	if k.meta, err = metadata.NewForConfigAndClient(jsonCfg, httpClient); err != nil {
+	if k.meta, err = metadata.NewForConfigAndClient(cfg, httpClient); err != nil {
 		return nil, err
 	}
 	return k, nil

@@ -5,7 +5,7 @@ package main
 // fields, the same timing rules, interoperable with it), written here because that package pulls
 // in the generated clientset (see kube.go). Two differences, both on purpose: a term's work is
 // waited for before the next campaign or the release, so no write of an old term can land after
-// another driver took over; and it is about 150 lines instead of a dependency.
+// another driver took over; and it is one short file instead of a dependency.
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
 
 // leaseElector campaigns for one Lease under one identity.
@@ -28,11 +29,11 @@ type leaseElector struct {
 	duration, renewDeadline, retry time.Duration
 	now                            func() time.Time
 
-	// What this driver last saw of the Lease and when, by its own clock: another holder's term
+	// The Lease as this driver last saw it, and when by its own clock: another holder's term
 	// runs until a lease duration after its record last changed *as seen here*, never by the
 	// holder's timestamps, so clock skew between nodes cannot cut a term short.
-	observedVersion string
-	observedAt      time.Time
+	observed   *coordinationv1.Lease
+	observedAt time.Time
 }
 
 // run campaigns until ctx ends. Each time the Lease is won, lead runs with a context that ends
@@ -105,57 +106,73 @@ func (e *leaseElector) keep(ctx context.Context) {
 }
 
 // tryAcquireOrRenew takes the Lease if it is free, expired or already ours, and says whether
-// this driver holds it now. The write carries the resourceVersion read, so of two drivers
-// racing for an expired Lease exactly one wins.
+// this driver holds it now. Every write carries the resourceVersion it was based on, so of two
+// drivers racing for an expired Lease exactly one wins.
 func (e *leaseElector) tryAcquireOrRenew(ctx context.Context) bool {
 	now := e.now()
-	spec := coordinationv1.LeaseSpec{
-		HolderIdentity:       &e.identity,
-		LeaseDurationSeconds: ptrTo(int32(e.duration / time.Second)),
-		AcquireTime:          &metav1.MicroTime{Time: now},
-		RenewTime:            &metav1.MicroTime{Time: now},
-		LeaseTransitions:     ptrTo(int32(0)),
+	// The holder renews from the Lease it last wrote, without reading it first (as client-go
+	// does): one request per renewal. Only if someone else wrote it meanwhile does the update
+	// fail, and the Lease is read.
+	if e.observed != nil && ptr.Deref(e.observed.Spec.HolderIdentity, "") == e.identity {
+		if e.write(ctx, e.observed, now) {
+			return true
+		}
 	}
 	cur, err := e.leases.get(ctx, e.name)
 	if apierrors.IsNotFound(err) {
-		created, err := e.leases.create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: e.name}, Spec: spec})
+		cur = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: e.name}}
+		created, err := e.leases.create(ctx, e.claim(cur, now))
 		if err != nil {
 			klog.V(2).InfoS("Creating the Lease failed", "lease", e.leases.namespace+"/"+e.name, "err", err)
 			return false
 		}
-		e.observe(created, now)
+		e.observed, e.observedAt = created, now
 		return true
 	}
 	if err != nil {
 		klog.V(2).InfoS("Reading the Lease failed", "lease", e.leases.namespace+"/"+e.name, "err", err)
 		return false
 	}
-	if cur.ResourceVersion != e.observedVersion {
-		e.observe(cur, now)
+	if e.observed == nil || cur.ResourceVersion != e.observed.ResourceVersion {
+		e.observed, e.observedAt = cur, now
 	}
-	holder := deref(cur.Spec.HolderIdentity)
+	holder := ptr.Deref(cur.Spec.HolderIdentity, "")
 	if holder != "" && holder != e.identity {
-		held := time.Duration(deref(cur.Spec.LeaseDurationSeconds)) * time.Second
+		held := time.Duration(ptr.Deref(cur.Spec.LeaseDurationSeconds, 0)) * time.Second
 		if now.Before(e.observedAt.Add(held)) {
 			return false // another driver's term is running
 		}
 	}
 	// Free (released), expired, or ours: write ourselves in.
+	return e.write(ctx, cur, now)
+}
+
+// claim returns cur with this driver as the holder, renewed at now.
+func (e *leaseElector) claim(cur *coordinationv1.Lease, now time.Time) *coordinationv1.Lease {
 	next := cur.DeepCopy()
-	transitions := deref(cur.Spec.LeaseTransitions)
-	if holder == e.identity {
-		spec.AcquireTime = cur.Spec.AcquireTime
-	} else {
-		transitions++
+	spec := &next.Spec
+	if ptr.Deref(spec.HolderIdentity, "") != e.identity {
+		spec.HolderIdentity = ptr.To(e.identity)
+		spec.AcquireTime = &metav1.MicroTime{Time: now}
+		transitions := int32(0) // a new Lease
+		if cur.ResourceVersion != "" {
+			transitions = ptr.Deref(spec.LeaseTransitions, 0) + 1
+		}
+		spec.LeaseTransitions = ptr.To(transitions)
 	}
-	spec.LeaseTransitions = &transitions
-	next.Spec = spec
-	updated, err := e.leases.update(ctx, next)
+	spec.RenewTime = &metav1.MicroTime{Time: now}
+	spec.LeaseDurationSeconds = ptr.To(int32(e.duration / time.Second))
+	return next
+}
+
+// write updates the Lease from cur to this driver's claim.
+func (e *leaseElector) write(ctx context.Context, cur *coordinationv1.Lease, now time.Time) bool {
+	updated, err := e.leases.update(ctx, e.claim(cur, now))
 	if err != nil {
 		klog.V(2).InfoS("Writing the Lease failed", "lease", e.leases.namespace+"/"+e.name, "err", err)
 		return false
 	}
-	e.observe(updated, now)
+	e.observed, e.observedAt = updated, now
 	return true
 }
 
@@ -165,32 +182,17 @@ func (e *leaseElector) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), e.renewDeadline)
 	defer cancel()
 	cur, err := e.leases.get(ctx, e.name)
-	if err != nil || deref(cur.Spec.HolderIdentity) != e.identity {
+	if err != nil || ptr.Deref(cur.Spec.HolderIdentity, "") != e.identity {
 		return
 	}
 	now := metav1.MicroTime{Time: e.now()}
 	next := cur.DeepCopy()
-	next.Spec.HolderIdentity = ptrTo("")
-	next.Spec.LeaseDurationSeconds = ptrTo(int32(1))
+	next.Spec.HolderIdentity = ptr.To("")
+	next.Spec.LeaseDurationSeconds = ptr.To(int32(1))
 	next.Spec.AcquireTime, next.Spec.RenewTime = &now, &now
 	if _, err := e.leases.update(ctx, next); err != nil {
 		klog.ErrorS(err, "Releasing the Lease failed; another driver takes over when it expires", "lease", e.leases.namespace+"/"+e.name)
 		return
 	}
 	klog.InfoS("Released the Lease", "lease", e.leases.namespace+"/"+e.name, "identity", e.identity)
-}
-
-func (e *leaseElector) observe(l *coordinationv1.Lease, at time.Time) {
-	e.observedVersion, e.observedAt = l.ResourceVersion, at
-}
-
-func ptrTo[T any](v T) *T { return &v }
-
-// deref is *p, or the zero value for nil.
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
 }
