@@ -201,6 +201,11 @@ func atomicTopNames(paths []string) []string {
 // Calls for the same dir must be serialized by the caller (they share
 // ..data_tmp); readers need no locking.
 func writeVolume(dir string, files map[string]volumeFile, gid int) error {
+	return atomicWriteVolume(dir, files, gid, nil)
+}
+
+// atomicWriteVolume is writeVolume and writeVolumeFrom (atomic_link.go).
+func atomicWriteVolume(dir string, files map[string]volumeFile, gid int, origins map[string]string) error {
 	paths, err := atomicValidateVolume(files, gid)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", dir, err)
@@ -229,7 +234,7 @@ func writeVolume(dir string, files map[string]volumeFile, gid int) error {
 	// inodes and from waking up inotify watchers in pods for nothing.
 	newTs := oldTs
 	if oldTs == "" || !atomicSameVolume(root, oldTs, files, gid) {
-		newTs, err = atomicPublish(root, paths, files, gid)
+		newTs, err = atomicPublish(root, paths, files, gid, origins)
 		if err != nil {
 			return fmt.Errorf("write %s: %w", dir, err)
 		}
@@ -470,7 +475,7 @@ func atomicSameVolume(root *os.Root, ts string, files map[string]volumeFile, gid
 // atomicPublish writes files into a fresh timestamped dir and swaps ..data to
 // it. On any error the new dir (and ..data_tmp) are removed again, so ..data
 // keeps pointing at the old complete set.
-func atomicPublish(root *os.Root, paths []string, files map[string]volumeFile, gid int) (string, error) {
+func atomicPublish(root *os.Root, paths []string, files map[string]volumeFile, gid int, origins map[string]string) (string, error) {
 	ts, err := atomicMkTsDir(root, gid)
 	if err != nil {
 		return "", err
@@ -486,7 +491,7 @@ func atomicPublish(root *os.Root, paths []string, files map[string]volumeFile, g
 		}
 		return "", err
 	}
-	if err := atomicFillTsDir(root, ts, paths, files, gid); err != nil {
+	if err := atomicFillTsDir(root, ts, paths, files, gid, origins); err != nil {
 		return fail(err)
 	}
 	// A ..data_tmp left by an interrupted earlier write would make symlink(2)
@@ -512,15 +517,18 @@ func atomicPublish(root *os.Root, paths []string, files map[string]volumeFile, g
 }
 
 // atomicFillTsDir writes files (in the order of paths) into the fresh
-// timestamped dir ts, creating the dirs between as needed. Everything is
+// timestamped dir ts, or links them from their origins (writeVolumeFrom),
+// creating the dirs between as needed. Everything is
 // created relative to a root on ts, so even a 16-segment path never becomes
 // one long absolute path.
-func atomicFillTsDir(root *os.Root, ts string, paths []string, files map[string]volumeFile, gid int) error {
+func atomicFillTsDir(root *os.Root, ts string, paths []string, files map[string]volumeFile, gid int, origins map[string]string) error {
 	sub, err := root.OpenRoot(ts)
 	if err != nil {
 		return err
 	}
 	defer sub.Close()
+	from := newAtomicOrigins(origins)
+	defer from.close()
 	made := map[string]bool{}
 	for _, p := range paths {
 		for i := 0; i < len(p); i++ {
@@ -531,6 +539,9 @@ func atomicFillTsDir(root *os.Root, ts string, paths []string, files map[string]
 				return err
 			}
 			made[p[:i]] = true
+		}
+		if from.link(sub, p, files[p], gid) {
+			continue
 		}
 		if err := atomicWriteFile(sub, p, files[p], gid); err != nil {
 			return err

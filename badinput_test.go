@@ -228,10 +228,10 @@ type badCase struct {
 
 func TestBadRequestsGetAClearErrorAndChangeNothing(t *testing.T) {
 	e := e2e(t)
-	// 256 KiB per volume: a 100 KiB source needs three times that plus 64 KiB and must be refused.
+	// 256 KiB per volume: a 100 KiB source needs twice that plus 64 KiB and must be refused.
 	p := e.startDriver(t, withArgs("--tmpfs-size=256Ki"), withRelist(time.Hour))
 	f := newSharedSecret(t, e, p, true)
-	// 100 KiB would fit in the tmpfs once, but an update needs room for three copies (see
+	// 100 KiB would fit in the tmpfs once, but an update needs room for two copies (see
 	// publish): it must be refused up front, not when a later update runs out of space.
 	big := append(p.secret("big"), bytes.Repeat([]byte("x"), 100<<10)...)
 	e.createSecret(t, f.platform, "big", map[string][]byte{"big.bin": big})

@@ -114,6 +114,22 @@ func TestPublishAllowedShowsTheSecretReadOnly(t *testing.T) {
 	if err := sameFiles(readVolume(t, v.target), asStrings(f.data)); err != nil {
 		t.Fatal(err)
 	}
+	// The bytes are in the volume's memory once: the pod's files are hard links to the share's
+	// copy that the driver keeps beside them (to restore after a revocation).
+	shareCopy := filepath.Join(p.kubeletRoot, "plugins", driverName, "volumes", v.id, "shares", "0", "..data")
+	for name := range f.data {
+		shown, err := os.Stat(filepath.Join(v.target, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, err := os.Stat(filepath.Join(shareCopy, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !os.SameFile(shown, kept) {
+			t.Errorf("%s is a second copy of the share's file, not a link to it", name)
+		}
+	}
 	// The pod can never write, whatever its spec says.
 	for _, op := range []func() error{
 		func() error { return os.WriteFile(filepath.Join(v.target, "ca.crt"), []byte("x"), 0o644) },

@@ -315,7 +315,7 @@ func (d *driver) composeData(rec volumeRecord) ([]pathConflict, error) {
 		perShare[i] = files
 	}
 	files, conflicts := composeFiles(rec.specs(), perShare)
-	return conflicts, writeVolume(d.store.dataDir(rec.VolumeID), files, rec.GID)
+	return conflicts, writeVolumeFrom(d.store.dataDir(rec.VolumeID), files, rec.GID, d.shareCopyOrigins(rec.VolumeID, files, perShare))
 }
 
 func (d *driver) event(rec volumeRecord, eventType, reason, format string, args ...any) {

@@ -5,6 +5,7 @@ package main
 // the steps that ran when one fails.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -92,10 +93,12 @@ func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
 		return status.Errorf(codes.FailedPrecondition, "%s and %s both provide the file %q: select and rename keys with the volumeAttribute %s",
 			c.Kept, c.Dropped, c.Path, attrItems)
 	}
-	// Three times: each share's copy, and the data dir, where an update writes the new set beside
-	// the old one before the swap.
-	if need := 3*size + reservedBytes; need > d.tmpfsSize {
-		return status.Errorf(codes.ResourceExhausted, "the shares of volume %s hold %d bytes; a volume needs three times that plus %d bytes, more than the tmpfs size limit of %d bytes (raise --tmpfs-size)",
+	// Twice: each share's copy, and during an update the new copy beside the old one, which the
+	// pod's view still shows until it is swapped. The view itself costs nothing: its files are
+	// hard links to the copies' (writeVolumeFrom). Should linking ever fail, the files are
+	// written, and an update that then runs out of room fails and leaves the volume as it was.
+	if need := 2*size + reservedBytes; need > d.tmpfsSize {
+		return status.Errorf(codes.ResourceExhausted, "the shares of volume %s hold %d bytes; a volume needs twice that plus %d bytes, more than the tmpfs size limit of %d bytes (raise --tmpfs-size)",
 			v.VolumeID, size, reservedBytes, d.tmpfsSize)
 	}
 
@@ -127,7 +130,7 @@ func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
 	if err := d.writeShareCopies(rec, perShare); err != nil {
 		return writeError(v.VolumeID, d.tmpfsSize, err)
 	}
-	if err := writeVolume(d.store.dataDir(v.VolumeID), files, v.GID); err != nil {
+	if err := writeVolumeFrom(d.store.dataDir(v.VolumeID), files, v.GID, d.shareCopyOrigins(v.VolumeID, files, perShare)); err != nil {
 		return writeError(v.VolumeID, d.tmpfsSize, err)
 	}
 	d.crash.reached("publish:data")
@@ -219,6 +222,23 @@ func (d *driver) writeShareCopies(rec volumeRecord, perShare []map[string]volume
 		}
 	}
 	return nil
+}
+
+// shareCopyOrigins says, for each file of the pod's view, which share's copy holds the same file:
+// the view's files are then hard links to the copies' (writeVolumeFrom), not second copies.
+// The first share whose copy has the file with the same mode and bytes is named (a share that
+// lost the path to an earlier one in composeFiles holds other bytes there, or the same ones).
+func (d *driver) shareCopyOrigins(volumeID string, files map[string]volumeFile, perShare []map[string]volumeFile) map[string]string {
+	origins := make(map[string]string, len(files))
+	for p, f := range files {
+		for i, copied := range perShare {
+			if c, ok := copied[p]; ok && c.Mode == f.Mode && bytes.Equal(c.Data, f.Data) {
+				origins[p] = d.store.shareDir(volumeID, i)
+				break
+			}
+		}
+	}
+	return origins
 }
 
 func writeError(volumeID string, limit int64, err error) error {
