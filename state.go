@@ -108,11 +108,20 @@ func (s *volumeStore) shareDir(id string, i int) string {
 	return filepath.Join(s.dir, id, sharesDir, strconv.Itoa(i))
 }
 
+// clone copies the record with a Shares slice of its own. The store hands out and keeps only
+// clones: reconcile changes a record's shares as it judges them, and the store's copy must change
+// only by save, once the disk has; a reconcile that fails half-way must be retried whole by the
+// next cycle, not find its revocation already "done". (Items is never changed after publish.)
+func (r volumeRecord) clone() volumeRecord {
+	r.Shares = slices.Clone(r.Shares)
+	return r
+}
+
 func (s *volumeStore) get(id string) (volumeRecord, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.vols[id]
-	return r, ok
+	return r.clone(), ok
 }
 
 // list returns the records sorted by volume id, so cycles process volumes in a stable order.
@@ -121,7 +130,7 @@ func (s *volumeStore) list() []volumeRecord {
 	defer s.mu.Unlock()
 	out := make([]volumeRecord, 0, len(s.vols))
 	for _, r := range s.vols {
-		out = append(out, r)
+		out = append(out, r.clone())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].VolumeID < out[j].VolumeID })
 	return out
@@ -145,7 +154,7 @@ func (s *volumeStore) save(rec volumeRecord) error {
 		return fmt.Errorf("saving record of volume %s: %w", rec.VolumeID, err)
 	}
 	s.mu.Lock()
-	s.vols[rec.VolumeID] = rec
+	s.vols[rec.VolumeID] = rec.clone()
 	s.mu.Unlock()
 	return nil
 }
@@ -160,7 +169,7 @@ func (s *volumeStore) forget(id string) {
 // remember puts a record loaded at start into memory.
 func (s *volumeStore) remember(rec volumeRecord) {
 	s.mu.Lock()
-	s.vols[rec.VolumeID] = rec
+	s.vols[rec.VolumeID] = rec.clone()
 	s.mu.Unlock()
 }
 

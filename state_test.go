@@ -1,0 +1,49 @@
+package main
+
+import (
+	"os"
+	"testing"
+)
+
+// A record's shares change in the store only by save: what get and list hand out, and what
+// save was given, are copies. A reconcile judges shares on its copy; when it fails before
+// saving, the next cycle must find the shares as they were and try again.
+func TestVolumeStoreChangesOnlyBySave(t *testing.T) {
+	s := newVolumeStore(t.TempDir())
+	rec := volumeRecord{VolumeID: "vol-1", PodUID: "uid", TargetPath: "/target", Shares: []shareState{{shareSpec: shareSpec{Kind: kindSecret, Name: "ca"}, ResourceVersion: "1"}}}
+	if err := os.MkdirAll(s.volumeDir(rec.VolumeID), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.save(rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Shares[0].ResourceVersion = "changed after save"
+
+	got, _ := s.get("vol-1")
+	got.Shares[0].Revoked = true
+	listed := s.list()
+	listed[0].Shares[0].ResourceVersion = "changed in a listed copy"
+
+	now, ok := s.get("vol-1")
+	if !ok {
+		t.Fatal("the record is gone")
+	}
+	if st := now.Shares[0]; st.Revoked || st.ResourceVersion != "1" {
+		t.Fatalf("the stored share changed without a save: %+v", st)
+	}
+
+	got.Shares[0].ResourceVersion = "2"
+	if err := s.save(got); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := s.get("vol-1"); !now.Shares[0].Revoked || now.Shares[0].ResourceVersion != "2" {
+		t.Fatalf("after save: %+v, want revoked at resourceVersion 2", now.Shares[0])
+	}
+	onDisk, err := s.readRecord("vol-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := onDisk.Shares[0]; !st.Revoked || st.ResourceVersion != "2" {
+		t.Fatalf("on disk after save: %+v", st)
+	}
+}
