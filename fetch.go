@@ -35,12 +35,17 @@ func shareGVR(k shareKind) schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: shareGroup, Version: "v1alpha1", Resource: k.shareResource()}
 }
 
+// shareRefField is the spec field naming a share's source.
+func shareRefField(k shareKind) string {
+	if k == kindConfigMap {
+		return "configMapRef"
+	}
+	return "secretRef"
+}
+
 // shareFromObject reads spec.secretRef / spec.configMapRef; a share without a usable ref is an error.
 func shareFromObject(k shareKind, u *unstructured.Unstructured) (share, error) {
-	refField := "secretRef"
-	if k == kindConfigMap {
-		refField = "configMapRef"
-	}
+	refField := shareRefField(k)
 	ns, _, _ := unstructured.NestedString(u.Object, "spec", refField, "namespace")
 	name, _, _ := unstructured.NestedString(u.Object, "spec", refField, "name")
 	s := share{Kind: k, Name: u.GetName(), SourceNamespace: ns, SourceName: name}

@@ -264,13 +264,6 @@ func readyCondition(sh share, getErr error) metav1.Condition {
 	return c
 }
 
-func shareRefField(k shareKind) string {
-	if k == kindConfigMap {
-		return "configMapRef"
-	}
-	return "secretRef"
-}
-
 // shareConditions reads status.conditions.
 func shareConditions(u *unstructured.Unstructured) ([]metav1.Condition, error) {
 	items, found, err := unstructured.NestedSlice(u.Object, "status", "conditions")

@@ -211,11 +211,9 @@ func (d *driver) fetchShare(ctx context.Context, v *volumeRequest, spec shareSpe
 }
 
 // writeShareCopies keeps each share's files beside the data dir, out of the pod's view: they are
-// what the share shows while the share is granted, and what comes back after a revocation.
+// what the share shows while the share is granted, and what comes back after a revocation. (The
+// writer creates shares/ with the first copy.)
 func (d *driver) writeShareCopies(rec volumeRecord, perShare []map[string]volumeFile) error {
-	if err := os.MkdirAll(filepath.Join(d.store.volumeDir(rec.VolumeID), sharesDir), 0o755); err != nil {
-		return err
-	}
 	for i, files := range perShare {
 		if err := writeVolume(d.store.shareDir(rec.VolumeID, i), files, rec.GID); err != nil {
 			return err
@@ -255,7 +253,7 @@ func sourceError(sh share, err error) error {
 	case apierrors.IsNotFound(err):
 		return status.Errorf(codes.FailedPrecondition, "%s does not exist: create it, or point the share at an existing object", what)
 	case apierrors.IsForbidden(err):
-		return status.Errorf(codes.FailedPrecondition, "the driver may not read %s: its ClusterRole must allow get on %ss: %v", what, strings.ToLower(string(sh.Kind)), err)
+		return status.Errorf(codes.FailedPrecondition, "the driver may not read %s: its ClusterRole must allow get on %s: %v", what, sourceGVR(sh.Kind).Resource, err)
 	default:
 		return status.Errorf(codes.Unavailable, "reading %s: %v", what, err)
 	}
