@@ -543,7 +543,7 @@ func TestBadRequestsGetAClearErrorAndChangeNothing(t *testing.T) {
 			before := p.hostState(t, sentinel)
 			// Aborted (the volume's lock held by a share event's reconcile) is retried, as the
 			// kubelet does; it changes nothing either.
-			err := retryAborted(func() error {
+			err := p.retryAborted(func() error {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				return call(ctx)

@@ -23,30 +23,21 @@ import (
 	"bufio"
 	"cmp"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -108,11 +99,11 @@ func BenchmarkPublishLatency(b *testing.B) {
 func benchPublishLatency(b *testing.B, c *benchCluster, f *fleet, sc benchScale) {
 	// Long TTLs and no relist: every warm sample is warm and nothing runs beside the publishes.
 	d := c.startDriver(b, "--cache-ttl=1h", "--authz-cache-ttl=1h", "--relist-interval=1h")
-	defer d.stop()
+	defer d.cleanup()
 	sa := f.sas[0]
 	// The first publish of a process pays for connections and lazy initialisation; not a
 	// figure any pod sees twice.
-	d.publishAndUnpublish(b, d.volume(b, sa, f.shares[len(f.shares)-1]))
+	d.publishAndUnpublish(b, d.shareVolume(sa, f.shares[len(f.shares)-1]))
 
 	var cold, warm, coldCPU, warmCPU []time.Duration
 	before := d.scrape(b)
@@ -121,7 +112,7 @@ func benchPublishLatency(b *testing.B, c *benchCluster, f *fleet, sc benchScale)
 		// rate-limit tokens (--kube-api-qps 50, burst 100), and a drained bucket would make
 		// this a measure of the limiter.
 		time.Sleep(50 * time.Millisecond)
-		wall, cpu := d.publishAndUnpublish(b, d.volume(b, sa, f.shares[j]))
+		wall, cpu := d.publishAndUnpublish(b, d.shareVolume(sa, f.shares[j]))
 		cold, coldCPU = append(cold, wall), append(coldCPU, cpu)
 	}
 	mid := d.scrape(b)
@@ -132,7 +123,7 @@ func benchPublishLatency(b *testing.B, c *benchCluster, f *fleet, sc benchScale)
 		floorSAR, floorGET = append(floorSAR, sarTook), append(floorGET, getTook)
 	}
 	for range sc.warmSamples {
-		wall, cpu := d.publishAndUnpublish(b, d.volume(b, sa, f.shares[0]))
+		wall, cpu := d.publishAndUnpublish(b, d.shareVolume(sa, f.shares[0]))
 		warm, warmCPU = append(warm, wall), append(warmCPU, cpu)
 	}
 	after := d.scrape(b)
@@ -194,18 +185,18 @@ const defaultTTL = 10 * time.Second
 
 func benchThroughput(b *testing.B, c *benchCluster, f *fleet, n int) {
 	d := c.startDriver(b, "--relist-interval=1h")
-	defer d.stop()
+	defer d.cleanup()
 	vols := make([]*testVolume, n)
 	for i := range vols {
-		vols[i] = d.volume(b, f.sas[0], f.shares[0])
+		vols[i] = d.shareVolume(f.sas[0], f.shares[0])
 	}
 	w := c.startWindow(b, d)
 	start := time.Now()
-	d.publishAll(b, vols)
+	d.publishConcurrently(b, vols)
 	pubWall := time.Since(start)
 	api := w.end(b)
 	start = time.Now()
-	d.unpublishAll(b, vols)
+	d.unpublishConcurrently(b, vols)
 	unpubWall := time.Since(start)
 
 	b.ReportMetric(0, "ns/op")
@@ -253,18 +244,18 @@ func benchRelist(b *testing.B, c *benchCluster, f *fleet, n int, args ...string)
 	// Cycles run every 2 s once the previous one ended; the measured one starts after the
 	// publishes are all done (see measureCycle).
 	d := c.startDriver(b, append([]string{"--relist-interval=2s"}, args...)...)
-	defer d.stop()
+	defer d.cleanup()
 	vols := make([]*testVolume, n)
 	keys, sources := map[string]bool{}, map[string]bool{}
 	for i := range vols {
 		sa, share := relistLayout(f, i)
-		vols[i] = d.volume(b, sa, share)
+		vols[i] = d.shareVolume(sa, share)
 		keys[sa.ns+"/"+sa.sa+"/"+share] = true
 		sources[share] = true // one Secret per share
 	}
-	d.publishAll(b, vols)
+	d.publishConcurrently(b, vols)
 	cycle, api := d.measureCycle(b, c)
-	d.unpublishAll(b, vols)
+	d.unpublishConcurrently(b, vols)
 
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(cycle.Seconds(), "cycle-s")
@@ -332,15 +323,15 @@ func BenchmarkMemory(b *testing.B) {
 
 func benchMemory(b *testing.B, c *benchCluster, f *fleet, n int) {
 	d := c.startDriver(b, "--relist-interval=2s")
-	defer d.stop()
+	defer d.cleanup()
 	time.Sleep(2 * time.Second) // past start-up's transient allocations
 	idle := d.scrape(b)
 	vols := make([]*testVolume, n)
 	for i := range vols {
 		sa, share := relistLayout(f, i)
-		vols[i] = d.volume(b, sa, share)
+		vols[i] = d.shareVolume(sa, share)
 	}
-	d.publishAll(b, vols)
+	d.publishConcurrently(b, vols)
 	// Measured after a whole relist cycle over every volume: the steady state of a busy node.
 	d.measureCycle(b, c)
 	// RSS is the process's own memory (anonymous) plus the pages of its executable it has
@@ -355,7 +346,7 @@ func benchMemory(b *testing.B, c *benchCluster, f *fleet, n int) {
 	}
 	anon, file := percentile(anons, 50), percentile(files, 50)
 	m := d.scrape(b)
-	d.unpublishAll(b, vols)
+	d.unpublishConcurrently(b, vols)
 
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(mib(idle.sum("process_resident_memory_bytes", nil)), "idle-rss-MiB")
@@ -411,7 +402,7 @@ func (ns *noiseSecrets) ensure(b *testing.B, n int) {
 		ns.namespaces = append(ns.namespaces, name)
 	}
 	start, from := time.Now(), ns.count
-	payload := randomBytes(256)
+	payload := podsRandomBytes(256)
 	err := parallel(n-from, 32, func(i int) error {
 		i += from
 		_, err := ns.c.kube.CoreV1().Secrets(ns.namespaces[i%noiseNamespaces]).Create(ctx, &corev1.Secret{
@@ -455,12 +446,12 @@ func BenchmarkLeaks(b *testing.B) {
 
 func benchLeaks(b *testing.B, c *benchCluster, f *fleet, n int) {
 	d := c.startDriver(b, "--relist-interval=1s")
-	defer d.stop()
+	defer d.cleanup()
 	time.Sleep(3 * time.Second) // the first relist cycles and the informers' start-up done
 	vols := make([]*testVolume, n)
 	for i := range vols {
 		sa, share := relistLayout(f, i)
-		vols[i] = d.volume(b, sa, share)
+		vols[i] = d.shareVolume(sa, share)
 	}
 	before := d.scrape(b)
 	err := parallel(n, callers, func(i int) error {
@@ -500,7 +491,7 @@ func benchLeaks(b *testing.B, c *benchCluster, f *fleet, n int) {
 	}
 	// And as the kubelet's side sees it: no mount or volume dir of the driver's is left.
 	left := len(mountsUnder(d.kubeletRoot))
-	entries, _ := os.ReadDir(filepath.Join(d.stateDir, "volumes"))
+	entries, _ := os.ReadDir(filepath.Join(d.kubeletRoot, "plugins", driverName, "volumes"))
 	b.ReportMetric(float64(left+len(entries)), "leftovers")
 	b.ReportMetric(float64(d.aborted.Load()), "aborted-retries")
 }
@@ -518,14 +509,8 @@ type benchCluster struct {
 
 func newBenchCluster(b *testing.B) *benchCluster {
 	b.Helper()
-	if os.Geteuid() != 0 {
-		b.Fatal("the benchmarks need root (they mount file systems); run them with `make bench`")
-	}
-	envOnce.Do(func() { envVal, envErr = setupKubeEnv() })
-	if envErr != nil {
-		b.Fatalf("end-to-end environment unavailable (run the benchmarks with `make bench`, which starts the cluster): %v", envErr)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", envVal.kubeconfig)
+	env := e2e(b)
+	cfg, err := clientcmd.BuildConfigFromFlags("", env.kubeconfig)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -536,7 +521,7 @@ func newBenchCluster(b *testing.B) *benchCluster {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &benchCluster{env: envVal, kube: kube, prefix: "bench-" + randSuffix(), owner: b}
+	return &benchCluster{env: env, kube: kube, prefix: "bench-" + randSuffix(), owner: b}
 }
 
 // nsSA is a service account, by namespace and name.
@@ -561,7 +546,7 @@ func (c *benchCluster) fleet(b *testing.B, name string, shares, nsCount, sasPerN
 	err := parallel(shares, 8, func(i int) error {
 		_, err := c.kube.CoreV1().Secrets(src).Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("src-%d", i)},
-			Data:       map[string][]byte{"data": randomBytes(size)},
+			Data:       map[string][]byte{"data": podsRandomBytes(size)},
 		}, metav1.CreateOptions{})
 		return err
 	})
@@ -650,162 +635,33 @@ func (c *benchCluster) deleteNamespace(name string) {
 // The driver process, as harness_test.go runs it, with its metrics endpoint on.
 
 type benchDriver struct {
-	root, kubeletRoot, stateDir, socket, logPath string
-	metricsURL                                   string
-	cmd                                          *exec.Cmd
-	conn                                         *grpc.ClientConn
-	node                                         csi.NodeClient
-	identity                                     csi.IdentityClient
-	stopped                                      bool
-	aborted                                      atomic.Int64 // calls answered Aborted and retried
+	*driverProc
+	metricsURL string
 }
 
-// startDriver starts the driver binary with the settings of a deployment (deploy.yaml: --v=2,
-// default QPS and cache sizes), its metrics on a free loopback port, and extra flags (later
-// flags win).
+// startDriver starts the driver binary (harness_test.go) with the settings of a deployment
+// (deploy.yaml: --v=2, default TTLs, QPS and cache sizes), its metrics on a free loopback port,
+// and extra flags (later flags win). It is stopped when b ends, or earlier by cleanup.
 func (c *benchCluster) startDriver(b *testing.B, extra ...string) *benchDriver {
 	b.Helper()
-	root, err := os.MkdirTemp("", "srbench")
-	if err != nil {
-		b.Fatal(err)
+	addr := freeLocalAddr(b)
+	d := &benchDriver{
+		driverProc: c.env.startDriver(b, asDeployed(), withArgs(append([]string{"--health-address=" + addr, "--v=2"}, extra...)...)),
+		metricsURL: "http://" + addr + "/metrics",
 	}
-	d := &benchDriver{root: root, kubeletRoot: filepath.Join(root, "kubelet")}
-	d.stateDir = filepath.Join(d.kubeletRoot, "plugins", driverName)
-	d.socket = filepath.Join(d.stateDir, "csi.sock")
-	d.logPath = filepath.Join(root, "driver.log")
-	if err := os.MkdirAll(filepath.Join(d.kubeletRoot, "pods"), 0o750); err != nil {
-		b.Fatal(err)
-	}
-	addr := freeLoopbackAddr(b)
-	d.metricsURL = "http://" + addr + "/metrics"
-	args := append([]string{
-		"--kubeconfig=" + c.env.kubeconfig,
-		"--endpoint=unix://" + d.socket,
-		"--kubelet-root-dir=" + d.kubeletRoot,
-		"--state-dir=" + d.stateDir,
-		"--registration-dir=",
-		"--health-address=" + addr,
-		"--node-id=bench-node",
-		"--v=2",
-	}, extra...)
-	logf, err := os.Create(d.logPath)
-	if err != nil {
-		b.Fatal(err)
-	}
-	d.cmd = exec.Command(c.env.binary, args...)
-	d.cmd.Stdout, d.cmd.Stderr = logf, logf
-	if err := d.cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	logf.Close()
-	b.Cleanup(d.stop) // also when the benchmark fails half-way
-	d.conn, err = grpc.NewClient("unix://"+d.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	d.node, d.identity = csi.NewNodeClient(d.conn), csi.NewIdentityClient(d.conn)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		r, err := d.identity.Probe(ctx, &csi.ProbeRequest{})
-		cancel()
-		if err == nil && r.GetReady().GetValue() {
-			if _, err := d.scrapeErr(); err == nil {
-				return d
-			}
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(d.logPath)
-			b.Fatalf("driver not ready within 30s: %v\n%s", err, tail(log, 30))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	d.abortedBackoff = 5 * time.Millisecond
+	eventually(b, 30*time.Second, func() error { _, err := d.scrapeErr(); return err })
+	return d
 }
 
-func freeLoopbackAddr(b *testing.B) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// stop ends the driver and removes whatever a failed run left under its temp root.
-func (d *benchDriver) stop() {
-	if d.stopped {
-		return
-	}
-	d.stopped = true
-	if d.conn != nil {
-		d.conn.Close()
-	}
-	if d.cmd.ProcessState == nil {
-		d.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { d.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			d.cmd.Process.Kill()
-			<-done
-		}
-	}
-	for _, m := range mountsUnder(d.root) {
-		syscall.Unmount(m, syscall.MNT_DETACH)
-	}
-	os.RemoveAll(d.root)
-}
-
-// volume makes a pod dir as the kubelet does and returns the volume's request parameters.
-func (d *benchDriver) volume(tb testing.TB, sa nsSA, share string) *testVolume {
-	uid := fmt.Sprintf("%08x-0000-4000-8000-%012x", randUint32(), randUint32())
-	v := &testVolume{
-		id:     "csi-" + randSuffix() + randSuffix(),
-		podUID: uid, podName: "pod-" + randSuffix(), podNS: sa.ns, sa: sa.sa,
-		attrs: map[string]string{"sharedSecret": share},
-	}
-	v.target = filepath.Join(d.kubeletRoot, "pods", uid, "volumes", "kubernetes.io~csi", "vol", "mount")
-	if err := os.MkdirAll(filepath.Dir(v.target), 0o750); err != nil {
-		tb.Fatal(err)
-	}
-	return v
+// shareVolume makes a pod dir as the kubelet does for a volume of one SharedSecret.
+func (d *benchDriver) shareVolume(sa nsSA, share string) *testVolume {
+	return d.volume(sa.ns, sa.sa, map[string]string{attrSharedSecret: share})
 }
 
 // removePodDir removes an unpublished volume's pod dir, as the kubelet does when the pod is gone.
 func (d *benchDriver) removePodDir(v *testVolume) {
 	os.RemoveAll(filepath.Join(d.kubeletRoot, "pods", v.podUID))
-}
-
-func (d *benchDriver) publish(v *testVolume) error {
-	return d.retryAborted(func(ctx context.Context) error {
-		_, err := d.node.NodePublishVolume(ctx, v.publishRequest())
-		return err
-	})
-}
-
-func (d *benchDriver) unpublish(v *testVolume) error {
-	return d.retryAborted(func(ctx context.Context) error {
-		_, err := d.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.id, TargetPath: v.target})
-		return err
-	})
-}
-
-// retryAborted retries a call the driver answered with Aborted (the volume's lock was held, by
-// the relist reconciling that volume), as the kubelet would; d.aborted counts the retries. The
-// kubelet backs off for 500 ms and more; a few milliseconds here keep the figures about the
-// driver, not about a backoff policy.
-func (d *benchDriver) retryAborted(call func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for {
-		err := call(ctx)
-		if status.Code(err) != codes.Aborted || ctx.Err() != nil {
-			return err
-		}
-		d.aborted.Add(1)
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // publishAndUnpublish times one NodePublishVolume as the kubelet sees it (over the socket) and
@@ -850,15 +706,15 @@ func (d *benchDriver) cpuTime(b *testing.B) time.Duration {
 	return total
 }
 
-// publishAll publishes the volumes with `callers` concurrent calls.
-func (d *benchDriver) publishAll(b *testing.B, vols []*testVolume) {
+// publishConcurrently publishes the volumes with `callers` concurrent calls.
+func (d *benchDriver) publishConcurrently(b *testing.B, vols []*testVolume) {
 	if err := parallel(len(vols), callers, func(i int) error { return d.publish(vols[i]) }); err != nil {
 		b.Fatalf("publish: %v", err)
 	}
 }
 
-// unpublishAll unpublishes the volumes with `callers` concurrent calls and removes their pod dirs.
-func (d *benchDriver) unpublishAll(b *testing.B, vols []*testVolume) {
+// unpublishConcurrently unpublishes the volumes with `callers` concurrent calls and removes their pod dirs.
+func (d *benchDriver) unpublishConcurrently(b *testing.B, vols []*testVolume) {
 	err := parallel(len(vols), callers, func(i int) error {
 		if err := d.unpublish(vols[i]); err != nil {
 			return err
@@ -1176,12 +1032,6 @@ func percentile[T cmp.Ordered](samples []T, p float64) T {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func mib(bytes float64) float64 { return bytes / (1 << 20) }
-
-func randomBytes(n int) []byte {
-	b := make([]byte, n)
-	rand.Read(b)
-	return b
-}
 
 // progress tells whoever watches `make bench` what a long step is doing (stderr: the results on
 // stdout stay machine-readable).

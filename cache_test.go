@@ -119,16 +119,27 @@ func TestSourceCacheCoalescesConcurrentMisses(t *testing.T) {
 	})
 	c, _ := newSourceCache(fakeSources{client}, 10, 1<<20, time.Minute)
 	var wg sync.WaitGroup
+	errs := make(chan error, 20)
 	for i := 0; i < 20; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: "a"})
+			d, err := c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: "a"})
+			if err == nil && (d.ResourceVersion != "1" || len(d.Files["k"]) != 10) {
+				err = fmt.Errorf("got %+v", d)
+			}
+			errs <- err
 		}()
 	}
 	time.Sleep(100 * time.Millisecond)
 	close(release)
 	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a caller sharing the GET: %v", err)
+		}
+	}
 	if gets.Load() != 1 {
 		t.Errorf("%d GETs for 20 concurrent misses, want 1", gets.Load())
 	}
@@ -166,16 +177,21 @@ func TestAuthorizerCachesGrantsNotDenialsNorErrors(t *testing.T) {
 	}
 	// A fresh check (the relist) always asks, and a denial replaces the cached grant.
 	answer = false
-	if d, _ := a.check(context.Background(), key, true); d.Allowed {
-		t.Fatal("fresh check used the cache")
+	if d, _ := a.check(context.Background(), key, true); d.Allowed || sars.Load() != 2 {
+		t.Fatalf("fresh check: %v after %d SARs, want a denial from a second SAR", d, sars.Load())
 	}
-	if d, _ := a.check(context.Background(), key, false); d.Allowed {
-		t.Fatal("denial did not drop the cached grant")
+	// A denial is not cached: the next check asks again.
+	if d, _ := a.check(context.Background(), key, false); d.Allowed || sars.Load() != 3 {
+		t.Fatalf("check after a denial: %v after %d SARs, want a denial from a third SAR", d, sars.Load())
 	}
-	// An error is never a grant, and is not cached.
+	// An error is never a grant, and is not cached: once the API answers again, so is the check.
 	answerErr = errors.New("apiserver down")
 	if d, err := a.check(context.Background(), key, false); err == nil || d.Allowed {
 		t.Fatalf("error case: %v %v", d, err)
+	}
+	answer, answerErr = true, nil
+	if d, err := a.check(context.Background(), key, false); err != nil || !d.Allowed || sars.Load() != 5 {
+		t.Fatalf("check after the error: %v %v after %d SARs, want a grant from a fifth SAR", d, err, sars.Load())
 	}
 }
 

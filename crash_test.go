@@ -29,17 +29,31 @@ func crashedCall(t *testing.T, p *driverProc, err error) {
 	p.waitKilled()
 }
 
+// crashDuringPublish starts a driver armed to crash at step, publishes a volume of a granted
+// share into the crash, and starts the driver again, disarmed.
+func crashDuringPublish(t *testing.T, e *kubeEnv, step string) (*driverProc, *sharedSecretFixture, *testVolume) {
+	t.Helper()
+	p := e.startDriver(t, withEnv(crashEnv+"="+step))
+	f := newSharedSecret(t, e, p, true)
+	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
+	crashedCall(t, p, p.publish(v))
+	p.disarm()
+	p.start()
+	return p, f, v
+}
+
+// restartArmed kills the driver and starts it again armed to crash at step.
+func (p *driverProc) restartArmed(step string) {
+	p.kill()
+	p.env = []string{crashEnv + "=" + step}
+	p.start()
+}
+
 func TestCrashDuringPublishThenKubeletRetries(t *testing.T) {
 	e := e2e(t)
 	for _, step := range publishSteps {
 		t.Run(step, func(t *testing.T) {
-			p := e.startDriver(t, withEnv(crashEnv+"="+step))
-			f := newSharedSecret(t, e, p, true)
-			v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
-			crashedCall(t, p, p.publish(v))
-
-			p.disarm()
-			p.start()
+			p, f, v := crashDuringPublish(t, e, step)
 			// The kubelet retries a publish that did not answer.
 			if err := p.publish(v); err != nil {
 				t.Fatalf("retried publish: %v", err)
@@ -66,12 +80,7 @@ func TestCrashDuringPublishThenPodDeleted(t *testing.T) {
 	e := e2e(t)
 	for _, step := range publishSteps {
 		t.Run(step, func(t *testing.T) {
-			p := e.startDriver(t, withEnv(crashEnv+"="+step))
-			f := newSharedSecret(t, e, p, true)
-			v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
-			crashedCall(t, p, p.publish(v))
-			p.disarm()
-			p.start()
+			p, _, v := crashDuringPublish(t, e, step)
 			// The pod was deleted: the kubelet unpublishes the uncertain mount instead of retrying.
 			if err := p.unpublish(v); err != nil {
 				t.Fatalf("unpublish: %v", err)
@@ -87,9 +96,7 @@ func TestCrashDuringUnpublishThenKubeletRetries(t *testing.T) {
 		t.Run(step, func(t *testing.T) {
 			p := e.startDriver(t)
 			_, v := publishedVolume(t, e, p)
-			p.kill()
-			p.env = []string{crashEnv + "=" + step}
-			p.start()
+			p.restartArmed(step)
 			crashedCall(t, p, p.unpublish(v))
 			p.disarm()
 			p.start()
@@ -118,9 +125,7 @@ func TestCrashDuringRevokeAndRestoreKeepsPinnedData(t *testing.T) {
 					f.revoke()
 					eventually(t, relist+relistSlack, func() error { return emptyVolume(t, v) })
 				}
-				p.kill()
-				p.env = []string{crashEnv + "=" + step}
-				p.start()
+				p.restartArmed(step)
 				if phase == "revoke" {
 					f.revoke()
 				} else {
@@ -168,9 +173,21 @@ func TestCorruptRecordIsCleanedAndTheDriverServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.start()
-	// The broken volume was cleaned (its mounts are gone), the whole one is untouched.
+	// The broken volume was cleaned (its bind, its tmpfs and its dir are gone), the whole one
+	// is untouched.
 	if n := len(mountsUnder(filepath.Dir(v.target))); n != 0 {
 		t.Errorf("%d mounts left at the corrupt volume's target", n)
+	}
+	volDir := filepath.Join(p.kubeletRoot, "plugins", driverName, "volumes", v.id)
+	mounts, err := readMountInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := mountAt(mounts, volDir); ok {
+		t.Errorf("the corrupt volume's tmpfs is still mounted: %+v", m)
+	}
+	if _, err := os.Lstat(volDir); err == nil {
+		t.Errorf("the corrupt volume's dir %s is left", volDir)
 	}
 	if err := sameFiles(readVolume(t, other.target), asStrings(f.data)); err != nil {
 		t.Fatalf("the intact volume: %v", err)

@@ -341,11 +341,14 @@ func TestRevocationEmptiesTheVolumeAndRegrantRestoresIt(t *testing.T) {
 // the share's values.
 func assertNoDataReachable(t *testing.T, target string, data map[string][]byte) {
 	t.Helper()
-	filepath.Walk(target, func(path string, info os.FileInfo, err error) error {
+	err := filepath.Walk(target, func(path string, info os.FileInfo, err error) error {
 		if err != nil || info.IsDir() {
-			return nil
+			return err
 		}
-		b, _ := os.ReadFile(path)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
 		for k, v := range data {
 			if strings.Contains(string(b), string(v)) {
 				t.Errorf("%s still holds the value of %s", path, k)
@@ -353,6 +356,9 @@ func assertNoDataReachable(t *testing.T, target string, data map[string][]byte) 
 		}
 		return nil
 	})
+	if err != nil {
+		t.Fatalf("walking %s: %v", target, err)
+	}
 }
 
 func TestRefreshUpdatesDataUnlessRefreshResourceFalse(t *testing.T) {

@@ -245,7 +245,7 @@ func TestMetricsAreServedAndCount(t *testing.T) {
 		`sharedresource_source_cache_misses_total`,
 		`go_goroutines`, `process_open_fds`, `process_resident_memory_bytes`,
 	} {
-		if !strings.Contains(m, want) {
+		if !hasMetricLine(m, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
@@ -257,12 +257,25 @@ func TestMetricsAreServedAndCount(t *testing.T) {
 	if err := p.unpublish(v); err != nil {
 		t.Fatal(err)
 	}
-	if m := scrape(t, "http://"+addr+"/metrics"); !strings.Contains(m, "sharedresource_mounts 0") {
+	if m := scrape(t, "http://"+addr+"/metrics"); !hasMetricLine(m, "sharedresource_mounts 0") {
 		t.Error("mounts gauge not back to 0 after unpublish")
 	}
 }
 
-func freeLocalAddr(t *testing.T) string {
+// hasMetricLine says whether the exposition text m has the sample want: a whole line when want
+// holds a value ("name{labels} 1", so that 1 does not match 10), else a line of that series.
+func hasMetricLine(m, want string) bool {
+	for _, line := range strings.Split(m, "\n") {
+		if line == want || (!strings.Contains(want, " ") && strings.HasPrefix(line, want) &&
+			len(line) > len(want) && (line[len(want)] == ' ' || line[len(want)] == '{')) {
+			return true
+		}
+	}
+	return false
+}
+
+// freeLocalAddr is a loopback address with a port free at the moment (for the metrics endpoint).
+func freeLocalAddr(t testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

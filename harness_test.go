@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -53,16 +54,16 @@ var (
 	envErr  error
 )
 
-// e2e returns the cluster and the driver binary, or fails the test: these tests must not pass
-// by skipping.
-func e2e(t *testing.T) *kubeEnv {
+// e2e returns the cluster and the driver binary, or fails the test (or benchmark): these must
+// not pass by skipping.
+func e2e(t testing.TB) *kubeEnv {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Fatal("this end-to-end test needs root (it mounts file systems); run it with `make test`")
+		t.Fatal("this needs root (it mounts file systems); run it with `make test` or `make bench`")
 	}
 	envOnce.Do(func() { envVal, envErr = setupKubeEnv() })
 	if envErr != nil {
-		t.Fatalf("end-to-end environment unavailable (run it with `make test`, which starts the cluster): %v", envErr)
+		t.Fatalf("end-to-end environment unavailable (`make test` and `make bench` start the cluster): %v", envErr)
 	}
 	return envVal
 }
@@ -276,7 +277,7 @@ func (e *kubeEnv) podEvents(ns, pod, reason string) ([]corev1.Event, error) {
 
 // driverProc is one run of the driver binary; restart() starts it again on the same dirs.
 type driverProc struct {
-	t           *testing.T
+	t           testing.TB
 	kube        *kubeEnv
 	root        string // temp dir holding the kubelet root
 	kubeletRoot string
@@ -291,6 +292,11 @@ type driverProc struct {
 	identity    csi.IdentityClient
 	// secrets that must never appear in the driver's log
 	secrets [][]byte
+	// deployed: started with a deployment's settings, not the tests' short intervals (asDeployed)
+	deployed bool
+	// Calls answered Aborted and retried (retryAborted), and the wait between tries.
+	aborted        atomic.Int64
+	abortedBackoff time.Duration
 }
 
 type driverOption func(*driverProc)
@@ -311,21 +317,33 @@ func withOwnMountNamespace() driverOption {
 	return func(p *driverProc) { p.ownMountNS = true }
 }
 
+// withArgs adds flags; a flag given twice takes its last value.
 func withArgs(args ...string) driverOption {
 	return func(p *driverProc) { p.args = append(p.args, args...) }
 }
 
-func (e *kubeEnv) startDriver(t *testing.T, opts ...driverOption) *driverProc {
+// asDeployed starts the driver with the flags' defaults (deploy.yaml's settings, which the
+// benchmarks measure) instead of the tests' short cache TTLs, relist interval and verbosity.
+func asDeployed() driverOption {
+	return func(p *driverProc) { p.deployed = true }
+}
+
+// startDriver starts the driver binary in a fresh temp kubelet root and stops it, checking its
+// log for secrets, when t ends.
+func (e *kubeEnv) startDriver(t testing.TB, opts ...driverOption) *driverProc {
 	t.Helper()
 	// Short base path: unix socket paths are limited to 108 bytes.
 	root, err := os.MkdirTemp("", "srcsi")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &driverProc{t: t, kube: e, root: root, kubeletRoot: filepath.Join(root, "kubelet")}
+	p := &driverProc{t: t, kube: e, root: root, kubeletRoot: filepath.Join(root, "kubelet"), abortedBackoff: 50 * time.Millisecond}
 	p.socket = filepath.Join(p.kubeletRoot, "plugins", driverName, "csi.sock")
 	p.logPath = filepath.Join(root, "driver.log")
-	p.args = []string{
+	for _, o := range opts {
+		o(p)
+	}
+	args := []string{
 		"--kubeconfig=" + e.kubeconfig,
 		"--endpoint=unix://" + p.socket,
 		"--kubelet-root-dir=" + p.kubeletRoot,
@@ -333,15 +351,17 @@ func (e *kubeEnv) startDriver(t *testing.T, opts ...driverOption) *driverProc {
 		"--registration-dir=",
 		"--health-address=",
 		"--node-id=test-node",
-		"--cache-ttl=1s",
-		"--authz-cache-ttl=1s",
-		"--relist-interval=2s",
-		// Highest verbosity: the log must still hold no secret (checked at cleanup).
-		"--v=10",
 	}
-	for _, o := range opts {
-		o(p)
+	if !p.deployed {
+		args = append(args,
+			"--cache-ttl=1s",
+			"--authz-cache-ttl=1s",
+			"--relist-interval=2s",
+			// Highest verbosity: the log must still hold no secret (checked at cleanup).
+			"--v=10",
+		)
 	}
+	p.args = append(args, p.args...)
 	if err := os.MkdirAll(filepath.Join(p.kubeletRoot, "pods"), 0o750); err != nil {
 		t.Fatal(err)
 	}
@@ -565,11 +585,11 @@ func (p *driverProc) publishOnce(v *testVolume) error {
 // publish calls NodePublishVolume as the kubelet does: an Aborted answer (another operation on
 // the volume, e.g. the relist, holds its lock) is retried.
 func (p *driverProc) publish(v *testVolume) error {
-	return retryAborted(func() error { return p.publishOnce(v) })
+	return p.retryAborted(func() error { return p.publishOnce(v) })
 }
 
 func (p *driverProc) unpublish(v *testVolume) error {
-	return retryAborted(func() error {
+	return p.retryAborted(func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_, err := p.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.id, TargetPath: v.target})
@@ -577,14 +597,19 @@ func (p *driverProc) unpublish(v *testVolume) error {
 	})
 }
 
-func retryAborted(call func() error) error {
+// retryAborted retries, for up to 10 s, a call answered Aborted (the volume's lock was held,
+// e.g. by the relist reconciling it), as the kubelet does; p.aborted counts the retries. The
+// kubelet backs off for 500 ms and more; the benchmarks wait less, so that their figures are
+// about the driver, not about a backoff policy.
+func (p *driverProc) retryAborted(call func() error) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := call()
 		if status.Code(err) != codes.Aborted || time.Now().After(deadline) {
 			return err
 		}
-		time.Sleep(50 * time.Millisecond)
+		p.aborted.Add(1)
+		time.Sleep(p.abortedBackoff)
 	}
 }
 
@@ -610,7 +635,7 @@ func readVolume(t *testing.T, target string) map[string]string {
 }
 
 // eventually polls f until it returns nil or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, f func() error) {
+func eventually(t testing.TB, timeout time.Duration, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {

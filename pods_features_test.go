@@ -103,18 +103,16 @@ func TestPodsExamplesWork(t *testing.T) {
 	}
 	for _, ex := range []struct{ file, ns, pod, path, want string }{
 		{"examples/ca-bundle.yaml", "team-a", "corp-ca-reader", "/etc/corp-ca/ca.crt", "BEGIN CERTIFICATE"},
-		{"examples/configmap-share.yaml", "team-b", "flags-reader", "", ""},
+		{"examples/configmap-share.yaml", "team-b", "flags-reader", "/etc/flags/flags.yaml", "newCheckout: true"},
 		{"examples/credentials-rotation.yaml", "team-ci", "build", "/creds/creds/token", "EXAMPLE-TOKEN-replace-me"},
 	} {
 		apply(t, ex.file, "apply")
 		t.Cleanup(func() { apply(t, ex.file, "delete") })
 		s.waitRunning(t, ex.ns, ex.pod, 90*time.Second)
-		if ex.path != "" {
-			// The example's own container (not the suite's "app").
-			out, err := exec.Command(s.kubectl, "--kubeconfig", s.kubeconfig, "-n", ex.ns, "exec", ex.pod, "--", "cat", ex.path).CombinedOutput()
-			if err != nil || !strings.Contains(string(out), ex.want) {
-				t.Errorf("%s: pod %s/%s reads %q (%v)", ex.file, ex.ns, ex.pod, out, err)
-			}
+		// The example's own container (not the suite's "app").
+		out, err := exec.Command(s.kubectl, "--kubeconfig", s.kubeconfig, "-n", ex.ns, "exec", ex.pod, "--", "cat", ex.path).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), ex.want) {
+			t.Errorf("%s: pod %s/%s reads %q (%v)", ex.file, ex.ns, ex.pod, out, err)
 		}
 	}
 	// Delegation: a member of team-d-admins grants `use` on corp-ca to team-d/web, and no more.

@@ -587,7 +587,8 @@ func (s *podSuite) assertStillRunning(t *testing.T, ns, name string) {
 	}
 }
 
-// podsRandomBytes returns n random bytes: binary, with NULs and newlines, to check exact bytes.
+// podsRandomBytes returns n random bytes: binary, with NULs and newlines, to check exact bytes
+// (and incompressible payloads for the benchmarks).
 func podsRandomBytes(n int) []byte {
 	b := make([]byte, n)
 	rand.Read(b)
@@ -669,6 +670,9 @@ func TestPodsWithoutUseGrantStayContainerCreating(t *testing.T) {
 	}
 	if p.Status.Phase != corev1.PodPending {
 		t.Errorf("pod phase %s, want Pending", p.Status.Phase)
+	}
+	if len(p.Status.ContainerStatuses) != 1 {
+		t.Errorf("%d container statuses, want the pod's one", len(p.Status.ContainerStatuses))
 	}
 	for _, cs := range p.Status.ContainerStatuses {
 		if cs.State.Waiting == nil || cs.State.Waiting.Reason != "ContainerCreating" {

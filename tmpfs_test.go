@@ -356,18 +356,29 @@ func TestMountUnmountExactNotMounted(t *testing.T) {
 
 func TestMountUnmountExactOnlyTopmost(t *testing.T) {
 	lower := tmpfsTestMount(t, 1<<20)
+	topmostID := func() int {
+		entries, err := readMountInfo()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, ok := mountAt(entries, lower)
+		if !ok {
+			t.Fatal("nothing mounted at", lower)
+		}
+		return e.ID
+	}
+	lowerID := topmostID()
 	if err := mountTmpfs(lower, 1<<20, ""); err != nil {
 		t.Fatal(err)
+	}
+	if topmostID() == lowerID {
+		t.Fatal("the second tmpfs is not the topmost mount")
 	}
 	if err := unmountExact(lower); err != nil {
 		t.Fatal(err)
 	}
-	entries, err := readMountInfo()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := mountAt(entries, lower); !ok {
-		t.Fatal("unmountExact removed more than the topmost mount")
+	if id := topmostID(); id != lowerID {
+		t.Fatalf("after unmountExact the topmost mount is %d, want the lower one, %d", id, lowerID)
 	}
 }
 

@@ -117,8 +117,15 @@ func TestParsePublishRequestAllowsNewKubeletKeysAndRefreshFalse(t *testing.T) {
 }
 
 func TestValidateTargetPathForUnpublishAcceptsAnyPodUID(t *testing.T) {
-	if err := validateTargetPath(testRoot, goodTarget, ""); err != nil {
-		t.Fatal(err)
+	otherPod := strings.Replace(goodTarget, testUID, "9a8b7c6d-0000-4000-8000-000000000001", 1)
+	for _, target := range []string{goodTarget, otherPod} {
+		if err := validateTargetPath(testRoot, target, ""); err != nil {
+			t.Fatalf("%s: %v", target, err)
+		}
+	}
+	// With a pod UID (publish), only that pod's dir is accepted.
+	if err := validateTargetPath(testRoot, otherPod, testUID); err == nil {
+		t.Errorf("%s accepted for pod %s", otherPod, testUID)
 	}
 	for _, bad := range []string{"/", testRoot, testRoot + "/pods", testRoot + "/plugins/x/volumes/y", "/etc/passwd"} {
 		if err := validateTargetPath(testRoot, bad, ""); err == nil {
