@@ -472,11 +472,11 @@ func FuzzValidateKey(f *testing.F) {
 	})
 }
 
-// fuzzPayload is one call of the writer: writeAtomic (flat keys, one mode) or writeVolume
-// (nested paths, a mode per file, an fsGroup).
+// fuzzPayload is one call of the writer: through writeAtomic (one mode for every file, no
+// fsGroup; the same rules otherwise) or writeVolume (a mode per file, an fsGroup).
 type fuzzPayload struct {
 	flat  bool
-	mode  os.FileMode // flat only
+	mode  os.FileMode // flat only: every file's mode
 	gid   int         // writeVolume only
 	files map[string]volumeFile
 }
@@ -565,17 +565,11 @@ func fuzzEncodePayload(flat bool, mode, gid int, files map[string]string, modes 
 // fuzzPayloadValid says, by the rules and not by the writer's code, whether the writer must
 // accept p.
 func fuzzPayloadValid(p fuzzPayload) bool {
-	if p.flat && p.mode&^0o777 != 0 {
-		return false
-	}
 	for name, f := range p.files {
-		if f.Mode&^0o777 != 0 {
+		if f.Mode&^0o777 != 0 || !fuzzValidPath(name) {
 			return false
 		}
-		if p.flat && len(validation.IsConfigMapKey(name)) > 0 || !p.flat && !fuzzValidPath(name) {
-			return false
-		}
-		for d := path.Dir(name); !p.flat && d != "." && d != "/"; d = path.Dir(d) {
+		for d := path.Dir(name); d != "." && d != "/"; d = path.Dir(d) {
 			if _, ok := p.files[d]; ok {
 				return false // both a file and a directory
 			}
