@@ -28,6 +28,9 @@ type driver struct {
 	nodeID      string
 	kubeletRoot string
 	tmpfsSize   int64
+	// account is the driver's own service account, named in what an admin must run when the
+	// driver may not read a source.
+	account driverAccount
 
 	store   *volumeStore
 	locks   *volumeLocks

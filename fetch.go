@@ -31,6 +31,11 @@ type share struct {
 	SourceName      string
 }
 
+// sourceKey names the share's source object.
+func (s share) sourceKey() sourceKey {
+	return sourceKey{Kind: s.Kind, Namespace: s.SourceNamespace, Name: s.SourceName}
+}
+
 func shareGVR(k shareKind) schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: shareGroup, Version: "v1alpha1", Resource: k.shareResource()}
 }

@@ -50,6 +50,7 @@ type options struct {
 	healthAddr      string
 	statusLeaseNS   string
 	statusLease     time.Duration
+	serviceAccount  string
 	showVersion     bool
 }
 
@@ -73,6 +74,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.healthAddr, "health-address", ":9809", "address serving /healthz (ready), /livez (alive) and /metrics (Prometheus); empty disables it")
 	fs.StringVar(&o.statusLeaseNS, "status-lease-namespace", "", "namespace of the Lease that elects the one driver writing the shares' Ready condition; empty disables status writing")
 	fs.DurationVar(&o.statusLease, "status-lease-duration", 15*time.Second, "duration of the status writer's Lease: a crashed writer is replaced within it (at least 1s)")
+	fs.StringVar(&o.serviceAccount, "service-account", defaultServiceAccount(), "the driver's own service account as NAMESPACE:NAME (default: $POD_NAMESPACE:$SERVICE_ACCOUNT); only named in the command an admin runs to let the driver read a source")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -96,6 +98,16 @@ func parseFlags(args []string) (*options, error) {
 		}
 	}
 	return o, nil
+}
+
+// defaultServiceAccount is $POD_NAMESPACE:$SERVICE_ACCOUNT, which deploy.yaml sets from the pod
+// (downward API), or empty.
+func defaultServiceAccount() string {
+	ns, sa := os.Getenv("POD_NAMESPACE"), os.Getenv("SERVICE_ACCOUNT")
+	if ns == "" || sa == "" {
+		return ""
+	}
+	return ns + ":" + sa
 }
 
 // maxVerbosity is the highest klog verbosity the process runs at; see parseFlags.
@@ -128,6 +140,10 @@ func run(ctx context.Context, o *options) error {
 	size, err := resource.ParseQuantity(o.tmpfsSize)
 	if err != nil || size.Value() < reservedBytes*2 {
 		return fmt.Errorf("--tmpfs-size %q must be a quantity of at least %d bytes", o.tmpfsSize, reservedBytes*2)
+	}
+	account, err := parseDriverAccount(o.serviceAccount)
+	if err != nil {
+		return err
 	}
 	sockPath, err := endpointPath(o.endpoint)
 	if err != nil {
@@ -172,6 +188,7 @@ func run(ctx context.Context, o *options) error {
 		nodeID:      o.nodeID,
 		kubeletRoot: o.kubeletRoot,
 		tmpfsSize:   size.Value(),
+		account:     account,
 		store:       newVolumeStore(o.stateDir),
 		locks:       newVolumeLocks(),
 		sources:     sources,
@@ -226,7 +243,7 @@ func run(ctx context.Context, o *options) error {
 			defer close(statusDone)
 			if err := runStatusWriter(sctx, statusConfig{
 				Leases: leaseClient{c: kube.coord, namespace: o.statusLeaseNS}, Dyn: kube.dyn, Meta: kube.meta, Shares: d.shares, NodeID: o.nodeID,
-				LeaseNamespace: o.statusLeaseNS, LeaseDuration: o.statusLease, Interval: o.relistInterval,
+				LeaseNamespace: o.statusLeaseNS, LeaseDuration: o.statusLease, Interval: o.relistInterval, Account: account,
 			}); err != nil {
 				errs <- err
 			}

@@ -27,6 +27,9 @@ const (
 	reasonRestored  = "SharedResourceAccessRestored"
 	reasonRefreshed = "SharedResourceRefreshed"
 	reasonConflict  = "SharedResourceFileConflict"
+	// The driver lost (and regained) read access to a source: the volume keeps its last data.
+	reasonRefreshFailed  = "SharedResourceRefreshFailed"
+	reasonRefreshResumed = "SharedResourceRefreshResumed"
 )
 
 // cycleMemo remembers, for one pass over volumes, each access decision and each source fetched.
@@ -179,19 +182,24 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 	if len(changes) == 0 {
 		return firstErr
 	}
-	d.crash.reached("reconcile:copies")
-	conflicts, err := d.composeData(rec)
-	if err != nil {
-		return err
+	var conflicts []pathConflict
+	if slices.ContainsFunc(changes, shareChange.changesFiles) {
+		d.crash.reached("reconcile:copies")
+		var err error
+		if conflicts, err = d.composeData(rec); err != nil {
+			return err
+		}
+		d.crash.reached("reconcile:data")
 	}
-	d.crash.reached("reconcile:data")
 	if err := d.store.save(rec); err != nil {
 		return err
 	}
 	d.crash.reached("reconcile:record")
 	d.dropRevokedCopies(rec)
 	for _, c := range changes {
-		d.metrics.volumeChanged(c.kind)
+		if c.changesFiles() {
+			d.metrics.volumeChanged(c.kind)
+		}
 		switch c.kind {
 		case "revoked":
 			d.event(rec, corev1.EventTypeWarning, reasonRevoked, "The files of %s were removed from the volume: %s", c.share, c.why)
@@ -199,6 +207,10 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 			d.event(rec, corev1.EventTypeNormal, reasonRestored, "Access to %s is granted again; its files are back", c.share)
 		case "refreshed":
 			d.event(rec, corev1.EventTypeNormal, reasonRefreshed, "Updated %s from %s", c.share, c.why)
+		case "refreshFailed":
+			d.event(rec, corev1.EventTypeWarning, reasonRefreshFailed, "%s keeps its last files and is not refreshed: %s", c.share, c.why)
+		case "refreshResumed":
+			d.event(rec, corev1.EventTypeNormal, reasonRefreshResumed, "The driver may read %s again; its files are refreshed again", c.why)
 		}
 		klog.InfoS("Volume changed", "volumeID", rec.VolumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName), "share", c.share.String(), "change", c.kind)
 	}
@@ -211,8 +223,13 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 // shareChange is one share's change in a reconcile, for events and metrics.
 type shareChange struct {
 	share shareSpec
-	kind  string // revoked, restored, refreshed
+	kind  string // revoked, restored, refreshed; refreshFailed, refreshResumed (no file changes)
 	why   string
+}
+
+// changesFiles says whether the change alters the files the pod sees (so the view is rebuilt).
+func (c shareChange) changesFiles() bool {
+	return c.kind != "refreshFailed" && c.kind != "refreshResumed"
 }
 
 // reconcileShare judges share i of rec, updating its copy and rec.Shares[i]; it returns the
@@ -251,7 +268,7 @@ func (d *driver) reconcileShare(ctx context.Context, rec *volumeRecord, i int, m
 		}
 		return nil, nil
 	}
-	src, err := memo.source(ctx, sourceKey{Kind: st.Kind, Namespace: sh.SourceNamespace, Name: sh.SourceName})
+	src, err := memo.source(ctx, sh.sourceKey())
 	if apierrors.IsNotFound(err) {
 		// The source was deleted (or the share now points at a missing object). The share keeps
 		// its last good files, as the kubelet's own secret volumes do: deleting and re-creating a
@@ -260,11 +277,29 @@ func (d *driver) reconcileShare(ctx context.Context, rec *volumeRecord, i int, m
 			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
 		return nil, nil
 	}
+	if apierrors.IsForbidden(err) {
+		// The driver itself lost read on the source (an admin removed its RoleBinding). That
+		// is not the pod's access, which was just granted: the share keeps its last files, as
+		// on any API error, and the pod is warned once with what the admin must run.
+		klog.V(2).InfoS("The driver may not read the source of a share; keeping its last files", "volumeID", rec.VolumeID,
+			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
+		if st.ReadForbidden {
+			return nil, nil
+		}
+		st.ReadForbidden = true
+		return &shareChange{share: st.shareSpec, kind: "refreshFailed",
+			why: fmt.Sprintf("the driver may not read %s; %s", sh.sourceKey(), d.account.grantReadHint(sh.sourceKey()))}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
+	resumed := st.ReadForbidden
+	st.ReadForbidden = false
 	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
 	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion {
+		if resumed {
+			return &shareChange{share: st.shareSpec, kind: "refreshResumed", why: sh.sourceKey().String()}, nil
+		}
 		return nil, nil
 	}
 	files, err := rec.project(i, src.Files)

@@ -53,6 +53,9 @@ type shareState struct {
 	ResourceVersion string `json:"resourceVersion"`
 	// Revoked: the pod may not use the share (or it was deleted); its files are not shown.
 	Revoked bool `json:"revoked"`
+	// ReadForbidden: the driver itself may no longer read the source, so the share keeps its
+	// last files and is not refreshed. Recorded so the pod is warned once, not every cycle.
+	ReadForbidden bool `json:"readForbidden,omitempty"`
 }
 
 func (r *volumeRecord) specs() []shareSpec {

@@ -66,6 +66,8 @@ type statusConfig struct {
 	// Interval is how often every share's source is checked again (a source's creation or
 	// deletion is not watched: the driver has no informer on Secrets or ConfigMaps).
 	Interval time.Duration
+	// Account is the driver's service account, named in the fix for SourceForbidden.
+	Account driverAccount
 }
 
 // runStatusWriter campaigns for the Lease until ctx ends and, while it holds it, keeps every
@@ -227,7 +229,7 @@ func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstruct
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		_, err := w.cfg.Meta.Resource(sourceGVR(k)).Namespace(sh.SourceNamespace).Get(ctx, sh.SourceName, metav1.GetOptions{ResourceVersion: "0"})
-		cond = readyCondition(sh, err)
+		cond = readyCondition(sh, err, w.cfg.Account)
 	}
 	cond.ObservedGeneration = u.GetGeneration()
 	return cond
@@ -242,7 +244,7 @@ func sourceGVR(k shareKind) schema.GroupVersionResource {
 
 // readyCondition turns the answer to a GET of the share's source into the Ready condition. The
 // messages say what to do: they are what an admin reads in `kubectl describe`.
-func readyCondition(sh share, getErr error) metav1.Condition {
+func readyCondition(sh share, getErr error, account driverAccount) metav1.Condition {
 	src := fmt.Sprintf("%s %s/%s", sh.Kind, sh.SourceNamespace, sh.SourceName)
 	c := metav1.Condition{Type: conditionReady}
 	switch {
@@ -255,8 +257,8 @@ func readyCondition(sh share, getErr error) metav1.Condition {
 			src, sh.Kind.shareTypeName(), sh.Name, shareRefField(sh.Kind))
 	case apierrors.IsForbidden(getErr):
 		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceForbidden
-		c.Message = fmt.Sprintf("the driver may not read %s: grant its service account get on %s in namespace %q (%v)",
-			src, sourceGVR(sh.Kind).Resource, sh.SourceNamespace, getErr)
+		c.Message = fmt.Sprintf("the driver may not read %s: pods cannot mount %s %q, and volumes already using it keep their last data but are not refreshed; %s",
+			src, sh.Kind.shareTypeName(), sh.Name, account.grantReadHint(sh.sourceKey()))
 	default:
 		c.Status, c.Reason = metav1.ConditionUnknown, reasonSourceCheckFailed
 		c.Message = fmt.Sprintf("checking %s failed: %v", src, getErr)

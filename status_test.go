@@ -4,8 +4,8 @@ package main
 // condition telling whether its source exists and the driver can read it, shown in
 // `kubectl get`'s Ready column and written by exactly one driver at a time, the holder of a Lease.
 //
-// The drivers here run as the ServiceAccount deploy.yaml creates, with deploy.yaml's RBAC (the
-// test's kubeconfig impersonates it), so the test also proves that RBAC is enough.
+// The drivers here run, as every driver the tests start, as the ServiceAccount deploy.yaml
+// creates, with deploy.yaml's RBAC, so the test also proves that RBAC is enough.
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,13 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/tools/clientcmd"
-)
-
-// The driver's namespace and ServiceAccount in deploy.yaml; the Lease lives there too.
-const (
-	driverNamespace      = "csi-sharedresource"
-	driverServiceAccount = "shared-resource-csi-driver"
 )
 
 // Lease duration of these tests. Short, so the test is quick, but with a renew deadline (2/3 of
@@ -46,9 +38,8 @@ const statusTakeover = statusLease + 2*(statusLease*2/15)*22/10 + time.Second
 
 func TestShareStatusReadyConditionWrittenByOneLeader(t *testing.T) {
 	e := e2e(t)
-	kubeconfig := e.driverServiceAccountKubeconfig(t)
 	statusArgs := func(node string) driverOption {
-		return withArgs("--kubeconfig="+kubeconfig, "--node-id="+node,
+		return withArgs("--node-id="+node,
 			"--status-lease-namespace="+driverNamespace, "--status-lease-duration="+statusLease.String())
 	}
 	drivers := map[string]*driverProc{
@@ -91,7 +82,7 @@ func TestShareStatusReadyConditionWrittenByOneLeader(t *testing.T) {
 	leader, follower := drivers[leaderNode], drivers[followerNode]
 	t.Logf("leader %s, follower %s", leaderNode, followerNode)
 
-	platform := e.namespace(t, "platform")
+	platform := e.sourceNamespace(t, "platform")
 	secretData := map[string][]byte{"ca.crt": leader.secret("ca")}
 	follower.secrets = append(follower.secrets, leader.secrets...)
 	e.createSecret(t, platform, "present", secretData)
@@ -269,12 +260,14 @@ func TestReadyConditionFromSourceCheck(t *testing.T) {
 		{"missing", apierrors.NewNotFound(gr, "ca-bundle"), metav1.ConditionFalse, reasonSourceNotFound,
 			[]string{"Secret platform/ca-bundle does not exist", `SharedSecret "corp-ca"`, "spec.secretRef"}},
 		{"forbidden", apierrors.NewForbidden(gr, "ca-bundle", errors.New(`User "x" cannot get resource "secrets"`)), metav1.ConditionFalse, reasonSourceForbidden,
-			[]string{"Secret platform/ca-bundle", `get on secrets in namespace "platform"`, `User "x" cannot get`}},
+			[]string{"Secret platform/ca-bundle", `pods cannot mount SharedSecret "corp-ca"`, "keep their last data",
+				"kubectl create rolebinding shared-resource-csi-source-reader --namespace=platform --clusterrole=shared-resource-csi-source-reader --serviceaccount=csi-sharedresource:shared-resource-csi-driver",
+				"resourceNames: [ca-bundle]"}},
 		{"server error", apierrors.NewServiceUnavailable("etcd down"), metav1.ConditionUnknown, reasonSourceCheckFailed,
 			[]string{"Secret platform/ca-bundle", "etcd down"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := readyCondition(sh, tc.err)
+			c := readyCondition(sh, tc.err, "csi-sharedresource:shared-resource-csi-driver")
 			if c.Type != conditionReady || c.Status != tc.status || c.Reason != tc.reason {
 				t.Fatalf("got %s=%s/%s, want Ready=%s/%s", c.Type, c.Status, c.Reason, tc.status, tc.reason)
 			}
@@ -285,7 +278,7 @@ func TestReadyConditionFromSourceCheck(t *testing.T) {
 			}
 		})
 	}
-	cm := readyCondition(share{Kind: kindConfigMap, Name: "cfg", SourceNamespace: "ns", SourceName: "n"}, apierrors.NewNotFound(gr, "n"))
+	cm := readyCondition(share{Kind: kindConfigMap, Name: "cfg", SourceNamespace: "ns", SourceName: "n"}, apierrors.NewNotFound(gr, "n"), "")
 	if !strings.Contains(cm.Message, "ConfigMap ns/n") || !strings.Contains(cm.Message, "spec.configMapRef") {
 		t.Errorf("ConfigMap message %q", cm.Message)
 	}
@@ -385,50 +378,6 @@ func (e *kubeEnv) statusLeaseHolder() (string, error) {
 		return "", nil
 	}
 	return *l.Spec.HolderIdentity, nil
-}
-
-// driverServiceAccountKubeconfig applies deploy.yaml's Namespace, ServiceAccount and RBAC
-// objects (creating the driver's namespace if missing; it is never deleted, since a namespace
-// stays Terminating without a controller manager) and returns a kubeconfig that impersonates
-// the driver's ServiceAccount.
-func (e *kubeEnv) driverServiceAccountKubeconfig(t *testing.T) string {
-	t.Helper()
-	docs, err := os.ReadFile("deploy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var objs []string
-	for _, doc := range strings.Split(string(docs), "\n---") {
-		for _, kind := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
-			if strings.Contains(doc, "\nkind: "+kind+"\n") {
-				objs = append(objs, doc)
-			}
-		}
-	}
-	if len(objs) != 6 {
-		t.Fatalf("deploy.yaml has %d Namespace/ServiceAccount/RBAC objects, want 6", len(objs))
-	}
-	kubectl := os.Getenv("KUBECTL")
-	if kubectl == "" {
-		kubectl = "kubectl"
-	}
-	cmd := exec.Command(kubectl, "--kubeconfig", e.kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-")
-	cmd.Stdin = strings.NewReader(strings.Join(objs, "\n---\n"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("applying deploy.yaml's RBAC: %v\n%s", err, out)
-	}
-	cfg, err := clientcmd.LoadFromFile(e.kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, user := range cfg.AuthInfos {
-		user.Impersonate = "system:serviceaccount:" + driverNamespace + ":" + driverServiceAccount
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // leaseIdentity finds the Lease holder identity a driver's log says it campaigns under.

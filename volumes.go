@@ -186,7 +186,7 @@ func (d *driver) fetchShare(ctx context.Context, v *volumeRequest, spec shareSpe
 	}
 	got := make(chan fetched, 1)
 	go func() {
-		src, err := d.sources.get(ctx, sourceKey{Kind: spec.Kind, Namespace: sh.SourceNamespace, Name: sh.SourceName})
+		src, err := d.sources.get(ctx, sh.sourceKey())
 		got <- fetched{src, err}
 	}()
 	dec, err := d.authz.check(ctx, key, false)
@@ -205,7 +205,7 @@ func (d *driver) fetchShare(ctx context.Context, v *volumeRequest, spec shareSpe
 		return sh, nil, status.Error(codes.PermissionDenied, deniedMessage(key, dec.Reason))
 	}
 	if f.err != nil {
-		return sh, nil, sourceError(sh, f.err)
+		return sh, nil, sourceError(sh, f.err, d.account)
 	}
 	return sh, f.src, nil
 }
@@ -247,13 +247,16 @@ func writeError(volumeID string, limit int64, err error) error {
 }
 
 // sourceError maps a failed GET of a share's source to the code the kubelet should see.
-func sourceError(sh share, err error) error {
+func sourceError(sh share, err error, account driverAccount) error {
 	what := fmt.Sprintf("%s %s/%s (referenced by %s %q)", sh.Kind, sh.SourceNamespace, sh.SourceName, sh.Kind.shareTypeName(), sh.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		return status.Errorf(codes.FailedPrecondition, "%s does not exist: create it, or point the share at an existing object", what)
 	case apierrors.IsForbidden(err):
-		return status.Errorf(codes.FailedPrecondition, "the driver may not read %s: its ClusterRole must allow get on %s: %v", what, sourceGVR(sh.Kind).Resource, err)
+		// The driver's own read access, granted per source namespace by an admin, is missing:
+		// the kubelet retries, and the mount succeeds once the admin ran what the message says.
+		return status.Errorf(codes.FailedPrecondition, "the driver may not read %s; %s",
+			what, account.grantReadHint(sh.sourceKey()))
 	default:
 		return status.Errorf(codes.Unavailable, "reading %s: %v", what, err)
 	}

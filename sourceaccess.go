@@ -1,0 +1,54 @@
+package main
+
+// What the driver may read, and what an admin runs when it may not.
+//
+// The driver holds no read on Secrets or ConfigMaps of its own (deploy.yaml grants none): an admin
+// grants it, per source namespace, by binding the ClusterRole sourceReaderRole to the driver's
+// service account with a RoleBinding there, or, narrower still, with a Role limited by
+// resourceNames to the one object. So a node's driver can read only what some admin chose to
+// share, and taking a node exposes those sources, not every Secret in the cluster.
+//
+// Every message about a source the driver may not read (a pod's FailedMount event, a share's
+// Ready condition, the Warning event on a pod whose volume can no longer be refreshed) ends in
+// the command that fixes it, built here, so they never disagree.
+
+import (
+	"fmt"
+	"strings"
+)
+
+// sourceReaderRole is deploy.yaml's ClusterRole granting get on secrets and configmaps; bound in
+// a namespace, it lets the driver read that namespace's sources.
+const sourceReaderRole = "shared-resource-csi-source-reader"
+
+// driverAccount is the driver's own service account, as kubectl's --serviceaccount takes it
+// (NAMESPACE:NAME). It only names the account in messages; empty when unknown.
+type driverAccount string
+
+// parseDriverAccount checks a --service-account value: empty, or NAMESPACE:NAME.
+func parseDriverAccount(s string) (driverAccount, error) {
+	if s == "" {
+		return "", nil
+	}
+	ns, name, ok := strings.Cut(s, ":")
+	if !ok || !validLabel(ns) || !validName(name) {
+		return "", fmt.Errorf("--service-account %q must be NAMESPACE:NAME, the driver's own service account", s)
+	}
+	return driverAccount(s), nil
+}
+
+func (a driverAccount) String() string {
+	if a == "" {
+		return "<driver namespace>:<driver service account>"
+	}
+	return string(a)
+}
+
+// grantReadHint says what to run so that the driver may read key: the namespace-wide
+// RoleBinding, and the narrower alternative.
+func (a driverAccount) grantReadHint(key sourceKey) string {
+	return fmt.Sprintf("to let the driver (service account %s) read %s, run: "+
+		"kubectl create rolebinding %s --namespace=%s --clusterrole=%s --serviceaccount=%s "+
+		"(or grant get on this one object with a Role limited by resourceNames: [%s]; see the README's Security model)",
+		a, sourceGVR(key.Kind).Resource+" in namespace "+key.Namespace, sourceReaderRole, key.Namespace, sourceReaderRole, a, key.Name)
+}
