@@ -41,7 +41,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // snapshotTree describes every entry under root by relative path: type and permission bits,
@@ -633,14 +632,8 @@ func (e *kubeEnv) serviceAccountKubeconfig(t *testing.T, rules []rbacv1.PolicyRu
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: cfg.Host, InsecureSkipTLSVerify: cfg.Insecure,
-		CertificateAuthority: cfg.CAFile, CertificateAuthorityData: cfg.CAData, TLSServerName: cfg.ServerName}
-	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
-	kc.CurrentContext = "c"
 	path = filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+	if err := writeTokenKubeconfig(path, cfg, tr.Status.Token); err != nil {
 		t.Fatal(err)
 	}
 	return path, tr.Status.Token, role, "system:serviceaccount:" + ns + ":" + sa.Name
@@ -698,6 +691,9 @@ func TestSubjectAccessReviewForbiddenIsNeverAGrant(t *testing.T) {
 	sentinel := filepath.Join(p.root, "sentinel")
 	makeSentinel(t, sentinel)
 	f := newSharedSecret(t, e, p, true)
+	// This driver's own account may read the source's namespace, as deploy.yaml's would.
+	saNS, saName, _ := strings.Cut(strings.TrimPrefix(driverUser, "system:serviceaccount:"), ":")
+	e.grantSourceRead(t, f.platform, serviceAccount(saNS, saName))
 	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
 
 	before := p.hostState(t, sentinel)

@@ -542,6 +542,7 @@ func (c *benchCluster) fleet(b *testing.B, name string, shares, nsCount, sasPerN
 	b.Helper()
 	ctx := context.Background()
 	src := c.namespace(b, name+"-src")
+	c.env.grantSourceRead(b, src, serviceAccount(driverNamespace, driverServiceAccount))
 	f := &fleet{srcNS: src}
 	err := parallel(shares, 8, func(i int) error {
 		_, err := c.kube.CoreV1().Secrets(src).Create(ctx, &corev1.Secret{

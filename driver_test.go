@@ -51,7 +51,7 @@ type sharedSecretFixture struct {
 }
 
 func newSharedSecret(t *testing.T, e *kubeEnv, p *driverProc, grant bool) *sharedSecretFixture {
-	f := &sharedSecretFixture{platform: e.namespace(t, "platform"), consumer: e.namespace(t, "consumer"), share: "corp-ca-" + randSuffix()}
+	f := &sharedSecretFixture{platform: e.sourceNamespace(t, "platform"), consumer: e.namespace(t, "consumer"), share: "corp-ca-" + randSuffix()}
 	f.data = map[string][]byte{"ca.crt": p.secret("ca"), "tls.key": p.secret("key")}
 	e.createSecret(t, f.platform, "ca-bundle", f.data)
 	e.createShare(t, kindSecret, f.share, f.platform, "ca-bundle")
@@ -238,18 +238,19 @@ func TestPublishUnknownShareOrMissingSource(t *testing.T) {
 	wantCode(t, p.publish(v), codes.NotFound, "SharedSecret", "no-such-share")
 
 	share := "dangling-" + randSuffix()
-	e.createShare(t, kindSecret, share, "platform-nowhere", "gone")
+	platform := e.sourceNamespace(t, "platform")
+	e.createShare(t, kindSecret, share, platform, "gone")
 	// Denied first: a pod that may not use the share learns nothing of its source, not even
 	// that it is missing (the driver fetches it while the review is out, and keeps quiet).
 	denied := p.volume(ns, "app", map[string]string{attrSharedSecret: share})
 	err := p.publish(denied)
 	wantCode(t, err, codes.PermissionDenied, share)
-	if strings.Contains(err.Error(), "platform-nowhere") || strings.Contains(err.Error(), "gone") {
+	if strings.Contains(err.Error(), platform) || strings.Contains(err.Error(), "gone") {
 		t.Errorf("a denied publish reveals the share's source: %v", err)
 	}
 	e.grant(t, ns, kindSecret, share, serviceAccount(ns, "app"))
 	w := p.volume(ns, "app", map[string]string{attrSharedSecret: share})
-	wantCode(t, p.publish(w), codes.FailedPrecondition, "Secret platform-nowhere/gone", "does not exist")
+	wantCode(t, p.publish(w), codes.FailedPrecondition, "Secret "+platform+"/gone", "does not exist")
 	p.assertNothingLeft(t, v, denied, w)
 }
 
@@ -267,7 +268,7 @@ func TestPublishRejectsBothOrNeitherShareAttribute(t *testing.T) {
 func TestConfigMapWithBinaryData(t *testing.T) {
 	e := e2e(t)
 	p := e.startDriver(t)
-	platform, consumer := e.namespace(t, "platform"), e.namespace(t, "consumer")
+	platform, consumer := e.sourceNamespace(t, "platform"), e.namespace(t, "consumer")
 	binary := []byte{0, 1, 2, 0xff, 0xfe, '\n', 0}
 	_, err := e.kube.CoreV1().ConfigMaps(platform).Create(context.Background(), &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "settings"},

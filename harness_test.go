@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -37,16 +38,31 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // kubeEnv is the API server the e2e tests use.
 type kubeEnv struct {
-	kubeconfig string
-	kube       kubernetes.Interface
-	dyn        dynamic.Interface
-	binary     string
+	kubeconfig string // the cluster admin's
+	// driverKubeconfig authenticates as deploy.yaml's ServiceAccount with a token, so every
+	// driver the tests start has exactly deploy.yaml's RBAC: no read of any Secret or ConfigMap
+	// but where a test grants it, as an admin would (sourceNamespace).
+	driverKubeconfig string
+	kube             kubernetes.Interface
+	dyn              dynamic.Interface
+	binary           string
 }
+
+// The driver's namespace and ServiceAccount in deploy.yaml.
+const (
+	driverNamespace      = "csi-sharedresource"
+	driverServiceAccount = "shared-resource-csi-driver"
+	driverUser           = "system:serviceaccount:" + driverNamespace + ":" + driverServiceAccount
+	// driverAccountFlag is how --service-account names it (kubectl's --serviceaccount form).
+	driverAccountFlag = driverNamespace + ":" + driverServiceAccount
+)
 
 var (
 	envOnce sync.Once
@@ -86,7 +102,11 @@ func setupKubeEnv() (*kubeEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := installCRDs(kc); err != nil {
+	if err := installDeployObjects(kc); err != nil {
+		return nil, err
+	}
+	driverKC, err := writeDriverKubeconfig(kube, cfg)
+	if err != nil {
 		return nil, err
 	}
 	bin := os.Getenv("DRIVER_BINARY")
@@ -101,40 +121,71 @@ func setupKubeEnv() (*kubeEnv, error) {
 			return nil, fmt.Errorf("building the driver: %v\n%s", err, out)
 		}
 	}
-	return &kubeEnv{kubeconfig: kc, kube: kube, dyn: dyn, binary: bin}, nil
+	return &kubeEnv{kubeconfig: kc, driverKubeconfig: driverKC, kube: kube, dyn: dyn, binary: bin}, nil
 }
 
-// installCRDs applies the CRDs from deploy.yaml (only those: the driver runs as a subprocess
-// here) and waits until they are served.
-func installCRDs(kubeconfig string) error {
-	kubectl := os.Getenv("KUBECTL")
-	if kubectl == "" {
-		kubectl = "kubectl"
+// kubectlBinary is the kubectl the tests run ($KUBECTL, as hack/test.sh sets it).
+func kubectlBinary() string {
+	if k := os.Getenv("KUBECTL"); k != "" {
+		return k
 	}
+	return "kubectl"
+}
+
+// installDeployObjects applies deploy.yaml as users do, but for its DaemonSet (the driver runs as
+// a subprocess here; the pod suite deploys the DaemonSet itself), and waits until the CRDs are
+// served: the same CRDs, RBAC and admission policy the product installs.
+func installDeployObjects(kubeconfig string) error {
 	docs, err := os.ReadFile("deploy.yaml")
 	if err != nil {
 		return err
 	}
-	var crds []string
+	var objs []string
 	for _, doc := range strings.Split(string(docs), "\n---") {
-		if strings.Contains(doc, "kind: CustomResourceDefinition") {
-			crds = append(crds, doc)
+		if !strings.Contains(doc, "\nkind: DaemonSet\n") {
+			objs = append(objs, doc)
 		}
 	}
-	if len(crds) != 2 {
-		return fmt.Errorf("deploy.yaml has %d CRDs, want 2", len(crds))
-	}
-	cmd := exec.Command(kubectl, "--kubeconfig", kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-")
-	cmd.Stdin = strings.NewReader(strings.Join(crds, "\n---\n"))
+	cmd := exec.Command(kubectlBinary(), "--kubeconfig", kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-")
+	cmd.Stdin = strings.NewReader(strings.Join(objs, "\n---\n"))
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("applying CRDs: %v\n%s", err, out)
+		return fmt.Errorf("applying deploy.yaml: %v\n%s", err, out)
 	}
-	cmd = exec.Command(kubectl, "--kubeconfig", kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
+	cmd = exec.Command(kubectlBinary(), "--kubeconfig", kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
 		"crd/sharedsecrets.sharedresource.openshift.io", "crd/sharedconfigmaps.sharedresource.openshift.io")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("waiting for CRDs: %v\n%s", err, out)
 	}
 	return nil
+}
+
+// writeDriverKubeconfig writes a kubeconfig that authenticates as deploy.yaml's ServiceAccount
+// with a token from the TokenRequest API (as the DaemonSet's pods do), valid for longer than any
+// test run.
+func writeDriverKubeconfig(kube kubernetes.Interface, admin *rest.Config) (string, error) {
+	expiry := int64(6 * 3600)
+	tr, err := kube.CoreV1().ServiceAccounts(driverNamespace).CreateToken(context.Background(), driverServiceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("requesting a token for the driver's service account: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "srcsi-driver-kubeconfig")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	return path, writeTokenKubeconfig(path, admin, tr.Status.Token)
+}
+
+// writeTokenKubeconfig writes a kubeconfig for the admin's cluster that authenticates with token.
+func writeTokenKubeconfig(path string, admin *rest.Config, token string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: admin.Host, InsecureSkipTLSVerify: admin.Insecure,
+		CertificateAuthority: admin.CAFile, CertificateAuthorityData: admin.CAData, TLSServerName: admin.ServerName}
+	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: token}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	kc.CurrentContext = "c"
+	return clientcmd.WriteToFile(*kc, path)
 }
 
 // randSuffix returns a short random lowercase hex string for unique names and secret markers.
@@ -145,7 +196,7 @@ func randSuffix() string {
 }
 
 // namespace creates a namespace for the test and deletes it afterwards.
-func (e *kubeEnv) namespace(t *testing.T, prefix string) string {
+func (e *kubeEnv) namespace(t testing.TB, prefix string) string {
 	t.Helper()
 	name := prefix + "-" + randSuffix()
 	_, err := e.kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
@@ -156,6 +207,59 @@ func (e *kubeEnv) namespace(t *testing.T, prefix string) string {
 		e.kube.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	return name
+}
+
+// sourceNamespace creates a namespace for a test's sources and lets the driver read them, as an
+// admin does (deploy.yaml's header): a RoleBinding to the source-reader ClusterRole.
+func (e *kubeEnv) sourceNamespace(t testing.TB, prefix string) string {
+	t.Helper()
+	ns := e.namespace(t, prefix)
+	e.grantSourceRead(t, ns, serviceAccount(driverNamespace, driverServiceAccount))
+	return ns
+}
+
+// grantSourceRead binds deploy.yaml's source-reader ClusterRole to a driver's service account in
+// ns and waits until the authorizer applies it; it returns a function that takes it away again.
+func (e *kubeEnv) grantSourceRead(t testing.TB, ns string, driver rbacv1.Subject) (revoke func()) {
+	t.Helper()
+	ctx := context.Background()
+	name := sourceReaderRole + "-" + randSuffix()
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: sourceReaderRole},
+		Subjects:   []rbacv1.Subject{driver},
+	}
+	if _, err := e.kube.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("letting the driver read namespace %s: %v", ns, err)
+	}
+	e.waitMayGet(t, driver, ns, "secrets", "", true)
+	return func() {
+		if err := e.kube.RbacV1().RoleBindings(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitMayGet(t, driver, ns, "secrets", "", false)
+	}
+}
+
+// waitMayGet waits until the authorizer says whether the service account sa may get resource
+// (name: any, when empty) in ns: RBAC changes reach it a moment after they are written.
+func (e *kubeEnv) waitMayGet(t testing.TB, sa rbacv1.Subject, ns, resource, name string, want bool) {
+	t.Helper()
+	user := "system:serviceaccount:" + sa.Namespace + ":" + sa.Name
+	eventually(t, 30*time.Second, func() error {
+		res, err := e.kube.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
+				Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + sa.Namespace, "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "get", Resource: resource, Name: name}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		if res.Status.Allowed != want {
+			return fmt.Errorf("%s may get %s %q in %s: %v, waiting for %v", user, resource, name, ns, res.Status.Allowed, want)
+		}
+		return nil
+	})
 }
 
 func (e *kubeEnv) createSecret(t *testing.T, ns, name string, data map[string][]byte) {
@@ -344,7 +448,8 @@ func (e *kubeEnv) startDriver(t testing.TB, opts ...driverOption) *driverProc {
 		o(p)
 	}
 	args := []string{
-		"--kubeconfig=" + e.kubeconfig,
+		"--kubeconfig=" + e.driverKubeconfig,
+		"--service-account=" + driverAccountFlag,
 		"--endpoint=unix://" + p.socket,
 		"--kubelet-root-dir=" + p.kubeletRoot,
 		"--state-dir=" + filepath.Join(p.kubeletRoot, "plugins", driverName),

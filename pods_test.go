@@ -51,9 +51,8 @@ const (
 	// keeps: within one TTL a burst of publishes of one share costs one GET and one review.
 	podsCacheTTL = 10 * time.Second
 
-	podsDriverNS    = "csi-sharedresource"
+	podsDriverNS    = driverNamespace
 	driverDaemonSet = "shared-resource-csi-driver"
-	driverUser      = "system:serviceaccount:" + podsDriverNS + ":" + driverDaemonSet
 	driverSelector  = "app.kubernetes.io/name=shared-resource-csi,app.kubernetes.io/component=node-plugin"
 	// driverMetricsPort is deploy.yaml's --health-address; the driver pod is on the host network.
 	driverMetricsPort = "9809"
@@ -603,7 +602,7 @@ type shareFixture struct {
 
 func (s *podSuite) newShare(t *testing.T, data map[string][]byte) *shareFixture {
 	t.Helper()
-	f := &shareFixture{platform: s.namespace(t, "platform"), secret: "ca-bundle", share: "corp-ca-" + randSuffix(), data: data}
+	f := &shareFixture{platform: s.sourceNamespace(t, "platform"), secret: "ca-bundle", share: "corp-ca-" + randSuffix(), data: data}
 	s.createSecret(t, f.platform, f.secret, data)
 	s.createShare(t, kindSecret, f.share, f.platform, f.secret)
 	return f
