@@ -265,12 +265,11 @@ func checkLayout(t *testing.T, dir string, files map[string]File, gid int) {
 	}
 }
 
-// needRoot fails the test, loudly, unless it runs as root: the test gives files to other
-// owners, or mounts a tmpfs.
-func needRoot(t testing.TB) {
+// needRoot fails the test, loudly, unless it runs as root; why says what needs root.
+func needRoot(t testing.TB, why string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Fatal("this test changes file ownership or mounts a tmpfs, and must run as root")
+		t.Fatalf("this test %s and must run as root (euid is %d)", why, os.Geteuid())
 	}
 }
 
@@ -279,7 +278,7 @@ func needRoot(t testing.TB) {
 // cleanup (cleanups run last-in first-out).
 func mountTmpfs(t *testing.T, size int64) string {
 	t.Helper()
-	needRoot(t)
+	needRoot(t, "mounts a tmpfs")
 	dir, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

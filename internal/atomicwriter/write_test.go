@@ -123,6 +123,7 @@ func TestWriteEmptyPayloadRevokes(t *testing.T) {
 
 // Each file gets exactly its mode, whatever the umask; a mode change alone is published.
 func TestWriteModes(t *testing.T) {
+	needRoot(t, "reads a mode 0000 file")
 	dir := t.TempDir()
 	files := map[string]File{}
 	for _, m := range []os.FileMode{0o000, 0o400, 0o440, 0o444, 0o600, 0o640, 0o644, 0o660, 0o666, 0o700, 0o755, 0o777} {
@@ -145,7 +146,7 @@ func TestWriteModes(t *testing.T) {
 // non-root reader in the group reads a 0440 file; the volume dir and the links are not
 // re-owned. Without one, ownership is as created.
 func TestWriteGroupOwnership(t *testing.T) {
-	needRoot(t)
+	needRoot(t, "gives files to uid 0 and another group")
 	const gid = 2345
 	// t.TempDir's parents are 0700, which no non-root reader could traverse.
 	base, err := os.MkdirTemp("", "atomicwriter-fsgroup-")
@@ -226,7 +227,7 @@ func TestWriteSkipsIdenticalPayload(t *testing.T) {
 
 // Ownership is part of the payload: the same bytes and modes with another GID are published.
 func TestWriteRepublishesWhenGroupChanges(t *testing.T) {
-	needRoot(t)
+	needRoot(t, "gives files to uid 0 and another group")
 	dir := t.TempDir()
 	files := map[string]File{
 		"ca.crt":        fileOf("CA", 0o644),
