@@ -19,6 +19,7 @@ vet:
 ## unit: the tests that need neither root nor a cluster (a quick check while coding).
 unit:
 	go test -count=1 -run 'TestParse|TestValidate|TestSourceCache|TestAuthorizer|TestStrip|TestCompose|TestProject|TestReadyCondition|TestMountInfo|TestMountAt|TestLeaseClaim|TestVolumeStore' .
+	go test -count=1 -skip 'TestWriteModes|TestWriteGroupOwnership|TestWriteRepublishesWhenGroupChanges|TestWriteENOSPCKeepsOldSet|TestLink' ./internal/...
 
 ## deps, tools: apt packages and the cluster's binaries (built once, cached in _output/bin).
 deps:

@@ -14,8 +14,8 @@ package main
 // protobuf map; the last of two wire entries wins, and the winner is validated like any value);
 // a share listed twice in the shares attribute can, and is a case below. A Secret whose key is
 // not a valid file name cannot be created through the API server (it validates keys by the same
-// rule), so key checks are covered by TestValidateKey and by FuzzValidateKey and FuzzWriteAtomic
-// in fuzz_test.go.
+// rule), so key checks are covered by TestValidateKey and by FuzzValidateKey and FuzzWrite in
+// internal/atomicwriter.
 
 import (
 	"bytes"

@@ -9,6 +9,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
 // missingKeysError says which selected keys a source lacks.
@@ -21,8 +23,8 @@ func (e *missingKeysError) Error() string {
 // projectFiles selects and names the files share number `share` contributes. Items that name
 // the share select its keys; a share no item names contributes every key under its own name.
 // Keys are validated either way before anything is written.
-func projectFiles(src map[string][]byte, items []item, share int, defaultMode os.FileMode) (map[string]volumeFile, error) {
-	out := map[string]volumeFile{}
+func projectFiles(src map[string][]byte, items []item, share int, defaultMode os.FileMode) (map[string]atomicwriter.File, error) {
+	out := map[string]atomicwriter.File{}
 	var mine []item
 	for _, it := range items {
 		if it.Share == share {
@@ -31,10 +33,10 @@ func projectFiles(src map[string][]byte, items []item, share int, defaultMode os
 	}
 	if len(mine) == 0 {
 		for k, v := range src {
-			if err := validateKey(k); err != nil {
+			if err := atomicwriter.ValidateKey(k); err != nil {
 				return nil, err
 			}
-			out[k] = volumeFile{Data: v, Mode: defaultMode}
+			out[k] = atomicwriter.File{Data: v, Mode: defaultMode}
 		}
 		return out, nil
 	}
@@ -49,7 +51,7 @@ func projectFiles(src map[string][]byte, items []item, share int, defaultMode os
 		if mode == 0 {
 			mode = defaultMode
 		}
-		out[it.Path] = volumeFile{Data: v, Mode: mode}
+		out[it.Path] = atomicwriter.File{Data: v, Mode: mode}
 	}
 	if len(missing) > 0 {
 		sort.Strings(missing)
@@ -67,8 +69,8 @@ type pathConflict struct {
 // composeFiles merges the shares' files in the volume's order. A path produced by two shares (or
 // a file of one that is a directory of another) goes to the earlier share, as in a projected
 // volume the first source listed wins; the conflicts are returned so they can be reported.
-func composeFiles(specs []shareSpec, perShare []map[string]volumeFile) (map[string]volumeFile, []pathConflict) {
-	out := map[string]volumeFile{}
+func composeFiles(specs []shareSpec, perShare []map[string]atomicwriter.File) (map[string]atomicwriter.File, []pathConflict) {
+	out := map[string]atomicwriter.File{}
 	owner := map[string]int{} // path -> share index, including the directories of each file
 	var conflicts []pathConflict
 	for i, files := range perShare {
@@ -99,7 +101,7 @@ func composeFiles(specs []shareSpec, perShare []map[string]volumeFile) (map[stri
 	return out, conflicts
 }
 
-func isFile(files map[string]volumeFile, p string) bool {
+func isFile(files map[string]atomicwriter.File, p string) bool {
 	_, ok := files[p]
 	return ok
 }

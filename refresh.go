@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
 // Event reasons recorded on consuming pods.
@@ -306,7 +308,7 @@ func (d *driver) reconcileShare(ctx context.Context, rec *volumeRecord, i int, m
 	if err != nil {
 		return nil, fmt.Errorf("%s %s/%s: %w", st.Kind, sh.SourceNamespace, sh.SourceName, err)
 	}
-	if err := writeVolume(d.store.shareDir(rec.VolumeID, i), files, rec.GID); err != nil {
+	if err := (atomicwriter.Writer{Dir: d.store.shareDir(rec.VolumeID, i), GID: rec.GID}).Write(files); err != nil {
 		return nil, err
 	}
 	change := &shareChange{share: st.shareSpec, kind: "refreshed",
@@ -329,7 +331,7 @@ func (d *driver) dropRevokedCopies(rec volumeRecord) {
 	}
 	for i, st := range rec.Shares {
 		if st.Revoked {
-			if err := writeVolume(d.store.shareDir(rec.VolumeID, i), nil, rec.GID); err != nil {
+			if err := (atomicwriter.Writer{Dir: d.store.shareDir(rec.VolumeID, i), GID: rec.GID}).Write(nil); err != nil {
 				klog.ErrorS(err, "Emptying a revoked share's copy failed", "volumeID", rec.VolumeID)
 			}
 		}
@@ -338,19 +340,19 @@ func (d *driver) dropRevokedCopies(rec volumeRecord) {
 
 // composeData rebuilds the pod's view from the copies of the granted shares, in one atomic swap.
 func (d *driver) composeData(rec volumeRecord) ([]pathConflict, error) {
-	perShare := make([]map[string]volumeFile, len(rec.Shares))
+	perShare := make([]map[string]atomicwriter.File, len(rec.Shares))
 	for i, st := range rec.Shares {
 		if st.Revoked {
 			continue
 		}
-		files, err := readVolumeFiles(d.store.shareDir(rec.VolumeID, i))
+		files, err := atomicwriter.ReadFiles(d.store.shareDir(rec.VolumeID, i))
 		if err != nil {
 			return nil, err
 		}
 		perShare[i] = files
 	}
 	files, conflicts := composeFiles(rec.specs(), perShare)
-	return conflicts, writeVolumeFrom(d.store.dataDir(rec.VolumeID), files, rec.GID, d.shareCopyOrigins(rec.VolumeID, files, perShare))
+	return conflicts, atomicwriter.Writer{Dir: d.store.dataDir(rec.VolumeID), GID: rec.GID, Origins: d.shareCopyOrigins(rec.VolumeID, files, perShare)}.Write(files)
 }
 
 func (d *driver) event(rec volumeRecord, eventType, reason, format string, args ...any) {

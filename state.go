@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
 const (
@@ -84,7 +86,7 @@ func (r *volumeRecord) sameRequest(v *volumeRequest) bool {
 }
 
 // project turns share i's source data into the files it contributes to this volume.
-func (r *volumeRecord) project(i int, src map[string][]byte) (map[string]volumeFile, error) {
+func (r *volumeRecord) project(i int, src map[string][]byte) (map[string]atomicwriter.File, error) {
 	return projectFiles(src, r.Items, i, r.DefaultMode)
 }
 

@@ -2,7 +2,7 @@ package main
 
 // This file holds the mount mechanics of the node driver: the per-volume tmpfs,
 // the read-only bind into the pod, and /proc/self/mountinfo parsing. The
-// atomic writer that fills a volume lives in atomic.go. Nothing here knows
+// atomic writer that fills a volume is internal/atomicwriter. Nothing here knows
 // about Kubernetes objects; callers hand in plain paths.
 
 import (

@@ -5,8 +5,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
 // tmpfsTestNeedRoot fails (not skips) the test when not root: the project's
@@ -153,36 +153,6 @@ func FuzzParseMountInfo(f *testing.F) {
 	})
 }
 
-func TestTmpfsWriteENOSPCKeepsOldSet(t *testing.T) {
-	dir := tmpfsTestMount(t, 64<<10)
-	small := map[string][]byte{"ca.crt": []byte("CA"), "tls.key": []byte("KEY")}
-	if err := writeAtomic(dir, small, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	big := map[string][]byte{"ca.crt": []byte("CA"), "huge.bin": bytes.Repeat([]byte{'x'}, 1<<20)}
-	err := writeAtomic(dir, big, 0o644)
-	if !errors.Is(err, unix.ENOSPC) {
-		t.Fatalf("writeAtomic of 1 MiB into a 64 KiB tmpfs: %v, want ENOSPC", err)
-	}
-	got, err := readCurrent(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !maps.EqualFunc(got, small, bytes.Equal) {
-		t.Fatalf("after ENOSPC readCurrent has keys %v, want the old set %q", slices.Sorted(maps.Keys(got)), small)
-	}
-	// The failed attempt left nothing behind and freed its space.
-	atomicTestCheckLayout(t, dir, small, 0o644)
-	if _, err := os.Lstat(filepath.Join(dir, "..data_tmp")); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("..data_tmp left behind (err %v)", err)
-	}
-	next := map[string][]byte{"ca.crt": []byte("CA2"), "big.bin": bytes.Repeat([]byte{'y'}, 40<<10)}
-	if err := writeAtomic(dir, next, 0o644); err != nil {
-		t.Fatalf("write after ENOSPC: %v", err)
-	}
-	atomicTestCheckLayout(t, dir, next, 0o644)
-}
-
 // The volume tmpfs is mounted nosuid,nodev,noexec with its size cap, and with large folios
 // where files cover them (huge=within_size, when the kernel has transparent huge pages) without
 // costing memory: a 1 KiB file still takes one 4 KiB page, a 1 MiB file 1 MiB.
@@ -248,7 +218,7 @@ func TestTmpfsMountRejectsUnlimitedSize(t *testing.T) {
 
 func TestTmpfsBindReadOnly(t *testing.T) {
 	src := tmpfsTestMount(t, 1<<20)
-	if err := writeAtomic(src, map[string][]byte{"ca.crt": []byte("hello")}, 0o644); err != nil {
+	if err := (atomicwriter.Writer{Dir: src, GID: -1}).Write(map[string]atomicwriter.File{"ca.crt": {Data: []byte("hello"), Mode: 0o644}}); err != nil {
 		t.Fatal(err)
 	}
 	target := tmpfsTestRealDir(t)
@@ -281,7 +251,7 @@ func TestTmpfsBindReadOnly(t *testing.T) {
 	}
 
 	// The source stays writable, and the bind shows updates immediately.
-	if err := writeAtomic(src, map[string][]byte{"ca.crt": []byte("rotated")}, 0o644); err != nil {
+	if err := (atomicwriter.Writer{Dir: src, GID: -1}).Write(map[string]atomicwriter.File{"ca.crt": {Data: []byte("rotated"), Mode: 0o644}}); err != nil {
 		t.Fatalf("source not writable: %v", err)
 	}
 	if got, err := os.ReadFile(filepath.Join(target, "ca.crt")); err != nil || string(got) != "rotated" {

@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
 // Volume attributes a pod author may set (API-compatible with OpenShift's driver).
@@ -388,10 +390,10 @@ func parseItems(s string, shares []shareSpec) ([]item, error) {
 		if it.Path == "" {
 			it.Path = it.Key
 		}
-		if err := validateKey(it.Key); err != nil {
+		if err := atomicwriter.ValidateKey(it.Key); err != nil {
 			return nil, fmt.Errorf("entry %q: %v", entry, err)
 		}
-		if err := validateFilePath(it.Path); err != nil {
+		if err := atomicwriter.ValidatePath(it.Path); err != nil {
 			return nil, fmt.Errorf("entry %q: %v", entry, err)
 		}
 		if paths[it.Path] {

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
 const testRoot = "/var/lib/kubelet"
@@ -268,8 +270,8 @@ func TestParseSharesListsSeveralSharesAndItemsNameThem(t *testing.T) {
 
 func TestComposeFilesFirstShareWinsAndReportsConflicts(t *testing.T) {
 	specs := []shareSpec{{Kind: kindSecret, Name: "a"}, {Kind: kindConfigMap, Name: "b"}, {Kind: kindSecret, Name: "c"}}
-	f := func(s string) volumeFile { return volumeFile{Data: []byte(s), Mode: 0o644} }
-	files, conflicts := composeFiles(specs, []map[string]volumeFile{
+	f := func(s string) atomicwriter.File { return atomicwriter.File{Data: []byte(s), Mode: 0o644} }
+	files, conflicts := composeFiles(specs, []map[string]atomicwriter.File{
 		{"ca.crt": f("a"), "dir/x": f("a")},
 		{"ca.crt": f("b"), "dir/y": f("b"), "dir": f("b-file")},
 		nil, // revoked

@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
 // reservedBytes is tmpfs room kept for the record and directory entries.
@@ -73,7 +75,7 @@ func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
 	}
 	// Every share is checked and fetched before anything is written: a volume is published
 	// whole or not at all.
-	perShare := make([]map[string]volumeFile, len(v.Shares))
+	perShare := make([]map[string]atomicwriter.File, len(v.Shares))
 	var size int64
 	for i, spec := range v.Shares {
 		sh, src, err := d.fetchShare(ctx, v, spec)
@@ -95,7 +97,7 @@ func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
 	}
 	// Twice: each share's copy, and during an update the new copy beside the old one, which the
 	// pod's view still shows until it is swapped. The view itself costs nothing: its files are
-	// hard links to the copies' (writeVolumeFrom). Should linking ever fail, the files are
+	// hard links to the copies' (atomicwriter.Writer.Origins). Should linking ever fail, the files are
 	// written, and an update that then runs out of room fails and leaves the volume as it was.
 	if need := 2*size + reservedBytes; need > d.tmpfsSize {
 		return status.Errorf(codes.ResourceExhausted, "the shares of volume %s hold %d bytes; a volume needs twice that plus %d bytes, more than the tmpfs size limit of %d bytes (raise --tmpfs-size)",
@@ -130,7 +132,7 @@ func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
 	if err := d.writeShareCopies(rec, perShare); err != nil {
 		return writeError(v.VolumeID, d.tmpfsSize, err)
 	}
-	if err := writeVolumeFrom(d.store.dataDir(v.VolumeID), files, v.GID, d.shareCopyOrigins(v.VolumeID, files, perShare)); err != nil {
+	if err := (atomicwriter.Writer{Dir: d.store.dataDir(v.VolumeID), GID: v.GID, Origins: d.shareCopyOrigins(v.VolumeID, files, perShare)}).Write(files); err != nil {
 		return writeError(v.VolumeID, d.tmpfsSize, err)
 	}
 	d.crash.reached("publish:data")
@@ -213,9 +215,9 @@ func (d *driver) fetchShare(ctx context.Context, v *volumeRequest, spec shareSpe
 // writeShareCopies keeps each share's files beside the data dir, out of the pod's view: they are
 // what the share shows while the share is granted, and what comes back after a revocation. (The
 // writer creates shares/ with the first copy.)
-func (d *driver) writeShareCopies(rec volumeRecord, perShare []map[string]volumeFile) error {
+func (d *driver) writeShareCopies(rec volumeRecord, perShare []map[string]atomicwriter.File) error {
 	for i, files := range perShare {
-		if err := writeVolume(d.store.shareDir(rec.VolumeID, i), files, rec.GID); err != nil {
+		if err := (atomicwriter.Writer{Dir: d.store.shareDir(rec.VolumeID, i), GID: rec.GID}).Write(files); err != nil {
 			return err
 		}
 	}
@@ -223,10 +225,10 @@ func (d *driver) writeShareCopies(rec volumeRecord, perShare []map[string]volume
 }
 
 // shareCopyOrigins says, for each file of the pod's view, which share's copy holds the same file:
-// the view's files are then hard links to the copies' (writeVolumeFrom), not second copies.
+// the view's files are then hard links to the copies' (atomicwriter.Writer.Origins), not second copies.
 // The first share whose copy has the file with the same mode and bytes is named (a share that
 // lost the path to an earlier one in composeFiles holds other bytes there, or the same ones).
-func (d *driver) shareCopyOrigins(volumeID string, files map[string]volumeFile, perShare []map[string]volumeFile) map[string]string {
+func (d *driver) shareCopyOrigins(volumeID string, files map[string]atomicwriter.File, perShare []map[string]atomicwriter.File) map[string]string {
 	origins := make(map[string]string, len(files))
 	for p, f := range files {
 		for i, copied := range perShare {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Fuzzes each fuzz target of the package, one after another (go test -fuzz takes one target per
-# run), and prints the executions each reached. Needs neither root nor a cluster.
+# Fuzzes each fuzz target of the module's packages (the driver's, and internal/atomicwriter's),
+# one after another (go test -fuzz takes one target of one package per run), and prints the
+# executions each reached. Needs neither root nor a cluster.
 #
-#   FUZZ_TARGETS="FuzzA FuzzB"  picks targets; by default every Fuzz* function is run.
+#   FUZZ_TARGETS="FuzzA FuzzB"  picks targets by name; by default every Fuzz* function is run.
 #   FUZZ_SCALE=N                multiplies every target's execution budget (default 1).
 #   FUZZTIME=30s                fuzzes each target for a duration instead of a count.
 #
@@ -12,8 +13,8 @@
 # budgets below take about 20 s each on a 2-core machine; a target missing from the table gets
 # the default.
 #
-# A failure prints the input and saves it under testdata/fuzz/<target>/: commit that file, and
-# plain `go test` replays it from then on as a regression test.
+# A failure prints the input and saves it under <package dir>/testdata/fuzz/<target>/: commit
+# that file, and plain `go test` replays it from then on as a regression test.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -22,30 +23,47 @@ declare -A budget=(
 	[FuzzParsePublishRequest]=40000
 	[FuzzValidateTargetPath]=30000
 	[FuzzValidateKey]=60000
-	[FuzzWriteAtomic]=5000
+	[FuzzWrite]=5000
 	[FuzzParseMountInfo]=50000
 )
 default_budget=20000
 scale=${FUZZ_SCALE:-1}
 [[ $scale =~ ^[1-9][0-9]*$ ]] || { echo "FUZZ_SCALE must be a positive integer, got '$scale'" >&2; exit 2; }
 
-targets=${FUZZ_TARGETS:-$(go test -list '^Fuzz' . | grep '^Fuzz' || true)}
-[[ -n $targets ]] || { echo "no fuzz targets found" >&2; exit 1; }
+# Every fuzz target as "<package> <target>", the package relative to the module root ("." or
+# "./internal/..."), in the order go list gives the packages.
+module=$(go list -m)
+pairs=()
+found=" "
+for ip in $(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...); do
+	pkg=.${ip#"$module"}
+	for t in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
+		found+="$t "
+		if [[ -z ${FUZZ_TARGETS:-} || " $FUZZ_TARGETS " == *" $t "* ]]; then
+			pairs+=("$pkg $t")
+		fi
+	done
+done
+for t in ${FUZZ_TARGETS:-}; do
+	[[ $found == *" $t "* ]] || { echo "no fuzz target $t in any package (found:$found)" >&2; exit 2; }
+done
+[[ ${#pairs[@]} -gt 0 ]] || { echo "no fuzz targets found" >&2; exit 1; }
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 summary=""
-for t in $targets; do
+for pair in "${pairs[@]}"; do
+	read -r pkg t <<<"$pair"
 	if [[ -n ${FUZZTIME:-} ]]; then
 		limit=$FUZZTIME
 	else
 		limit="$(( ${budget[$t]:-$default_budget} * scale ))x"
 	fi
-	echo "=== $t, -fuzztime $limit"
+	echo "=== $t ($pkg), -fuzztime $limit"
 	start=$SECONDS
 	set +e
-	go test -run "^${t}\$" -fuzz "^${t}\$" -fuzztime "$limit" . 2>&1 | tee "$log"
+	go test -run "^${t}\$" -fuzz "^${t}\$" -fuzztime "$limit" "$pkg" 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
 	set -e
 	# The last progress line carries the total, e.g. "fuzz: elapsed: 20s, execs: 123456 (6172/sec), ...".

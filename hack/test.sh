@@ -20,7 +20,7 @@ set +e
 hack/cluster.sh exec -- env \
 	DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi" \
 	KUBECTL="$ROOT/_output/bin/kubectl" \
-	go test -count=1 -timeout 40m -parallel 4 -v ${TEST_ARGS:-} . 2>&1 | tee _output/test.log
+	go test -count=1 -timeout 40m -parallel 4 -v ${TEST_ARGS:-} . ./internal/... 2>&1 | tee _output/test.log
 status=${PIPESTATUS[0]}
 echo "tests finished in $(( $(date +%s) - start )) s"
 exit "$status"

@@ -1,0 +1,314 @@
+package atomicwriter
+
+// Helpers of the writer's tests. They look at the disk with plain os calls, never through the
+// code under test (except checkLayout's last check, which is that ReadFiles agrees).
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// fileOf is a File literal shortcut for tables.
+func fileOf(data string, mode os.FileMode) File {
+	return File{Data: []byte(data), Mode: mode}
+}
+
+// sameFiles reports whether two sets hold the same paths, bytes and modes.
+func sameFiles(a, b map[string]File) bool {
+	return maps.EqualFunc(a, b, func(x, y File) bool {
+		return x.Mode == y.Mode && bytes.Equal(x.Data, y.Data)
+	})
+}
+
+// describe lists a set's paths, modes and sizes (never its bytes) for failure messages.
+func describe(files map[string]File) string {
+	var parts []string
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		parts = append(parts, fmt.Sprintf("%s(%v,%d bytes)", p, files[p].Mode, len(files[p].Data)))
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// abbrev keeps failure messages readable when contents are large.
+func abbrev(b []byte) string {
+	if len(b) <= 64 {
+		return fmt.Sprintf("%q", b)
+	}
+	return fmt.Sprintf("%q...(%d bytes)", b[:64], len(b))
+}
+
+// payloadDirs lists the payload dirs in dir.
+func payloadDirs(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if isPayloadDirName(e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// snapshot describes everything in dir (recursively, without following symlinks: type, mode,
+// owner, link target, bytes, modification time) so that "unchanged" can be asserted exactly; the
+// time shows an entry made and removed again inside a dir as a change of that dir. A missing dir
+// is described as such.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	snap := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if p == dir && errors.Is(err, fs.ErrNotExist) {
+			snap["."] = "absent"
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		desc := info.Mode().String()
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			desc += fmt.Sprintf(" %d:%d", st.Uid, st.Gid)
+		}
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			desc += " -> " + target
+		case d.Type().IsRegular():
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			desc += " " + string(data)
+		}
+		snap[rel] = desc + " mtime " + info.ModTime().Format(time.RFC3339Nano)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
+// diffSnapshots lists what changed between two snapshots, or "" if nothing did.
+func diffSnapshots(before, after map[string]string) string {
+	var lines []string
+	for k, b := range before {
+		if a, ok := after[k]; !ok {
+			lines = append(lines, fmt.Sprintf("removed %s (%s)", k, b))
+		} else if a != b {
+			lines = append(lines, fmt.Sprintf("changed %s: %s => %s", k, b, a))
+		}
+	}
+	for k, a := range after {
+		if _, ok := before[k]; !ok {
+			lines = append(lines, fmt.Sprintf("added %s (%s)", k, a))
+		}
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+// ownerOf returns the owner of path (not following a final symlink).
+func ownerOf(t *testing.T, path string) (uid, gid uint32) {
+	t.Helper()
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	return st.Uid, st.Gid
+}
+
+// checkLayout asserts that dir is exactly the writer's layout for files written with gid: one
+// payload dir that ..data points at, holding exactly the files (with their modes) and the dirs
+// between them (mode 0755), all owned by 0:gid (gid >= 0) or by the test's euid:egid (gid < 0);
+// one top-level link per first segment, "<seg> -> ..data/<seg>", and nothing else at the top;
+// every file readable through its top-level link with its mode; and ReadFiles agreeing.
+func checkLayout(t *testing.T, dir string, files map[string]File, gid int) {
+	t.Helper()
+	ts := payloadDirs(t, dir)
+	if len(ts) != 1 {
+		t.Fatalf("want exactly one payload dir, got %q", ts)
+	}
+	if target, err := os.Readlink(filepath.Join(dir, "..data")); err != nil || target != ts[0] {
+		t.Fatalf("..data -> %q (%v), want the only payload dir %q", target, err, ts[0])
+	}
+	wantUID, wantGID := uint32(os.Geteuid()), uint32(os.Getegid())
+	if gid >= 0 {
+		wantUID, wantGID = 0, uint32(gid)
+	}
+
+	tops := map[string]bool{}
+	wantDirs := map[string]bool{".": true}
+	for p := range files {
+		segs := strings.Split(p, "/")
+		tops[segs[0]] = true
+		for i := 1; i < len(segs); i++ {
+			wantDirs[strings.Join(segs[:i], "/")] = true
+		}
+	}
+	want := []string{"..data", ts[0]}
+	for top := range tops {
+		want = append(want, top)
+	}
+	slices.Sort(want)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var top []string
+	for _, e := range entries {
+		top = append(top, e.Name())
+	}
+	if !slices.Equal(top, want) {
+		t.Fatalf("top level of dir = %q, want %q", top, want)
+	}
+	for name := range tops {
+		if link, err := os.Readlink(filepath.Join(dir, name)); err != nil || link != "..data/"+name {
+			t.Fatalf("top-level %q -> %q (%v), want ..data/%s", name, link, err, name)
+		}
+	}
+
+	payload := filepath.Join(dir, ts[0])
+	gotFiles, gotDirs := map[string]bool{}, map[string]bool{}
+	err = filepath.WalkDir(payload, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(payload, p)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if uid, g := ownerOf(t, p); uid != wantUID || g != wantGID {
+			t.Errorf("%s in the payload dir is owned by %d:%d, want %d:%d", rel, uid, g, wantUID, wantGID)
+		}
+		switch {
+		case d.IsDir():
+			gotDirs[rel] = true
+			if info.Mode() != fs.ModeDir|0o755 {
+				t.Errorf("payload dir %s has mode %v, want drwxr-xr-x", rel, info.Mode())
+			}
+		case d.Type().IsRegular():
+			gotFiles[rel] = true
+			f, ok := files[rel]
+			if !ok {
+				t.Errorf("payload dir holds %s, which is not in the payload", rel)
+			} else if info.Mode() != f.Mode {
+				t.Errorf("file %s has mode %v, want %v", rel, info.Mode(), f.Mode)
+			}
+		default:
+			t.Errorf("payload dir holds %s of type %v", rel, d.Type())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(gotDirs, wantDirs) {
+		t.Errorf("payload dirs %q, want %q", slices.Sorted(maps.Keys(gotDirs)), slices.Sorted(maps.Keys(wantDirs)))
+	}
+	if len(gotFiles) != len(files) {
+		t.Errorf("payload dir holds %d files, want %d", len(gotFiles), len(files))
+	}
+	for p, f := range files {
+		// Through the top-level link, as a pod reads it.
+		got, err := os.ReadFile(filepath.Join(dir, p))
+		if err != nil {
+			t.Fatalf("read %s through its top-level link: %v", p, err)
+		}
+		if !bytes.Equal(got, f.Data) {
+			t.Errorf("%s = %s, want %s", p, abbrev(got), abbrev(f.Data))
+		}
+		fi, err := os.Stat(filepath.Join(dir, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fi.Mode().IsRegular() || fi.Mode().Perm() != f.Mode {
+			t.Errorf("%s resolves to mode %v, want regular %v", p, fi.Mode(), f.Mode)
+		}
+	}
+	got, err := ReadFiles(dir)
+	if err != nil {
+		t.Fatalf("ReadFiles: %v", err)
+	}
+	if !sameFiles(got, files) {
+		t.Fatalf("ReadFiles = %s, want %s", describe(got), describe(files))
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+// needRoot fails the test, loudly, unless it runs as root; why says what needs root.
+func needRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatalf("this test %s and must run as root (euid is %d)", why, os.Geteuid())
+	}
+}
+
+// mountTmpfs mounts a tmpfs of size bytes (nosuid, nodev, noexec, as the driver mounts a
+// volume's) on a fresh temp dir and unmounts it when the test ends, before t.TempDir's own
+// cleanup (cleanups run last-in first-out).
+func mountTmpfs(t *testing.T, size int64) string {
+	t.Helper()
+	needRoot(t, "mounts a tmpfs")
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := "size=" + strconv.FormatInt(size, 10) + ",mode=0755"
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, data); err != nil {
+		t.Fatalf("mount tmpfs on %s: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		err := unix.Unmount(dir, 0)
+		for i := 0; errors.Is(err, unix.EBUSY) && i < 5; i++ {
+			time.Sleep(50 * time.Millisecond)
+			err = unix.Unmount(dir, 0)
+		}
+		if err != nil {
+			t.Errorf("cleanup: unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// readAs runs cat on path as uid 1000 with the given groups and returns its output and error,
+// so that file modes and group ownership are checked by the kernel, as for a pod.
+func readAs(t *testing.T, path string, groups ...uint32) ([]byte, error) {
+	t.Helper()
+	cat, err := exec.LookPath("cat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(cat, path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000, Groups: groups}}
+	return cmd.CombinedOutput()
+}
