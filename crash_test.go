@@ -1,11 +1,13 @@
 package main
 
-// Crashes: the driver is SIGKILLed at every step of publish, unpublish, revoke and restore (a
-// crash point armed by SRCSI_TEST_CRASH_AT), restarted, and the kubelet's retries are replayed.
-// After each: no leaked mount, dir or record, and every published volume is intact and still
-// revoked and refreshed. Also: corrupt records and a wiped state dir.
+// Specification of crash recovery: the driver is SIGKILLed at every step of publish, unpublish,
+// revoke and restore (the crash points of its test build, crashsteps.go, armed by
+// SRCSI_TEST_CRASH_AT), restarted, and the kubelet's retries are replayed. After each: no leaked
+// mount, dir or record, and every published volume is intact and still revoked and refreshed.
+// Also: corrupt records and a wiped state dir, and no crash point in the production binary.
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -31,9 +33,9 @@ func crashedCall(t *testing.T, p *driverProc, err error) {
 
 // crashDuringPublish starts a driver armed to crash at step, publishes a volume of a granted
 // share into the crash, and starts the driver again, disarmed.
-func crashDuringPublish(t *testing.T, e *kubeEnv, step string) (*driverProc, *sharedSecretFixture, *testVolume) {
+func crashDuringPublish(t *testing.T, e *kubeEnv, step crashStep) (*driverProc, *sharedSecretFixture, *testVolume) {
 	t.Helper()
-	p := e.startDriver(t, withEnv(crashEnv+"="+step))
+	p := e.startDriver(t, withCrashAt(step))
 	f := newSharedSecret(t, e, p, true)
 	v := p.volume(f.consumer, "app", map[string]string{attrSharedSecret: f.share})
 	crashedCall(t, p, p.publish(v))
@@ -43,16 +45,17 @@ func crashDuringPublish(t *testing.T, e *kubeEnv, step string) (*driverProc, *sh
 }
 
 // restartArmed kills the driver and starts it again armed to crash at step.
-func (p *driverProc) restartArmed(step string) {
+func (p *driverProc) restartArmed(step crashStep) {
 	p.kill()
-	p.env = []string{crashEnv + "=" + step}
+	p.binary = p.kube.crashBinary(p.t)
+	p.env = []string{crashEnv + "=" + string(step)}
 	p.start()
 }
 
 func TestCrashDuringPublishThenKubeletRetries(t *testing.T) {
 	e := e2e(t)
 	for _, step := range publishSteps {
-		t.Run(step, func(t *testing.T) {
+		t.Run(string(step), func(t *testing.T) {
 			p, f, v := crashDuringPublish(t, e, step)
 			// The kubelet retries a publish that did not answer.
 			if err := p.publish(v); err != nil {
@@ -79,7 +82,7 @@ func TestCrashDuringPublishThenKubeletRetries(t *testing.T) {
 func TestCrashDuringPublishThenPodDeleted(t *testing.T) {
 	e := e2e(t)
 	for _, step := range publishSteps {
-		t.Run(step, func(t *testing.T) {
+		t.Run(string(step), func(t *testing.T) {
 			p, _, v := crashDuringPublish(t, e, step)
 			// The pod was deleted: the kubelet unpublishes the uncertain mount instead of retrying.
 			if err := p.unpublish(v); err != nil {
@@ -93,7 +96,7 @@ func TestCrashDuringPublishThenPodDeleted(t *testing.T) {
 func TestCrashDuringUnpublishThenKubeletRetries(t *testing.T) {
 	e := e2e(t)
 	for _, step := range unpublishSteps {
-		t.Run(step, func(t *testing.T) {
+		t.Run(string(step), func(t *testing.T) {
 			p := e.startDriver(t)
 			_, v := publishedVolume(t, e, p)
 			p.restartArmed(step)
@@ -112,7 +115,7 @@ func TestCrashDuringRevokeAndRestoreKeepsPinnedData(t *testing.T) {
 	e := e2e(t)
 	for _, phase := range []string{"revoke", "restore"} {
 		for _, step := range reconcileSteps {
-			t.Run(phase+"/"+step, func(t *testing.T) {
+			t.Run(phase+"/"+string(step), func(t *testing.T) {
 				p := e.startDriver(t)
 				f := newSharedSecret(t, e, p, true)
 				// refreshResource=false: its data must come back exactly as published, so a
@@ -230,4 +233,22 @@ func TestWipedStateDirIsReportedAndCleaned(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.unpublishAll(t, v)
+}
+
+// The production binary carries no crash point: nothing of the test hook is compiled in, so no
+// environment can make it kill itself. The test build does carry it (or this could not fail).
+func TestProductionBinaryHasNoCrashPoints(t *testing.T) {
+	e := e2e(t)
+	for _, c := range []struct {
+		binary string
+		want   bool
+	}{{e.binary, false}, {e.crashBinary(t), true}} {
+		b, err := os.ReadFile(c.binary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Contains(b, []byte(crashEnv)); got != c.want {
+			t.Errorf("%s mentions %s: %v, want %v", c.binary, crashEnv, got, c.want)
+		}
+	}
 }

@@ -39,7 +39,7 @@ type driver struct {
 	authz   *authorizer
 	events  record.EventRecorder // nil in unit tests
 	metrics *metrics             // nil in unit tests
-	crash   crashPoints          // armed only by crash tests
+	crash   crashPoints          // a no-op but in the crash tests' build (crashsteps.go)
 }
 
 // Compile-time checks that the servers implement the CSI interfaces.

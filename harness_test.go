@@ -52,7 +52,35 @@ type kubeEnv struct {
 	driverKubeconfig string
 	kube             kubernetes.Interface
 	dyn              dynamic.Interface
-	binary           string
+	binary           string // the production build
+
+	crashOnce   sync.Once
+	crashBin    string // built with the tag crashpoints (crashsteps.go), for the crash tests
+	crashBinErr error
+}
+
+// crashBinary returns the driver built with its crash points ($CRASH_DRIVER_BINARY, as
+// hack/test.sh builds it, or built here once), or fails the test.
+func (e *kubeEnv) crashBinary(t testing.TB) string {
+	t.Helper()
+	e.crashOnce.Do(func() {
+		if e.crashBin = os.Getenv("CRASH_DRIVER_BINARY"); e.crashBin != "" {
+			return
+		}
+		dir, err := os.MkdirTemp("", "srcsi-bin")
+		if err != nil {
+			e.crashBinErr = err
+			return
+		}
+		e.crashBin = filepath.Join(dir, "shared-resource-csi-crashpoints")
+		if out, err := exec.Command("go", "build", "-tags", "crashpoints", "-o", e.crashBin, ".").CombinedOutput(); err != nil {
+			e.crashBinErr = fmt.Errorf("building the driver with crash points: %v\n%s", err, out)
+		}
+	})
+	if e.crashBinErr != nil {
+		t.Fatal(e.crashBinErr)
+	}
+	return e.crashBin
 }
 
 // The driver's namespace and ServiceAccount in deploy.yaml.
@@ -383,6 +411,7 @@ func (e *kubeEnv) podEvents(ns, pod, reason string) ([]corev1.Event, error) {
 type driverProc struct {
 	t           testing.TB
 	kube        *kubeEnv
+	binary      string // the driver binary: e.kube.binary, or its crash-point build
 	root        string // temp dir holding the kubelet root
 	kubeletRoot string
 	socket      string
@@ -410,9 +439,13 @@ func withRelist(d time.Duration) driverOption {
 	return func(p *driverProc) { p.args = append(p.args, "--relist-interval="+d.String()) }
 }
 
-// withEnv adds environment variables to the driver's process.
-func withEnv(env ...string) driverOption {
-	return func(p *driverProc) { p.env = append(p.env, env...) }
+// withCrashAt runs the test build of the driver (crash points compiled in), armed to kill
+// itself at step.
+func withCrashAt(step crashStep) driverOption {
+	return func(p *driverProc) {
+		p.binary = p.kube.crashBinary(p.t)
+		p.env = append(p.env, crashEnv+"="+string(step))
+	}
 }
 
 // withOwnMountNamespace runs the driver as a container with Bidirectional propagation runs it:
@@ -441,7 +474,7 @@ func (e *kubeEnv) startDriver(t testing.TB, opts ...driverOption) *driverProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &driverProc{t: t, kube: e, root: root, kubeletRoot: filepath.Join(root, "kubelet"), abortedBackoff: 50 * time.Millisecond}
+	p := &driverProc{t: t, kube: e, binary: e.binary, root: root, kubeletRoot: filepath.Join(root, "kubelet"), abortedBackoff: 50 * time.Millisecond}
 	p.socket = filepath.Join(p.kubeletRoot, "plugins", driverName, "csi.sock")
 	p.logPath = filepath.Join(root, "driver.log")
 	for _, o := range opts {
@@ -494,9 +527,9 @@ func (p *driverProc) start() {
 	if p.ownMountNS {
 		// As in a container with Bidirectional mount propagation: the driver in its own mount
 		// namespace, whose copy of the (shared) temp root is a peer of the test's.
-		p.cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "unchanged", p.kube.binary}, p.args...)...)
+		p.cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "unchanged", p.binary}, p.args...)...)
 	} else {
-		p.cmd = exec.Command(p.kube.binary, p.args...)
+		p.cmd = exec.Command(p.binary, p.args...)
 	}
 	p.cmd.Env = append(os.Environ(), p.env...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
@@ -553,8 +586,8 @@ func (p *driverProc) waitKilled() {
 	}
 }
 
-// disarm removes extra environment (crash points) for the next start.
-func (p *driverProc) disarm() { p.env = nil }
+// disarm goes back to the production binary, without extra environment, for the next start.
+func (p *driverProc) disarm() { p.binary, p.env = p.kube.binary, nil }
 
 // cleanup stops the driver, checks its log for secrets, and unmounts whatever a failed test
 // left under its temp root (deepest first), so tests never leak mounts into each other.

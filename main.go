@@ -194,7 +194,7 @@ func run(ctx context.Context, o *options) error {
 		sources:     sources,
 		authz:       newAuthorizer(sarClient{c: kube.authz}, o.authzTTL),
 		metrics:     m,
-		crash:       crashPoints{at: os.Getenv(crashEnv)},
+		crash:       newCrashPoints(),
 		events:      broadcaster.NewRecorder(kube.scheme, corev1.EventSource{Component: "shared-resource-csi", Host: o.nodeID}),
 		shares: newShareIndex(kube.dyn, 0, func(k shareKind, name string) {
 			shareEvents.Add(shareRef{Kind: k, Name: name})

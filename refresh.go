@@ -186,17 +186,17 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 	}
 	var conflicts []pathConflict
 	if slices.ContainsFunc(changes, shareChange.changesFiles) {
-		d.crash.reached("reconcile:copies")
+		d.crash.reached(stepReconcileCopies)
 		var err error
 		if conflicts, err = d.composeData(rec); err != nil {
 			return err
 		}
-		d.crash.reached("reconcile:data")
+		d.crash.reached(stepReconcileData)
 	}
 	if err := d.store.save(rec); err != nil {
 		return err
 	}
-	d.crash.reached("reconcile:record")
+	d.crash.reached(stepReconcileRecord)
 	d.dropRevokedCopies(rec)
 	for _, c := range changes {
 		if c.changesFiles() {

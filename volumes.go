@@ -120,7 +120,7 @@ func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
 		return status.Errorf(codes.Internal, "creating volume dir: %v", err)
 	}
 	undo = append(undo, func() { removeDirLogged(volDir) })
-	d.crash.reached("publish:dir")
+	d.crash.reached(stepPublishDir)
 	if err := mountTmpfs(volDir, d.tmpfsSize, v.MountContext); err != nil {
 		if v.MountContext != "" {
 			return status.Errorf(codes.FailedPrecondition, "mounting tmpfs for volume %s with the SELinux option %s failed (is SELinux enabled on this node?): %v", v.VolumeID, v.MountContext, err)
@@ -128,14 +128,14 @@ func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
 		return status.Errorf(codes.Internal, "mounting tmpfs for volume %s: %v", v.VolumeID, err)
 	}
 	undo = append(undo, func() { unmountLogged(volDir) })
-	d.crash.reached("publish:tmpfs")
+	d.crash.reached(stepPublishTmpfs)
 	if err := d.writeShareCopies(rec, perShare); err != nil {
 		return writeError(v.VolumeID, d.tmpfsSize, err)
 	}
 	if err := (atomicwriter.Writer{Dir: d.store.dataDir(v.VolumeID), GID: v.GID, Origins: d.shareCopyOrigins(v.VolumeID, files, perShare)}).Write(files); err != nil {
 		return writeError(v.VolumeID, d.tmpfsSize, err)
 	}
-	d.crash.reached("publish:data")
+	d.crash.reached(stepPublishData)
 	exists, err := d.checkTarget(v.TargetPath)
 	if err != nil {
 		return err
@@ -147,19 +147,19 @@ func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
 		return status.Errorf(codes.Internal, "%v", err)
 	}
 	undo = append(undo, func() { d.store.forget(v.VolumeID) })
-	d.crash.reached("publish:record")
+	d.crash.reached(stepPublishRecord)
 	if !exists {
 		if err := createTarget(v.TargetPath); err != nil {
 			return err
 		}
 		undo = append(undo, func() { removeDirLogged(v.TargetPath) })
 	}
-	d.crash.reached("publish:target")
+	d.crash.reached(stepPublishTarget)
 	if err := bindReadOnly(d.store.dataDir(v.VolumeID), v.TargetPath); err != nil {
 		return status.Errorf(codes.Internal, "bind-mounting volume %s onto %s: %v", v.VolumeID, v.TargetPath, err)
 	}
 	succeeded = true
-	d.crash.reached("publish:bind")
+	d.crash.reached(stepPublishBind)
 	klog.V(2).InfoS("Published volume", "volumeID", v.VolumeID, "shares", rec.describe(),
 		"pod", klog.KRef(v.PodNamespace, v.PodName), "files", len(files))
 	return nil
@@ -445,22 +445,22 @@ func (d *driver) teardown(rec volumeRecord) error {
 			return fmt.Errorf("unmounting %s: %w", rec.TargetPath, err)
 		}
 	}
-	d.crash.reached("unpublish:bind")
+	d.crash.reached(stepUnpublishBind)
 	if rec.CreatedTarget {
 		if err := os.Remove(rec.TargetPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("removing target dir: %w", err)
 		}
 	}
-	d.crash.reached("unpublish:target")
+	d.crash.reached(stepUnpublishTarget)
 	volDir := d.store.volumeDir(rec.VolumeID)
 	if err := unmountExact(volDir); err != nil {
 		return fmt.Errorf("unmounting tmpfs %s: %w", volDir, err)
 	}
-	d.crash.reached("unpublish:tmpfs")
+	d.crash.reached(stepUnpublishTmpfs)
 	if err := os.Remove(volDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("removing %s: %w", volDir, err)
 	}
-	d.crash.reached("unpublish:dir")
+	d.crash.reached(stepUnpublishDir)
 	d.store.forget(rec.VolumeID)
 	return nil
 }

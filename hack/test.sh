@@ -13,12 +13,16 @@ start=$(date +%s)
 hack/cluster.sh up
 echo "cluster up in $(( $(date +%s) - start )) s"
 
+# The crash tests run the driver's test build, with its crash points compiled in (crashsteps.go).
+CGO_ENABLED=0 go build -trimpath -tags crashpoints -o _output/bin/shared-resource-csi-crashpoints .
+
 # The tests run inside the cluster's network namespace, where the API server is reachable.
 # Modules are downloaded first: there is no route out of the namespace.
 go mod download
 set +e
 hack/cluster.sh exec -- env \
 	DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi" \
+	CRASH_DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi-crashpoints" \
 	KUBECTL="$ROOT/_output/bin/kubectl" \
 	go test -count=1 -timeout 40m -parallel 4 -v ${TEST_ARGS:-} . ./internal/... 2>&1 | tee _output/test.log
 status=${PIPESTATUS[0]}
