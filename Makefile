@@ -5,7 +5,7 @@ OUT     := _output
 BIN     := $(OUT)/bin
 IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 
-.PHONY: build test unit vet image deploy up down tools deps e2e-kind bench clean
+.PHONY: build test unit vet image deploy up down tools deps e2e-kind bench clean manifests
 
 ## build: the static driver binary, version stamped, in _output/bin.
 build:
@@ -45,6 +45,11 @@ image: build $(BIN)/mkimage
 # mkimage alone (stdlib only): `make image` must not need the cluster's tools (kind users have Docker).
 $(BIN)/mkimage: tools/mkimage/main.go
 	cd tools && CGO_ENABLED=0 go build -trimpath -o ../$(BIN)/mkimage ./mkimage
+
+## manifests: deploy.yaml and deploy/cluster-wide-read.yaml rendered from the Helm chart
+## (charts/shared-resource-csi): edit the chart, then run this. `make test` fails when they differ.
+manifests: tools
+	hack/manifests.sh
 
 ## deploy: install into the cluster kubectl points at.
 deploy:

@@ -1,9 +1,9 @@
 package main
 
-// The real-pod suite: the driver installed from deploy.yaml as users install it (through the
-// test overlay, hack/deploy-overlay.sh, which only swaps the image and shortens the relist
-// interval), a real kubelet calling it, real pods reading their volumes. Each test is one user
-// story of issue 3. They run in the local cluster's network namespace (hack/test.sh, or
+// The real-pod suite: the driver installed as users install it, with the Helm chart (deploy.yaml
+// is that chart rendered), only the image and a short relist interval set, a real kubelet
+// calling it, real pods reading their volumes. Each test is one user
+// story. They run in the local cluster's network namespace (hack/test.sh, or
 // `hack/cluster.sh exec -- go test -run TestPods .`), on the node itself as root, so they can
 // also look at what the volumes leave on the node.
 //
@@ -134,7 +134,7 @@ func deployDriver(e *kubeEnv) (*podSuite, error) {
 		image:    os.Getenv("SRCSI_DRIVER_IMAGE"), // set: already on the node (hack/e2e-kind.sh); unset: built here
 	}
 	binDir := os.Getenv("SRCSI_BIN_DIR")
-	required := map[string]string{"SRCSI_KUBECTL": s.kubectl, "SRCSI_NODE_NAME": s.node, "SRCSI_NODE_IP": s.nodeIP,
+	required := map[string]string{"SRCSI_KUBECTL": s.kubectl, "HELM": os.Getenv("HELM"), "SRCSI_NODE_NAME": s.node, "SRCSI_NODE_IP": s.nodeIP,
 		"SRCSI_BUSYBOX_IMAGE": s.busybox, "SRCSI_KUBELET_DIR": s.kubelet}
 	if s.image == "" {
 		required["SRCSI_BIN_DIR"] = binDir
@@ -154,14 +154,19 @@ func deployDriver(e *kubeEnv) (*podSuite, error) {
 		}
 	}
 
-	manifest, err := exec.Command("hack/deploy-overlay.sh", s.image, podsRelist.String()).Output()
-	if err != nil {
-		return nil, fmt.Errorf("hack/deploy-overlay.sh: %v", errText(err))
+	// Installed as an admin installs it with Helm: the chart's defaults (what deploy.yaml holds)
+	// but for the image and a short relist interval. The harness applied deploy.yaml's other
+	// objects with `kubectl apply --server-side` before; Helm takes them over (and the fields
+	// kubectl's apply owned), as when an admin moves from deploy.yaml to the chart.
+	repo, tag := s.image, "latest"
+	if i := strings.LastIndex(s.image, ":"); i > strings.LastIndex(s.image, "/") {
+		repo, tag = s.image[:i], s.image[i+1:]
 	}
-	apply := exec.Command(s.kubectl, "--kubeconfig", e.kubeconfig, "apply", "-f", "-")
-	apply.Stdin = bytes.NewReader(manifest)
-	if out, err := apply.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("kubectl apply of the overlay: %v\n%s", err, out)
+	install := exec.Command(os.Getenv("HELM"), "--kubeconfig", e.kubeconfig, "upgrade", "--install", "--take-ownership", "--force-conflicts",
+		"shared-resource-csi", chartDir, "--set", "image.repository="+repo, "--set", "image.tag="+tag,
+		"--set", "driver.relistInterval="+podsRelist.String())
+	if out, err := install.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("helm upgrade --install: %v\n%s", err, out)
 	}
 	if _, err := s.waitDriver(context.Background(), "", 2*time.Minute); err != nil {
 		return nil, err
@@ -892,6 +897,42 @@ func TestPodsDriverRecreated(t *testing.T) {
 	s.waitRunning(t, ns, "app", 60*time.Second)
 	s.waitFiles(t, ns, "app", data, 10*time.Second)
 
+	// The driver pod is replaced twice: deleted (a crash, an eviction), then rolled by an upgrade
+	// (`helm upgrade` with a changed value, as a new release or a new deploy.yaml would).
+	for _, replacement := range []struct {
+		how     string
+		replace func(old *corev1.Pod) error
+	}{
+		{"pod deleted", func(old *corev1.Pod) error {
+			return s.kube.CoreV1().Pods(podsDriverNS).Delete(context.Background(), old.Name, metav1.DeleteOptions{})
+		}},
+		{"helm upgrade", func(*corev1.Pod) error {
+			return s.helm("upgrade", "shared-resource-csi", chartDir, "--reuse-values", "--set", "driver.logLevel=3")
+		}},
+	} {
+		s.replaceDriverWhileReading(t, ns, "app", data, replacement.how, replacement.replace)
+	}
+
+	// Refresh still works for the pod published by the old driver...
+	updated := map[string][]byte{"ca.crt": []byte("ca-rotated-" + randSuffix())}
+	s.updateSecret(t, f.platform, f.secret, updated)
+	s.waitFiles(t, ns, "app", updated, podsRelist+podsRelistSlack)
+	// ...and so do revocation and re-grant.
+	revoke()
+	s.waitFiles(t, ns, "app", map[string][]byte{}, podsRelist+podsRelistSlack)
+	s.grant(t, ns, kindSecret, f.share, serviceAccount(ns, "app"))
+	s.waitFiles(t, ns, "app", updated, podsRelist+podsRelistSlack)
+	// A new pod mounts through the new driver.
+	s.createPod(t, ns, "app2", consumerSpec{sa: "app", attrs: f.attrs()})
+	s.waitRunning(t, ns, "app2", 60*time.Second)
+	s.waitFiles(t, ns, "app2", updated, 10*time.Second)
+	s.assertStillRunning(t, ns, "app")
+}
+
+// replaceDriverWhileReading replaces the driver pod with replace while the consumer pod reads its
+// volume again and again: every read must succeed, and the new driver must resume the volume.
+func (s *podSuite) replaceDriverWhileReading(t *testing.T, ns, pod string, data map[string][]byte, how string, replace func(old *corev1.Pod) error) {
+	t.Helper()
 	old, err := s.driverPod(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -909,7 +950,7 @@ func TestPodsDriverRecreated(t *testing.T) {
 				return
 			default:
 			}
-			got, err := s.podFiles(ns, "app")
+			got, err := s.podFiles(ns, pod)
 			reads++
 			msg := ""
 			if err != nil {
@@ -926,39 +967,34 @@ func TestPodsDriverRecreated(t *testing.T) {
 		}
 	}()
 	start := time.Now()
-	if err := s.kube.CoreV1().Pods(podsDriverNS).Delete(context.Background(), old.Name, metav1.DeleteOptions{}); err != nil {
+	if err := replace(old); err != nil {
 		t.Fatal(err)
 	}
-	pod, err := s.waitDriver(context.Background(), old.UID, 2*time.Minute)
+	newPod, err := s.waitDriver(context.Background(), old.UID, 2*time.Minute)
 	close(stop)
 	<-done
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("driver pod %s deleted; %s Ready and registered %v later; the consumer read its volume %d times meanwhile",
-		old.Name, pod.Name, time.Since(start).Round(100*time.Millisecond), reads)
+	t.Logf("%s: driver pod %s replaced by %s, Ready and registered %v later; the consumer read its volume %d times meanwhile",
+		how, old.Name, newPod.Name, time.Since(start).Round(100*time.Millisecond), reads)
 	if failures > 0 {
-		t.Errorf("%d of %d reads of the volume failed while the driver was replaced; first: %s", failures, reads, firstFailure)
+		t.Errorf("%s: %d of %d reads of the volume failed while the driver was replaced; first: %s", how, failures, reads, firstFailure)
 	}
 	if m := regexp.MustCompile(`"Recovered volumes" resumed=(\d+)`).FindStringSubmatch(s.driverLog(t)); m == nil || m[1] == "0" {
-		t.Errorf("the new driver pod did not resume the running pod's volume (log: %q)", m)
+		t.Errorf("%s: the new driver pod did not resume the running pod's volume (log: %q)", how, m)
 	}
-	s.assertStillRunning(t, ns, "app")
+	s.assertStillRunning(t, ns, pod)
 
-	// Refresh still works for the pod published by the old driver...
-	updated := map[string][]byte{"ca.crt": []byte("ca-rotated-" + randSuffix())}
-	s.updateSecret(t, f.platform, f.secret, updated)
-	s.waitFiles(t, ns, "app", updated, podsRelist+podsRelistSlack)
-	// ...and so do revocation and re-grant.
-	revoke()
-	s.waitFiles(t, ns, "app", map[string][]byte{}, podsRelist+podsRelistSlack)
-	s.grant(t, ns, kindSecret, f.share, serviceAccount(ns, "app"))
-	s.waitFiles(t, ns, "app", updated, podsRelist+podsRelistSlack)
-	// A new pod mounts through the new driver.
-	s.createPod(t, ns, "app2", consumerSpec{sa: "app", attrs: f.attrs()})
-	s.waitRunning(t, ns, "app2", 60*time.Second)
-	s.waitFiles(t, ns, "app2", updated, 10*time.Second)
-	s.assertStillRunning(t, ns, "app")
+}
+
+// helm runs the helm binary against the cluster.
+func (s *podSuite) helm(args ...string) error {
+	out, err := exec.Command(os.Getenv("HELM"), append([]string{"--kubeconfig", s.kubeconfig}, args...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
 }
 
 // ---------------------------------------------------------------------------------------------

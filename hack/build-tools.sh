@@ -2,9 +2,10 @@
 # Builds the binaries of the local test cluster into _output/bin (gitignored):
 #   kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl  (k8s.io/kubernetes)
 #   etcd                                                                   (go.etcd.io/etcd/server/v3)
+#   helm                                                                   (helm.sh/helm/v4, tools/helm)
 #   mkimage                                                                (tools/mkimage, stdlib only)
 #   pause                                                                  (hack/pause.c, gcc -static)
-# Versions come from tools/go.mod. Each binary has a stamp file (_output/bin/.NAME.stamp) recording
+# Versions come from tools/go.mod (helm's from tools/helm/go.mod). Each binary has a stamp file (_output/bin/.NAME.stamp) recording
 # what it was built from; a binary is rebuilt only when it is missing or its stamp differs.
 # Cold build: ~4 min on 2 cores; warm: seconds; nothing to do: ~1 s.
 set -euo pipefail
@@ -55,6 +56,16 @@ if stale etcd "$etcd_stamp"; then
 	echo "building etcd ($etcd_version)..."
 	(cd "$TOOLS" && go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3)
 	stamp etcd "$etcd_stamp"
+fi
+
+# --- helm: its own module (tools/helm), so its Kubernetes libraries need not match the cluster's.
+helm_version=$(cd "$TOOLS/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v4)
+helm_stamp="helm=$helm_version $goversion"
+if stale helm "$helm_stamp"; then
+	echo "building helm ($helm_version)..."
+	(cd "$TOOLS/helm" && go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version" \
+		-o "$BIN/helm" helm.sh/helm/v4/cmd/helm)
+	stamp helm "$helm_stamp"
 fi
 
 # --- mkimage: rebuilt when its source changes.

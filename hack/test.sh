@@ -24,6 +24,7 @@ hack/cluster.sh exec -- env \
 	DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi" \
 	CRASH_DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi-crashpoints" \
 	KUBECTL="$ROOT/_output/bin/kubectl" \
+	HELM="$ROOT/_output/bin/helm" \
 	go test -count=1 -timeout 40m -parallel 4 -v ${TEST_ARGS:-} . ./internal/... 2>&1 | tee _output/test.log
 status=${PIPESTATUS[0]}
 echo "tests finished in $(( $(date +%s) - start )) s"

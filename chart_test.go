@@ -1,0 +1,278 @@
+package main
+
+// Specification of the Helm chart (charts/shared-resource-csi), the one source of the
+// manifests: it lints; deploy.yaml and deploy/cluster-wide-read.yaml are exactly what it renders
+// (hack/manifests.sh); every value reaches the objects it sets, and a render with every value
+// changed is accepted by the API server; the README's values table lists every value. The pod
+// suite installs the driver with this chart (`helm upgrade --install`, pods_test.go).
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+const chartDir = "charts/shared-resource-csi"
+
+// helmBinary is $HELM (hack/test.sh sets it) or the one `make tools` builds.
+func helmBinary(t testing.TB) string {
+	t.Helper()
+	h := os.Getenv("HELM")
+	if h == "" {
+		h = "_output/bin/helm"
+	}
+	if _, err := os.Stat(h); err != nil {
+		t.Fatalf("no helm binary (%v): run `make tools`, which builds it from the Go module proxy", err)
+	}
+	return h
+}
+
+func runHelm(t testing.TB, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(helmBinary(t), args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.Bytes())
+	}
+	return out
+}
+
+func TestChartLints(t *testing.T) {
+	out := runHelm(t, "lint", "--strict", chartDir)
+	t.Logf("%s", out)
+}
+
+func TestDeployManifestsAreTheChartRendered(t *testing.T) {
+	helmBinary(t)
+	out, err := exec.Command("hack/manifests.sh", "--check").CombinedOutput()
+	if err != nil {
+		t.Fatalf("hack/manifests.sh --check: %v\n%s", err, out)
+	}
+}
+
+// renderedObjects parses a multi-document render into objects.
+func renderedObjects(t testing.TB, manifest []byte) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			return objs
+		} else if err != nil {
+			t.Fatalf("parsing the render: %v", err)
+		}
+		if m != nil {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
+}
+
+func findObject(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && (name == "" || o.GetName() == name) {
+			return o
+		}
+	}
+	return nil
+}
+
+// nonDefaultValues changes every value of values.yaml.
+const nonDefaultValues = `
+image: {repository: registry.example.com/team/shared-resource-csi, tag: v9.8.7, pullPolicy: Always}
+namespace: {name: srcsi-chart-test, create: false}
+crds: {install: false}
+sourceAccess: {namespaces: [default, kube-public], clusterWide: true}
+admissionPolicy: {enabled: false}
+flowControl: {enabled: false, nominalConcurrencyShares: 5}
+driver:
+  relistInterval: 2m
+  tmpfsSize: 16Mi
+  cacheMaxEntries: 50
+  cacheMaxBytes: 1048576
+  cacheTTL: 3s
+  authzCacheTTL: 4s
+  kubeAPIQPS: 7.5
+  kubeAPIBurst: 15
+  logLevel: 4
+  healthPort: 9810
+  extraArgs: [--status-lease-duration=30s]
+kubeletDir: /var/lib/k0s/kubelet
+resources: {requests: {cpu: 20m, memory: 32Mi}, limits: {memory: 128Mi}}
+tolerations: [{key: dedicated, operator: Equal, value: storage, effect: NoSchedule}]
+nodeSelector: {kubernetes.io/os: linux}
+priorityClassName: system-cluster-critical
+updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 10%}}
+`
+
+func TestChartValuesReachTheObjects(t *testing.T) {
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte(nonDefaultValues), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	objs := renderedObjects(t, runHelm(t, "template", "r", chartDir, "-f", values))
+
+	for _, gone := range []string{"Namespace", "CustomResourceDefinition", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+		"FlowSchema", "PriorityLevelConfiguration"} {
+		if o := findObject(objs, gone, ""); o != nil {
+			t.Errorf("%s %s rendered although its value turns it off", gone, o.GetName())
+		}
+	}
+	for _, ns := range []string{"default", "kube-public"} {
+		var rb rbacv1.RoleBinding
+		fromObject(t, objs, "RoleBinding", "", &rb, func(o *unstructured.Unstructured) bool { return o.GetNamespace() == ns })
+		if rb.RoleRef.Name != sourceReaderRole || len(rb.Subjects) != 1 || rb.Subjects[0].Namespace != "srcsi-chart-test" {
+			t.Errorf("source RoleBinding in %s: %+v", ns, rb)
+		}
+	}
+	if findObject(objs, "ClusterRoleBinding", "shared-resource-csi-source-reader-all-namespaces") == nil {
+		t.Error("sourceAccess.clusterWide did not render the cluster-wide binding")
+	}
+
+	var ds appsv1.DaemonSet
+	fromObject(t, objs, "DaemonSet", "shared-resource-csi-driver", &ds, nil)
+	if ds.Namespace != "srcsi-chart-test" {
+		t.Errorf("DaemonSet in namespace %q", ds.Namespace)
+	}
+	spec := ds.Spec.Template.Spec
+	c := spec.Containers[0]
+	for _, check := range []struct{ what, got, want string }{
+		{"image", c.Image, "registry.example.com/team/shared-resource-csi:v9.8.7"},
+		{"pull policy", string(c.ImagePullPolicy), "Always"},
+		{"priority class", spec.PriorityClassName, "system-cluster-critical"},
+		{"node selector", fmt.Sprint(spec.NodeSelector), "map[kubernetes.io/os:linux]"},
+		{"tolerations", fmt.Sprint(spec.Tolerations[0].Key, spec.Tolerations[0].Value, spec.Tolerations[0].Effect), "dedicatedstorageNoSchedule"},
+		{"update strategy", ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.String(), "10%"},
+		{"memory limit", c.Resources.Limits.Memory().String(), "128Mi"},
+		{"cpu request", c.Resources.Requests.Cpu().String(), "20m"},
+		{"health port", fmt.Sprint(c.Ports[0].ContainerPort), "9810"},
+		{"kubelet dir mount", c.VolumeMounts[0].MountPath, "/var/lib/k0s/kubelet"},
+		{"kubelet dir hostPath", spec.Volumes[0].HostPath.Path, "/var/lib/k0s/kubelet"},
+	} {
+		if check.got != check.want {
+			t.Errorf("%s: %q, want %q", check.what, check.got, check.want)
+		}
+	}
+	wantArgs := []string{
+		"--endpoint=unix:///var/lib/k0s/kubelet/plugins/csi.sharedresource.openshift.io/csi.sock",
+		"--state-dir=/var/lib/k0s/kubelet/plugins/csi.sharedresource.openshift.io",
+		"--kubelet-root-dir=/var/lib/k0s/kubelet", "--registration-dir=/var/lib/k0s/kubelet/plugins_registry",
+		"--health-address=:9810", "--relist-interval=2m", "--tmpfs-size=16Mi", "--cache-max-entries=50",
+		"--cache-max-bytes=1048576", "--cache-ttl=3s", "--authz-cache-ttl=4s", "--kube-api-qps=7.5",
+		"--kube-api-burst=15", "--v=4", "--status-lease-namespace=srcsi-chart-test", "--status-lease-duration=30s",
+	}
+	if !slices.Equal(c.Args, wantArgs) {
+		t.Errorf("driver args\n got %q\nwant %q", c.Args, wantArgs)
+	}
+	// flowControl's level, rendered with its share changed.
+	plc := renderedObjects(t, runHelm(t, "template", "r", chartDir, "--set", "flowControl.nominalConcurrencyShares=5",
+		"--show-only", "templates/flowcontrol.yaml"))
+	var pl flowcontrolv1.PriorityLevelConfiguration
+	fromObject(t, plc, "PriorityLevelConfiguration", "shared-resource-csi", &pl, nil)
+	if got := *pl.Spec.Limited.NominalConcurrencyShares; got != 5 {
+		t.Errorf("nominalConcurrencyShares %d, want 5", got)
+	}
+	// The driver itself accepts the args.
+	if _, err := parseFlags(c.Args); err != nil {
+		t.Errorf("the driver refuses the chart's args: %v", err)
+	}
+}
+
+// fromObject converts the (first matching) rendered object into a typed one, or fails.
+func fromObject(t *testing.T, objs []*unstructured.Unstructured, kind, name string, into any, match func(*unstructured.Unstructured) bool) {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && (name == "" || o.GetName() == name) && (match == nil || match(o)) {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, into); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no %s %q rendered", kind, name)
+}
+
+// The API server accepts the render with every value changed (a server-side dry run: nothing
+// is created), once the namespace it expects exists.
+func TestChartNonDefaultRenderIsAccepted(t *testing.T) {
+	e := e2e(t)
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	ns := e.namespace(t, "srcsi-chart")
+	vals := strings.ReplaceAll(nonDefaultValues, "srcsi-chart-test", ns)
+	if err := os.WriteFile(values, []byte(vals), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	manifest := runHelm(t, "template", "r", chartDir, "-f", values)
+	cmd := exec.Command(kubectlBinary(), "--kubeconfig", e.kubeconfig, "apply", "--dry-run=server", "-f", "-")
+	cmd.Stdin = bytes.NewReader(manifest)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply --dry-run=server of the non-default render: %v\n%s", err, out)
+	}
+}
+
+// valueKeys lists values.yaml's leaves as dotted paths (a list or an empty map is a leaf).
+func valueKeys(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		if sub, ok := v.(map[string]any); ok && len(sub) > 0 && prefix != "resources" && prefix != "updateStrategy" {
+			for k, vv := range sub {
+				walk(strings.TrimPrefix(prefix+"."+k, "."), vv)
+			}
+			return
+		}
+		keys = append(keys, prefix)
+	}
+	walk("", m)
+	sort.Strings(keys)
+	return keys
+}
+
+// The README's values table has one row per value, and no row for a value that does not exist.
+func TestREADMEValuesTableMatchesTheChart(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(readme), "<!-- values table -->")
+	if !ok {
+		t.Fatal("README.md has no <!-- values table --> marker")
+	}
+	table, _, _ = strings.Cut(table, "\n\n")
+	var documented []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `([A-Za-z.]+)` \\|").FindAllStringSubmatch(table, -1) {
+		documented = append(documented, m[1])
+	}
+	sort.Strings(documented)
+	if want := valueKeys(t); !slices.Equal(documented, want) {
+		t.Errorf("README values table rows %q\nwant (values.yaml) %q", documented, want)
+	}
+}
