@@ -182,7 +182,7 @@ func run(ctx context.Context, o *options) error {
 	broadcaster.StartRecordingToSink(eventSink{c: kube.core})
 	defer broadcaster.Shutdown()
 
-	shareEvents := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[shareRef]{Name: "share-events"})
+	shareEvents := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[shareSpec]{Name: "share-events"})
 	d := &driver{
 		version:     version,
 		nodeID:      o.nodeID,
@@ -197,7 +197,7 @@ func run(ctx context.Context, o *options) error {
 		crash:       newCrashPoints(),
 		events:      broadcaster.NewRecorder(kube.scheme, corev1.EventSource{Component: "shared-resource-csi", Host: o.nodeID}),
 		shares: newShareIndex(kube.dyn, 0, func(k shareKind, name string) {
-			shareEvents.Add(shareRef{Kind: k, Name: name})
+			shareEvents.Add(shareSpec{Kind: k, Name: name})
 		}),
 	}
 

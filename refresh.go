@@ -39,7 +39,7 @@ type cycleMemo struct {
 	d       *driver
 	access  map[accessKey]memoDecision
 	sources map[sourceKey]memoSource
-	shares  map[shareRef]memoShare
+	shares  map[shareSpec]memoShare
 }
 
 type memoShare struct {
@@ -58,12 +58,12 @@ type memoSource struct {
 }
 
 func (d *driver) newCycleMemo() *cycleMemo {
-	return &cycleMemo{d: d, access: map[accessKey]memoDecision{}, sources: map[sourceKey]memoSource{}, shares: map[shareRef]memoShare{}}
+	return &cycleMemo{d: d, access: map[accessKey]memoDecision{}, sources: map[sourceKey]memoSource{}, shares: map[shareSpec]memoShare{}}
 }
 
 // share reads the share from the informer, with a live GET when it is not cached, so that a
 // share missing from the cache is confirmed deleted before any volume is revoked for it.
-func (m *cycleMemo) share(ctx context.Context, ref shareRef) (share, error) {
+func (m *cycleMemo) share(ctx context.Context, ref shareSpec) (share, error) {
 	if r, ok := m.shares[ref]; ok {
 		return r.sh, r.err
 	}
@@ -112,14 +112,8 @@ func (d *driver) relistCycle(ctx context.Context) int {
 	return len(recs)
 }
 
-// shareRef names a share; the share-event queue holds them.
-type shareRef struct {
-	Kind shareKind
-	Name string
-}
-
 // runShareEvents reconciles the volumes of each changed share as the CRD watch reports it.
-func (d *driver) runShareEvents(ctx context.Context, q workqueue.TypedInterface[shareRef]) {
+func (d *driver) runShareEvents(ctx context.Context, q workqueue.TypedInterface[shareSpec]) {
 	go func() {
 		<-ctx.Done()
 		q.ShutDown()
@@ -131,7 +125,7 @@ func (d *driver) runShareEvents(ctx context.Context, q workqueue.TypedInterface[
 		}
 		memo := d.newCycleMemo()
 		for _, rec := range d.store.list() {
-			if slices.Contains(rec.specs(), shareSpec{Kind: ref.Kind, Name: ref.Name}) {
+			if slices.Contains(rec.specs(), ref) {
 				d.reconcileLocked(ctx, rec.VolumeID, memo)
 			}
 		}
@@ -246,7 +240,7 @@ func (d *driver) reconcileShare(ctx context.Context, rec *volumeRecord, i int, m
 		return &shareChange{share: st.shareSpec, kind: "revoked", why: why}, nil
 	}
 
-	sh, err := memo.share(ctx, shareRef{Kind: st.Kind, Name: st.Name})
+	sh, err := memo.share(ctx, st.shareSpec)
 	if apierrors.IsNotFound(err) {
 		return revoke(st.Kind.shareTypeName() + " " + quote(st.Name) + " was deleted")
 	}

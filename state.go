@@ -195,7 +195,7 @@ func (s *volumeStore) readRecord(id string) (volumeRecord, error) {
 		return rec, errors.New("corrupt record: missing fields")
 	}
 	for _, sh := range rec.Shares {
-		if sh.Kind != kindSecret && sh.Kind != kindConfigMap || !validName(sh.Name) {
+		if !sh.Kind.known() || !validName(sh.Name) {
 			return rec, errors.New("corrupt record: invalid share")
 		}
 	}

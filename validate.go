@@ -47,34 +47,6 @@ const (
 	ctxServiceAccountTok = "csi.storage.k8s.io/serviceAccount.tokens"
 )
 
-// shareKind says which custom resource a volume refers to and which object it copies.
-type shareKind string
-
-const (
-	kindSecret    shareKind = "Secret"
-	kindConfigMap shareKind = "ConfigMap"
-)
-
-// shareResource is the RBAC resource name the `use` verb is checked against.
-func (k shareKind) shareResource() string {
-	if k == kindConfigMap {
-		return "sharedconfigmaps"
-	}
-	return "sharedsecrets"
-}
-
-// shareTypeName is the custom resource's Kind, for messages.
-func (k shareKind) shareTypeName() string { return "Shared" + string(k) }
-
-// shareSpec names one share a volume mounts.
-type shareSpec struct {
-	Kind shareKind `json:"kind"`
-	Name string    `json:"name"`
-}
-
-// String is the form used in the shares attribute and in messages: secret/NAME, configmap/NAME.
-func (s shareSpec) String() string { return strings.ToLower(string(s.Kind)) + "/" + s.Name }
-
 // volumeRequest is a validated NodePublishVolume request.
 type volumeRequest struct {
 	VolumeID       string
@@ -299,22 +271,21 @@ func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) 
 // parseShareAttributes reads which shares a volume mounts: exactly one of sharedSecret: NAME,
 // sharedConfigMap: NAME (OpenShift's attributes) or shares: "secret/NAME, configmap/NAME, ...".
 func parseShareAttributes(vc map[string]string) ([]shareSpec, error) {
-	secretName, hasSecret := vc[attrSharedSecret]
-	cmName, hasCM := vc[attrSharedConfigMap]
-	list, hasList := vc[attrShares]
 	var shares []shareSpec
-	switch n := btoi(hasSecret) + btoi(hasCM) + btoi(hasList); {
-	case n > 1:
+	for _, row := range shareKindTable {
+		if name, ok := vc[row.attribute]; ok {
+			shares = append(shares, shareSpec{Kind: row.kind, Name: name})
+		}
+	}
+	list, hasList := vc[attrShares]
+	switch {
+	case len(shares)+btoi(hasList) > 1:
 		return nil, invalidf("set exactly one of volumeAttributes %s, %s and %s, not several", attrSharedSecret, attrSharedConfigMap, attrShares)
-	case hasSecret:
-		shares = []shareSpec{{Kind: kindSecret, Name: secretName}}
-	case hasCM:
-		shares = []shareSpec{{Kind: kindConfigMap, Name: cmName}}
 	case hasList:
 		for _, entry := range strings.Split(list, ",") {
 			entry = strings.TrimSpace(entry)
 			kind, name, ok := strings.Cut(entry, "/")
-			s := shareSpec{Kind: map[string]shareKind{"secret": kindSecret, "configmap": kindConfigMap}[kind], Name: name}
+			s := shareSpec{Kind: kindOfListName(kind), Name: name}
 			if !ok || s.Kind == "" {
 				return nil, invalidf("volumeAttribute %s: entry %q is not secret/NAME or configmap/NAME", attrShares, entry)
 			}
@@ -326,7 +297,7 @@ func parseShareAttributes(vc map[string]string) ([]shareSpec, error) {
 		if len(shares) > maxShares {
 			return nil, invalidf("volumeAttribute %s lists %d shares; at most %d", attrShares, len(shares), maxShares)
 		}
-	default:
+	case len(shares) == 0:
 		return nil, invalidf("set one of volumeAttributes %s or %s to the name of a share (or %s to a list of them)", attrSharedSecret, attrSharedConfigMap, attrShares)
 	}
 	for _, s := range shares {
