@@ -7,7 +7,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -374,7 +373,7 @@ func parseItems(s string, shares []shareSpec) ([]item, error) {
 		items = append(items, it)
 	}
 	for p := range paths {
-		for dir := path.Dir(p); dir != "."; dir = path.Dir(dir) {
+		for dir := range atomicwriter.ParentDirs(p) {
 			if paths[dir] {
 				return nil, fmt.Errorf("path %q is a file and also the directory of %q", dir, p)
 			}
