@@ -19,8 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
-
-	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
 // Event reasons recorded on consuming pods.
@@ -160,7 +158,8 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 		klog.InfoS("Pod of volume is gone; cleaning the volume", "volumeID", rec.VolumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName))
 		return d.teardown(rec)
 	}
-	d.dropRevokedCopies(rec)
+	vol := d.store.layout(rec)
+	vol.dropRevokedCopies(rec)
 	var changes []shareChange
 	var firstErr error
 	for i := range rec.Shares {
@@ -182,7 +181,7 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 	if slices.ContainsFunc(changes, shareChange.changesFiles) {
 		d.crash.reached(stepReconcileCopies)
 		var err error
-		if conflicts, err = d.composeData(rec); err != nil {
+		if conflicts, err = vol.rebuildView(rec.Shares); err != nil {
 			return err
 		}
 		d.crash.reached(stepReconcileData)
@@ -191,7 +190,7 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 		return err
 	}
 	d.crash.reached(stepReconcileRecord)
-	d.dropRevokedCopies(rec)
+	vol.dropRevokedCopies(rec)
 	for _, c := range changes {
 		if c.changesFiles() {
 			d.metrics.volumeChanged(c.kind)
@@ -302,7 +301,7 @@ func (d *driver) reconcileShare(ctx context.Context, rec *volumeRecord, i int, m
 	if err != nil {
 		return nil, fmt.Errorf("%s %s/%s: %w", st.Kind, sh.SourceNamespace, sh.SourceName, err)
 	}
-	if err := (atomicwriter.Writer{Dir: d.store.shareDir(rec.VolumeID, i), GID: rec.GID}).Write(files); err != nil {
+	if err := d.store.layout(*rec).writeCopy(i, files); err != nil {
 		return nil, err
 	}
 	change := &shareChange{share: st.shareSpec, kind: "refreshed",
@@ -313,40 +312,6 @@ func (d *driver) reconcileShare(ctx context.Context, rec *volumeRecord, i int, m
 	st.Revoked = false
 	st.SourceNamespace, st.SourceName, st.ResourceVersion = sh.SourceNamespace, sh.SourceName, src.ResourceVersion
 	return change, nil
-}
-
-// dropRevokedCopies empties the copies of revoked shares of a refreshing volume: a restore
-// fetches fresh data anyway, so revoked bytes are not kept. (A refreshResource=false share keeps
-// its copy: it is exactly what comes back.) Only after the record says "revoked", so that a
-// crash never leaves a granted share with an empty copy.
-func (d *driver) dropRevokedCopies(rec volumeRecord) {
-	if !rec.Refresh {
-		return
-	}
-	for i, st := range rec.Shares {
-		if st.Revoked {
-			if err := (atomicwriter.Writer{Dir: d.store.shareDir(rec.VolumeID, i), GID: rec.GID}).Write(nil); err != nil {
-				klog.ErrorS(err, "Emptying a revoked share's copy failed", "volumeID", rec.VolumeID)
-			}
-		}
-	}
-}
-
-// composeData rebuilds the pod's view from the copies of the granted shares, in one atomic swap.
-func (d *driver) composeData(rec volumeRecord) ([]pathConflict, error) {
-	perShare := make([]map[string]atomicwriter.File, len(rec.Shares))
-	for i, st := range rec.Shares {
-		if st.Revoked {
-			continue
-		}
-		files, err := atomicwriter.ReadFiles(d.store.shareDir(rec.VolumeID, i))
-		if err != nil {
-			return nil, err
-		}
-		perShare[i] = files
-	}
-	files, conflicts := composeFiles(rec.specs(), perShare)
-	return conflicts, atomicwriter.Writer{Dir: d.store.dataDir(rec.VolumeID), GID: rec.GID, Origins: d.shareCopyOrigins(rec.VolumeID, files, perShare)}.Write(files)
 }
 
 func (d *driver) event(rec volumeRecord, eventType, reason, format string, args ...any) {
