@@ -172,26 +172,14 @@ func cutSegments(segs, prefix []string) ([]string, bool) {
 	return segs[len(prefix):], true
 }
 
-// parsePublishRequest validates a NodePublishVolume request without side effects.
+// parsePublishRequest validates a NodePublishVolume request without side effects: the request's
+// own fields, then the pod information and target path the kubelet sends, then the attributes the
+// pod's author set.
 func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) (*volumeRequest, error) {
 	if err := validateVolumeID(req.GetVolumeId()); err != nil {
 		return nil, err
 	}
-	capability := req.GetVolumeCapability()
-	if capability == nil {
-		return nil, invalidf("volume_capability is required")
-	}
-	if capability.GetBlock() != nil || capability.GetMount() == nil {
-		return nil, invalidf("only the mount access type is supported: this driver provides files, not a block device")
-	}
-	if fs := capability.GetMount().GetFsType(); fs != "" && fs != "tmpfs" {
-		return nil, invalidf("fs_type %q is not supported: volumes are always tmpfs", fs)
-	}
-	mountContext, err := parseMountFlags(capability.GetMount().GetMountFlags())
-	if err != nil {
-		return nil, err
-	}
-	gid, err := parseMountGroup(capability.GetMount().GetVolumeMountGroup())
+	mountContext, gid, err := parseVolumeCapability(req.GetVolumeCapability())
 	if err != nil {
 		return nil, err
 	}
@@ -224,30 +212,60 @@ func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) 
 	if err := validateTargetPath(kubeletRoot, v.TargetPath, v.PodUID); err != nil {
 		return nil, err
 	}
+	if err := parseVolumeAttributes(vc, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
 
+// parseVolumeCapability accepts a mount of tmpfs (or of no fs type) and returns its SELinux
+// context mount option ("" for none) and the pod's fsGroup (-1 for none).
+func parseVolumeCapability(capability *csi.VolumeCapability) (mountContext string, gid int, err error) {
+	if capability == nil {
+		return "", 0, invalidf("volume_capability is required")
+	}
+	if capability.GetBlock() != nil || capability.GetMount() == nil {
+		return "", 0, invalidf("only the mount access type is supported: this driver provides files, not a block device")
+	}
+	if fs := capability.GetMount().GetFsType(); fs != "" && fs != "tmpfs" {
+		return "", 0, invalidf("fs_type %q is not supported: volumes are always tmpfs", fs)
+	}
+	if mountContext, err = parseMountFlags(capability.GetMount().GetMountFlags()); err != nil {
+		return "", 0, err
+	}
+	if gid, err = parseMountGroup(capability.GetMount().GetVolumeMountGroup()); err != nil {
+		return "", 0, err
+	}
+	return mountContext, gid, nil
+}
+
+// parseVolumeAttributes reads what the pod author set in the volume's volumeAttributes into v:
+// the shares, refreshResource, defaultMode and items. Keys the kubelet adds are skipped; any
+// other key is an error, so that a misspelt attribute is not silently ignored.
+func parseVolumeAttributes(vc map[string]string, v *volumeRequest) error {
 	shares, err := parseShareAttributes(vc)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	v.Shares = shares
 	if s, ok := vc[attrRefreshResource]; ok {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
-			return nil, invalidf("volumeAttribute %s must be \"true\" or \"false\", not %q", attrRefreshResource, s)
+			return invalidf("volumeAttribute %s must be \"true\" or \"false\", not %q", attrRefreshResource, s)
 		}
 		v.Refresh = b
 	}
 	if s, ok := vc[attrDefaultMode]; ok {
 		m, err := parseMode(s)
 		if err != nil {
-			return nil, invalidf("volumeAttribute %s: %v", attrDefaultMode, err)
+			return invalidf("volumeAttribute %s: %v", attrDefaultMode, err)
 		}
 		v.DefaultMode = m
 	}
 	if s, ok := vc[attrItems]; ok {
 		items, err := parseItems(s, v.Shares)
 		if err != nil {
-			return nil, invalidf("volumeAttribute %s: %v", attrItems, err)
+			return invalidf("volumeAttribute %s: %v", attrItems, err)
 		}
 		v.Items = items
 	}
@@ -261,10 +279,10 @@ func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) 
 		if strings.HasPrefix(k, kubeletKeyPrefix) {
 			continue
 		}
-		return nil, invalidf("unknown volumeAttribute %q: supported are %s, %s, %s, %s, %s and %s",
+		return invalidf("unknown volumeAttribute %q: supported are %s, %s, %s, %s, %s and %s",
 			k, attrSharedSecret, attrSharedConfigMap, attrShares, attrRefreshResource, attrDefaultMode, attrItems)
 	}
-	return v, nil
+	return nil
 }
 
 // parseShareAttributes reads which shares a volume mounts: exactly one of sharedSecret: NAME,
