@@ -140,7 +140,7 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	// Last: events recorded while shutting down are still sent.
+	// Shut down last, once serve has stopped everything that records events.
 	defer w.broadcaster.Shutdown()
 	// Volumes from the previous run first: they must be known before any request is served.
 	if err := w.d.recover(); err != nil {

@@ -120,9 +120,9 @@ func (s *volumeStore) layout(rec volumeRecord) volumeLayout {
 }
 
 // clone copies the record with a Shares slice of its own. The store hands out and keeps only
-// clones: reconcile changes a record's shares as it judges them, and the store's copy must change
-// only by save, once the disk has; a reconcile that fails half-way must be retried whole by the
-// next cycle, not find its revocation already "done". (Items is never changed after publish.)
+// clones, so its copy changes only by save, once the disk has: a reconcile builds the next record
+// on a clone, and one that fails half-way must be retried whole by the next cycle, not find its
+// revocation already "done" (commit c260805). (Items is never changed after publish.)
 func (r volumeRecord) clone() volumeRecord {
 	r.Shares = slices.Clone(r.Shares)
 	return r
