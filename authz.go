@@ -16,8 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-const shareGroup = "sharedresource.openshift.io"
-
 // accessKey is what one decision is about: all volumes with the same key share it.
 type accessKey struct {
 	Namespace      string

@@ -1,7 +1,8 @@
 package main
 
 // The CSI Identity and Node services. Handlers validate (pure, no I/O), take the volume's lock,
-// call the steps in volumes.go and return gRPC status errors a cluster admin can act on.
+// call publish (publish.go) or unpublish (volumes.go) and return gRPC status errors a cluster
+// admin can act on.
 
 import (
 	"context"

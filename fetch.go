@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
@@ -34,18 +33,6 @@ type share struct {
 // sourceKey names the share's source object.
 func (s share) sourceKey() sourceKey {
 	return sourceKey{Kind: s.Kind, Namespace: s.SourceNamespace, Name: s.SourceName}
-}
-
-func shareGVR(k shareKind) schema.GroupVersionResource {
-	return schema.GroupVersionResource{Group: shareGroup, Version: "v1alpha1", Resource: k.shareResource()}
-}
-
-// shareRefField is the spec field naming a share's source.
-func shareRefField(k shareKind) string {
-	if k == kindConfigMap {
-		return "configMapRef"
-	}
-	return "secretRef"
 }
 
 // shareFromObject reads spec.secretRef / spec.configMapRef; a share without a usable ref is an error.
@@ -75,7 +62,8 @@ type shareIndex struct {
 // of every share that is added, changed or deleted, so volumes react at once, not at the next relist.
 func newShareIndex(dyn dynamic.Interface, resync time.Duration, onChange func(shareKind, string)) *shareIndex {
 	si := &shareIndex{dyn: dyn, informers: map[shareKind]cache.SharedIndexInformer{}}
-	for _, k := range []shareKind{kindSecret, kindConfigMap} {
+	for _, row := range shareKindTable {
+		k := row.kind
 		shares := dyn.Resource(shareGVR(k))
 		lw := &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -244,31 +232,13 @@ func (c *sourceCache) fetch(ctx context.Context, key sourceKey, fromWatchCache b
 }
 
 func (c *sourceCache) getObject(ctx context.Context, key sourceKey, opts metav1.GetOptions) (*sourceData, error) {
-	d := &sourceData{Files: map[string][]byte{}}
-	switch key.Kind {
-	case kindSecret:
-		s, err := c.client.getSecret(ctx, key.Namespace, key.Name, opts)
-		if err != nil {
-			return nil, err
-		}
-		d.ResourceVersion = s.ResourceVersion
-		for k, v := range s.Data {
-			d.Files[k] = v
-		}
-	case kindConfigMap:
-		cm, err := c.client.getConfigMap(ctx, key.Namespace, key.Name, opts)
-		if err != nil {
-			return nil, err
-		}
-		d.ResourceVersion = cm.ResourceVersion
-		for k, v := range cm.Data {
-			d.Files[k] = []byte(v)
-		}
-		for k, v := range cm.BinaryData {
-			d.Files[k] = v
-		}
-	default:
+	kind, ok := key.Kind.info()
+	if !ok {
 		return nil, fmt.Errorf("unknown kind %q", key.Kind)
+	}
+	d, err := kind.read(ctx, c.client, key.Namespace, key.Name, opts)
+	if err != nil {
+		return nil, err
 	}
 	for k, v := range d.Files {
 		d.Size += int64(len(k) + len(v))

@@ -132,57 +132,71 @@ func main() {
 	klog.Flush()
 }
 
+// run wires the driver from the options, resumes the volumes of the previous run and serves
+// until ctx ends or a server fails.
 func run(ctx context.Context, o *options) error {
 	klog.InfoS("Starting", "driver", driverName, "version", version, "node", o.nodeID)
+	w, err := wire(ctx, o)
+	if err != nil {
+		return err
+	}
+	// Shut down last, once serve has stopped everything that records events.
+	defer w.broadcaster.Shutdown()
+	// Volumes from the previous run first: they must be known before any request is served.
+	if err := w.d.recover(); err != nil {
+		return fmt.Errorf("recovering volumes: %w", err)
+	}
+	return w.serve(ctx, o)
+}
+
+// wiring is the driver built from the options, and what serving it needs besides.
+type wiring struct {
+	d           *driver
+	kube        *kubeClient
+	broadcaster record.EventBroadcaster
+	shareEvents workqueue.TypedInterface[shareSpec] // changed shares, from the CRD watch
+	sockPath    string                              // the CSI socket
+}
+
+// wire checks the options and builds the driver and its clients. Nothing is served yet; the
+// event broadcaster runs (the caller shuts it down).
+func wire(ctx context.Context, o *options) (*wiring, error) {
 	if o.nodeID == "" {
-		return fmt.Errorf("--node-id or $NODE_NAME is required")
+		return nil, fmt.Errorf("--node-id or $NODE_NAME is required")
 	}
 	size, err := resource.ParseQuantity(o.tmpfsSize)
 	if err != nil || size.Value() < reservedBytes*2 {
-		return fmt.Errorf("--tmpfs-size %q must be a quantity of at least %d bytes", o.tmpfsSize, reservedBytes*2)
+		return nil, fmt.Errorf("--tmpfs-size %q must be a quantity of at least %d bytes", o.tmpfsSize, reservedBytes*2)
 	}
 	account, err := parseDriverAccount(o.serviceAccount)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sockPath, err := endpointPath(o.endpoint)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, p := range []*string{&o.stateDir, &o.kubeletRoot} {
 		if !filepath.IsAbs(*p) || hasControlChars(*p) {
-			return fmt.Errorf("%q must be an absolute path without control characters", *p)
+			return nil, fmt.Errorf("%q must be an absolute path without control characters", *p)
 		}
 		*p = filepath.Clean(*p)
 	}
 
-	cfg, err := restConfig(o.kubeconfig)
-	if err != nil {
-		return err
-	}
-	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
-	// Protobuf for Secrets, ConfigMaps, reviews, events and the Lease (the share CRDs are JSON), and no
-	// gzip: Secrets do not compress, and gzipping a 1 MiB Secret doubled the API server's time
-	// to answer its GET.
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.DisableCompression = true
-	cfg.UserAgent = "shared-resource-csi/" + version
 	m := newMetrics()
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &countingTransport{next: rt, m: m} })
-	kube, err := newKubeClient(cfg)
+	kube, err := newKube(o, m)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sources, err := newSourceCache(kube, o.cacheEntries, o.cacheBytes, o.cacheTTL)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// One event broadcaster for the process.
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(eventSink{c: kube.core})
-	defer broadcaster.Shutdown()
 
-	shareEvents := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[shareRef]{Name: "share-events"})
+	shareEvents := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[shareSpec]{Name: "share-events"})
 	d := &driver{
 		version:     version,
 		nodeID:      o.nodeID,
@@ -197,28 +211,46 @@ func run(ctx context.Context, o *options) error {
 		crash:       newCrashPoints(),
 		events:      broadcaster.NewRecorder(kube.scheme, corev1.EventSource{Component: "shared-resource-csi", Host: o.nodeID}),
 		shares: newShareIndex(kube.dyn, 0, func(k shareKind, name string) {
-			shareEvents.Add(shareRef{Kind: k, Name: name})
+			shareEvents.Add(shareSpec{Kind: k, Name: name})
 		}),
 	}
-
 	m.registerDriverGauges(d)
+	return &wiring{d: d, kube: kube, broadcaster: broadcaster, shareEvents: shareEvents, sockPath: sockPath}, nil
+}
 
-	// Volumes from the previous run first: they must be known before any request is served.
-	if err := d.recover(); err != nil {
-		return fmt.Errorf("recovering volumes: %w", err)
+// newKube builds the API clients with the driver's rate limit, encoding and request metrics.
+func newKube(o *options, m *metrics) (*kubeClient, error) {
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return nil, err
 	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	// Protobuf for Secrets, ConfigMaps, reviews, events and the Lease (the share CRDs are JSON), and no
+	// gzip: Secrets do not compress, and gzipping a 1 MiB Secret doubled the API server's time
+	// to answer its GET.
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.DisableCompression = true
+	cfg.UserAgent = "shared-resource-csi/" + version
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &countingTransport{next: rt, m: m} })
+	return newKubeClient(cfg)
+}
 
-	grpcServer := grpc.NewServer(grpc.UnaryInterceptor(observeCalls(m)))
+// serve runs the CSI server, the health server, the share informers, the relist and share-event
+// loops, the status writer and the kubelet registration, until ctx ends (nil) or one of them
+// fails (its error). On return it stops them in the reverse order.
+func (w *wiring) serve(ctx context.Context, o *options) error {
+	d := w.d
+	grpcServer := grpc.NewServer(grpc.UnaryInterceptor(observeCalls(d.metrics)))
 	csi.RegisterIdentityServer(grpcServer, &identityServer{d: d})
 	csi.RegisterNodeServer(grpcServer, &nodeServer{d: d})
-	lis, err := listenUnix(sockPath)
+	lis, err := listenUnix(w.sockPath)
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w", sockPath, err)
+		return fmt.Errorf("listening on %s: %w", w.sockPath, err)
 	}
 	errs := make(chan error, 4)
 	go func() { errs <- grpcServer.Serve(lis) }()
 	defer grpcServer.GracefulStop()
-	klog.InfoS("Serving CSI", "endpoint", sockPath)
+	klog.InfoS("Serving CSI", "endpoint", w.sockPath)
 
 	if o.healthAddr != "" {
 		hs := &http.Server{Addr: o.healthAddr, Handler: healthHandler(d), ReadHeaderTimeout: 5 * time.Second}
@@ -233,28 +265,18 @@ func run(ctx context.Context, o *options) error {
 	klog.InfoS("Share caches synced")
 	// Relist and share events start only now: before the caches synced, every share would
 	// look deleted.
-	go d.runShareEvents(ctx, shareEvents)
+	go d.runShareEvents(ctx, w.shareEvents)
 	go d.runRelist(ctx, o.relistInterval)
 
 	if o.statusLeaseNS != "" {
-		sctx, cancel := context.WithCancel(ctx)
-		statusDone := make(chan struct{})
-		go func() {
-			defer close(statusDone)
-			if err := runStatusWriter(sctx, statusConfig{
-				Leases: leaseClient{c: kube.coord, namespace: o.statusLeaseNS}, Dyn: kube.dyn, Meta: kube.meta, Shares: d.shares, NodeID: o.nodeID,
-				LeaseNamespace: o.statusLeaseNS, LeaseDuration: o.statusLease, Interval: o.relistInterval, Account: account,
-			}); err != nil {
-				errs <- err
-			}
-		}()
+		stopStatus := w.startStatusWriter(ctx, o, errs)
 		// On return, release the Lease (so another driver takes over at once) before exiting.
-		defer func() { cancel(); <-statusDone }()
+		defer stopStatus()
 	}
 
 	if o.registrationDir != "" {
 		regServer := grpc.NewServer()
-		registerapi.RegisterRegistrationServer(regServer, &registrationServer{endpoint: sockPath})
+		registerapi.RegisterRegistrationServer(regServer, &registrationServer{endpoint: w.sockPath})
 		regLis, err := listenUnix(registrationSocket(o.registrationDir))
 		if err != nil {
 			return fmt.Errorf("listening for kubelet registration: %w", err)
@@ -272,6 +294,24 @@ func run(ctx context.Context, o *options) error {
 	case err := <-errs:
 		return err
 	}
+}
+
+// startStatusWriter runs the share status writer until ctx ends or the returned stop is called;
+// stop returns once the writer has released its Lease. If the writer fails, its error is sent
+// to errs.
+func (w *wiring) startStatusWriter(ctx context.Context, o *options, errs chan<- error) (stop func()) {
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := runStatusWriter(sctx, statusConfig{
+			Leases: leaseClient{c: w.kube.coord, namespace: o.statusLeaseNS}, Dyn: w.kube.dyn, Meta: w.kube.meta, Shares: w.d.shares, NodeID: o.nodeID,
+			LeaseNamespace: o.statusLeaseNS, LeaseDuration: o.statusLease, Interval: o.relistInterval, Account: w.d.account,
+		}); err != nil {
+			errs <- err
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

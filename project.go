@@ -6,6 +6,7 @@ package main
 
 import (
 	"fmt"
+	"iter"
 	"os"
 	"sort"
 	"strings"
@@ -86,14 +87,14 @@ func composeFiles(specs []shareSpec, perShare []map[string]atomicwriter.File) (m
 		for _, p := range paths {
 			// Taken: the path itself (a file or a directory of the earlier share), or any of
 			// its parent directories that is a file of an earlier share.
-			for q := p; q != "."; q = parentPath(q) {
+			for q := range pathAndParents(p) {
 				if j, taken := owner[q]; taken && j != i && (q == p || isFile(out, q)) {
 					conflicts = append(conflicts, pathConflict{Path: p, Kept: specs[j], Dropped: specs[i]})
 					continue next
 				}
 			}
 			out[p] = files[p]
-			for q := p; q != "."; q = parentPath(q) {
+			for q := range pathAndParents(p) {
 				owner[q] = i
 			}
 		}
@@ -106,9 +107,11 @@ func isFile(files map[string]atomicwriter.File, p string) bool {
 	return ok
 }
 
-func parentPath(p string) string {
-	if i := strings.LastIndex(p, "/"); i >= 0 {
-		return p[:i]
+// pathAndParents yields p, then its parent directories, nearest first.
+func pathAndParents(p string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		if yield(p) {
+			atomicwriter.ParentDirs(p)(yield)
+		}
 	}
-	return "."
 }

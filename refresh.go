@@ -39,7 +39,7 @@ type cycleMemo struct {
 	d       *driver
 	access  map[accessKey]memoDecision
 	sources map[sourceKey]memoSource
-	shares  map[shareRef]memoShare
+	shares  map[shareSpec]memoShare
 }
 
 type memoShare struct {
@@ -58,12 +58,12 @@ type memoSource struct {
 }
 
 func (d *driver) newCycleMemo() *cycleMemo {
-	return &cycleMemo{d: d, access: map[accessKey]memoDecision{}, sources: map[sourceKey]memoSource{}, shares: map[shareRef]memoShare{}}
+	return &cycleMemo{d: d, access: map[accessKey]memoDecision{}, sources: map[sourceKey]memoSource{}, shares: map[shareSpec]memoShare{}}
 }
 
 // share reads the share from the informer, with a live GET when it is not cached, so that a
 // share missing from the cache is confirmed deleted before any volume is revoked for it.
-func (m *cycleMemo) share(ctx context.Context, ref shareRef) (share, error) {
+func (m *cycleMemo) share(ctx context.Context, ref shareSpec) (share, error) {
 	if r, ok := m.shares[ref]; ok {
 		return r.sh, r.err
 	}
@@ -107,19 +107,13 @@ func (d *driver) relistCycle(ctx context.Context) int {
 	memo := d.newCycleMemo()
 	recs := d.store.list()
 	for _, rec := range recs {
-		d.reconcileLocked(ctx, rec.VolumeID, memo)
+		d.reconcileIfIdle(ctx, rec.VolumeID, memo)
 	}
 	return len(recs)
 }
 
-// shareRef names a share; the share-event queue holds them.
-type shareRef struct {
-	Kind shareKind
-	Name string
-}
-
 // runShareEvents reconciles the volumes of each changed share as the CRD watch reports it.
-func (d *driver) runShareEvents(ctx context.Context, q workqueue.TypedInterface[shareRef]) {
+func (d *driver) runShareEvents(ctx context.Context, q workqueue.TypedInterface[shareSpec]) {
 	go func() {
 		<-ctx.Done()
 		q.ShutDown()
@@ -131,17 +125,18 @@ func (d *driver) runShareEvents(ctx context.Context, q workqueue.TypedInterface[
 		}
 		memo := d.newCycleMemo()
 		for _, rec := range d.store.list() {
-			if slices.Contains(rec.specs(), shareSpec{Kind: ref.Kind, Name: ref.Name}) {
-				d.reconcileLocked(ctx, rec.VolumeID, memo)
+			if slices.Contains(rec.specs(), ref) {
+				d.reconcileIfIdle(ctx, rec.VolumeID, memo)
 			}
 		}
 		q.Done(ref)
 	}
 }
 
-// reconcileLocked takes the volume's lock and reconciles it. A volume whose lock is held is
-// being published or unpublished right now; the next pass will see it.
-func (d *driver) reconcileLocked(ctx context.Context, volumeID string, memo *cycleMemo) {
+// reconcileIfIdle reconciles the volume unless an operation holds its lock: such a volume is
+// being published or unpublished right now, and the next pass will see it. It takes the lock
+// for the reconcile.
+func (d *driver) reconcileIfIdle(ctx context.Context, volumeID string, memo *cycleMemo) {
 	if !d.locks.tryLock(volumeID) {
 		return
 	}
@@ -156,9 +151,10 @@ func (d *driver) reconcileLocked(ctx context.Context, volumeID string, memo *cyc
 }
 
 // reconcile brings one volume to what the cluster says it should be. Each share is judged on
-// its own: granted and changed, its copy is updated; revoked (or deleted), it stops contributing
-// files; an error leaves it as it is. Then, if anything changed, the pod's view is rebuilt from
-// the granted shares' copies in one atomic swap.
+// its own (judgeShare): granted and changed, its copy is updated; revoked (or deleted), it stops
+// contributing files; an error leaves it as it is. Then, if any share's files changed, the pod's
+// view is rebuilt from the granted shares' copies in one atomic swap, and the record with the
+// shares' new states is saved: the one change a reconcile makes to a record.
 func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMemo) error {
 	if !d.podDirExists(rec.PodUID) {
 		// The kubelet removes a pod's dir only after its volumes are unmounted; a record that
@@ -166,19 +162,26 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 		klog.InfoS("Pod of volume is gone; cleaning the volume", "volumeID", rec.VolumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName))
 		return d.teardown(rec)
 	}
-	d.dropRevokedCopies(rec)
+	vol := d.store.layout(rec)
+	vol.dropRevokedCopies(rec)
+	next := rec.clone() // the record to save: rec with each share's judged state
 	var changes []shareChange
 	var firstErr error
 	for i := range rec.Shares {
-		c, err := d.reconcileShare(ctx, &rec, i, memo)
+		verdict, err := d.judgeShare(ctx, rec, i, memo)
+		if err == nil && verdict.files != nil {
+			err = vol.writeCopy(i, verdict.files)
+		}
 		if err != nil {
 			klog.ErrorS(err, "Checking a share of a volume failed; it is left as it was", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
 			if firstErr == nil {
 				firstErr = err
 			}
+			continue
 		}
-		if c != nil {
-			changes = append(changes, *c)
+		next.Shares[i] = verdict.state
+		if verdict.change != nil {
+			changes = append(changes, *verdict.change)
 		}
 	}
 	if len(changes) == 0 {
@@ -188,16 +191,22 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 	if slices.ContainsFunc(changes, shareChange.changesFiles) {
 		d.crash.reached(stepReconcileCopies)
 		var err error
-		if conflicts, err = d.composeData(rec); err != nil {
+		if conflicts, err = vol.rebuildView(next.Shares); err != nil {
 			return err
 		}
 		d.crash.reached(stepReconcileData)
 	}
-	if err := d.store.save(rec); err != nil {
+	if err := d.store.save(next); err != nil {
 		return err
 	}
 	d.crash.reached(stepReconcileRecord)
-	d.dropRevokedCopies(rec)
+	vol.dropRevokedCopies(next)
+	d.reportChanges(next, changes, conflicts)
+	return firstErr
+}
+
+// reportChanges counts a reconcile's changes and tells the pod about them.
+func (d *driver) reportChanges(rec volumeRecord, changes []shareChange, conflicts []pathConflict) {
 	for _, c := range changes {
 		if c.changesFiles() {
 			d.metrics.volumeChanged(c.kind)
@@ -219,7 +228,6 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 	for _, c := range conflicts {
 		d.event(rec, corev1.EventTypeWarning, reasonConflict, "%s and %s both provide the file %q; %s keeps it (the first share listed wins)", c.Kept, c.Dropped, c.Path, c.Kept)
 	}
-	return firstErr
 }
 
 // shareChange is one share's change in a reconcile, for events and metrics.
@@ -234,82 +242,81 @@ func (c shareChange) changesFiles() bool {
 	return c.kind != "refreshFailed" && c.kind != "refreshResumed"
 }
 
-// reconcileShare judges share i of rec, updating its copy and rec.Shares[i]; it returns the
-// change, or nil when the share's files stay as they are.
-func (d *driver) reconcileShare(ctx context.Context, rec *volumeRecord, i int, memo *cycleMemo) (*shareChange, error) {
-	st := &rec.Shares[i]
-	revoke := func(why string) (*shareChange, error) {
-		if st.Revoked {
-			return nil, nil
-		}
-		st.Revoked = true
-		return &shareChange{share: st.shareSpec, kind: "revoked", why: why}, nil
-	}
+// shareVerdict is what a reconcile decided for one share.
+type shareVerdict struct {
+	state  shareState                   // the share's next state, saved with the record
+	files  map[string]atomicwriter.File // its new copy; nil: the copy stays as it is
+	change *shareChange                 // what to report; nil: the share is as it was
+}
 
-	sh, err := memo.share(ctx, shareRef{Kind: st.Kind, Name: st.Name})
+// judgeShare decides what share i of rec shows now. It changes nothing, on disk or in rec: it
+// returns the share's next state (with its new files, if any) and the change to report. On an
+// error the caller leaves the share as it was.
+func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) (shareVerdict, error) {
+	st := rec.Shares[i] // a copy: the next state is built on it
+	unchanged := shareVerdict{state: st}
+	sh, err := memo.share(ctx, st.shareSpec)
 	if apierrors.IsNotFound(err) {
-		return revoke(st.Kind.shareTypeName() + " " + quote(st.Name) + " was deleted")
+		return revokeShare(st, st.Kind.shareTypeName()+" "+quote(st.Name)+" was deleted"), nil
 	}
 	if err != nil {
-		return nil, err
+		return unchanged, err
 	}
-	dec, err := memo.decision(ctx, rec.accessKey(i))
+	key := rec.accessKey(i)
+	dec, err := memo.decision(ctx, key)
 	if err != nil {
-		return nil, err
+		return unchanged, err
 	}
 	if !dec.Allowed {
-		return revoke(deniedMessage(rec.accessKey(i), dec.Reason))
+		return revokeShare(st, deniedMessage(key, dec.Reason)), nil
 	}
 
 	if !rec.Refresh {
 		// refreshResource=false: the files published are the files shown, on every path; only
 		// access decides whether they are visible.
-		if st.Revoked {
-			st.Revoked = false
-			return &shareChange{share: st.shareSpec, kind: "restored"}, nil
+		if !st.Revoked {
+			return unchanged, nil
 		}
-		return nil, nil
+		st.Revoked = false
+		return shareVerdict{state: st, change: &shareChange{share: st.shareSpec, kind: "restored"}}, nil
 	}
 	src, err := memo.source(ctx, sh.sourceKey())
-	if apierrors.IsNotFound(err) {
+	switch {
+	case apierrors.IsNotFound(err):
 		// The source was deleted (or the share now points at a missing object). The share keeps
 		// its last good files, as the kubelet's own secret volumes do: deleting and re-creating a
 		// Secret during a rotation must not blank every consumer. Revocation is RBAC's job.
 		klog.V(2).InfoS("Source of a share not found; keeping its last files", "volumeID", rec.VolumeID,
 			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
-		return nil, nil
-	}
-	if apierrors.IsForbidden(err) {
+		return unchanged, nil
+	case apierrors.IsForbidden(err):
 		// The driver itself lost read on the source (an admin removed its RoleBinding). That
 		// is not the pod's access, which was just granted: the share keeps its last files, as
 		// on any API error, and the pod is warned once with what the admin must run.
 		klog.V(2).InfoS("The driver may not read the source of a share; keeping its last files", "volumeID", rec.VolumeID,
 			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
 		if st.ReadForbidden {
-			return nil, nil
+			return unchanged, nil
 		}
 		st.ReadForbidden = true
-		return &shareChange{share: st.shareSpec, kind: "refreshFailed",
-			why: fmt.Sprintf("the driver may not read %s; %s", sh.sourceKey(), d.account.grantReadHint(sh.sourceKey()))}, nil
+		return shareVerdict{state: st, change: &shareChange{share: st.shareSpec, kind: "refreshFailed",
+			why: fmt.Sprintf("the driver may not read %s; %s", sh.sourceKey(), d.account.grantReadHint(sh.sourceKey()))}}, nil
+	case err != nil:
+		return unchanged, err
 	}
-	if err != nil {
-		return nil, err
-	}
+
 	resumed := st.ReadForbidden
 	st.ReadForbidden = false
 	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
 	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion {
 		if resumed {
-			return &shareChange{share: st.shareSpec, kind: "refreshResumed", why: sh.sourceKey().String()}, nil
+			return shareVerdict{state: st, change: &shareChange{share: st.shareSpec, kind: "refreshResumed", why: sh.sourceKey().String()}}, nil
 		}
-		return nil, nil
+		return unchanged, nil
 	}
 	files, err := rec.project(i, src.Files)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s/%s: %w", st.Kind, sh.SourceNamespace, sh.SourceName, err)
-	}
-	if err := (atomicwriter.Writer{Dir: d.store.shareDir(rec.VolumeID, i), GID: rec.GID}).Write(files); err != nil {
-		return nil, err
+		return unchanged, fmt.Errorf("%s %s/%s: %w", st.Kind, sh.SourceNamespace, sh.SourceName, err)
 	}
 	change := &shareChange{share: st.shareSpec, kind: "refreshed",
 		why: fmt.Sprintf("%s %s/%s (resourceVersion %s)", st.Kind, sh.SourceNamespace, sh.SourceName, src.ResourceVersion)}
@@ -318,41 +325,16 @@ func (d *driver) reconcileShare(ctx context.Context, rec *volumeRecord, i int, m
 	}
 	st.Revoked = false
 	st.SourceNamespace, st.SourceName, st.ResourceVersion = sh.SourceNamespace, sh.SourceName, src.ResourceVersion
-	return change, nil
+	return shareVerdict{state: st, files: files, change: change}, nil
 }
 
-// dropRevokedCopies empties the copies of revoked shares of a refreshing volume: a restore
-// fetches fresh data anyway, so revoked bytes are not kept. (A refreshResource=false share keeps
-// its copy: it is exactly what comes back.) Only after the record says "revoked", so that a
-// crash never leaves a granted share with an empty copy.
-func (d *driver) dropRevokedCopies(rec volumeRecord) {
-	if !rec.Refresh {
-		return
+// revokeShare is the verdict on a share the pod may no longer see: revoked, reported once.
+func revokeShare(st shareState, why string) shareVerdict {
+	if st.Revoked {
+		return shareVerdict{state: st}
 	}
-	for i, st := range rec.Shares {
-		if st.Revoked {
-			if err := (atomicwriter.Writer{Dir: d.store.shareDir(rec.VolumeID, i), GID: rec.GID}).Write(nil); err != nil {
-				klog.ErrorS(err, "Emptying a revoked share's copy failed", "volumeID", rec.VolumeID)
-			}
-		}
-	}
-}
-
-// composeData rebuilds the pod's view from the copies of the granted shares, in one atomic swap.
-func (d *driver) composeData(rec volumeRecord) ([]pathConflict, error) {
-	perShare := make([]map[string]atomicwriter.File, len(rec.Shares))
-	for i, st := range rec.Shares {
-		if st.Revoked {
-			continue
-		}
-		files, err := atomicwriter.ReadFiles(d.store.shareDir(rec.VolumeID, i))
-		if err != nil {
-			return nil, err
-		}
-		perShare[i] = files
-	}
-	files, conflicts := composeFiles(rec.specs(), perShare)
-	return conflicts, atomicwriter.Writer{Dir: d.store.dataDir(rec.VolumeID), GID: rec.GID, Origins: d.shareCopyOrigins(rec.VolumeID, files, perShare)}.Write(files)
+	st.Revoked = true
+	return shareVerdict{state: st, change: &shareChange{share: st.shareSpec, kind: "revoked", why: why}}
 }
 
 func (d *driver) event(rec volumeRecord, eventType, reason, format string, args ...any) {

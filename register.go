@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -51,8 +50,7 @@ var _ registerapi.RegistrationServer = (*registrationServer)(nil)
 
 type registrationServer struct {
 	registerapi.UnimplementedRegistrationServer
-	endpoint   string // the CSI socket's path as the kubelet sees it
-	registered atomic.Bool
+	endpoint string // the CSI socket's path as the kubelet sees it
 }
 
 func (r *registrationServer) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
@@ -65,7 +63,6 @@ func (r *registrationServer) GetInfo(context.Context, *registerapi.InfoRequest) 
 }
 
 func (r *registrationServer) NotifyRegistrationStatus(_ context.Context, s *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
-	r.registered.Store(s.PluginRegistered)
 	if s.PluginRegistered {
 		klog.InfoS("Registered with the kubelet", "driver", driverName)
 	} else {

@@ -1,29 +1,23 @@
 package main
 
-// The set of volumes this node serves. Each volume's record lives inside the volume's own tmpfs
-// (volumes/<id>/record.json), so it exists exactly as long as the volume does: it survives a
-// driver restart, disappears with the tmpfs on unpublish or reboot (when the pods are gone too),
-// and can never be left behind on the host disk. Records hold names, never data.
+// The set of volumes this node serves, and what the driver remembers of each: its record. Each
+// record lives inside the volume's own tmpfs (volumes/<id>/record.json, see layout.go), so it
+// exists exactly as long as the volume does: it survives a driver restart, disappears with the
+// tmpfs on unpublish or reboot (when the pods are gone too), and can never be left behind on the
+// host disk. Records hold names, never data. Records persist across driver upgrades: their JSON
+// names never change, and a field added later must be optional (omitempty, zero when absent).
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
-)
-
-const (
-	recordFile = "record.json"
-	dataDir    = "data"   // what the pod sees, bind-mounted read-only onto the target
-	sharesDir  = "shares" // shares/<i>: share i's last good files, out of the pod's view
 )
 
 // volumeRecord is what the driver must remember about a published volume.
@@ -77,6 +71,17 @@ func (r *volumeRecord) describe() string {
 	return strings.Join(names, ",")
 }
 
+// newVolumeRecord is the record of a volume about to be published for v; its shares are added as
+// they are fetched.
+func newVolumeRecord(v *volumeRequest) volumeRecord {
+	return volumeRecord{
+		VolumeID: v.VolumeID, Refresh: v.Refresh,
+		PodNamespace: v.PodNamespace, PodName: v.PodName, PodUID: v.PodUID, ServiceAccount: v.ServiceAccount,
+		TargetPath:  v.TargetPath,
+		DefaultMode: v.DefaultMode, Items: v.Items, GID: v.GID, MountContext: v.MountContext,
+	}
+}
+
 // sameRequest says whether a repeated NodePublishVolume asks for what this volume already is.
 func (r *volumeRecord) sameRequest(v *volumeRequest) bool {
 	return slices.Equal(r.specs(), v.Shares) && r.Refresh == v.Refresh &&
@@ -108,15 +113,16 @@ func newVolumeStore(stateDir string) *volumeStore {
 
 // volumeDir is where the volume's tmpfs is mounted. id has passed validateVolumeID.
 func (s *volumeStore) volumeDir(id string) string { return filepath.Join(s.dir, id) }
-func (s *volumeStore) dataDir(id string) string   { return filepath.Join(s.dir, id, dataDir) }
-func (s *volumeStore) shareDir(id string, i int) string {
-	return filepath.Join(s.dir, id, sharesDir, strconv.Itoa(i))
+
+// layout is rec's volume directory, writing files with rec's group.
+func (s *volumeStore) layout(rec volumeRecord) volumeLayout {
+	return volumeLayout{dir: s.volumeDir(rec.VolumeID), gid: rec.GID}
 }
 
 // clone copies the record with a Shares slice of its own. The store hands out and keeps only
-// clones: reconcile changes a record's shares as it judges them, and the store's copy must change
-// only by save, once the disk has; a reconcile that fails half-way must be retried whole by the
-// next cycle, not find its revocation already "done". (Items is never changed after publish.)
+// clones, so its copy changes only by save, once the disk has: a reconcile builds the next record
+// on a clone, and one that fails half-way must be retried whole by the next cycle, not find its
+// revocation already "done" (commit c260805). (Items is never changed after publish.)
 func (r volumeRecord) clone() volumeRecord {
 	r.Shares = slices.Clone(r.Shares)
 	return r
@@ -150,13 +156,8 @@ func (s *volumeStore) count() int {
 // save persists rec atomically (temp file, fsync, rename) and then updates memory, so memory
 // never claims a state the disk does not have.
 func (s *volumeStore) save(rec volumeRecord) error {
-	b, err := json.MarshalIndent(rec, "", "  ")
-	if err != nil {
+	if err := s.layout(rec).writeRecord(rec); err != nil {
 		return err
-	}
-	path := filepath.Join(s.volumeDir(rec.VolumeID), recordFile)
-	if err := writeFileAtomic(path, b, 0o600); err != nil {
-		return fmt.Errorf("saving record of volume %s: %w", rec.VolumeID, err)
 	}
 	s.mu.Lock()
 	s.vols[rec.VolumeID] = rec.clone()
@@ -180,13 +181,10 @@ func (s *volumeStore) remember(rec volumeRecord) {
 
 // readRecord reads and checks one volume's record.
 func (s *volumeStore) readRecord(id string) (volumeRecord, error) {
-	var rec volumeRecord
-	b, err := os.ReadFile(filepath.Join(s.volumeDir(id), recordFile))
+	rec, err := volumeLayout{dir: s.volumeDir(id)}.readRecord() // no gid: reading needs none
+
 	if err != nil {
 		return rec, err
-	}
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return rec, fmt.Errorf("corrupt record: %w", err)
 	}
 	if rec.VolumeID != id {
 		return rec, fmt.Errorf("corrupt record: it names volume %q", rec.VolumeID)
@@ -195,7 +193,7 @@ func (s *volumeStore) readRecord(id string) (volumeRecord, error) {
 		return rec, errors.New("corrupt record: missing fields")
 	}
 	for _, sh := range rec.Shares {
-		if sh.Kind != kindSecret && sh.Kind != kindConfigMap || !validName(sh.Name) {
+		if !sh.Kind.known() || !validName(sh.Name) {
 			return rec, errors.New("corrupt record: invalid share")
 		}
 	}
@@ -219,38 +217,4 @@ func (s *volumeStore) volumeIDsOnDisk() ([]string, error) {
 		}
 	}
 	return ids, nil
-}
-
-// writeFileAtomic writes path so that a reader (or a crash) sees either the old or the new
-// content, never a partial file.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmpName := tmp.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmpName)
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmpName, path); err != nil {
-		return err
-	}
-	ok = true
-	return nil
 }

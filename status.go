@@ -25,7 +25,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
@@ -111,12 +110,12 @@ type statusWriter struct {
 // interval, until ctx (the term) ends. The elector runs one term at a time and waits for it.
 func (w *statusWriter) lead(ctx context.Context) {
 	klog.InfoS("Leading the share status writer", "identity", w.identity)
-	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[shareRef]())
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[shareSpec]())
 	defer q.ShutDown()
 	for k, inf := range w.cfg.Shares.informers {
 		enqueue := func(obj any) {
 			if u, ok := obj.(*unstructured.Unstructured); ok {
-				q.Add(shareRef{Kind: k, Name: u.GetName()})
+				q.Add(shareSpec{Kind: k, Name: u.GetName()})
 			}
 		}
 		// Registering replays every cached share as an add: the term starts with a full check.
@@ -146,7 +145,7 @@ func (w *statusWriter) lead(ctx context.Context) {
 	go wait.UntilWithContext(ctx, func(context.Context) {
 		for k, inf := range w.cfg.Shares.informers {
 			for _, name := range inf.GetStore().ListKeys() {
-				q.Add(shareRef{Kind: k, Name: name})
+				q.Add(shareSpec{Kind: k, Name: name})
 			}
 		}
 	}, w.cfg.Interval)
@@ -169,7 +168,7 @@ func (w *statusWriter) lead(ctx context.Context) {
 }
 
 // sync checks one share's source and writes its Ready condition if it changed.
-func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
+func (w *statusWriter) sync(ctx context.Context, ref shareSpec) error {
 	obj, exists, err := w.cfg.Shares.informers[ref.Kind].GetStore().GetByKey(ref.Name)
 	if err != nil || !exists {
 		return err
@@ -233,13 +232,6 @@ func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstruct
 	}
 	cond.ObservedGeneration = u.GetGeneration()
 	return cond
-}
-
-func sourceGVR(k shareKind) schema.GroupVersionResource {
-	if k == kindConfigMap {
-		return schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-	}
-	return schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 }
 
 // readyCondition turns the answer to a GET of the share's source into the Ready condition. The

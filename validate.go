@@ -7,7 +7,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -46,34 +45,6 @@ const (
 	ctxEphemeral         = "csi.storage.k8s.io/ephemeral"
 	ctxServiceAccountTok = "csi.storage.k8s.io/serviceAccount.tokens"
 )
-
-// shareKind says which custom resource a volume refers to and which object it copies.
-type shareKind string
-
-const (
-	kindSecret    shareKind = "Secret"
-	kindConfigMap shareKind = "ConfigMap"
-)
-
-// shareResource is the RBAC resource name the `use` verb is checked against.
-func (k shareKind) shareResource() string {
-	if k == kindConfigMap {
-		return "sharedconfigmaps"
-	}
-	return "sharedsecrets"
-}
-
-// shareTypeName is the custom resource's Kind, for messages.
-func (k shareKind) shareTypeName() string { return "Shared" + string(k) }
-
-// shareSpec names one share a volume mounts.
-type shareSpec struct {
-	Kind shareKind `json:"kind"`
-	Name string    `json:"name"`
-}
-
-// String is the form used in the shares attribute and in messages: secret/NAME, configmap/NAME.
-func (s shareSpec) String() string { return strings.ToLower(string(s.Kind)) + "/" + s.Name }
 
 // volumeRequest is a validated NodePublishVolume request.
 type volumeRequest struct {
@@ -201,26 +172,14 @@ func cutSegments(segs, prefix []string) ([]string, bool) {
 	return segs[len(prefix):], true
 }
 
-// parsePublishRequest validates a NodePublishVolume request without side effects.
+// parsePublishRequest validates a NodePublishVolume request without side effects: the request's
+// own fields, then the pod information and target path the kubelet sends, then the attributes the
+// pod's author set.
 func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) (*volumeRequest, error) {
 	if err := validateVolumeID(req.GetVolumeId()); err != nil {
 		return nil, err
 	}
-	capability := req.GetVolumeCapability()
-	if capability == nil {
-		return nil, invalidf("volume_capability is required")
-	}
-	if capability.GetBlock() != nil || capability.GetMount() == nil {
-		return nil, invalidf("only the mount access type is supported: this driver provides files, not a block device")
-	}
-	if fs := capability.GetMount().GetFsType(); fs != "" && fs != "tmpfs" {
-		return nil, invalidf("fs_type %q is not supported: volumes are always tmpfs", fs)
-	}
-	mountContext, err := parseMountFlags(capability.GetMount().GetMountFlags())
-	if err != nil {
-		return nil, err
-	}
-	gid, err := parseMountGroup(capability.GetMount().GetVolumeMountGroup())
+	mountContext, gid, err := parseVolumeCapability(req.GetVolumeCapability())
 	if err != nil {
 		return nil, err
 	}
@@ -253,30 +212,60 @@ func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) 
 	if err := validateTargetPath(kubeletRoot, v.TargetPath, v.PodUID); err != nil {
 		return nil, err
 	}
+	if err := parseVolumeAttributes(vc, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
 
+// parseVolumeCapability accepts a mount of tmpfs (or of no fs type) and returns its SELinux
+// context mount option ("" for none) and the pod's fsGroup (-1 for none).
+func parseVolumeCapability(capability *csi.VolumeCapability) (mountContext string, gid int, err error) {
+	if capability == nil {
+		return "", 0, invalidf("volume_capability is required")
+	}
+	if capability.GetBlock() != nil || capability.GetMount() == nil {
+		return "", 0, invalidf("only the mount access type is supported: this driver provides files, not a block device")
+	}
+	if fs := capability.GetMount().GetFsType(); fs != "" && fs != "tmpfs" {
+		return "", 0, invalidf("fs_type %q is not supported: volumes are always tmpfs", fs)
+	}
+	if mountContext, err = parseMountFlags(capability.GetMount().GetMountFlags()); err != nil {
+		return "", 0, err
+	}
+	if gid, err = parseMountGroup(capability.GetMount().GetVolumeMountGroup()); err != nil {
+		return "", 0, err
+	}
+	return mountContext, gid, nil
+}
+
+// parseVolumeAttributes reads what the pod author set in the volume's volumeAttributes into v:
+// the shares, refreshResource, defaultMode and items. Keys the kubelet adds are skipped; any
+// other key is an error, so that a misspelt attribute is not silently ignored.
+func parseVolumeAttributes(vc map[string]string, v *volumeRequest) error {
 	shares, err := parseShareAttributes(vc)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	v.Shares = shares
 	if s, ok := vc[attrRefreshResource]; ok {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
-			return nil, invalidf("volumeAttribute %s must be \"true\" or \"false\", not %q", attrRefreshResource, s)
+			return invalidf("volumeAttribute %s must be \"true\" or \"false\", not %q", attrRefreshResource, s)
 		}
 		v.Refresh = b
 	}
 	if s, ok := vc[attrDefaultMode]; ok {
 		m, err := parseMode(s)
 		if err != nil {
-			return nil, invalidf("volumeAttribute %s: %v", attrDefaultMode, err)
+			return invalidf("volumeAttribute %s: %v", attrDefaultMode, err)
 		}
 		v.DefaultMode = m
 	}
 	if s, ok := vc[attrItems]; ok {
 		items, err := parseItems(s, v.Shares)
 		if err != nil {
-			return nil, invalidf("volumeAttribute %s: %v", attrItems, err)
+			return invalidf("volumeAttribute %s: %v", attrItems, err)
 		}
 		v.Items = items
 	}
@@ -290,31 +279,30 @@ func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) 
 		if strings.HasPrefix(k, kubeletKeyPrefix) {
 			continue
 		}
-		return nil, invalidf("unknown volumeAttribute %q: supported are %s, %s, %s, %s, %s and %s",
+		return invalidf("unknown volumeAttribute %q: supported are %s, %s, %s, %s, %s and %s",
 			k, attrSharedSecret, attrSharedConfigMap, attrShares, attrRefreshResource, attrDefaultMode, attrItems)
 	}
-	return v, nil
+	return nil
 }
 
 // parseShareAttributes reads which shares a volume mounts: exactly one of sharedSecret: NAME,
 // sharedConfigMap: NAME (OpenShift's attributes) or shares: "secret/NAME, configmap/NAME, ...".
 func parseShareAttributes(vc map[string]string) ([]shareSpec, error) {
-	secretName, hasSecret := vc[attrSharedSecret]
-	cmName, hasCM := vc[attrSharedConfigMap]
-	list, hasList := vc[attrShares]
 	var shares []shareSpec
-	switch n := btoi(hasSecret) + btoi(hasCM) + btoi(hasList); {
-	case n > 1:
+	for _, row := range shareKindTable {
+		if name, ok := vc[row.attribute]; ok {
+			shares = append(shares, shareSpec{Kind: row.kind, Name: name})
+		}
+	}
+	list, hasList := vc[attrShares]
+	switch {
+	case len(shares)+btoi(hasList) > 1:
 		return nil, invalidf("set exactly one of volumeAttributes %s, %s and %s, not several", attrSharedSecret, attrSharedConfigMap, attrShares)
-	case hasSecret:
-		shares = []shareSpec{{Kind: kindSecret, Name: secretName}}
-	case hasCM:
-		shares = []shareSpec{{Kind: kindConfigMap, Name: cmName}}
 	case hasList:
 		for _, entry := range strings.Split(list, ",") {
 			entry = strings.TrimSpace(entry)
 			kind, name, ok := strings.Cut(entry, "/")
-			s := shareSpec{Kind: map[string]shareKind{"secret": kindSecret, "configmap": kindConfigMap}[kind], Name: name}
+			s := shareSpec{Kind: kindOfListName(kind), Name: name}
 			if !ok || s.Kind == "" {
 				return nil, invalidf("volumeAttribute %s: entry %q is not secret/NAME or configmap/NAME", attrShares, entry)
 			}
@@ -326,7 +314,7 @@ func parseShareAttributes(vc map[string]string) ([]shareSpec, error) {
 		if len(shares) > maxShares {
 			return nil, invalidf("volumeAttribute %s lists %d shares; at most %d", attrShares, len(shares), maxShares)
 		}
-	default:
+	case len(shares) == 0:
 		return nil, invalidf("set one of volumeAttributes %s or %s to the name of a share (or %s to a list of them)", attrSharedSecret, attrSharedConfigMap, attrShares)
 	}
 	for _, s := range shares {
@@ -403,7 +391,7 @@ func parseItems(s string, shares []shareSpec) ([]item, error) {
 		items = append(items, it)
 	}
 	for p := range paths {
-		for dir := path.Dir(p); dir != "."; dir = path.Dir(dir) {
+		for dir := range atomicwriter.ParentDirs(p) {
 			if paths[dir] {
 				return nil, fmt.Errorf("path %q is a file and also the directory of %q", dir, p)
 			}

@@ -6,6 +6,7 @@ package atomicwriter
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"math"
 	"os"
@@ -82,6 +83,19 @@ func ValidatePath(p string) error {
 	return nil
 }
 
+// ParentDirs yields the directories a payload path implies, nearest first: "a/b/c" yields "a/b",
+// then "a"; a path of one segment yields nothing. It is the one walk over a path's parents that
+// the payload rules (a file cannot also be the directory of another) and their callers share.
+func ParentDirs(p string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for i := strings.LastIndexByte(p, '/'); i > 0; i = strings.LastIndexByte(p[:i], '/') {
+			if !yield(p[:i]) {
+				return
+			}
+		}
+	}
+}
+
 // validatePayload checks everything about a payload that can be checked without looking at the
 // disk, and returns its paths sorted: with several problems the error is the same every time,
 // and files are written in a stable order.
@@ -98,13 +112,13 @@ func validatePayload(files map[string]File, gid int) ([]string, error) {
 			return nil, fmt.Errorf("path %q: mode %v has bits other than permissions (0777)", p, m)
 		}
 	}
-	// A path cannot be a file and the directory of another file at once.
+	// A path cannot be a file and the directory of another file at once. (The first path in
+	// sorted order with a file among its parents has exactly one: a second, deeper one would be a
+	// path sorted before it with a file parent.)
 	for _, p := range paths {
-		for i := 0; i < len(p); i++ {
-			if p[i] == '/' {
-				if _, ok := files[p[:i]]; ok {
-					return nil, fmt.Errorf("path %q conflicts with path %q: it would have to be both a file and a directory", p[:i], p)
-				}
+		for dir := range ParentDirs(p) {
+			if _, ok := files[dir]; ok {
+				return nil, fmt.Errorf("path %q conflicts with path %q: it would have to be both a file and a directory", dir, p)
 			}
 		}
 	}

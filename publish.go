@@ -1,0 +1,228 @@
+package main
+
+// NodePublishVolume's work, in two halves: fetchVolume checks and fetches every share and
+// composes the pod's view without writing anything, so a volume is published whole or not at
+// all; createVolume then makes it on the node, step by step, and undoes exactly the steps that
+// ran when one fails. csi.go has validated the request and holds the volume's lock.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+)
+
+// reservedBytes is tmpfs room kept for the record and directory entries.
+const reservedBytes = 64 << 10
+
+// publish makes v's data visible, read-only, at its target path. The caller holds v's lock.
+func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
+	if rec, ok := d.store.get(v.VolumeID); ok {
+		if !rec.sameRequest(v) {
+			return status.Errorf(codes.AlreadyExists, "volume %s is already published with other arguments (%s for pod %s/%s at %s)",
+				v.VolumeID, rec.describe(), rec.PodNamespace, rec.PodName, rec.TargetPath)
+		}
+		return d.ensureBind(rec)
+	}
+	// The target's path is checked (no symlink, parents present) before any API call or mount;
+	// again in createVolume, just before the driver creates it.
+	if _, err := d.checkTarget(v.TargetPath); err != nil {
+		return err
+	}
+	rec, view, err := d.fetchVolume(ctx, v)
+	if err != nil {
+		return err
+	}
+	if err := d.createVolume(rec, view); err != nil {
+		return err
+	}
+	klog.V(2).InfoS("Published volume", "volumeID", v.VolumeID, "shares", rec.describe(),
+		"pod", klog.KRef(v.PodNamespace, v.PodName), "files", len(view.files))
+	return nil
+}
+
+// fetchVolume checks and fetches every share of v and composes the pod's view. It writes nothing.
+func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecord, volumeView, error) {
+	rec := newVolumeRecord(v)
+	perShare := make([]map[string]atomicwriter.File, len(v.Shares))
+	var size int64
+	for i, spec := range v.Shares {
+		sh, src, err := d.fetchShare(ctx, v, spec)
+		if err != nil {
+			return volumeRecord{}, volumeView{}, err
+		}
+		rec.Shares = append(rec.Shares, shareState{shareSpec: spec,
+			SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion})
+		if perShare[i], err = rec.project(i, src.Files); err != nil {
+			return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", spec.Kind, sh.SourceNamespace, sh.SourceName, err)
+		}
+		size += src.Size
+	}
+	view := composeView(v.Shares, perShare)
+	if len(view.conflicts) > 0 {
+		c := view.conflicts[0]
+		return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s and %s both provide the file %q: select and rename keys with the volumeAttribute %s",
+			c.Kept, c.Dropped, c.Path, attrItems)
+	}
+	// Twice: each share's copy, and during an update the new copy beside the old one, which the
+	// pod's view still shows until it is swapped. The view itself costs nothing: its files are
+	// hard links to the copies' (volumeLayout.writeView). Should linking ever fail, the files are
+	// written, and an update that then runs out of room fails and leaves the volume as it was.
+	if need := 2*size + reservedBytes; need > d.tmpfsSize {
+		return volumeRecord{}, volumeView{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s hold %d bytes; a volume needs twice that plus %d bytes, more than the tmpfs size limit of %d bytes (raise --tmpfs-size)",
+			v.VolumeID, size, reservedBytes, d.tmpfsSize)
+	}
+	return rec, view, nil
+}
+
+// createVolume makes a fetched volume on the node: its dir, its tmpfs, the shares' copies and the
+// view, the record, the target, the bind. Each step registers its undo; if a later step fails,
+// the undos run in reverse and the node is as before.
+func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
+	var undo []func()
+	succeeded := false
+	defer func() {
+		if !succeeded {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+
+	vol := d.store.layout(rec)
+	if err := d.prepareVolumeDir(vol.dir); err != nil {
+		return status.Errorf(codes.Internal, "creating volume dir: %v", err)
+	}
+	undo = append(undo, func() { removeDirLogged(vol.dir) })
+	d.crash.reached(stepPublishDir)
+	if err := mountTmpfs(vol.dir, d.tmpfsSize, rec.MountContext); err != nil {
+		if rec.MountContext != "" {
+			return status.Errorf(codes.FailedPrecondition, "mounting tmpfs for volume %s with the SELinux option %s failed (is SELinux enabled on this node?): %v", rec.VolumeID, rec.MountContext, err)
+		}
+		return status.Errorf(codes.Internal, "mounting tmpfs for volume %s: %v", rec.VolumeID, err)
+	}
+	undo = append(undo, func() { unmountLogged(vol.dir) })
+	d.crash.reached(stepPublishTmpfs)
+	if err := vol.populate(view); err != nil {
+		return writeError(rec.VolumeID, d.tmpfsSize, err)
+	}
+	d.crash.reached(stepPublishData)
+	exists, err := d.checkTarget(rec.TargetPath)
+	if err != nil {
+		return err
+	}
+	// The record says the driver creates the target before it does, so that a crash between
+	// the two still leaves a record that owns the directory.
+	rec.CreatedTarget = !exists
+	if err := d.store.save(rec); err != nil {
+		return status.Errorf(codes.Internal, "%v", err)
+	}
+	undo = append(undo, func() { d.store.forget(rec.VolumeID) })
+	d.crash.reached(stepPublishRecord)
+	if !exists {
+		if err := createTarget(rec.TargetPath); err != nil {
+			return err
+		}
+		undo = append(undo, func() { removeDirLogged(rec.TargetPath) })
+	}
+	d.crash.reached(stepPublishTarget)
+	if err := bindReadOnly(vol.dataDir(), rec.TargetPath); err != nil {
+		return status.Errorf(codes.Internal, "bind-mounting volume %s onto %s: %v", rec.VolumeID, rec.TargetPath, err)
+	}
+	succeeded = true
+	d.crash.reached(stepPublishBind)
+	return nil
+}
+
+// fetchShare looks up one share of a publish, checks the pod may use it and GETs its source.
+func (d *driver) fetchShare(ctx context.Context, v *volumeRequest, spec shareSpec) (share, *sourceData, error) {
+	sh, err := d.shares.get(ctx, spec.Kind, spec.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return sh, nil, status.Errorf(codes.NotFound, "%s %q does not exist: a cluster admin must create it (cluster-scoped, group %s)", spec.Kind.shareTypeName(), spec.Name, shareGroup)
+	case errors.As(err, new(*badShareError)):
+		return sh, nil, status.Errorf(codes.FailedPrecondition, "%v", err)
+	case err != nil:
+		return sh, nil, status.Errorf(codes.Unavailable, "reading %s %q, will retry: %v", spec.Kind.shareTypeName(), spec.Name, err)
+	}
+	key := accessKey{Namespace: v.PodNamespace, ServiceAccount: v.ServiceAccount, Kind: spec.Kind, Share: spec.Name}
+	// The review and the GET of the source go out together: a cold publish then waits for the
+	// slower of the two instead of their sum. The source is only handed out, and its errors
+	// only reported, once access is granted: a denied pod learns nothing about it, not even
+	// whether it exists. (The GET itself reveals nothing to anybody: the driver may read every
+	// shared source, and what it caches stays in its memory.)
+	type fetched struct {
+		src *sourceData
+		err error
+	}
+	got := make(chan fetched, 1)
+	go func() {
+		src, err := d.sources.get(ctx, sh.sourceKey())
+		got <- fetched{src, err}
+	}()
+	dec, err := d.authz.check(ctx, key, false)
+	f := <-got
+	if apierrors.IsForbidden(err) {
+		// The driver's own RBAC is wrong, not the pod's: say what the admin must fix. Still
+		// never a grant; Unavailable so that the kubelet's retry succeeds once it is fixed.
+		return sh, nil, status.Errorf(codes.Unavailable, "cannot check access: the driver's service account may not create "+
+			"subjectaccessreviews.authorization.k8s.io; its ClusterRole (shared-resource-csi-driver in deploy.yaml) must allow it; will retry: %v", err)
+	}
+	if err != nil {
+		// An error is never a grant.
+		return sh, nil, status.Errorf(codes.Unavailable, "cannot check access, will retry: %v", err)
+	}
+	if !dec.Allowed {
+		return sh, nil, status.Error(codes.PermissionDenied, deniedMessage(key, dec.Reason))
+	}
+	if f.err != nil {
+		return sh, nil, sourceError(sh, f.err, d.account)
+	}
+	return sh, f.src, nil
+}
+
+func writeError(volumeID string, limit int64, err error) error {
+	if errors.Is(err, unix.ENOSPC) {
+		return status.Errorf(codes.ResourceExhausted, "writing volume %s: the tmpfs size limit of %d bytes is too small (raise --tmpfs-size): %v", volumeID, limit, err)
+	}
+	return status.Errorf(codes.Internal, "writing volume %s: %v", volumeID, err)
+}
+
+// sourceError maps a failed GET of a share's source to the code the kubelet should see.
+func sourceError(sh share, err error, account driverAccount) error {
+	what := fmt.Sprintf("%s %s/%s (referenced by %s %q)", sh.Kind, sh.SourceNamespace, sh.SourceName, sh.Kind.shareTypeName(), sh.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return status.Errorf(codes.FailedPrecondition, "%s does not exist: create it, or point the share at an existing object", what)
+	case apierrors.IsForbidden(err):
+		// The driver's own read access, granted per source namespace by an admin, is missing:
+		// the kubelet retries, and the mount succeeds once the admin ran what the message says.
+		return status.Errorf(codes.FailedPrecondition, "the driver may not read %s; %s",
+			what, account.grantReadHint(sh.sourceKey()))
+	default:
+		return status.Errorf(codes.Unavailable, "reading %s: %v", what, err)
+	}
+}
+
+// prepareVolumeDir creates the volume's directory. A directory left by an earlier crash holds no
+// live volume (every live volume is in the store), so it is cleaned first.
+func (d *driver) prepareVolumeDir(volDir string) error {
+	if err := os.MkdirAll(d.store.dir, 0o700); err != nil {
+		return err
+	}
+	err := os.Mkdir(volDir, 0o700)
+	if errors.Is(err, os.ErrExist) {
+		klog.InfoS("Removing leftover volume dir", "dir", volDir)
+		d.cleanOrphan(volDir)
+		err = os.Mkdir(volDir, 0o700)
+	}
+	return err
+}

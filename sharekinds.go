@@ -1,0 +1,153 @@
+package main
+
+// The two kinds of share, SharedSecret and SharedConfigMap. Everything that differs between them
+// is one row of shareKindTable; the rest of the driver asks the row and never switches on the
+// kind, so a third kind would be one more row (and a getter in kube.go).
+
+import (
+	"context"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// shareGroup is the API group of both share CRDs, and of the `use` verb RBAC grants on them.
+const shareGroup = "sharedresource.openshift.io"
+
+// shareKind says which custom resource a volume refers to and which object it copies. Its value
+// is the Kind of the source ("Secret", "ConfigMap"); records store it (record.json's "kind"), so
+// the values never change.
+type shareKind string
+
+const (
+	kindSecret    shareKind = "Secret"
+	kindConfigMap shareKind = "ConfigMap"
+)
+
+// shareKindInfo is one kind of share.
+type shareKindInfo struct {
+	kind shareKind
+	// typeName is the CRD's Kind, as messages name it.
+	typeName string
+	// resource is the CRD's resource: in its API path, and what RBAC grants `use` on.
+	resource string
+	// attribute is the volume attribute that names one share of this kind (OpenShift's).
+	attribute string
+	// refField is the spec field naming the source: spec.<refField>.{namespace,name}.
+	refField string
+	// source is the resource of the objects shared: the driver GETs them, and an admin grants
+	// it read on them.
+	source schema.GroupVersionResource
+	// read GETs one source object and returns its files (Size is left to the caller).
+	read func(ctx context.Context, c sourceGetter, namespace, name string, opts metav1.GetOptions) (*sourceData, error)
+}
+
+// shareKindTable is every kind of share: the one place they are described.
+var shareKindTable = []shareKindInfo{
+	{
+		kind:      kindSecret,
+		typeName:  "SharedSecret",
+		resource:  "sharedsecrets",
+		attribute: attrSharedSecret,
+		refField:  "secretRef",
+		source:    schema.GroupVersionResource{Version: "v1", Resource: "secrets"},
+		read:      readSecret,
+	},
+	{
+		kind:      kindConfigMap,
+		typeName:  "SharedConfigMap",
+		resource:  "sharedconfigmaps",
+		attribute: attrSharedConfigMap,
+		refField:  "configMapRef",
+		source:    schema.GroupVersionResource{Version: "v1", Resource: "configmaps"},
+		read:      readConfigMap,
+	},
+}
+
+// info returns the kind's row; ok is false for a kind that is not in the table (only a corrupt
+// record or a bug can hold one: requests and records are checked with known).
+func (k shareKind) info() (info shareKindInfo, ok bool) {
+	for _, row := range shareKindTable {
+		if row.kind == k {
+			return row, true
+		}
+	}
+	return shareKindInfo{}, false
+}
+
+func (k shareKind) known() bool {
+	_, ok := k.info()
+	return ok
+}
+
+// The kind's facts, one accessor each (the zero value for a kind not in the table).
+
+// shareTypeName is the custom resource's Kind, for messages.
+func (k shareKind) shareTypeName() string { i, _ := k.info(); return i.typeName }
+
+// shareResource is the RBAC resource name the `use` verb is checked against.
+func (k shareKind) shareResource() string { i, _ := k.info(); return i.resource }
+
+// shareGVR is the resource of the kind's share objects.
+func shareGVR(k shareKind) schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: shareGroup, Version: "v1alpha1", Resource: k.shareResource()}
+}
+
+// shareRefField is the spec field naming a share's source.
+func shareRefField(k shareKind) string { i, _ := k.info(); return i.refField }
+
+// sourceGVR is the resource of the objects a share of kind k points at.
+func sourceGVR(k shareKind) schema.GroupVersionResource { i, _ := k.info(); return i.source }
+
+// listName is the kind as the shares attribute writes it (secret/NAME, configmap/NAME).
+func (k shareKind) listName() string { return strings.ToLower(string(k)) }
+
+// kindOfListName is the kind a shares attribute entry names, or "" for none.
+func kindOfListName(s string) shareKind {
+	for _, row := range shareKindTable {
+		if row.kind.listName() == s {
+			return row.kind
+		}
+	}
+	return ""
+}
+
+// shareSpec names one share: of a volume (its request and its record, where it is stored as
+// "kind" and "name"), and in the queues of share events and of share status.
+type shareSpec struct {
+	Kind shareKind `json:"kind"`
+	Name string    `json:"name"`
+}
+
+// String is the form used in the shares attribute and in messages: secret/NAME, configmap/NAME.
+func (s shareSpec) String() string { return s.Kind.listName() + "/" + s.Name }
+
+func readSecret(ctx context.Context, c sourceGetter, namespace, name string, opts metav1.GetOptions) (*sourceData, error) {
+	s, err := c.getSecret(ctx, namespace, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	d := &sourceData{Files: make(map[string][]byte, len(s.Data)), ResourceVersion: s.ResourceVersion}
+	for k, v := range s.Data {
+		d.Files[k] = v
+	}
+	return d, nil
+}
+
+// readConfigMap returns data and binaryData both as files (the API server keeps their keys
+// apart).
+func readConfigMap(ctx context.Context, c sourceGetter, namespace, name string, opts metav1.GetOptions) (*sourceData, error) {
+	cm, err := c.getConfigMap(ctx, namespace, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	d := &sourceData{Files: make(map[string][]byte, len(cm.Data)+len(cm.BinaryData)), ResourceVersion: cm.ResourceVersion}
+	for k, v := range cm.Data {
+		d.Files[k] = []byte(v)
+	}
+	for k, v := range cm.BinaryData {
+		d.Files[k] = v
+	}
+	return d, nil
+}
