@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 // Issue 4, bad input: every malformed or hostile request the kubelet (or anything that can reach

@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 // Benchmarks (issue 5): the real driver binary against a real kube-apiserver + etcd, called over

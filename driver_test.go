@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 // End-to-end specification of the driver: the real binary over its CSI socket, a real API

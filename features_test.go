@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 // Issue 6 over the CSI socket: file modes, key selection with renaming, fsGroup ownership and

@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 // The end-to-end harness: the real driver binary, started as a subprocess, called over its CSI

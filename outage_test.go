@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 // Outages: the API server unreachable during a run. The driver reaches it through a TCP proxy

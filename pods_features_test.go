@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 // Real pods for issue 6 and issue 4: a non-root pod reading a 0440 key through its fsGroup, and a

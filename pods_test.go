@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 // The real-pod suite: the driver installed from deploy.yaml as users install it (through the

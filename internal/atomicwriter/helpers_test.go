@@ -10,16 +10,12 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // fileOf is a File literal shortcut for tables.
@@ -263,52 +259,4 @@ func checkLayout(t *testing.T, dir string, files map[string]File, gid int) {
 	if t.Failed() {
 		t.FailNow()
 	}
-}
-
-// needRoot fails the test, loudly, unless it runs as root; why says what needs root.
-func needRoot(t testing.TB, why string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatalf("this test %s and must run as root (euid is %d)", why, os.Geteuid())
-	}
-}
-
-// mountTmpfs mounts a tmpfs of size bytes (nosuid, nodev, noexec, as the driver mounts a
-// volume's) on a fresh temp dir and unmounts it when the test ends, before t.TempDir's own
-// cleanup (cleanups run last-in first-out).
-func mountTmpfs(t *testing.T, size int64) string {
-	t.Helper()
-	needRoot(t, "mounts a tmpfs")
-	dir, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := "size=" + strconv.FormatInt(size, 10) + ",mode=0755"
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, data); err != nil {
-		t.Fatalf("mount tmpfs on %s: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		err := unix.Unmount(dir, 0)
-		for i := 0; errors.Is(err, unix.EBUSY) && i < 5; i++ {
-			time.Sleep(50 * time.Millisecond)
-			err = unix.Unmount(dir, 0)
-		}
-		if err != nil {
-			t.Errorf("cleanup: unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
-// readAs runs cat on path as uid 1000 with the given groups and returns its output and error,
-// so that file modes and group ownership are checked by the kernel, as for a pod.
-func readAs(t *testing.T, path string, groups ...uint32) ([]byte, error) {
-	t.Helper()
-	cat, err := exec.LookPath("cat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(cat, path)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000, Groups: groups}}
-	return cmd.CombinedOutput()
 }

@@ -1,3 +1,5 @@
+//go:build integration
+
 package atomicwriter
 
 // Specifies Writer.Origins: files are hard-linked from an origin dir only when the origin's
