@@ -23,13 +23,13 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -285,7 +285,7 @@ func (d *benchDriver) measureCycle(b *testing.B, c *benchCluster) (time.Duration
 }
 
 // waitRelist polls the driver's metrics until n relist cycles have completed.
-func (d *benchDriver) waitRelist(b *testing.B, n float64) promSamples {
+func (d *benchDriver) waitRelist(b *testing.B, n float64) scrapedMetrics {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		m := d.scrape(b)
@@ -471,8 +471,8 @@ func benchLeaks(b *testing.B, c *benchCluster, f *fleet, n int) {
 	}
 	// Goroutines of finished calls and idle connections wind down within moments; give them
 	// up to 10 s to reach the baseline before taking the figure.
-	gauge := func(m promSamples, name string) float64 { return m.sum(name, nil) }
-	var after promSamples
+	gauge := func(m scrapedMetrics, name string) float64 { return m.sum(name, nil) }
+	var after scrapedMetrics
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		after = d.scrape(b)
@@ -653,7 +653,7 @@ func (c *benchCluster) startDriver(b *testing.B, extra ...string) *benchDriver {
 		metricsURL: "http://" + addr + "/metrics",
 	}
 	d.abortedBackoff = 5 * time.Millisecond
-	eventually(b, 30*time.Second, func() error { _, err := d.scrapeErr(); return err })
+	eventually(b, 30*time.Second, func() error { _, err := scrapeMetrics(d.metricsURL); return err })
 	return d
 }
 
@@ -730,28 +730,12 @@ func (d *benchDriver) unpublishConcurrently(b *testing.B, vols []*testVolume) {
 	}
 }
 
-func (d *benchDriver) scrape(b *testing.B) promSamples {
-	m, err := d.scrapeErr()
+func (d *benchDriver) scrape(b *testing.B) scrapedMetrics {
+	m, err := scrapeMetrics(d.metricsURL)
 	if err != nil {
 		b.Fatalf("reading the driver's metrics: %v", err)
 	}
 	return m
-}
-
-func (d *benchDriver) scrapeErr() (promSamples, error) {
-	resp, err := http.Get(d.metricsURL)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", d.metricsURL, resp.Status)
-	}
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	return parseProm(string(body))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -767,8 +751,8 @@ func (a apiCounts) sub(o apiCounts) apiCounts {
 }
 
 // driverRequests reads the driver's own count of its requests.
-func driverRequests(m promSamples) apiCounts {
-	const name = "sharedresource_api_requests_total"
+func driverRequests(m scrapedMetrics) apiCounts {
+	const name = metricAPIRequests
 	return apiCounts{
 		sar:        m.sum(name, map[string]string{"verb": "create", "resource": "subjectaccessreviews"}),
 		secretGets: m.sum(name, map[string]string{"verb": "get", "resource": "secrets"}),
@@ -782,7 +766,7 @@ func (c *benchCluster) apiserverRequests(b *testing.B) apiCounts {
 	if err != nil {
 		b.Fatalf("reading the API server's metrics: %v", err)
 	}
-	m, err := parseProm(string(raw))
+	m, err := parseMetrics(bytes.NewReader(raw))
 	if err != nil {
 		b.Fatalf("parsing the API server's metrics: %v", err)
 	}
@@ -809,7 +793,7 @@ func (c *benchCluster) startWindow(b *testing.B, d *benchDriver) *apiWindow {
 	return c.startWindowFrom(b, d, d.scrape(b))
 }
 
-func (c *benchCluster) startWindowFrom(b *testing.B, d *benchDriver, m promSamples) *apiWindow {
+func (c *benchCluster) startWindowFrom(b *testing.B, d *benchDriver, m scrapedMetrics) *apiWindow {
 	w := &apiWindow{c: c, d: d, driver: driverRequests(m)}
 	if p := os.Getenv("SRCSI_AUDIT_LOG"); p != "" {
 		fi, err := os.Stat(p)
@@ -827,7 +811,7 @@ func (w *apiWindow) end(b *testing.B) apiWindow {
 }
 
 // endWith closes the window; the result holds the differences.
-func (w *apiWindow) endWith(b *testing.B, m promSamples) apiWindow {
+func (w *apiWindow) endWith(b *testing.B, m scrapedMetrics) apiWindow {
 	as := w.c.apiserverRequests(b)
 	r := apiWindow{apiserver: as.sub(w.apiserver), driver: driverRequests(m).sub(w.driver)}
 	if w.auditPath != "" {
@@ -892,102 +876,6 @@ func auditCounts(path string, offset int64) (apiCounts, error) {
 		}
 	}
 	return a, sc.Err()
-}
-
-// ---------------------------------------------------------------------------------------------
-// Prometheus text format, as much of it as the two /metrics endpoints use.
-
-type promSample struct {
-	name   string
-	labels map[string]string
-	value  float64
-}
-
-type promSamples []promSample
-
-// sum adds the values of the samples with this name whose labels include match.
-func (s promSamples) sum(name string, match map[string]string) float64 {
-	total := 0.0
-	for _, p := range s {
-		if p.name != name {
-			continue
-		}
-		ok := true
-		for k, v := range match {
-			if p.labels[k] != v {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			total += p.value
-		}
-	}
-	return total
-}
-
-// parseProm reads `name{label="value",...} value [timestamp]` lines; comments are skipped.
-func parseProm(text string) (promSamples, error) {
-	var out promSamples
-	for _, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		p := promSample{labels: map[string]string{}}
-		i := strings.IndexAny(line, "{ ")
-		if i < 0 {
-			return nil, fmt.Errorf("bad metrics line %q", line)
-		}
-		p.name, line = line[:i], line[i:]
-		if line[0] == '{' {
-			line = line[1:]
-			for {
-				line = strings.TrimLeft(line, ", ")
-				if strings.HasPrefix(line, "}") {
-					line = line[1:]
-					break
-				}
-				eq := strings.Index(line, "=\"")
-				if eq < 0 {
-					return nil, fmt.Errorf("bad labels in metric %s", p.name)
-				}
-				key := line[:eq]
-				line = line[eq+2:]
-				var val strings.Builder
-				j := 0
-				for ; j < len(line) && line[j] != '"'; j++ {
-					if line[j] == '\\' && j+1 < len(line) {
-						j++
-						switch line[j] {
-						case 'n':
-							val.WriteByte('\n')
-						default:
-							val.WriteByte(line[j])
-						}
-						continue
-					}
-					val.WriteByte(line[j])
-				}
-				if j == len(line) {
-					return nil, fmt.Errorf("unterminated label value in metric %s", p.name)
-				}
-				p.labels[key] = val.String()
-				line = line[j+1:]
-			}
-		}
-		fields := strings.Fields(line)
-		if len(fields) == 0 {
-			return nil, fmt.Errorf("no value for metric %s", p.name)
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("metric %s: %v", p.name, err)
-		}
-		p.value = v
-		out = append(out, p)
-	}
-	return out, nil
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -986,7 +985,7 @@ func TestPodsDeletedLeaveNothingOnTheNode(t *testing.T) {
 		}
 	}
 
-	unpublishes := s.scrape(t).sum(metricCSIOperations, `method="NodeUnpublishVolume"`, `code="OK"`)
+	unpublishes := s.scrape(t).sum(metricCSIOperations, map[string]string{"method": "NodeUnpublishVolume", "code": "OK"})
 	start := time.Now()
 	if err := s.kube.CoreV1().Pods(ns).Delete(context.Background(), "app", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -1012,7 +1011,7 @@ func TestPodsDeletedLeaveNothingOnTheNode(t *testing.T) {
 	if log := s.driverLog(t); !strings.Contains(log, `"Unpublished volume" volumeID="`+v.id+`"`) {
 		t.Errorf("the driver log has no NodeUnpublishVolume of %s", v.id)
 	}
-	if n := s.scrape(t).sum(metricCSIOperations, `method="NodeUnpublishVolume"`, `code="OK"`); n <= unpublishes {
+	if n := s.scrape(t).sum(metricCSIOperations, map[string]string{"method": "NodeUnpublishVolume", "code": "OK"}); n <= unpublishes {
 		t.Errorf("the driver counted no successful NodeUnpublishVolume (%v before, %v after)", unpublishes, n)
 	}
 }
@@ -1073,7 +1072,7 @@ func TestPodsHundredOnOneShare(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if n := s.scrape(t).sum(metricVolumes); int(n) != want {
+		if n := s.scrape(t).sum(metricVolumes, nil); int(n) != want {
 			return fmt.Errorf("the driver has %v volumes, running pods mount %d", n, want)
 		}
 		return nil
@@ -1177,7 +1176,7 @@ func TestPodsHundredOnOneShare(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if n := s.scrape(t).sum(metricVolumes); int(n) != others {
+		if n := s.scrape(t).sum(metricVolumes, nil); int(n) != others {
 			return fmt.Errorf("the driver still has %v volumes, running pods mount %d", n, others)
 		}
 		return nil
@@ -1221,7 +1220,7 @@ type podsWindow struct {
 	s           *podSuite
 	start       time.Time
 	auditOffset int64
-	metrics     driverMetrics
+	metrics     scrapedMetrics
 }
 
 type windowResult struct {
@@ -1249,7 +1248,7 @@ func (w *podsWindow) end(t *testing.T) windowResult {
 	t.Helper()
 	m := w.s.scrape(t)
 	r := windowResult{duration: time.Since(w.start)}
-	r.cycles = int(m.sum(metricRelistCycles) - w.metrics.sum(metricRelistCycles))
+	r.cycles = int(m.sum(metricRelistCycles, nil) - w.metrics.sum(metricRelistCycles, nil))
 	metered := m.requests().minus(w.metrics.requests())
 	r.metered = metered.total()
 	if w.s.auditLog == "" {
@@ -1268,30 +1267,6 @@ func (w *podsWindow) end(t *testing.T) windowResult {
 	return r
 }
 
-// requestCounts is API requests by "verb/resource".
-type requestCounts map[string]int
-
-// total counts all requests but Leases'.
-func (c requestCounts) total() int {
-	n := 0
-	for k, v := range c {
-		if !strings.HasSuffix(k, "/leases") {
-			n += v
-		}
-	}
-	return n
-}
-
-func (c requestCounts) minus(before requestCounts) requestCounts {
-	out := requestCounts{}
-	for k, v := range c {
-		if d := v - before[k]; d != 0 {
-			out[k] = d
-		}
-	}
-	return out
-}
-
 // measureCycles counts the requests of exactly n relist cycles: from just after one cycle ends
 // to just after the n-th next one ends.
 func (s *podSuite) measureCycles(t *testing.T, n int) windowResult {
@@ -1306,9 +1281,9 @@ func (s *podSuite) measureCycles(t *testing.T, n int) windowResult {
 
 func (s *podSuite) waitCycles(t *testing.T, n int) {
 	t.Helper()
-	c0 := s.scrape(t).sum(metricRelistCycles)
+	c0 := s.scrape(t).sum(metricRelistCycles, nil)
 	eventually(t, time.Duration(n+1)*(podsRelist+podsRelistSlack), func() error {
-		if c := s.scrape(t).sum(metricRelistCycles); c < c0+float64(n) {
+		if c := s.scrape(t).sum(metricRelistCycles, nil); c < c0+float64(n) {
 			return fmt.Errorf("%v of %d relist cycles", c-c0, n)
 		}
 		return nil
@@ -1353,78 +1328,18 @@ func auditedDriverRequests(path string, offset, end int64) (requestCounts, error
 const (
 	metricRelistCycles  = "sharedresource_relist_cycle_duration_seconds_count"
 	metricVolumes       = "sharedresource_volumes"
-	metricAPIRequests   = "sharedresource_api_requests_total"
 	metricCSIOperations = "sharedresource_csi_operations_total"
 )
 
-// driverMetrics is one scrape of the driver pod's /metrics: series ("name{labels}") -> value.
-type driverMetrics map[string]float64
-
 // scrape reads the driver pod's /metrics (it is on the node's network).
-func (s *podSuite) scrape(t *testing.T) driverMetrics {
+func (s *podSuite) scrape(t *testing.T) scrapedMetrics {
 	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + s.nodeIP + ":" + driverMetricsPort + "/metrics")
+	m, err := scrapeMetrics("http://" + s.nodeIP + ":" + driverMetricsPort + "/metrics")
 	if err != nil {
 		t.Fatalf("the driver's /metrics: %v", err)
 	}
-	defer resp.Body.Close()
-	m := driverMetrics{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndex(line, " ")
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
-		}
-		m[line[:i]] = v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := m[metricRelistCycles]; !ok {
+	if !m.has(metricRelistCycles, nil) {
 		t.Fatalf("the driver's /metrics has no %s", metricRelistCycles)
 	}
 	return m
-}
-
-// sum adds up the series of a metric whose labels contain every part (e.g. `method="X"`).
-func (m driverMetrics) sum(name string, parts ...string) float64 {
-	total := 0.0
-	for series, v := range m {
-		if series != name && !strings.HasPrefix(series, name+"{") {
-			continue
-		}
-		match := true
-		for _, p := range parts {
-			match = match && strings.Contains(series, p)
-		}
-		if match {
-			total += v
-		}
-	}
-	return total
-}
-
-// requests is the driver's own count of its API requests by verb/resource.
-func (m driverMetrics) requests() requestCounts {
-	label := func(series, name string) string {
-		i := strings.Index(series, name+`="`)
-		if i < 0 {
-			return ""
-		}
-		rest := series[i+len(name)+2:]
-		return rest[:strings.Index(rest, `"`)]
-	}
-	out := requestCounts{}
-	for series, v := range m {
-		if strings.HasPrefix(series, metricAPIRequests+"{") {
-			out[label(series, "verb")+"/"+label(series, "resource")] += int(v)
-		}
-	}
-	return out
 }
