@@ -22,13 +22,10 @@ package main
 // BENCH_SMOKE=1 shrinks every scenario so that the whole suite runs in a minute or two (CI).
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -841,41 +838,18 @@ func (w apiWindow) report(b *testing.B, prefix string) {
 // auditCounts counts, in the audit log from offset on, the completed requests sent with the
 // driver's user agent (main.go sets it to shared-resource-csi/<version>).
 func auditCounts(path string, offset int64) (apiCounts, error) {
-	f, err := os.Open(path)
+	fi, err := os.Stat(path)
 	if err != nil {
 		return apiCounts{}, err
 	}
-	defer f.Close()
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return apiCounts{}, err
+	c, err := auditedRequests(path, offset, fi.Size(), func(ev auditEvent) bool {
+		return ev.Stage == "ResponseComplete" && strings.HasPrefix(ev.UserAgent, "shared-resource-csi/")
+	})
+	a := apiCounts{sar: float64(c["create/subjectaccessreviews"]), secretGets: float64(c["get/secrets"])}
+	for _, n := range c {
+		a.all += float64(n)
 	}
-	var a apiCounts
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var ev struct {
-			Stage     string `json:"stage"`
-			Verb      string `json:"verb"`
-			UserAgent string `json:"userAgent"`
-			ObjectRef *struct {
-				Resource string `json:"resource"`
-			} `json:"objectRef"`
-		}
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Stage != "ResponseComplete" || !strings.HasPrefix(ev.UserAgent, "shared-resource-csi/") {
-			continue // a line being written, or another client's request
-		}
-		a.all++
-		if ev.ObjectRef == nil {
-			continue
-		}
-		switch {
-		case ev.Verb == "create" && ev.ObjectRef.Resource == "subjectaccessreviews":
-			a.sar++
-		case ev.Verb == "get" && ev.ObjectRef.Resource == "secrets":
-			a.secretGets++
-		}
-	}
-	return a, sc.Err()
+	return a, err
 }
 
 // ---------------------------------------------------------------------------------------------

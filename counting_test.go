@@ -1,16 +1,23 @@
 package main
 
 // Specification of how the tests count what the driver did, the ground under every figure the
-// cluster suites and the benchmarks assert or report: a /metrics endpoint (the driver's, the API
-// server's) is read with expfmt, the Prometheus text format's own parser, into samples named as
-// the text names them (a histogram's _bucket, _sum and _count included), summed by name and
-// labels. The helpers are pure, so they are specified here on fixed input, without a cluster.
+// cluster suites and the benchmarks assert or report:
+//   - a /metrics endpoint (the driver's, the API server's) is read with expfmt, the Prometheus
+//     text format's own parser, into samples named as the text names them (a histogram's
+//     _bucket, _sum and _count included), summed by name and labels;
+//   - the API server's audit log is read between two offsets, each request counted once, by
+//     "verb/resource", whatever stages it logged, for the requests a caller picks.
+// The helpers are pure, so they are specified here on fixed input, without a cluster.
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -124,6 +131,48 @@ func (c requestCounts) minus(before requestCounts) requestCounts {
 	return out
 }
 
+// auditEvent is what the tests read of one line of the API server's audit log (Metadata level:
+// one line per stage of a request, the stages of one request sharing its audit ID).
+type auditEvent struct {
+	AuditID   string `json:"auditID"`
+	Stage     string `json:"stage"`
+	Verb      string `json:"verb"`
+	UserAgent string `json:"userAgent"`
+	User      struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef struct {
+		Resource string `json:"resource"` // "" for a request about no object (e.g. /version)
+	} `json:"objectRef"`
+}
+
+// auditedRequests counts, by "verb/resource", the requests the audit log at path recorded
+// between the byte offsets offset and end: each request once, at its first line that pick
+// accepts. A line that is not a whole event (the last one, being written) is skipped.
+func auditedRequests(path string, offset, end int64, pick func(auditEvent) bool) (requestCounts, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	counts := requestCounts{}
+	sc := bufio.NewScanner(io.LimitReader(f, end-offset))
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var ev auditEvent
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || !pick(ev) || seen[ev.AuditID] {
+			continue
+		}
+		seen[ev.AuditID] = true
+		counts[ev.Verb+"/"+ev.ObjectRef.Resource]++
+	}
+	return counts, sc.Err()
+}
+
 // The text format as the driver's and the API server's registries write it: HELP and TYPE
 // lines, labels in any order with escaped values, a histogram (read as its _bucket, _sum and
 // _count samples) and an untyped sample.
@@ -194,5 +243,62 @@ untyped_sample 1
 		if _, err := parseMetrics(strings.NewReader(bad)); err == nil {
 			t.Errorf("parseMetrics(%q) accepted it", bad)
 		}
+	}
+}
+
+// Each request once, whatever stages it logged, only between the offsets, only those picked; a
+// line being written is skipped.
+func TestAuditedRequestsCountEachRequestOnce(t *testing.T) {
+	const (
+		driver = "system:serviceaccount:csi-sharedresource:shared-resource-csi-driver"
+		ua     = "shared-resource-csi/v1"
+	)
+	line := func(id, stage, user, agent, verb, resource string) string {
+		ev := map[string]any{"auditID": id, "stage": stage, "user": map[string]any{"username": user}, "userAgent": agent, "verb": verb}
+		if resource != "" {
+			ev["objectRef"] = map[string]any{"resource": resource}
+		}
+		b, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b) + "\n"
+	}
+	before := line("0", "ResponseComplete", driver, ua, "get", "secrets") // before the window
+	window := line("1", "RequestReceived", driver, ua, "create", "subjectaccessreviews") +
+		line("1", "ResponseComplete", driver, ua, "create", "subjectaccessreviews") +
+		line("2", "RequestReceived", "admin", "kubectl/v1", "get", "secrets") + // someone else's
+		line("2", "ResponseComplete", "admin", "kubectl/v1", "get", "secrets") +
+		line("3", "RequestReceived", driver, ua, "watch", "secrets") + // a watch, still open
+		line("3", "ResponseStarted", driver, ua, "watch", "secrets") +
+		line("4", "RequestReceived", driver, ua, "get", "secrets") + // not complete yet
+		line("5", "ResponseComplete", driver, ua, "get", "") + // no object: /version
+		line("6", "RequestReceived", driver, ua, "update", "leases") +
+		line("6", "ResponseComplete", driver, ua, "update", "leases") +
+		`{"auditID":"7","stage":"Resp` // being written
+	after := "\n" + line("8", "ResponseComplete", driver, ua, "get", "secrets") // after the window
+	path := filepath.Join(t.TempDir(), "audit.log")
+	if err := os.WriteFile(path, []byte(before+window+after), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start, end := int64(len(before)), int64(len(before)+len(window))
+
+	byUser, err := auditedRequests(path, start, end, func(ev auditEvent) bool { return ev.User.Username == driver })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := requestCounts{"create/subjectaccessreviews": 1, "watch/secrets": 1, "get/secrets": 1, "get/": 1, "update/leases": 1}
+	if fmt.Sprint(byUser) != fmt.Sprint(want) {
+		t.Errorf("the driver's requests = %v, want %v", byUser, want)
+	}
+	completed, err := auditedRequests(path, start, end, func(ev auditEvent) bool {
+		return ev.Stage == "ResponseComplete" && strings.HasPrefix(ev.UserAgent, "shared-resource-csi/")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = requestCounts{"create/subjectaccessreviews": 1, "get/": 1, "update/leases": 1}
+	if fmt.Sprint(completed) != fmt.Sprint(want) {
+		t.Errorf("the driver's completed requests = %v, want %v", completed, want)
 	}
 }

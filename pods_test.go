@@ -13,7 +13,6 @@ package main
 // run alone (they restart the driver and count its API requests), the others in parallel.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -1259,7 +1258,10 @@ func (w *podsWindow) end(t *testing.T) windowResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	audited, err := auditedDriverRequests(w.s.auditLog, w.auditOffset, fi.Size())
+	// Every request of the driver's service account, whatever stage it got to.
+	audited, err := auditedRequests(w.s.auditLog, w.auditOffset, fi.Size(), func(ev auditEvent) bool {
+		return ev.User.Username == driverUser
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1288,41 +1290,6 @@ func (s *podSuite) waitCycles(t *testing.T, n int) {
 		}
 		return nil
 	})
-}
-
-// auditedDriverRequests counts the requests the driver's service account made, as the API
-// server's audit log (Metadata level, one event per stage) recorded them between two offsets.
-func auditedDriverRequests(path string, offset, end int64) (requestCounts, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return nil, err
-	}
-	ids := map[string]bool{}
-	counts := requestCounts{}
-	sc := bufio.NewScanner(io.LimitReader(f, end-offset))
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var ev struct {
-			AuditID string `json:"auditID"`
-			User    struct {
-				Username string `json:"username"`
-			} `json:"user"`
-			Verb      string `json:"verb"`
-			ObjectRef struct {
-				Resource string `json:"resource"`
-			} `json:"objectRef"`
-		}
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.User.Username != driverUser || ids[ev.AuditID] {
-			continue // a partly written last line, someone else's request, or a later stage
-		}
-		ids[ev.AuditID] = true
-		counts[ev.Verb+"/"+ev.ObjectRef.Resource]++
-	}
-	return counts, sc.Err()
 }
 
 const (
