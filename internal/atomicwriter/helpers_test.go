@@ -140,11 +140,17 @@ func ownerOf(t *testing.T, path string) (uid, gid uint32) {
 	return st.Uid, st.Gid
 }
 
-// checkLayout asserts that dir is exactly the writer's layout for files written with gid: one
-// payload dir that ..data points at, holding exactly the files (with their modes) and the dirs
-// between them (mode 0755), all owned by 0:gid (gid >= 0) or by the test's euid:egid (gid < 0);
-// one top-level link per first segment, "<seg> -> ..data/<seg>", and nothing else at the top;
-// every file readable through its top-level link with its mode; and ReadFiles agreeing.
+// checkLayout asserts that dir is exactly the writer's layout for files written with gid (nil
+// files: the empty set, a revoked volume), the one check of a written dir that every test and
+// fuzz target of the writer makes:
+//   - one payload dir, and ..data pointing at it;
+//   - at the top, ..data, the payload dir and one link "<seg> -> ..data/<seg>" per first path
+//     segment, and nothing else;
+//   - in the payload dir, exactly the files (with their modes) and the dirs between them (mode
+//     0755), all owned by 0:gid (gid >= 0) or by the test's euid:egid (gid < 0);
+//   - every file read through its top-level link, as a pod reads it, with its bytes and mode;
+//   - no link anywhere under dir absolute, dangling or leading out of dir;
+//   - and ReadFiles agreeing.
 func checkLayout(t *testing.T, dir string, files map[string]File, gid int) {
 	t.Helper()
 	ts := payloadDirs(t, dir)
@@ -248,6 +254,30 @@ func checkLayout(t *testing.T, dir string, files map[string]File, gid int) {
 		if !fi.Mode().IsRegular() || fi.Mode().Perm() != f.Mode {
 			t.Errorf("%s resolves to mode %v, want regular %v", p, fi.Mode(), f.Mode)
 		}
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.Type()&fs.ModeSymlink == 0 {
+			return err
+		}
+		link, err := os.Readlink(p)
+		if err != nil {
+			return err
+		}
+		if filepath.IsAbs(link) {
+			t.Errorf("%s is an absolute link to %q: it would resolve differently in the pod", p, link)
+		} else if to, err := filepath.EvalSymlinks(p); err != nil {
+			t.Errorf("%s -> %q dangles: %v", p, link, err)
+		} else if !strings.HasPrefix(to, real+"/") {
+			t.Errorf("%s -> %q resolves to %s, outside %s", p, link, to, real)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	got, err := ReadFiles(dir)
 	if err != nil {
