@@ -2,10 +2,11 @@
 
 package main
 
-// Benchmarks (issue 5): the real driver binary against a real kube-apiserver + etcd, called over
-// its CSI socket by the benchmark playing the kubelet, as in harness_test.go. They measure what
-// the design promises: publishes are fast, the API server sees one request per distinct question
-// rather than one per volume, and the driver's memory does not grow with the cluster's Secrets.
+// Benchmarks of the driver's cost: the real driver binary against a real kube-apiserver + etcd,
+// called over its CSI socket by the benchmark playing the kubelet, as in harness_test.go. They
+// measure what the design promises: publishes are fast, the API server sees one request per
+// distinct question rather than one per volume, and the driver's memory does not grow with the
+// cluster's Secrets.
 //
 // Run them with `make bench` (hack/bench.sh), which writes BENCHMARKS.md from their output
 // (tools/benchtable). Each sub-benchmark is one whole scenario per run (-benchtime=1x) and
@@ -15,7 +16,7 @@ package main
 //
 // API requests are counted three ways, each over a window in which nothing else asks the API
 // server for SubjectAccessReviews or Secrets: at the API server (apiserver_request_total, the
-// figure the issue asks for), by the driver itself (sharedresource_api_requests_total), and, when
+// figure BENCHMARKS.md gives), by the driver itself (sharedresource_api_requests_total), and, when
 // the local cluster's audit log is available ($SRCSI_AUDIT_LOG), by the audit events whose user
 // agent is the driver's.
 //
@@ -45,7 +46,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// benchScale is the size of every scenario: the issue's figures, or a smoke run's.
+// benchScale is the size of every scenario: a full run's (BENCHMARKS.md), or a smoke run's.
 type benchScale struct {
 	coldSamples, warmSamples int   // publishes per latency run
 	throughputVolumes        []int // volumes per throughput run

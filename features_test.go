@@ -2,8 +2,10 @@
 
 package main
 
-// Issue 6 over the CSI socket: file modes, key selection with renaming, fsGroup ownership and
-// SELinux mount options. (The same with real pods and a non-root user is in pods_test.go.)
+// Specification of what a volume holds, over the CSI socket: file modes, key selection with
+// renaming, fsGroup ownership, SELinux mount options, several shares in one volume, and the
+// /metrics and health endpoints. (A non-root pod reading through its fsGroup, with real pods, is
+// in pods_features_test.go.)
 
 import (
 	"fmt"

@@ -5,9 +5,9 @@ package main
 // The real-pod suite: the driver installed from deploy.yaml as users install it (through the
 // test overlay, hack/deploy-overlay.sh, which only swaps the image and shortens the relist
 // interval), a real kubelet calling it, real pods reading their volumes. Each test is one user
-// story of issue 3. They run in the local cluster's network namespace (hack/test.sh, or
-// `hack/cluster.sh exec -- go test -tags integration -run TestPods .`), on the node itself as
-// root, so they can also look at what the volumes leave on the node.
+// story (docs/local-cluster.md lists them). They run in the local cluster's network namespace
+// (hack/test.sh, or `hack/cluster.sh exec -- go test -tags integration -run TestPods .`), on the
+// node itself as root, so they can also look at what the volumes leave on the node.
 //
 // All run after the package's other tests; TestPodsDriverRecreated and TestPodsHundredOnOneShare
 // run alone (they restart the driver and count its API requests), the others in parallel.

@@ -1,7 +1,8 @@
 package atomicwriter
 
 // Helpers of the writer's tests. They look at the disk with plain os calls, never through the
-// code under test (except checkLayout's last check, which is that ReadFiles agrees).
+// code under test (except that payloadDirs knows a payload dir by isPayloadDirName, and that
+// checkLayout's last check is that ReadFiles agrees).
 
 import (
 	"bytes"
