@@ -11,15 +11,16 @@ IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/$(BINARY) .
 
-## vet: go vet and gofmt.
+## vet: go vet of both test tiers (with and without the build tag integration), and gofmt.
 vet:
 	go vet ./...
+	go vet -tags integration ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 
-## unit: the tests that need neither root nor a cluster (a quick check while coding).
+## unit: the tests that need neither root nor a cluster (a quick check while coding): every
+## test not behind the build tag integration.
 unit:
-	go test -count=1 -run 'TestParse|TestValidate|TestSourceCache|TestAuthorizer|TestStrip|TestCompose|TestProject|TestReadyCondition|TestMountInfo|TestMountAt|TestLeaseClaim|TestVolumeStore' .
-	go test -count=1 -skip 'TestWriteModes|TestWriteGroupOwnership|TestWriteRepublishesWhenGroupChanges|TestWriteENOSPCKeepsOldSet|TestLink' ./internal/...
+	go test ./...
 
 ## deps, tools: apt packages and the cluster's binaries (built once, cached in _output/bin).
 deps:
@@ -27,7 +28,8 @@ deps:
 tools: deps
 	hack/build-tools.sh
 
-## test: everything, as root: brings up the local cluster, runs every test against it, tears it down.
+## test: everything, as root: brings up the local cluster, runs every test (-tags integration:
+## the unit tests and the cluster and root suites) against it, tears it down.
 test: vet tools build
 	hack/test.sh
 

@@ -1,9 +1,12 @@
+//go:build integration
+
 package main
 
-// Issue 4, bad input: every malformed or hostile request the kubelet (or anything that can reach
-// the socket) could send gets a clear gRPC error, and changes nothing: the mount table and every
-// file, directory and link under the driver's temp root (its kubelet root, its state dir and a
-// sentinel tree standing in for the rest of the host) are byte-for-byte the same afterwards.
+// Specification of how the driver meets bad input: every malformed or hostile request the kubelet
+// (or anything that can reach the socket) could send gets a clear gRPC error, and changes
+// nothing: the mount table and every file, directory and link under the driver's temp root (its
+// kubelet root, its state dir and a sentinel tree standing in for the rest of the host) are
+// byte-for-byte the same afterwards.
 //
 // Each publish case is a valid request with exactly one thing wrong, against a share the pod is
 // allowed to use: if the check for that one thing regressed, the request would go through and

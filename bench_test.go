@@ -1,9 +1,12 @@
+//go:build integration
+
 package main
 
-// Benchmarks (issue 5): the real driver binary against a real kube-apiserver + etcd, called over
-// its CSI socket by the benchmark playing the kubelet, as in harness_test.go. They measure what
-// the design promises: publishes are fast, the API server sees one request per distinct question
-// rather than one per volume, and the driver's memory does not grow with the cluster's Secrets.
+// Benchmarks of the driver's cost: the real driver binary against a real kube-apiserver + etcd,
+// called over its CSI socket by the benchmark playing the kubelet, as in harness_test.go. They
+// measure what the design promises: publishes are fast, the API server sees one request per
+// distinct question rather than one per volume, and the driver's memory does not grow with the
+// cluster's Secrets.
 //
 // Run them with `make bench` (hack/bench.sh), which writes BENCHMARKS.md from their output
 // (tools/benchtable). Each sub-benchmark is one whole scenario per run (-benchtime=1x) and
@@ -13,21 +16,18 @@ package main
 //
 // API requests are counted three ways, each over a window in which nothing else asks the API
 // server for SubjectAccessReviews or Secrets: at the API server (apiserver_request_total, the
-// figure the issue asks for), by the driver itself (sharedresource_api_requests_total), and, when
+// figure BENCHMARKS.md gives), by the driver itself (sharedresource_api_requests_total), and, when
 // the local cluster's audit log is available ($SRCSI_AUDIT_LOG), by the audit events whose user
 // agent is the driver's.
 //
 // BENCH_SMOKE=1 shrinks every scenario so that the whole suite runs in a minute or two (CI).
 
 import (
-	"bufio"
+	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,7 +46,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// benchScale is the size of every scenario: the issue's figures, or a smoke run's.
+// benchScale is the size of every scenario: a full run's (BENCHMARKS.md), or a smoke run's.
 type benchScale struct {
 	coldSamples, warmSamples int   // publishes per latency run
 	throughputVolumes        []int // volumes per throughput run
@@ -283,7 +283,7 @@ func (d *benchDriver) measureCycle(b *testing.B, c *benchCluster) (time.Duration
 }
 
 // waitRelist polls the driver's metrics until n relist cycles have completed.
-func (d *benchDriver) waitRelist(b *testing.B, n float64) promSamples {
+func (d *benchDriver) waitRelist(b *testing.B, n float64) scrapedMetrics {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		m := d.scrape(b)
@@ -469,8 +469,8 @@ func benchLeaks(b *testing.B, c *benchCluster, f *fleet, n int) {
 	}
 	// Goroutines of finished calls and idle connections wind down within moments; give them
 	// up to 10 s to reach the baseline before taking the figure.
-	gauge := func(m promSamples, name string) float64 { return m.sum(name, nil) }
-	var after promSamples
+	gauge := func(m scrapedMetrics, name string) float64 { return m.sum(name, nil) }
+	var after scrapedMetrics
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		after = d.scrape(b)
@@ -651,7 +651,7 @@ func (c *benchCluster) startDriver(b *testing.B, extra ...string) *benchDriver {
 		metricsURL: "http://" + addr + "/metrics",
 	}
 	d.abortedBackoff = 5 * time.Millisecond
-	eventually(b, 30*time.Second, func() error { _, err := d.scrapeErr(); return err })
+	eventually(b, 30*time.Second, func() error { _, err := scrapeMetrics(d.metricsURL); return err })
 	return d
 }
 
@@ -728,28 +728,12 @@ func (d *benchDriver) unpublishConcurrently(b *testing.B, vols []*testVolume) {
 	}
 }
 
-func (d *benchDriver) scrape(b *testing.B) promSamples {
-	m, err := d.scrapeErr()
+func (d *benchDriver) scrape(b *testing.B) scrapedMetrics {
+	m, err := scrapeMetrics(d.metricsURL)
 	if err != nil {
 		b.Fatalf("reading the driver's metrics: %v", err)
 	}
 	return m
-}
-
-func (d *benchDriver) scrapeErr() (promSamples, error) {
-	resp, err := http.Get(d.metricsURL)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", d.metricsURL, resp.Status)
-	}
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	return parseProm(string(body))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -765,8 +749,8 @@ func (a apiCounts) sub(o apiCounts) apiCounts {
 }
 
 // driverRequests reads the driver's own count of its requests.
-func driverRequests(m promSamples) apiCounts {
-	const name = "sharedresource_api_requests_total"
+func driverRequests(m scrapedMetrics) apiCounts {
+	const name = metricAPIRequests
 	return apiCounts{
 		sar:        m.sum(name, map[string]string{"verb": "create", "resource": "subjectaccessreviews"}),
 		secretGets: m.sum(name, map[string]string{"verb": "get", "resource": "secrets"}),
@@ -780,7 +764,7 @@ func (c *benchCluster) apiserverRequests(b *testing.B) apiCounts {
 	if err != nil {
 		b.Fatalf("reading the API server's metrics: %v", err)
 	}
-	m, err := parseProm(string(raw))
+	m, err := parseMetrics(bytes.NewReader(raw))
 	if err != nil {
 		b.Fatalf("parsing the API server's metrics: %v", err)
 	}
@@ -807,7 +791,7 @@ func (c *benchCluster) startWindow(b *testing.B, d *benchDriver) *apiWindow {
 	return c.startWindowFrom(b, d, d.scrape(b))
 }
 
-func (c *benchCluster) startWindowFrom(b *testing.B, d *benchDriver, m promSamples) *apiWindow {
+func (c *benchCluster) startWindowFrom(b *testing.B, d *benchDriver, m scrapedMetrics) *apiWindow {
 	w := &apiWindow{c: c, d: d, driver: driverRequests(m)}
 	if p := os.Getenv("SRCSI_AUDIT_LOG"); p != "" {
 		fi, err := os.Stat(p)
@@ -825,7 +809,7 @@ func (w *apiWindow) end(b *testing.B) apiWindow {
 }
 
 // endWith closes the window; the result holds the differences.
-func (w *apiWindow) endWith(b *testing.B, m promSamples) apiWindow {
+func (w *apiWindow) endWith(b *testing.B, m scrapedMetrics) apiWindow {
 	as := w.c.apiserverRequests(b)
 	r := apiWindow{apiserver: as.sub(w.apiserver), driver: driverRequests(m).sub(w.driver)}
 	if w.auditPath != "" {
@@ -855,137 +839,18 @@ func (w apiWindow) report(b *testing.B, prefix string) {
 // auditCounts counts, in the audit log from offset on, the completed requests sent with the
 // driver's user agent (main.go sets it to shared-resource-csi/<version>).
 func auditCounts(path string, offset int64) (apiCounts, error) {
-	f, err := os.Open(path)
+	fi, err := os.Stat(path)
 	if err != nil {
 		return apiCounts{}, err
 	}
-	defer f.Close()
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return apiCounts{}, err
+	c, err := auditedRequests(path, offset, fi.Size(), func(ev auditEvent) bool {
+		return ev.Stage == "ResponseComplete" && strings.HasPrefix(ev.UserAgent, "shared-resource-csi/")
+	})
+	a := apiCounts{sar: float64(c["create/subjectaccessreviews"]), secretGets: float64(c["get/secrets"])}
+	for _, n := range c {
+		a.all += float64(n)
 	}
-	var a apiCounts
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var ev struct {
-			Stage     string `json:"stage"`
-			Verb      string `json:"verb"`
-			UserAgent string `json:"userAgent"`
-			ObjectRef *struct {
-				Resource string `json:"resource"`
-			} `json:"objectRef"`
-		}
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Stage != "ResponseComplete" || !strings.HasPrefix(ev.UserAgent, "shared-resource-csi/") {
-			continue // a line being written, or another client's request
-		}
-		a.all++
-		if ev.ObjectRef == nil {
-			continue
-		}
-		switch {
-		case ev.Verb == "create" && ev.ObjectRef.Resource == "subjectaccessreviews":
-			a.sar++
-		case ev.Verb == "get" && ev.ObjectRef.Resource == "secrets":
-			a.secretGets++
-		}
-	}
-	return a, sc.Err()
-}
-
-// ---------------------------------------------------------------------------------------------
-// Prometheus text format, as much of it as the two /metrics endpoints use.
-
-type promSample struct {
-	name   string
-	labels map[string]string
-	value  float64
-}
-
-type promSamples []promSample
-
-// sum adds the values of the samples with this name whose labels include match.
-func (s promSamples) sum(name string, match map[string]string) float64 {
-	total := 0.0
-	for _, p := range s {
-		if p.name != name {
-			continue
-		}
-		ok := true
-		for k, v := range match {
-			if p.labels[k] != v {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			total += p.value
-		}
-	}
-	return total
-}
-
-// parseProm reads `name{label="value",...} value [timestamp]` lines; comments are skipped.
-func parseProm(text string) (promSamples, error) {
-	var out promSamples
-	for _, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		p := promSample{labels: map[string]string{}}
-		i := strings.IndexAny(line, "{ ")
-		if i < 0 {
-			return nil, fmt.Errorf("bad metrics line %q", line)
-		}
-		p.name, line = line[:i], line[i:]
-		if line[0] == '{' {
-			line = line[1:]
-			for {
-				line = strings.TrimLeft(line, ", ")
-				if strings.HasPrefix(line, "}") {
-					line = line[1:]
-					break
-				}
-				eq := strings.Index(line, "=\"")
-				if eq < 0 {
-					return nil, fmt.Errorf("bad labels in metric %s", p.name)
-				}
-				key := line[:eq]
-				line = line[eq+2:]
-				var val strings.Builder
-				j := 0
-				for ; j < len(line) && line[j] != '"'; j++ {
-					if line[j] == '\\' && j+1 < len(line) {
-						j++
-						switch line[j] {
-						case 'n':
-							val.WriteByte('\n')
-						default:
-							val.WriteByte(line[j])
-						}
-						continue
-					}
-					val.WriteByte(line[j])
-				}
-				if j == len(line) {
-					return nil, fmt.Errorf("unterminated label value in metric %s", p.name)
-				}
-				p.labels[key] = val.String()
-				line = line[j+1:]
-			}
-		}
-		fields := strings.Fields(line)
-		if len(fields) == 0 {
-			return nil, fmt.Errorf("no value for metric %s", p.name)
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("metric %s: %v", p.name, err)
-		}
-		p.value = v
-		out = append(out, p)
-	}
-	return out, nil
+	return a, err
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,7 +1,10 @@
 package main
 
-// Unit tests of the caches' pure logic (a fake clientset stands in for the API server; the
-// end-to-end tests prove the behaviour against a real one).
+// Specification of the caches' logic: the source cache (fetch.go) serves repeated gets within its
+// TTL, bounds its entries and bytes and coalesces concurrent misses; the authorizer (authz.go)
+// caches grants but not denials or errors and asks as the pod's service account; stripSecrets
+// (csi.go) keeps secrets and tokens out of logged requests. A fake clientset stands in for the API
+// server; the end-to-end tests prove the behaviour against a real one.
 
 import (
 	"context"

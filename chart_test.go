@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 // Specification of the Helm chart (charts/shared-resource-csi), the one source of the

@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 // Specification of crash recovery: the driver is SIGKILLed at every step of publish, unpublish,

@@ -1,7 +1,12 @@
+//go:build integration
+
 package main
 
 // End-to-end specification of the driver: the real binary over its CSI socket, a real API
-// server, real mounts. Each test is one user story of issue 2. See harness_test.go.
+// server, real mounts. Each test is one user story: a publish allowed, denied, granted through a
+// group; an unknown share or missing source; ConfigMap binaryData; revocation and re-grant;
+// refresh; a share deleted or re-pointed; the driver killed and restarted; concurrent publishes.
+// See harness_test.go.
 
 import (
 	"context"

@@ -1,7 +1,11 @@
+//go:build integration
+
 package main
 
-// Issue 6 over the CSI socket: file modes, key selection with renaming, fsGroup ownership and
-// SELinux mount options. (The same with real pods and a non-root user is in pods_test.go.)
+// Specification of what a volume holds, over the CSI socket: file modes, key selection with
+// renaming, fsGroup ownership, SELinux mount options, several shares in one volume, and the
+// /metrics and health endpoints. (A non-root pod reading through its fsGroup, with real pods, is
+// in pods_features_test.go.)
 
 import (
 	"fmt"
@@ -232,46 +236,51 @@ func TestMetricsAreServedAndCount(t *testing.T) {
 	f.revoke()
 	eventually(t, relist+relistSlack, func() error { return emptyVolume(t, v) })
 
-	m := scrape(t, "http://"+addr+"/metrics")
-	for _, want := range []string{
-		`sharedresource_csi_operations_total{code="OK",method="NodePublishVolume"} 1`,
-		`sharedresource_csi_operations_total{code="PermissionDenied",method="NodePublishVolume"} 1`,
-		`sharedresource_volumes 1`,
-		`sharedresource_mounts 2`, // the tmpfs and its bind
-		`sharedresource_volume_changes_total{change="revoked"} 1`,
-		`sharedresource_api_requests_total{code="201",resource="subjectaccessreviews",verb="create"}`,
-		`sharedresource_api_requests_total{code="200",resource="secrets",verb="get"}`,
-		`sharedresource_relist_cycle_duration_seconds_count`,
-		`sharedresource_source_cache_misses_total`,
-		`go_goroutines`, `process_open_fds`, `process_resident_memory_bytes`,
+	m := metricsOf(t, "http://"+addr+"/metrics")
+	type labels = map[string]string
+	for _, want := range []struct {
+		name   string
+		labels labels
+		value  float64 // -1: any value, the series need only be there
+	}{
+		{"sharedresource_csi_operations_total", labels{"code": "OK", "method": "NodePublishVolume"}, 1},
+		{"sharedresource_csi_operations_total", labels{"code": "PermissionDenied", "method": "NodePublishVolume"}, 1},
+		{"sharedresource_volumes", nil, 1},
+		{"sharedresource_mounts", nil, 2}, // the tmpfs and its bind
+		{"sharedresource_volume_changes_total", labels{"change": "revoked"}, 1},
+		{"sharedresource_api_requests_total", labels{"code": "201", "resource": "subjectaccessreviews", "verb": "create"}, -1},
+		{"sharedresource_api_requests_total", labels{"code": "200", "resource": "secrets", "verb": "get"}, -1},
+		{"sharedresource_relist_cycle_duration_seconds_count", nil, -1},
+		{"sharedresource_source_cache_misses_total", nil, -1},
+		{"go_goroutines", nil, -1}, {"process_open_fds", nil, -1}, {"process_resident_memory_bytes", nil, -1},
 	} {
-		if !hasMetricLine(m, want) {
-			t.Errorf("/metrics lacks %s", want)
+		if !m.has(want.name, want.labels) {
+			t.Errorf("/metrics lacks %s%v", want.name, want.labels)
+		} else if got := m.sum(want.name, want.labels); want.value >= 0 && got != want.value {
+			t.Errorf("/metrics: %s%v = %v, want %v", want.name, want.labels, got, want.value)
 		}
 	}
 	for _, path := range []string{"/healthz", "/livez"} {
-		if body := scrape(t, "http://"+addr+path); !strings.Contains(body, "ok") {
+		if body := httpGet(t, "http://"+addr+path); !strings.Contains(body, "ok") {
 			t.Errorf("%s: %q", path, body)
 		}
 	}
 	if err := p.unpublish(v); err != nil {
 		t.Fatal(err)
 	}
-	if m := scrape(t, "http://"+addr+"/metrics"); !hasMetricLine(m, "sharedresource_mounts 0") {
+	if m := metricsOf(t, "http://"+addr+"/metrics"); !m.has("sharedresource_mounts", nil) || m.sum("sharedresource_mounts", nil) != 0 {
 		t.Error("mounts gauge not back to 0 after unpublish")
 	}
 }
 
-// hasMetricLine says whether the exposition text m has the sample want: a whole line when want
-// holds a value ("name{labels} 1", so that 1 does not match 10), else a line of that series.
-func hasMetricLine(m, want string) bool {
-	for _, line := range strings.Split(m, "\n") {
-		if line == want || (!strings.Contains(want, " ") && strings.HasPrefix(line, want) &&
-			len(line) > len(want) && (line[len(want)] == ' ' || line[len(want)] == '{')) {
-			return true
-		}
+// metricsOf reads the /metrics endpoint at url, or fails the test.
+func metricsOf(t *testing.T, url string) scrapedMetrics {
+	t.Helper()
+	m, err := scrapeMetrics(url)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return false
+	return m
 }
 
 // freeLocalAddr is a loopback address with a port free at the moment (for the metrics endpoint).
@@ -284,7 +293,8 @@ func freeLocalAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
-func scrape(t *testing.T, url string) string {
+// httpGet returns the body at url.
+func httpGet(t *testing.T, url string) string {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {

@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 // Specification of the drivers' place in API Priority and Fairness: the API server accepts the

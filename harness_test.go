@@ -1,9 +1,12 @@
+//go:build integration
+
 package main
 
 // The end-to-end harness: the real driver binary, started as a subprocess, called over its CSI
 // socket by the test playing the kubelet, against the real kube-apiserver that
-// `hack/cluster.sh up` started (its kubeconfig in $KUBECONFIG). Tests that need it fail, never
-// skip, when it is missing.
+// `hack/cluster.sh up` started (its kubeconfig in $KUBECONFIG). It and every test that needs it
+// build only with the tag integration (make test); such a test fails, never skips, when the
+// cluster or root is missing.
 
 import (
 	"bufio"

@@ -1,7 +1,8 @@
 package main
 
-// Unit tests of the Lease elector's record keeping; taking over, renewing and releasing against
-// a real API server are in status_test.go.
+// Specification of the Lease elector's record keeping (lease.go): transitions counted, the acquire
+// time kept on renewal. Taking over, renewing and releasing against a real API server are in
+// status_test.go.
 
 import (
 	"testing"

@@ -1,8 +1,12 @@
+//go:build integration
+
 package main
 
-// Outages: the API server unreachable during a run. The driver reaches it through a TCP proxy
-// the test controls; cutting the proxy refuses new connections and drops open ones, which is what
-// the driver sees when the API server stops (the real server keeps serving the other tests).
+// Specification of outages: the API server unreachable during a run never revokes a volume, and
+// the driver recovers when it is back; a deleted source keeps the last good data. The driver
+// reaches the API server through a TCP proxy the test controls; cutting the proxy refuses new
+// connections and drops open ones, which is what the driver sees when the API server stops (the
+// real server keeps serving the other tests).
 
 import (
 	"errors"

@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 // Specification of the driver's read access as users meet it, with real pods on the real kubelet

@@ -1,7 +1,10 @@
+//go:build integration
+
 package main
 
-// Real pods for issue 6 and issue 4: a non-root pod reading a 0440 key through its fsGroup, and a
-// pod of another service account on the same node reaching no byte of a share it was not granted.
+// Specification, with real pods, of fsGroup and of isolation: a non-root pod reading a 0440 key
+// through its fsGroup, and a pod of another service account on the same node reaching no byte of
+// a share it was not granted; and every file under examples/ working as a user applies it.
 
 import (
 	"context"

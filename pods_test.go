@@ -1,17 +1,18 @@
+//go:build integration
+
 package main
 
 // The real-pod suite: the driver installed as users install it, with the Helm chart (deploy.yaml
 // is that chart rendered), only the image and a short relist interval set, a real kubelet
-// calling it, real pods reading their volumes. Each test is one user
-// story. They run in the local cluster's network namespace (hack/test.sh, or
-// `hack/cluster.sh exec -- go test -run TestPods .`), on the node itself as root, so they can
-// also look at what the volumes leave on the node.
+// calling it, real pods reading their volumes. Each test is one user story (docs/local-cluster.md
+// lists them). They run in the local cluster's network namespace (hack/test.sh, or
+// `hack/cluster.sh exec -- go test -tags integration -run TestPods .`), on the node itself as
+// root, so they can also look at what the volumes leave on the node.
 //
 // All run after the package's other tests; TestPodsDriverRecreated and TestPodsHundredOnOneShare
 // run alone (they restart the driver and count its API requests), the others in parallel.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -22,7 +23,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -1020,7 +1020,7 @@ func TestPodsDeletedLeaveNothingOnTheNode(t *testing.T) {
 		}
 	}
 
-	unpublishes := s.scrape(t).sum(metricCSIOperations, `method="NodeUnpublishVolume"`, `code="OK"`)
+	unpublishes := s.scrape(t).sum(metricCSIOperations, map[string]string{"method": "NodeUnpublishVolume", "code": "OK"})
 	start := time.Now()
 	if err := s.kube.CoreV1().Pods(ns).Delete(context.Background(), "app", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -1046,7 +1046,7 @@ func TestPodsDeletedLeaveNothingOnTheNode(t *testing.T) {
 	if log := s.driverLog(t); !strings.Contains(log, `"Unpublished volume" volumeID="`+v.id+`"`) {
 		t.Errorf("the driver log has no NodeUnpublishVolume of %s", v.id)
 	}
-	if n := s.scrape(t).sum(metricCSIOperations, `method="NodeUnpublishVolume"`, `code="OK"`); n <= unpublishes {
+	if n := s.scrape(t).sum(metricCSIOperations, map[string]string{"method": "NodeUnpublishVolume", "code": "OK"}); n <= unpublishes {
 		t.Errorf("the driver counted no successful NodeUnpublishVolume (%v before, %v after)", unpublishes, n)
 	}
 }
@@ -1107,7 +1107,7 @@ func TestPodsHundredOnOneShare(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if n := s.scrape(t).sum(metricVolumes); int(n) != want {
+		if n := s.scrape(t).sum(metricVolumes, nil); int(n) != want {
 			return fmt.Errorf("the driver has %v volumes, running pods mount %d", n, want)
 		}
 		return nil
@@ -1211,7 +1211,7 @@ func TestPodsHundredOnOneShare(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if n := s.scrape(t).sum(metricVolumes); int(n) != others {
+		if n := s.scrape(t).sum(metricVolumes, nil); int(n) != others {
 			return fmt.Errorf("the driver still has %v volumes, running pods mount %d", n, others)
 		}
 		return nil
@@ -1255,7 +1255,7 @@ type podsWindow struct {
 	s           *podSuite
 	start       time.Time
 	auditOffset int64
-	metrics     driverMetrics
+	metrics     scrapedMetrics
 }
 
 type windowResult struct {
@@ -1283,7 +1283,7 @@ func (w *podsWindow) end(t *testing.T) windowResult {
 	t.Helper()
 	m := w.s.scrape(t)
 	r := windowResult{duration: time.Since(w.start)}
-	r.cycles = int(m.sum(metricRelistCycles) - w.metrics.sum(metricRelistCycles))
+	r.cycles = int(m.sum(metricRelistCycles, nil) - w.metrics.sum(metricRelistCycles, nil))
 	metered := m.requests().minus(w.metrics.requests())
 	r.metered = metered.total()
 	if w.s.auditLog == "" {
@@ -1294,36 +1294,15 @@ func (w *podsWindow) end(t *testing.T) windowResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	audited, err := auditedDriverRequests(w.s.auditLog, w.auditOffset, fi.Size())
+	// Every request of the driver's service account, whatever stage it got to.
+	audited, err := auditedRequests(w.s.auditLog, w.auditOffset, fi.Size(), func(ev auditEvent) bool {
+		return ev.User.Username == driverUser
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.requests, r.byKind = audited.total(), audited
 	return r
-}
-
-// requestCounts is API requests by "verb/resource".
-type requestCounts map[string]int
-
-// total counts all requests but Leases'.
-func (c requestCounts) total() int {
-	n := 0
-	for k, v := range c {
-		if !strings.HasSuffix(k, "/leases") {
-			n += v
-		}
-	}
-	return n
-}
-
-func (c requestCounts) minus(before requestCounts) requestCounts {
-	out := requestCounts{}
-	for k, v := range c {
-		if d := v - before[k]; d != 0 {
-			out[k] = d
-		}
-	}
-	return out
 }
 
 // measureCycles counts the requests of exactly n relist cycles: from just after one cycle ends
@@ -1340,125 +1319,30 @@ func (s *podSuite) measureCycles(t *testing.T, n int) windowResult {
 
 func (s *podSuite) waitCycles(t *testing.T, n int) {
 	t.Helper()
-	c0 := s.scrape(t).sum(metricRelistCycles)
+	c0 := s.scrape(t).sum(metricRelistCycles, nil)
 	eventually(t, time.Duration(n+1)*(podsRelist+podsRelistSlack), func() error {
-		if c := s.scrape(t).sum(metricRelistCycles); c < c0+float64(n) {
+		if c := s.scrape(t).sum(metricRelistCycles, nil); c < c0+float64(n) {
 			return fmt.Errorf("%v of %d relist cycles", c-c0, n)
 		}
 		return nil
 	})
 }
 
-// auditedDriverRequests counts the requests the driver's service account made, as the API
-// server's audit log (Metadata level, one event per stage) recorded them between two offsets.
-func auditedDriverRequests(path string, offset, end int64) (requestCounts, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return nil, err
-	}
-	ids := map[string]bool{}
-	counts := requestCounts{}
-	sc := bufio.NewScanner(io.LimitReader(f, end-offset))
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var ev struct {
-			AuditID string `json:"auditID"`
-			User    struct {
-				Username string `json:"username"`
-			} `json:"user"`
-			Verb      string `json:"verb"`
-			ObjectRef struct {
-				Resource string `json:"resource"`
-			} `json:"objectRef"`
-		}
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.User.Username != driverUser || ids[ev.AuditID] {
-			continue // a partly written last line, someone else's request, or a later stage
-		}
-		ids[ev.AuditID] = true
-		counts[ev.Verb+"/"+ev.ObjectRef.Resource]++
-	}
-	return counts, sc.Err()
-}
-
 const (
 	metricRelistCycles  = "sharedresource_relist_cycle_duration_seconds_count"
 	metricVolumes       = "sharedresource_volumes"
-	metricAPIRequests   = "sharedresource_api_requests_total"
 	metricCSIOperations = "sharedresource_csi_operations_total"
 )
 
-// driverMetrics is one scrape of the driver pod's /metrics: series ("name{labels}") -> value.
-type driverMetrics map[string]float64
-
 // scrape reads the driver pod's /metrics (it is on the node's network).
-func (s *podSuite) scrape(t *testing.T) driverMetrics {
+func (s *podSuite) scrape(t *testing.T) scrapedMetrics {
 	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + s.nodeIP + ":" + driverMetricsPort + "/metrics")
+	m, err := scrapeMetrics("http://" + s.nodeIP + ":" + driverMetricsPort + "/metrics")
 	if err != nil {
 		t.Fatalf("the driver's /metrics: %v", err)
 	}
-	defer resp.Body.Close()
-	m := driverMetrics{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndex(line, " ")
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
-		}
-		m[line[:i]] = v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := m[metricRelistCycles]; !ok {
+	if !m.has(metricRelistCycles, nil) {
 		t.Fatalf("the driver's /metrics has no %s", metricRelistCycles)
 	}
 	return m
-}
-
-// sum adds up the series of a metric whose labels contain every part (e.g. `method="X"`).
-func (m driverMetrics) sum(name string, parts ...string) float64 {
-	total := 0.0
-	for series, v := range m {
-		if series != name && !strings.HasPrefix(series, name+"{") {
-			continue
-		}
-		match := true
-		for _, p := range parts {
-			match = match && strings.Contains(series, p)
-		}
-		if match {
-			total += v
-		}
-	}
-	return total
-}
-
-// requests is the driver's own count of its API requests by verb/resource.
-func (m driverMetrics) requests() requestCounts {
-	label := func(series, name string) string {
-		i := strings.Index(series, name+`="`)
-		if i < 0 {
-			return ""
-		}
-		rest := series[i+len(name)+2:]
-		return rest[:strings.Index(rest, `"`)]
-	}
-	out := requestCounts{}
-	for series, v := range m {
-		if strings.HasPrefix(series, metricAPIRequests+"{") {
-			out[label(series, "verb")+"/"+label(series, "resource")] += int(v)
-		}
-	}
-	return out
 }

@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 // Specification of least privilege, against the real API server with deploy.yaml installed:
@@ -6,7 +8,8 @@ package main
 //     never stops the cluster admin, an update that keeps the ref, or a delete;
 //   - what the driver may read: nothing until an admin binds deploy.yaml's source-reader
 //     ClusterRole in a namespace (or a narrower Role); cluster-wide read is a separate opt-in
-//     manifest. What pods and shares show meanwhile is in pods_access_test.go.
+//     manifest. What pods and shares show meanwhile is in pods_access_test.go; the wording of
+//     the command the driver tells an admin to run, in grantreadhint_test.go.
 
 import (
 	"context"
@@ -27,33 +30,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 )
-
-// The fix an admin is told to run names the namespace, the ClusterRole and the driver's account,
-// and the narrower alternative names the object.
-func TestGrantReadHintNamesTheCommandToRun(t *testing.T) {
-	a, err := parseDriverAccount("csi-sharedresource:shared-resource-csi-driver")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hint := a.grantReadHint(sourceKey{Kind: kindConfigMap, Namespace: "app-config", Name: "flags"})
-	for _, want := range []string{
-		"kubectl create rolebinding shared-resource-csi-source-reader --namespace=app-config --clusterrole=shared-resource-csi-source-reader --serviceaccount=csi-sharedresource:shared-resource-csi-driver",
-		"configmaps in namespace app-config",
-		"resourceNames: [flags]",
-	} {
-		if !strings.Contains(hint, want) {
-			t.Errorf("hint %q does not contain %q", hint, want)
-		}
-	}
-	if h := driverAccount("").grantReadHint(sourceKey{Kind: kindSecret, Namespace: "n", Name: "s"}); !strings.Contains(h, "--serviceaccount=<driver namespace>:<driver service account>") {
-		t.Errorf("an unknown account is not shown as a placeholder: %q", h)
-	}
-	for _, bad := range []string{"noseparator", "ns:", ":name", "NS:name", "ns:name:extra"} {
-		if _, err := parseDriverAccount(bad); err == nil {
-			t.Errorf("--service-account %q accepted", bad)
-		}
-	}
-}
 
 // deploy.yaml's driver ClusterRole reads no Secret or ConfigMap; the source-reader ClusterRole
 // does exactly that and nothing else, and deploy.yaml binds it nowhere.

@@ -1,5 +1,7 @@
 package main
 
+// Specification of the volume store (state.go): a record changes only by save.
+
 import (
 	"os"
 	"testing"

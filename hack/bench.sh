@@ -27,7 +27,7 @@ filter=${BENCH_FILTER:-.}
 
 # Built before the cluster's network namespace is entered: there is no route out of it.
 echo "building the benchmarks..."
-go test -vet=off -c -o "$OUT/bench.test" .
+go test -tags integration -vet=off -c -o "$OUT/bench.test" .
 (cd tools && go build -trimpath -o "$OUT/benchtable" ./benchtable)
 
 # A run killed earlier may have left a cluster behind.

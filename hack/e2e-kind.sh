@@ -44,8 +44,9 @@ kind load image-archive "$IMAGE_TAR" --name "$CLUSTER"
 docker image inspect "$BUSYBOX" >/dev/null 2>&1 || docker pull "$BUSYBOX"
 kind load docker-image "$BUSYBOX" --name "$CLUSTER"
 
-# A static test binary: the node image has no Go toolchain.
-CGO_ENABLED=0 go test -c -o _output/pods.test .
+# A static test binary (the suites behind the build tag integration): the node image has no Go
+# toolchain.
+CGO_ENABLED=0 go test -tags integration -c -o _output/pods.test .
 CGO_ENABLED=0 go build -o _output/kind-driver-binary . # harness_test.go wants $DRIVER_BINARY to exist
 docker exec "$NODE" mkdir -p "$WORK/hack"
 docker cp _output/pods.test "$NODE:$WORK/pods.test"

@@ -17,7 +17,8 @@ echo "cluster up in $(( $(date +%s) - start )) s"
 CGO_ENABLED=0 go build -trimpath -tags crashpoints -o _output/bin/shared-resource-csi-crashpoints .
 
 # The tests run inside the cluster's network namespace, where the API server is reachable.
-# Modules are downloaded first: there is no route out of the namespace.
+# Modules are downloaded first: there is no route out of the namespace. -tags integration: the
+# suites that need the cluster or root, besides the unit tests (which alone are `go test ./...`).
 go mod download
 set +e
 hack/cluster.sh exec -- env \
@@ -25,7 +26,7 @@ hack/cluster.sh exec -- env \
 	CRASH_DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi-crashpoints" \
 	KUBECTL="$ROOT/_output/bin/kubectl" \
 	HELM="$ROOT/_output/bin/helm" \
-	go test -count=1 -timeout 40m -parallel 4 -v ${TEST_ARGS:-} . ./internal/... 2>&1 | tee _output/test.log
+	go test -tags integration -count=1 -timeout 40m -parallel 4 -v ${TEST_ARGS:-} . ./internal/... 2>&1 | tee _output/test.log
 status=${PIPESTATUS[0]}
 echo "tests finished in $(( $(date +%s) - start )) s"
 exit "$status"

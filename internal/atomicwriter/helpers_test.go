@@ -1,7 +1,8 @@
 package atomicwriter
 
 // Helpers of the writer's tests. They look at the disk with plain os calls, never through the
-// code under test (except checkLayout's last check, which is that ReadFiles agrees).
+// code under test (except that payloadDirs knows a payload dir by isPayloadDirName, and that
+// checkLayout's last check is that ReadFiles agrees).
 
 import (
 	"bytes"
@@ -10,16 +11,12 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // fileOf is a File literal shortcut for tables.
@@ -144,11 +141,17 @@ func ownerOf(t *testing.T, path string) (uid, gid uint32) {
 	return st.Uid, st.Gid
 }
 
-// checkLayout asserts that dir is exactly the writer's layout for files written with gid: one
-// payload dir that ..data points at, holding exactly the files (with their modes) and the dirs
-// between them (mode 0755), all owned by 0:gid (gid >= 0) or by the test's euid:egid (gid < 0);
-// one top-level link per first segment, "<seg> -> ..data/<seg>", and nothing else at the top;
-// every file readable through its top-level link with its mode; and ReadFiles agreeing.
+// checkLayout asserts that dir is exactly the writer's layout for files written with gid (nil
+// files: the empty set, a revoked volume), the one check of a written dir that every test and
+// fuzz target of the writer makes:
+//   - one payload dir, and ..data pointing at it;
+//   - at the top, ..data, the payload dir and one link "<seg> -> ..data/<seg>" per first path
+//     segment, and nothing else;
+//   - in the payload dir, exactly the files (with their modes) and the dirs between them (mode
+//     0755), all owned by 0:gid (gid >= 0) or by the test's euid:egid (gid < 0);
+//   - every file read through its top-level link, as a pod reads it, with its bytes and mode;
+//   - no link anywhere under dir absolute, dangling or leading out of dir;
+//   - and ReadFiles agreeing.
 func checkLayout(t *testing.T, dir string, files map[string]File, gid int) {
 	t.Helper()
 	ts := payloadDirs(t, dir)
@@ -253,6 +256,30 @@ func checkLayout(t *testing.T, dir string, files map[string]File, gid int) {
 			t.Errorf("%s resolves to mode %v, want regular %v", p, fi.Mode(), f.Mode)
 		}
 	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.Type()&fs.ModeSymlink == 0 {
+			return err
+		}
+		link, err := os.Readlink(p)
+		if err != nil {
+			return err
+		}
+		if filepath.IsAbs(link) {
+			t.Errorf("%s is an absolute link to %q: it would resolve differently in the pod", p, link)
+		} else if to, err := filepath.EvalSymlinks(p); err != nil {
+			t.Errorf("%s -> %q dangles: %v", p, link, err)
+		} else if !strings.HasPrefix(to, real+"/") {
+			t.Errorf("%s -> %q resolves to %s, outside %s", p, link, to, real)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	got, err := ReadFiles(dir)
 	if err != nil {
 		t.Fatalf("ReadFiles: %v", err)
@@ -263,52 +290,4 @@ func checkLayout(t *testing.T, dir string, files map[string]File, gid int) {
 	if t.Failed() {
 		t.FailNow()
 	}
-}
-
-// needRoot fails the test, loudly, unless it runs as root; why says what needs root.
-func needRoot(t testing.TB, why string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatalf("this test %s and must run as root (euid is %d)", why, os.Geteuid())
-	}
-}
-
-// mountTmpfs mounts a tmpfs of size bytes (nosuid, nodev, noexec, as the driver mounts a
-// volume's) on a fresh temp dir and unmounts it when the test ends, before t.TempDir's own
-// cleanup (cleanups run last-in first-out).
-func mountTmpfs(t *testing.T, size int64) string {
-	t.Helper()
-	needRoot(t, "mounts a tmpfs")
-	dir, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := "size=" + strconv.FormatInt(size, 10) + ",mode=0755"
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, data); err != nil {
-		t.Fatalf("mount tmpfs on %s: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		err := unix.Unmount(dir, 0)
-		for i := 0; errors.Is(err, unix.EBUSY) && i < 5; i++ {
-			time.Sleep(50 * time.Millisecond)
-			err = unix.Unmount(dir, 0)
-		}
-		if err != nil {
-			t.Errorf("cleanup: unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
-// readAs runs cat on path as uid 1000 with the given groups and returns its output and error,
-// so that file modes and group ownership are checked by the kernel, as for a pod.
-func readAs(t *testing.T, path string, groups ...uint32) ([]byte, error) {
-	t.Helper()
-	cat, err := exec.LookPath("cat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(cat, path)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000, Groups: groups}}
-	return cmd.CombinedOutput()
 }

@@ -1,12 +1,12 @@
 package atomicwriter
 
 // Specifies Writer.Write, one behaviour per test: the layout it makes; how it updates and
-// revokes; file modes and group ownership; which writes it skips; what it refuses, leaving the
-// dir unchanged; what it removes and what it never touches; and a full file system. Reading back
-// is specified in read_test.go, concurrent readers in race_test.go, hard links in link_test.go.
+// revokes; which writes it skips; what it refuses, leaving the dir unchanged; what it removes
+// and what it never touches. What needs root to check (exact modes, group ownership, a full file
+// system) is in write_root_test.go. Reading back is specified in read_test.go, concurrent
+// readers in race_test.go, hard links in link_test.go.
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,8 +16,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 )
 
 // mustWrite writes files into dir with gid, failing the test on an error.
@@ -121,83 +119,6 @@ func TestWriteEmptyPayloadRevokes(t *testing.T) {
 	}
 }
 
-// Each file gets exactly its mode, whatever the umask; a mode change alone is published.
-func TestWriteModes(t *testing.T) {
-	needRoot(t, "reads a mode 0000 file")
-	dir := t.TempDir()
-	files := map[string]File{}
-	for _, m := range []os.FileMode{0o000, 0o400, 0o440, 0o444, 0o600, 0o640, 0o644, 0o660, 0o666, 0o700, 0o755, 0o777} {
-		files[fmt.Sprintf("modes/%04o", uint32(m))] = fileOf("v", m)
-	}
-	files["top.key"] = fileOf("k", 0o400)
-	mustWrite(t, dir, -1, files)
-	checkLayout(t, dir, files, -1) // stats every file through its top-level link
-
-	ts := payloadDirs(t, dir)
-	files["modes/0644"] = fileOf("v", 0o604)
-	mustWrite(t, dir, -1, files)
-	if slices.Equal(ts, payloadDirs(t, dir)) {
-		t.Fatal("a mode change was not published")
-	}
-	checkLayout(t, dir, files, -1)
-}
-
-// With a GID, the payload dir and every dir and file in it are owned by 0:GID, so that a
-// non-root reader in the group reads a 0440 file; the volume dir and the links are not
-// re-owned. Without one, ownership is as created.
-func TestWriteGroupOwnership(t *testing.T) {
-	needRoot(t, "gives files to uid 0 and another group")
-	const gid = 2345
-	// t.TempDir's parents are 0700, which no non-root reader could traverse.
-	base, err := os.MkdirTemp("", "atomicwriter-fsgroup-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	if err := os.Chmod(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(base, "vol")
-	files := map[string]File{
-		"ca.crt":             fileOf("CA", 0o644),
-		"certs/tls.key":      fileOf("GROUP-READABLE", 0o440),
-		"certs/owner.key":    fileOf("OWNER-ONLY", 0o400),
-		"certs/deep/x/y.pem": fileOf("Y", 0o440),
-	}
-	mustWrite(t, dir, gid, files)
-	checkLayout(t, dir, files, gid)
-	for _, p := range []string{dir, filepath.Join(dir, "..data"), filepath.Join(dir, "certs")} {
-		if uid, g := ownerOf(t, p); uid != uint32(os.Geteuid()) || g != uint32(os.Getegid()) {
-			t.Errorf("%s owned by %d:%d, want the writer's %d:%d", p, uid, g, os.Geteuid(), os.Getegid())
-		}
-	}
-
-	// What fsGroup is for: a non-root reader in the group reads the 0440 file through the
-	// top-level link, and still cannot read the 0400 one; outside the group it reads neither.
-	if out, err := readAs(t, filepath.Join(dir, "certs/tls.key"), gid); err != nil || string(out) != "GROUP-READABLE" {
-		t.Errorf("uid 1000 in group %d reading a 0440 file: %q, %v; want its content", gid, out, err)
-	}
-	if out, err := readAs(t, filepath.Join(dir, "certs/deep/x/y.pem"), gid); err != nil || string(out) != "Y" {
-		t.Errorf("uid 1000 in group %d reading a nested 0440 file: %q, %v; want its content", gid, out, err)
-	}
-	if out, err := readAs(t, filepath.Join(dir, "certs/owner.key"), gid); err == nil {
-		t.Errorf("uid 1000 in group %d read a 0400 file owned by root: %q", gid, out)
-	}
-	if out, err := readAs(t, filepath.Join(dir, "certs/tls.key"), 3000); err == nil {
-		t.Errorf("uid 1000 outside group %d read a 0440 file: %q", gid, out)
-	}
-	if out, err := readAs(t, filepath.Join(dir, "ca.crt"), 3000); err != nil || string(out) != "CA" {
-		t.Errorf("uid 1000 reading a 0644 file: %q, %v; want its content", out, err)
-	}
-
-	// GID -1: ownership is left as created, and the change of ownership alone is published.
-	mustWrite(t, dir, -1, files)
-	checkLayout(t, dir, files, -1)
-	if out, err := readAs(t, filepath.Join(dir, "certs/tls.key"), gid); err == nil {
-		t.Errorf("after GID -1, uid 1000 in group %d still reads the 0440 file: %q", gid, out)
-	}
-}
-
 // An identical payload is not published again; the top-level links are still repaired.
 func TestWriteSkipsIdenticalPayload(t *testing.T) {
 	dir := t.TempDir()
@@ -223,40 +144,6 @@ func TestWriteSkipsIdenticalPayload(t *testing.T) {
 		t.Fatalf("repairing links republished the payload: %q -> %q", ts, again)
 	}
 	checkLayout(t, dir, files, -1)
-}
-
-// Ownership is part of the payload: the same bytes and modes with another GID are published.
-func TestWriteRepublishesWhenGroupChanges(t *testing.T) {
-	needRoot(t, "gives files to uid 0 and another group")
-	dir := t.TempDir()
-	files := map[string]File{
-		"ca.crt":        fileOf("CA", 0o644),
-		"certs/tls.key": fileOf("KEY", 0o440),
-	}
-	steps := []struct {
-		gid     int
-		swapped bool
-	}{
-		{-1, true}, // first write
-		{-1, false},
-		{2345, true}, // same bytes and modes, new group: must be published
-		{2345, false},
-		{2346, true},
-		{-1, true}, // back to "as created"
-		{-1, false},
-	}
-	var ts []string
-	for i, s := range steps {
-		if err := (Writer{Dir: dir, GID: s.gid}).Write(maps.Clone(files)); err != nil {
-			t.Fatalf("step %d (gid %d): %v", i, s.gid, err)
-		}
-		now := payloadDirs(t, dir)
-		if swapped := !slices.Equal(ts, now); swapped != s.swapped {
-			t.Fatalf("step %d (gid %d): swapped = %v (%q -> %q), want %v", i, s.gid, swapped, ts, now, s.swapped)
-		}
-		checkLayout(t, dir, files, s.gid)
-		ts = now
-	}
 }
 
 // A bad payload is refused before anything is written: the error names what is wrong (never
@@ -457,25 +344,4 @@ func TestWriteDeepestLongestPath(t *testing.T) {
 	// Replacing and removing the deep tree works too (old payload dir removed).
 	mustWrite(t, dir, -1, map[string]File{"f": fileOf("F", 0o644)})
 	checkLayout(t, dir, map[string]File{"f": fileOf("F", 0o644)}, -1)
-}
-
-// On a full file system the write fails with ENOSPC before the swap, leaves the old set in
-// place and nothing of its own behind, and frees its space: the next write that fits works.
-func TestWriteENOSPCKeepsOldSet(t *testing.T) {
-	dir := mountTmpfs(t, 64<<10)
-	small := map[string]File{"ca.crt": fileOf("CA", 0o644), "tls.key": fileOf("KEY", 0o644)}
-	mustWrite(t, dir, -1, small)
-	big := map[string]File{"ca.crt": fileOf("CA", 0o644), "huge.bin": {Data: bytes.Repeat([]byte{'x'}, 1<<20), Mode: 0o644}}
-	if err := (Writer{Dir: dir, GID: -1}).Write(big); !errors.Is(err, unix.ENOSPC) {
-		t.Fatalf("writing 1 MiB into a 64 KiB tmpfs: %v, want ENOSPC", err)
-	}
-	checkLayout(t, dir, small, -1)
-	if _, err := os.Lstat(filepath.Join(dir, "..data_tmp")); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("..data_tmp left behind (err %v)", err)
-	}
-	next := map[string]File{"ca.crt": fileOf("CA2", 0o644), "big.bin": {Data: bytes.Repeat([]byte{'y'}, 40<<10), Mode: 0o644}}
-	if err := (Writer{Dir: dir, GID: -1}).Write(next); err != nil {
-		t.Fatalf("write after ENOSPC: %v", err)
-	}
-	checkLayout(t, dir, next, -1)
 }

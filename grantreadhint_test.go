@@ -1,0 +1,38 @@
+package main
+
+// Specification of the command the driver tells an admin to run when it may not read a source
+// (sourceaccess.go): it names the namespace, the source-reader ClusterRole and the driver's
+// service account (--service-account), and the narrower alternative names the object. What the
+// driver does when refused, against the real API server, is in sourceaccess_test.go.
+
+import (
+	"strings"
+	"testing"
+)
+
+// The fix an admin is told to run names the namespace, the ClusterRole and the driver's account,
+// and the narrower alternative names the object.
+func TestGrantReadHintNamesTheCommandToRun(t *testing.T) {
+	a, err := parseDriverAccount("csi-sharedresource:shared-resource-csi-driver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hint := a.grantReadHint(sourceKey{Kind: kindConfigMap, Namespace: "app-config", Name: "flags"})
+	for _, want := range []string{
+		"kubectl create rolebinding shared-resource-csi-source-reader --namespace=app-config --clusterrole=shared-resource-csi-source-reader --serviceaccount=csi-sharedresource:shared-resource-csi-driver",
+		"configmaps in namespace app-config",
+		"resourceNames: [flags]",
+	} {
+		if !strings.Contains(hint, want) {
+			t.Errorf("hint %q does not contain %q", hint, want)
+		}
+	}
+	if h := driverAccount("").grantReadHint(sourceKey{Kind: kindSecret, Namespace: "n", Name: "s"}); !strings.Contains(h, "--serviceaccount=<driver namespace>:<driver service account>") {
+		t.Errorf("an unknown account is not shown as a placeholder: %q", h)
+	}
+	for _, bad := range []string{"noseparator", "ns:", ":name", "NS:name", "ns:name:extra"} {
+		if _, err := parseDriverAccount(bad); err == nil {
+			t.Errorf("--service-account %q accepted", bad)
+		}
+	}
+}

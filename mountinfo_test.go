@@ -1,0 +1,110 @@
+package main
+
+// Specification of how the driver reads the mount table (tmpfs.go): /proc/self/mountinfo parsed
+// field by field with its octal escapes, malformed lines refused, and the topmost mount at a path
+// found. Needs no root: the tests that mount are in tmpfs_test.go.
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestMountInfoParse(t *testing.T) {
+	const input = `22 27 0:21 / /proc rw,relatime shared:13 - proc proc rw
+27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw,discard
+36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
+300 27 0:52 /data /var/lib/kubelet/pods/p/volumes/with\040space ro,nosuid,nodev,noexec,relatime shared:1 master:2 - tmpfs tmpfs ro,size=1024k,mode=755
+301 27 0:53 / /odd\011tab\012nl\134bs rw - tmpfs my\040src rw
+302 27 0:54 / /nooptional rw - fuse.sshfs  rw,user_id=0
+
+`
+	got, err := parseMountInfo(strings.NewReader(input))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []mountEntry{
+		{22, 27, "0:21", "/", "/proc", "rw,relatime", "proc", "proc", "rw"},
+		{27, 1, "254:0", "/", "/", "rw,relatime", "ext4", "/dev/vda", "rw,discard"},
+		{36, 35, "98:0", "/mnt1", "/mnt2", "rw,noatime", "ext3", "/dev/root", "rw,errors=continue"},
+		{300, 27, "0:52", "/data", "/var/lib/kubelet/pods/p/volumes/with space", "ro,nosuid,nodev,noexec,relatime", "tmpfs", "tmpfs", "ro,size=1024k,mode=755"},
+		{301, 27, "0:53", "/", "/odd\ttab\nnl\\bs", "rw", "tmpfs", "my src", "rw"},
+		{302, 27, "0:54", "/", "/nooptional", "rw", "fuse.sshfs", "", "rw,user_id=0"},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("parseMountInfo:\n got %+v\nwant %+v", got, want)
+	}
+
+	for _, line := range []string{
+		"22 27 0:21 / /proc rw,relatime shared:13 proc proc rw", // no separator
+		"22 27 0:21 / /proc - proc proc rw",                     // separator too early
+		"x 27 0:21 / /proc rw - proc proc rw",                   // bad ID
+		"22 y 0:21 / /proc rw - proc proc rw",                   // bad parent
+		"22 27 021 / /proc rw - proc proc rw",                   // bad major:minor
+		"22 27 0:21 / /proc rw - proc proc",                     // missing super options
+	} {
+		if _, err := parseMountInfo(strings.NewReader(line + "\n")); err == nil {
+			t.Errorf("parseMountInfo(%q) = nil error, want one", line)
+		}
+	}
+}
+
+func TestMountInfoUnescapeKeepsMalformed(t *testing.T) {
+	for in, want := range map[string]string{
+		`plain`:       "plain",
+		`a\040b`:      "a b",
+		`trail\04`:    `trail\04`,
+		`bad\089`:     `bad\089`,
+		`big\777`:     `big\777`,
+		`\134\134`:    `\\`,
+		`end\`:        `end\`,
+		`x\0400\0401`: "x 0 1",
+	} {
+		if got := mountInfoUnescape(in); got != want {
+			t.Errorf("mountInfoUnescape(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestMountAtTopmost(t *testing.T) {
+	entries := []mountEntry{
+		{ID: 1, MountPoint: "/"},
+		{ID: 2, MountPoint: "/a/b", Options: "rw"},
+		{ID: 3, MountPoint: "/a/b/c"},
+		{ID: 4, MountPoint: "/a/b", Options: "ro"},
+	}
+	e, ok := mountAt(entries, "/a//b/")
+	if !ok || e.ID != 4 {
+		t.Fatalf("mountAt(/a//b/) = %+v, %v; want the topmost entry, ID 4", e, ok)
+	}
+	if _, ok := mountAt(entries, "/a"); ok {
+		t.Fatal("mountAt(/a) found an entry; /a is not a mount point")
+	}
+}
+
+func TestMountReadMountInfoSelf(t *testing.T) {
+	entries, err := readMountInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := mountAt(entries, "/"); !ok {
+		t.Fatal("readMountInfo has no entry for /")
+	}
+}
+
+func FuzzParseMountInfo(f *testing.F) {
+	f.Add("36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n")
+	f.Add("1 2 0:1 /\\040 /x\\134 rw shared:1 master:2 - tmpfs  rw\n")
+	f.Add("1 2 3 4 5 6 - - - -")
+	f.Fuzz(func(t *testing.T, s string) {
+		entries, err := parseMountInfo(strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		for _, e := range entries {
+			if !strings.Contains(e.MajorMinor, ":") {
+				t.Fatalf("accepted entry without major:minor: %+v", e)
+			}
+		}
+	})
+}

@@ -1,0 +1,70 @@
+package main
+
+// Specification of the Ready condition a share carries (status.go), as an admin reads it: its
+// status, reason and message for each answer the API server can give about the source, and for
+// a share whose ref cannot be used. Pure: no API server is asked. Who writes the condition, and
+// `kubectl get`'s Ready column, are specified against the real API server in status_test.go.
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// The condition for each answer the API server can give about the source, as an admin reads it.
+func TestReadyConditionFromSourceCheck(t *testing.T) {
+	sh := share{Kind: kindSecret, Name: "corp-ca", SourceNamespace: "platform", SourceName: "ca-bundle"}
+	gr := schema.GroupResource{Resource: "secrets"}
+	for _, tc := range []struct {
+		name   string
+		err    error
+		status metav1.ConditionStatus
+		reason string
+		msg    []string
+	}{
+		{"readable", nil, metav1.ConditionTrue, reasonSourceAvailable, []string{"Secret platform/ca-bundle"}},
+		{"missing", apierrors.NewNotFound(gr, "ca-bundle"), metav1.ConditionFalse, reasonSourceNotFound,
+			[]string{"Secret platform/ca-bundle does not exist", `SharedSecret "corp-ca"`, "spec.secretRef"}},
+		{"forbidden", apierrors.NewForbidden(gr, "ca-bundle", errors.New(`User "x" cannot get resource "secrets"`)), metav1.ConditionFalse, reasonSourceForbidden,
+			[]string{"Secret platform/ca-bundle", `pods cannot mount SharedSecret "corp-ca"`, "keep their last data",
+				"kubectl create rolebinding shared-resource-csi-source-reader --namespace=platform --clusterrole=shared-resource-csi-source-reader --serviceaccount=csi-sharedresource:shared-resource-csi-driver",
+				"resourceNames: [ca-bundle]"}},
+		{"server error", apierrors.NewServiceUnavailable("etcd down"), metav1.ConditionUnknown, reasonSourceCheckFailed,
+			[]string{"Secret platform/ca-bundle", "etcd down"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := readyCondition(sh, tc.err, "csi-sharedresource:shared-resource-csi-driver")
+			if c.Type != conditionReady || c.Status != tc.status || c.Reason != tc.reason {
+				t.Fatalf("got %s=%s/%s, want Ready=%s/%s", c.Type, c.Status, c.Reason, tc.status, tc.reason)
+			}
+			for _, m := range tc.msg {
+				if !strings.Contains(c.Message, m) {
+					t.Errorf("message %q does not mention %q", c.Message, m)
+				}
+			}
+		})
+	}
+	cm := readyCondition(share{Kind: kindConfigMap, Name: "cfg", SourceNamespace: "ns", SourceName: "n"}, apierrors.NewNotFound(gr, "n"), "")
+	if !strings.Contains(cm.Message, "ConfigMap ns/n") || !strings.Contains(cm.Message, "spec.configMapRef") {
+		t.Errorf("ConfigMap message %q", cm.Message)
+	}
+}
+
+// A share whose ref cannot be used is not Ready, and the check does not even reach the API
+// server (the writer's metadata client is nil here).
+func TestReadyConditionOfInvalidShare(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": "broken", "generation": int64(3)},
+		"spec":     map[string]any{"secretRef": map[string]any{"name": "x"}},
+	}}
+	c := (&statusWriter{}).checkSource(context.Background(), kindSecret, u)
+	if c.Status != metav1.ConditionFalse || c.Reason != reasonInvalidShare || c.ObservedGeneration != 3 || !strings.Contains(c.Message, "spec.secretRef") {
+		t.Errorf("got %+v", c)
+	}
+}
