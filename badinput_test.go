@@ -23,9 +23,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,77 +42,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/shared-resource/csi-driver/internal/treesnap"
 )
 
-// snapshotTree describes every entry under root by relative path: type and permission bits,
-// owner, symlink target, size and SHA-256 of regular files' contents. withTimes adds each
-// entry's modification time, so that an entry created and removed again inside a directory
-// shows as a change of that directory. A missing root is described as such.
+// snapshotTree describes every entry under root (treesnap.Take), or fails the test.
 func snapshotTree(t *testing.T, root string, withTimes bool) map[string]string {
 	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		rel, _ := filepath.Rel(root, p)
-		if err != nil {
-			if p == root && os.IsNotExist(err) {
-				out[rel] = "absent"
-				return nil
-			}
-			out[rel] = "error: " + err.Error()
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
-			out[rel] = "error: " + err.Error()
-			return nil
-		}
-		desc := fi.Mode().String()
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			desc += fmt.Sprintf(" %d:%d", st.Uid, st.Gid)
-		}
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			link, err := os.Readlink(p)
-			desc += " -> " + link
-			if err != nil {
-				desc += " error: " + err.Error()
-			}
-		case fi.Mode().IsRegular():
-			b, err := os.ReadFile(p)
-			desc += fmt.Sprintf(" %d bytes sha256 %x", fi.Size(), sha256.Sum256(b))
-			if err != nil {
-				desc += " error: " + err.Error()
-			}
-		}
-		if withTimes {
-			desc += " mtime " + fi.ModTime().Format(time.RFC3339Nano)
-		}
-		out[rel] = desc
-		return nil
-	})
+	snap, err := treesnap.Take(root, withTimes)
 	if err != nil {
 		t.Fatalf("walking %s: %v", root, err)
 	}
-	return out
-}
-
-// diffSnapshots lists the entries that differ, one per line; empty means equal.
-func diffSnapshots(before, after map[string]string) string {
-	var lines []string
-	for k, b := range before {
-		if a, ok := after[k]; !ok {
-			lines = append(lines, fmt.Sprintf("removed %s (%s)", k, b))
-		} else if a != b {
-			lines = append(lines, fmt.Sprintf("changed %s: %s => %s", k, b, a))
-		}
-	}
-	for k, a := range after {
-		if _, ok := before[k]; !ok {
-			lines = append(lines, fmt.Sprintf("added %s (%s)", k, a))
-		}
-	}
-	slices.Sort(lines)
-	return strings.Join(lines, "\n")
+	return snap
 }
 
 // mountTable returns the lines of /proc/self/mountinfo, byte for byte, of every mount under
@@ -188,10 +127,10 @@ func (s hostState) assertSame(t *testing.T, after hostState) {
 	if !slices.Equal(s.mounts, after.mounts) {
 		t.Errorf("the mount table changed:\n%s", diffLines(s.mounts, after.mounts))
 	}
-	if d := diffSnapshots(s.tree, after.tree); d != "" {
+	if d := treesnap.Diff(s.tree, after.tree); d != "" {
 		t.Errorf("files under the driver's root changed:\n%s", d)
 	}
-	if d := diffSnapshots(s.sentinel, after.sentinel); d != "" {
+	if d := treesnap.Diff(s.sentinel, after.sentinel); d != "" {
 		t.Errorf("the sentinel tree changed:\n%s", d)
 	}
 }
@@ -572,7 +511,7 @@ func TestBadRequestsGetAClearErrorAndChangeNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.assertNothingLeft(t, live)
-	if d := diffSnapshots(sentinelAtStart, snapshotTree(t, sentinel, true)); d != "" {
+	if d := treesnap.Diff(sentinelAtStart, snapshotTree(t, sentinel, true)); d != "" {
 		t.Errorf("the sentinel tree changed:\n%s", d)
 	}
 }

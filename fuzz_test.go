@@ -22,6 +22,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
 const fuzzKubeletRoot = "/var/lib/kubelet"
@@ -95,25 +97,6 @@ func fuzzIsSegment(s string) bool {
 // fuzzIsControl: the ASCII control characters, which no path the kubelet builds contains and
 // which would garble the driver's messages and logs.
 func fuzzIsControl(r rune) bool { return r < 0x20 || r == 0x7f }
-
-// fuzzValidPath is the rule for a file path inside a volume: 1-4096 bytes, relative, at most 16
-// segments, each a key the API server accepts (which also excludes "", ".", ".." and names
-// starting with "..", the writer's own).
-func fuzzValidPath(p string) bool {
-	if p == "" || len(p) > 4096 || strings.HasPrefix(p, "/") {
-		return false
-	}
-	segs := strings.Split(p, "/")
-	if len(segs) > 16 {
-		return false
-	}
-	for _, s := range segs {
-		if len(validation.IsConfigMapKey(s)) > 0 {
-			return false
-		}
-	}
-	return true
-}
 
 // fuzzSplitMountOptions splits mount data as the kernel does: at commas outside double quotes.
 func fuzzSplitMountOptions(s string) []string {
@@ -328,7 +311,9 @@ func FuzzParsePublishRequest(f *testing.F) {
 		}
 
 		// Modes are permission bits only; items select valid keys of the volume's shares and
-		// name distinct files inside the volume, none of which is another's directory.
+		// name distinct files inside the volume, none of which is another's directory. (What a
+		// valid path inside a volume is, the writer's rule, is fuzzed against its own model in
+		// internal/atomicwriter: here it is the rule every accepted item must follow.)
 		if v.DefaultMode&^0o777 != 0 || (vc[attrDefaultMode] == "" && v.DefaultMode != 0o644) {
 			t.Fatalf("defaultMode %q parsed as %v", vc[attrDefaultMode], v.DefaultMode)
 		}
@@ -338,7 +323,7 @@ func FuzzParsePublishRequest(f *testing.F) {
 		paths := map[string]bool{}
 		for _, it := range v.Items {
 			if it.Share < 0 || it.Share >= len(v.Shares) || len(validation.IsConfigMapKey(it.Key)) > 0 ||
-				!fuzzValidPath(it.Path) || it.Mode&^0o777 != 0 || paths[it.Path] {
+				atomicwriter.ValidatePath(it.Path) != nil || it.Mode&^0o777 != 0 || paths[it.Path] {
 				t.Fatalf("accepted item %+v of %q", it, vc[attrItems])
 			}
 			paths[it.Path] = true

@@ -50,6 +50,20 @@ func (s *podSuite) waitShareReady(t *testing.T, share string, status metav1.Cond
 	return c
 }
 
+// sharedToNewPod shares a new Secret ca-bundle of src holding data, and starts pod "app" using
+// it in a new namespace whose service account "app" may use the share.
+func (s *podSuite) sharedToNewPod(t *testing.T, src string, data map[string][]byte) (share, ns string) {
+	t.Helper()
+	s.createSecret(t, src, "ca-bundle", data)
+	share = "src-" + randSuffix()
+	s.createShare(t, kindSecret, share, src, "ca-bundle")
+	ns = s.podNamespace(t, "consumer")
+	s.createServiceAccount(t, ns, "app")
+	s.grant(t, ns, kindSecret, share, serviceAccount(ns, "app"))
+	s.createPod(t, ns, "app", consumerSpec{sa: "app", attrs: map[string]string{attrSharedSecret: share}})
+	return share, ns
+}
+
 func TestPodsSourceInNamespaceNotGrantedIsNotMounted(t *testing.T) {
 	s := podsEnv(t, podsShared)
 	ctx := context.Background()
@@ -109,13 +123,7 @@ func TestPodsSourceReadGrantedWithTheCommandTheEventGives(t *testing.T) {
 	s := podsEnv(t, podsShared)
 	src := s.namespace(t, "ungranted")
 	data := map[string][]byte{"ca.crt": []byte("ca-" + randSuffix())}
-	s.createSecret(t, src, "ca-bundle", data)
-	share := "ungranted-" + randSuffix()
-	s.createShare(t, kindSecret, share, src, "ca-bundle")
-	ns := s.podNamespace(t, "consumer")
-	s.createServiceAccount(t, ns, "app")
-	s.grant(t, ns, kindSecret, share, serviceAccount(ns, "app"))
-	s.createPod(t, ns, "app", consumerSpec{sa: "app", attrs: map[string]string{attrSharedSecret: share}})
+	share, ns := s.sharedToNewPod(t, src, data)
 
 	ev := s.waitEvent(t, ns, "app", "FailedMount", 60*time.Second, "the driver may not read Secret "+src+"/ca-bundle", grantReadFix(src))
 	s.waitShareReady(t, share, metav1.ConditionFalse, reasonSourceForbidden, grantReadFix(src))
@@ -136,13 +144,7 @@ func TestPodsDriverLosesReadWhileRunningKeepsData(t *testing.T) {
 	src := s.namespace(t, "platform")
 	revokeRead := s.grantSourceRead(t, src, driverSA)
 	v1 := map[string][]byte{"ca.crt": []byte("v1-" + randSuffix())}
-	s.createSecret(t, src, "ca-bundle", v1)
-	share := "losing-" + randSuffix()
-	s.createShare(t, kindSecret, share, src, "ca-bundle")
-	ns := s.podNamespace(t, "consumer")
-	s.createServiceAccount(t, ns, "app")
-	s.grant(t, ns, kindSecret, share, serviceAccount(ns, "app"))
-	s.createPod(t, ns, "app", consumerSpec{sa: "app", attrs: map[string]string{attrSharedSecret: share}})
+	share, ns := s.sharedToNewPod(t, src, v1)
 	s.waitRunning(t, ns, "app", 60*time.Second)
 	s.waitFiles(t, ns, "app", v1, 10*time.Second)
 

@@ -24,6 +24,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/shared-resource/csi-driver/internal/treesnap"
 )
 
 // fuzzIsSegment: s names exactly one directory entry (no separator, not "." or "..", no NUL,
@@ -264,7 +266,7 @@ func FuzzWrite(f *testing.F) {
 			case err == nil:
 				t.Fatalf("write %d of the invalid payload %q (gid %d) succeeded", i, slices.Sorted(maps.Keys(p.files)), p.gid)
 			default:
-				if diff := diffSnapshots(before, snapshot(t, dir)); diff != "" {
+				if diff := treesnap.Diff(before, snapshot(t, dir)); diff != "" {
 					t.Fatalf("write %d of an invalid payload failed (%v) but changed the dir:\n%s", i, err, diff)
 				}
 			}

@@ -6,7 +6,6 @@ package atomicwriter
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -16,7 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
+
+	"github.com/shared-resource/csi-driver/internal/treesnap"
 )
 
 // fileOf is a File literal shortcut for tables.
@@ -64,70 +64,14 @@ func payloadDirs(t *testing.T, dir string) []string {
 	return out
 }
 
-// snapshot describes everything in dir (recursively, without following symlinks: type, mode,
-// owner, link target, bytes, modification time) so that "unchanged" can be asserted exactly; the
-// time shows an entry made and removed again inside a dir as a change of that dir. A missing dir
-// is described as such.
+// snapshot describes every entry under dir, with modification times (treesnap.Take).
 func snapshot(t *testing.T, dir string) map[string]string {
 	t.Helper()
-	snap := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if p == dir && errors.Is(err, fs.ErrNotExist) {
-			snap["."] = "absent"
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		desc := info.Mode().String()
-		if st, ok := info.Sys().(*syscall.Stat_t); ok {
-			desc += fmt.Sprintf(" %d:%d", st.Uid, st.Gid)
-		}
-		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			desc += " -> " + target
-		case d.Type().IsRegular():
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			desc += " " + string(data)
-		}
-		snap[rel] = desc + " mtime " + info.ModTime().Format(time.RFC3339Nano)
-		return nil
-	})
+	snap, err := treesnap.Take(dir, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return snap
-}
-
-// diffSnapshots lists what changed between two snapshots, or "" if nothing did.
-func diffSnapshots(before, after map[string]string) string {
-	var lines []string
-	for k, b := range before {
-		if a, ok := after[k]; !ok {
-			lines = append(lines, fmt.Sprintf("removed %s (%s)", k, b))
-		} else if a != b {
-			lines = append(lines, fmt.Sprintf("changed %s: %s => %s", k, b, a))
-		}
-	}
-	for k, a := range after {
-		if _, ok := before[k]; !ok {
-			lines = append(lines, fmt.Sprintf("added %s (%s)", k, a))
-		}
-	}
-	slices.Sort(lines)
-	return strings.Join(lines, "\n")
 }
 
 // ownerOf returns the owner of path (not following a final symlink).

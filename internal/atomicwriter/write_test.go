@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/shared-resource/csi-driver/internal/treesnap"
 )
 
 // mustWrite writes files into dir with gid, failing the test on an error.
@@ -204,7 +206,7 @@ func TestWriteRefusesBadPayloads(t *testing.T) {
 		if !strings.Contains(err.Error(), c.names) {
 			t.Errorf("%s: error %q does not name %s", name, err, c.names)
 		}
-		if diff := diffSnapshots(before, snapshot(t, dir)); diff != "" {
+		if diff := treesnap.Diff(before, snapshot(t, dir)); diff != "" {
 			t.Fatalf("%s: dir changed:\n%s", name, diff)
 		}
 		// A payload that is bad in itself does not even create a missing dir.
@@ -234,7 +236,7 @@ func TestWriteRefusesForeignDataLink(t *testing.T) {
 	if err := (Writer{Dir: dir, GID: -1}).Write(map[string]File{"a": fileOf("x", 0o644)}); err == nil {
 		t.Fatal("Write accepted a ..data pointing outside dir")
 	}
-	if diff := diffSnapshots(before, snapshot(t, dir)); diff != "" {
+	if diff := treesnap.Diff(before, snapshot(t, dir)); diff != "" {
 		t.Fatalf("refused write changed dir:\n%s", diff)
 	}
 }
