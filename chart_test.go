@@ -108,6 +108,7 @@ admissionPolicy: {enabled: false}
 flowControl: {enabled: false, nominalConcurrencyShares: 5}
 driver:
   relistInterval: 2m
+  relistSpread: 0.25
   tmpfsSize: 16Mi
   cacheMaxEntries: 50
   cacheMaxBytes: 1048576
@@ -178,7 +179,7 @@ func TestChartValuesReachTheObjects(t *testing.T) {
 		"--endpoint=unix:///var/lib/k0s/kubelet/plugins/csi.sharedresource.openshift.io/csi.sock",
 		"--state-dir=/var/lib/k0s/kubelet/plugins/csi.sharedresource.openshift.io",
 		"--kubelet-root-dir=/var/lib/k0s/kubelet", "--registration-dir=/var/lib/k0s/kubelet/plugins_registry",
-		"--health-address=:9810", "--relist-interval=2m", "--tmpfs-size=16Mi", "--cache-max-entries=50",
+		"--health-address=:9810", "--relist-interval=2m", "--relist-spread=0.25", "--tmpfs-size=16Mi", "--cache-max-entries=50",
 		"--cache-max-bytes=1048576", "--cache-ttl=3s", "--authz-cache-ttl=4s", "--kube-api-qps=7.5",
 		"--kube-api-burst=15", "--v=4", "--status-lease-namespace=srcsi-chart-test", "--status-lease-duration=30s",
 	}

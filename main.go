@@ -42,6 +42,7 @@ type options struct {
 	qps             float64
 	burst           int
 	relistInterval  time.Duration
+	relistSpread    float64
 	cacheEntries    int
 	cacheBytes      int64
 	cacheTTL        time.Duration
@@ -66,6 +67,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.Float64Var(&o.qps, "kube-api-qps", 50, "client-side rate limit of API requests per second, for all of the driver's requests together")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst of API requests")
 	fs.DurationVar(&o.relistInterval, "relist-interval", 60*time.Second, "how often every volume's access is re-checked and its data refreshed")
+	fs.Float64Var(&o.relistSpread, "relist-spread", 0.5, "the part of --relist-interval over which a relist cycle spreads its API requests, so a node never sends them at its full rate limit (0 to 1; 0: as fast as the rate limit allows)")
 	fs.IntVar(&o.cacheEntries, "cache-max-entries", 1000, "most Secrets/ConfigMaps kept in the source cache")
 	fs.Int64Var(&o.cacheBytes, "cache-max-bytes", 64<<20, "most bytes of Secret/ConfigMap data kept in the source cache")
 	fs.DurationVar(&o.cacheTTL, "cache-ttl", 10*time.Second, "how long a fetched Secret/ConfigMap serves new publishes before it is fetched again")
@@ -88,6 +90,9 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if o.relistSpread < 0 || o.relistSpread > 1 {
+		return nil, fmt.Errorf("--relist-spread %v must be between 0 and 1", o.relistSpread)
 	}
 	// client-go logs request and response bodies (Secret data among them) at verbosity 8 and
 	// above, and it shares klog's global verbosity with us; the driver's own most detailed logs
@@ -266,7 +271,7 @@ func (w *wiring) serve(ctx context.Context, o *options) error {
 	// Relist and share events start only now: before the caches synced, every share would
 	// look deleted.
 	go d.runShareEvents(ctx, w.shareEvents)
-	go d.runRelist(ctx, o.relistInterval)
+	go d.runRelist(ctx, o.relistInterval, o.relistSpread)
 
 	if o.statusLeaseNS != "" {
 		stopStatus := w.startStatusWriter(ctx, o, errs)

@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -37,6 +36,7 @@ const (
 // cycleMemo remembers, for one pass over volumes, each access decision and each source fetched.
 type cycleMemo struct {
 	d       *driver
+	pacer   cyclePacer // spaces the cycle's reviews and GETs (relisttiming.go); zero: no wait
 	access  map[accessKey]memoDecision
 	sources map[sourceKey]memoSource
 	shares  map[shareSpec]memoShare
@@ -76,6 +76,9 @@ func (m *cycleMemo) decision(ctx context.Context, key accessKey) (decision, erro
 	if r, ok := m.access[key]; ok {
 		return r.d, r.err
 	}
+	if err := m.pacer.wait(ctx); err != nil {
+		return decision{}, err
+	}
 	dec, err := m.d.authz.check(ctx, key, true)
 	m.access[key] = memoDecision{dec, err}
 	return dec, err
@@ -85,27 +88,43 @@ func (m *cycleMemo) source(ctx context.Context, key sourceKey) (*sourceData, err
 	if r, ok := m.sources[key]; ok {
 		return r.data, r.err
 	}
+	if err := m.pacer.wait(ctx); err != nil {
+		return nil, err
+	}
 	data, err := m.d.sources.fetch(ctx, key, true)
 	m.sources[key] = memoSource{data, err}
 	return data, err
 }
 
-// runRelist runs a cycle every interval until ctx ends.
-func (d *driver) runRelist(ctx context.Context, interval time.Duration) {
-	wait.UntilWithContext(ctx, func(ctx context.Context) {
+// runRelist runs a cycle at a random offset within the first interval, then every interval
+// (jittered) after the previous one ended, until ctx ends; each cycle's requests are spread over
+// spread of the interval (relisttiming.go).
+func (d *driver) runRelist(ctx context.Context, interval time.Duration, spread float64) {
+	sched := newRelistSchedule(interval)
+	timer := time.NewTimer(sched.first())
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
 		start := time.Now()
-		n := d.relistCycle(ctx)
+		n := d.relistCycle(ctx, time.Duration(spread*float64(interval)))
 		if d.metrics != nil {
 			d.metrics.relist.Observe(time.Since(start).Seconds())
 		}
 		klog.V(3).InfoS("Relist cycle done", "volumes", n, "duration", time.Since(start))
-	}, interval)
+		timer.Reset(sched.next())
+	}
 }
 
-// relistCycle reconciles every volume once and returns how many it looked at.
-func (d *driver) relistCycle(ctx context.Context) int {
-	memo := d.newCycleMemo()
+// relistCycle reconciles every volume once, its API requests spread over window, and returns
+// how many volumes it looked at.
+func (d *driver) relistCycle(ctx context.Context, window time.Duration) int {
 	recs := d.store.list()
+	memo := d.newCycleMemo()
+	memo.pacer = newCyclePacer(cycleRequests(recs), window)
 	for _, rec := range recs {
 		d.reconcileIfIdle(ctx, rec.VolumeID, memo)
 	}
