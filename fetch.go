@@ -215,7 +215,9 @@ func (c *sourceCache) fetch(ctx context.Context, key sourceKey, fromWatchCache b
 		}
 		d, err := c.getObject(ctx, key, opts)
 		if err != nil {
-			if apierrors.IsNotFound(err) {
+			// Gone, or no longer readable by the driver: new publishes must not be served the
+			// cached copy either.
+			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 				c.mu.Lock()
 				c.lru.Remove(key)
 				c.mu.Unlock()

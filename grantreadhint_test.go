@@ -20,8 +20,8 @@ func TestGrantReadHintNamesTheCommandToRun(t *testing.T) {
 	hint := a.grantReadHint(sourceKey{Kind: kindConfigMap, Namespace: "app-config", Name: "flags"})
 	for _, want := range []string{
 		"kubectl create rolebinding shared-resource-csi-source-reader --namespace=app-config --clusterrole=shared-resource-csi-source-reader --serviceaccount=csi-sharedresource:shared-resource-csi-driver",
-		"configmaps in namespace app-config",
-		"resourceNames: [flags]",
+		"every Secret and ConfigMap of namespace app-config",
+		"kubectl create role shared-resource-csi-read-flags --namespace=app-config --verb=get --resource=configmaps --resource-name=flags && kubectl create rolebinding shared-resource-csi-read-flags --namespace=app-config --role=shared-resource-csi-read-flags --serviceaccount=csi-sharedresource:shared-resource-csi-driver",
 	} {
 		if !strings.Contains(hint, want) {
 			t.Errorf("hint %q does not contain %q", hint, want)

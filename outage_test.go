@@ -105,10 +105,10 @@ func (p *apiProxy) restore(t *testing.T) {
 	p.serve(lis)
 }
 
-// proxiedKubeconfig writes a copy of the test kubeconfig whose server is the proxy; TLS still
-// verifies the API server's certificate under its real name.
+// proxiedKubeconfig writes a copy of the driver's kubeconfig (deploy.yaml's ServiceAccount) whose
+// server is the proxy; TLS still verifies the API server's certificate under its real name.
 func proxiedKubeconfig(t *testing.T, e *kubeEnv) (path string, proxy *apiProxy) {
-	cfg, err := clientcmd.LoadFromFile(e.kubeconfig)
+	cfg, err := clientcmd.LoadFromFile(e.driverKubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func (s *podSuite) waitShareReady(t *testing.T, share string, status metav1.Cond
 		if err != nil {
 			return err
 		}
-		for _, m := range msg {
+		for _, m := range append([]string{""}, msg...) {
 			if err := wantReady(cond, u, status, reason, m); err != nil {
 				return err
 			}
@@ -84,7 +84,7 @@ func TestPodsSourceInNamespaceNotGrantedIsNotMounted(t *testing.T) {
 
 	s.createPod(t, ns, "a", consumerSpec{sa: "app", attrs: map[string]string{attrSharedSecret: shareA}})
 	ev := s.waitEvent(t, ns, "a", "FailedMount", 60*time.Second, "FailedPrecondition",
-		"the driver may not read Secret "+sys+"/"+first, grantReadFix(sys), "resourceNames: ["+first+"]")
+		"the driver may not read Secret "+sys+"/"+first, grantReadFix(sys), "--resource-name="+first)
 	t.Logf("FailedMount: %s", ev.Message)
 	c := s.waitShareReady(t, shareA, metav1.ConditionFalse, reasonSourceForbidden, "Secret "+sys+"/"+first, grantReadFix(sys))
 	t.Logf("Ready condition: %s/%s: %s", c.Status, c.Reason, c.Message)

@@ -157,8 +157,8 @@ func (d *driver) fetchShare(ctx context.Context, v *volumeRequest, spec shareSpe
 	// The review and the GET of the source go out together: a cold publish then waits for the
 	// slower of the two instead of their sum. The source is only handed out, and its errors
 	// only reported, once access is granted: a denied pod learns nothing about it, not even
-	// whether it exists. (The GET itself reveals nothing to anybody: the driver may read every
-	// shared source, and what it caches stays in its memory.)
+	// whether it exists. (The GET itself reveals nothing to anybody: what the driver may read
+	// an admin granted it, and what it caches stays in its memory.)
 	type fetched struct {
 		src *sourceData
 		err error

@@ -34,7 +34,7 @@ func TestReadyConditionFromSourceCheck(t *testing.T) {
 		{"forbidden", apierrors.NewForbidden(gr, "ca-bundle", errors.New(`User "x" cannot get resource "secrets"`)), metav1.ConditionFalse, reasonSourceForbidden,
 			[]string{"Secret platform/ca-bundle", `pods cannot mount SharedSecret "corp-ca"`, "keep their last data",
 				"kubectl create rolebinding shared-resource-csi-source-reader --namespace=platform --clusterrole=shared-resource-csi-source-reader --serviceaccount=csi-sharedresource:shared-resource-csi-driver",
-				"resourceNames: [ca-bundle]"}},
+				"--resource-name=ca-bundle"}},
 		{"server error", apierrors.NewServiceUnavailable("etcd down"), metav1.ConditionUnknown, reasonSourceCheckFailed,
 			[]string{"Secret platform/ca-bundle", "etcd down"}},
 	} {

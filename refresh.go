@@ -238,7 +238,7 @@ func (d *driver) reportChanges(rec volumeRecord, changes []shareChange, conflict
 		case "refreshed":
 			d.event(rec, corev1.EventTypeNormal, reasonRefreshed, "Updated %s from %s", c.share, c.why)
 		case "refreshFailed":
-			d.event(rec, corev1.EventTypeWarning, reasonRefreshFailed, "%s keeps its last files and is not refreshed: %s", c.share, c.why)
+			d.event(rec, corev1.EventTypeWarning, reasonRefreshFailed, "%s %s", c.share, c.why)
 		case "refreshResumed":
 			d.event(rec, corev1.EventTypeNormal, reasonRefreshResumed, "The driver may read %s again; its files are refreshed again", c.why)
 		}
@@ -318,8 +318,13 @@ func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *
 			return unchanged, nil
 		}
 		st.ReadForbidden = true
+		// A revoked share has no files to keep: its access is back, but its files are not.
+		what := "keeps its last files and is not refreshed"
+		if st.Revoked {
+			what = "may be used again, but its files stay away until the driver may read its source"
+		}
 		return shareVerdict{state: st, change: &shareChange{share: st.shareSpec, kind: "refreshFailed",
-			why: fmt.Sprintf("the driver may not read %s; %s", sh.sourceKey(), d.account.grantReadHint(sh.sourceKey()))}}, nil
+			why: fmt.Sprintf("%s: the driver may not read %s; %s", what, sh.sourceKey(), d.account.grantReadHint(sh.sourceKey()))}}, nil
 	case err != nil:
 		return unchanged, err
 	}
@@ -352,7 +357,9 @@ func revokeShare(st shareState, why string) shareVerdict {
 	if st.Revoked {
 		return shareVerdict{state: st}
 	}
-	st.Revoked = true
+	// Whether the driver may read the source is judged again, and told again, when access
+	// comes back.
+	st.Revoked, st.ReadForbidden = true, false
 	return shareVerdict{state: st, change: &shareChange{share: st.shareSpec, kind: "revoked", why: why}}
 }
 

@@ -44,11 +44,18 @@ func (a driverAccount) String() string {
 	return string(a)
 }
 
-// grantReadHint says what to run so that the driver may read key: the namespace-wide
-// RoleBinding, and the narrower alternative.
+// grantReadHint says what to run so that the driver may read key: first the narrowest grant, a
+// Role for this one object (the least a node's driver can hold; right for a system namespace),
+// then the namespace-wide RoleBinding to sourceReaderRole, which exposes every Secret and
+// ConfigMap of the namespace to every node's driver.
 func (a driverAccount) grantReadHint(key sourceKey) string {
-	return fmt.Sprintf("to let the driver (service account %s) read %s, run: "+
-		"kubectl create rolebinding %s --namespace=%s --clusterrole=%s --serviceaccount=%s "+
-		"(or grant get on this one object with a Role limited by resourceNames: [%s]; see the README's Security model)",
-		a, sourceGVR(key.Kind).Resource+" in namespace "+key.Namespace, sourceReaderRole, key.Namespace, sourceReaderRole, a, key.Name)
+	resource := sourceGVR(key.Kind).Resource
+	role := "shared-resource-csi-read-" + key.Name
+	return fmt.Sprintf("to let the driver (service account %s) read this object only, run: "+
+		"kubectl create role %s --namespace=%s --verb=get --resource=%s --resource-name=%s && "+
+		"kubectl create rolebinding %s --namespace=%s --role=%s --serviceaccount=%s "+
+		"(or, to let it read every Secret and ConfigMap of namespace %s: "+
+		"kubectl create rolebinding %s --namespace=%s --clusterrole=%s --serviceaccount=%s)",
+		a, role, key.Namespace, resource, key.Name, role, key.Namespace, role, a,
+		key.Namespace, sourceReaderRole, key.Namespace, sourceReaderRole, a)
 }

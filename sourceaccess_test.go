@@ -35,12 +35,14 @@ import (
 // does exactly that and nothing else, and deploy.yaml binds it nowhere.
 func TestDeployGrantsNoSourceReadByDefault(t *testing.T) {
 	e := e2e(t)
-	for _, res := range []string{"secrets", "configmaps"} {
-		for _, ns := range []string{"kube-system", "default", driverNamespace} {
-			out, _ := exec.Command(kubectlBinary(), "--kubeconfig", e.kubeconfig, "auth", "can-i", "get", res,
-				"-n", ns, "--as", driverUser).CombinedOutput()
-			if got := strings.TrimSpace(string(out)); got != "no" {
-				t.Errorf("kubectl auth can-i get %s -n %s --as %s: %q, want no", res, ns, driverUser, got)
+	for _, verb := range []string{"get", "list", "watch"} {
+		for _, res := range []string{"secrets", "configmaps"} {
+			for _, ns := range []string{"kube-system", "default", driverNamespace} {
+				out, _ := exec.Command(kubectlBinary(), "--kubeconfig", e.kubeconfig, "auth", "can-i", verb, res,
+					"-n", ns, "--as", driverUser).CombinedOutput()
+				if got := strings.TrimSpace(string(out)); got != "no" {
+					t.Errorf("kubectl auth can-i %s %s -n %s --as %s: %q, want no", verb, res, ns, driverUser, got)
+				}
 			}
 		}
 	}
@@ -194,6 +196,9 @@ func TestSharePolicyRequiresReadOnTheSource(t *testing.T) {
 		return refusedByPolicy(err, u.name, "secrets", ns, "readable")
 	})
 	_, err := shares.Create(ctx, shareObject(kindSecret, name, ns, "readable"), metav1.CreateOptions{})
+	if e := refusedByPolicy(err, u.name, "secrets", ns, "readable"); e != nil {
+		t.Fatal(e)
+	}
 	t.Logf("refused: %v", err)
 
 	// With get on that one Secret: admitted.
@@ -269,7 +274,7 @@ func TestPublishOfUnreadableSourceSaysWhatToRun(t *testing.T) {
 	v := p.volume(consumer, "app", map[string]string{attrSharedSecret: share})
 
 	err := p.publish(v)
-	wantCode(t, err, codes.FailedPrecondition, "the driver may not read Secret "+src+"/ca-bundle", grantReadFix(src), "resourceNames: [ca-bundle]")
+	wantCode(t, err, codes.FailedPrecondition, "the driver may not read Secret "+src+"/ca-bundle", grantReadFix(src), "--resource-name=ca-bundle")
 	p.assertNothingLeft(t, v)
 	e.runFix(t, err.Error())
 	e.waitMayGet(t, serviceAccount(driverNamespace, driverServiceAccount), src, "secrets", "ca-bundle", true)
@@ -282,19 +287,25 @@ func TestPublishOfUnreadableSourceSaysWhatToRun(t *testing.T) {
 	p.unpublishAll(t, v)
 }
 
-// runFix runs, as the cluster admin, the kubectl command a message tells the admin to run.
+// runFix runs, as the cluster admin, the commands a message tells the admin to run first (the
+// narrowest grant: "run: kubectl ... && kubectl ... (or, ...").
 func (e *kubeEnv) runFix(t testing.TB, msg string) {
 	t.Helper()
-	_, cmdline, ok := strings.Cut(msg, "run: kubectl ")
+	_, cmdline, ok := strings.Cut(msg, "run: ")
 	if !ok {
 		t.Fatalf("no command to run in %q", msg)
 	}
-	cmdline, _, _ = strings.Cut(cmdline, " (or ")
-	args := append([]string{"--kubeconfig", e.kubeconfig}, strings.Fields(cmdline)...)
-	if out, err := exec.Command(kubectlBinary(), args...).CombinedOutput(); err != nil {
-		t.Fatalf("kubectl %s: %v\n%s", cmdline, err, out)
+	cmdline, _, _ = strings.Cut(cmdline, " (or, ")
+	for _, cmd := range strings.Split(cmdline, " && ") {
+		args, ok := strings.CutPrefix(cmd, "kubectl ")
+		if !ok {
+			t.Fatalf("%q is not a kubectl command", cmd)
+		}
+		if out, err := exec.Command(kubectlBinary(), append([]string{"--kubeconfig", e.kubeconfig}, strings.Fields(args)...)...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", cmd, err, out)
+		}
+		t.Logf("ran the fix: %s", cmd)
 	}
-	t.Logf("ran the fix: kubectl %s", cmdline)
 }
 
 // The driver losing read on a source is not the pod losing access: the volume keeps its last
@@ -340,7 +351,7 @@ func TestDriverLosingReadKeepsDataAndWarnsOnce(t *testing.T) {
 		t.Fatalf("losing read changed the volume: %v", err)
 	}
 	if evs, _ := e.podEvents(v.podNS, v.podName, reasonRefreshFailed); len(evs) != 1 || evCount(evs[0]) > 1 {
-		t.Errorf("%s recorded %d events (first seen %d times), want one, once", reasonRefreshFailed, len(evs), evCount(evs[0]))
+		t.Errorf("%s recorded %d events (%v), want one, once", reasonRefreshFailed, len(evs), evs)
 	}
 	if evs, _ := e.podEvents(v.podNS, v.podName, reasonRevoked); len(evs) > 0 {
 		t.Errorf("losing read was taken for a revocation: %v", evs[0].Message)
