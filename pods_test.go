@@ -907,7 +907,7 @@ func TestPodsDriverRecreated(t *testing.T) {
 			return s.kube.CoreV1().Pods(podsDriverNS).Delete(context.Background(), old.Name, metav1.DeleteOptions{})
 		}},
 		{"helm upgrade", func(*corev1.Pod) error {
-			return s.helm("upgrade", "shared-resource-csi", chartDir, "--reuse-values", "--set", "driver.logLevel=3")
+			return s.helm("upgrade", "shared-resource-csi", chartDir, "--reset-then-reuse-values", "--set", "driver.logLevel=3")
 		}},
 	} {
 		s.replaceDriverWhileReading(t, ns, "app", data, replacement.how, replacement.replace)
