@@ -92,12 +92,11 @@ func (m *cycleMemo) source(ctx context.Context, key sourceKey) (*sourceData, err
 
 // runRelist runs a cycle every interval until ctx ends.
 func (d *driver) runRelist(ctx context.Context, interval time.Duration) {
+	d.metrics.relistStarted(interval)
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		start := time.Now()
 		n := d.relistCycle(ctx)
-		if d.metrics != nil {
-			d.metrics.relist.Observe(time.Since(start).Seconds())
-		}
+		d.metrics.relistCycleDone(time.Since(start))
 		klog.V(3).InfoS("Relist cycle done", "volumes", n, "duration", time.Since(start))
 	}, interval)
 }
@@ -146,6 +145,7 @@ func (d *driver) reconcileIfIdle(ctx context.Context, volumeID string, memo *cyc
 		return
 	}
 	if err := d.reconcile(ctx, rec, memo); err != nil {
+		d.metrics.reconcileFailed()
 		klog.ErrorS(err, "Reconciling volume failed; it is left as it was and retried next cycle", "volumeID", volumeID)
 	}
 }
