@@ -5,11 +5,13 @@ package main
 // Specification of the Helm chart (charts/shared-resource-csi), the one source of the
 // manifests: it lints; deploy.yaml and deploy/cluster-wide-read.yaml are exactly what it renders
 // (hack/manifests.sh); every value reaches the objects it sets, and a render with every value
-// changed is accepted by the API server; the README's values table lists every value. The pod
-// suite installs the driver with this chart (`helm upgrade --install`, pods_test.go).
+// changed is accepted by the API server (but for Prometheus Operator's kinds, which a plain
+// cluster lacks); the README's values table lists every value. The pod suite installs the driver
+// with this chart (`helm upgrade --install`, pods_test.go).
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +27,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -125,6 +128,10 @@ tolerations: [{key: dedicated, operator: Equal, value: storage, effect: NoSchedu
 nodeSelector: {kubernetes.io/os: linux}
 priorityClassName: system-cluster-critical
 updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 10%}}
+monitoring:
+  podMonitor: {enabled: true, interval: 15s, labels: {release: kube-prometheus-stack}}
+  prometheusRule: {enabled: true, labels: {release: kube-prometheus-stack, team: storage}}
+  dashboard: {enabled: true, namespace: default, labels: {grafana_folder: storage}}
 `
 
 func TestChartValuesReachTheObjects(t *testing.T) {
@@ -198,6 +205,72 @@ func TestChartValuesReachTheObjects(t *testing.T) {
 	if _, err := parseFlags(c.Args); err != nil {
 		t.Errorf("the driver refuses the chart's args: %v", err)
 	}
+	checkMonitoringObjects(t, objs)
+}
+
+// checkMonitoringObjects: the monitoring values of nonDefaultValues reach the PodMonitor, the
+// PrometheusRule and the dashboard's ConfigMap, which hold the chart's files as they are.
+func checkMonitoringObjects(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	pm := findObject(objs, "PodMonitor", "shared-resource-csi")
+	if pm == nil {
+		t.Fatal("monitoring.podMonitor.enabled did not render the PodMonitor")
+	}
+	for _, check := range []struct {
+		what   string
+		fields []string
+		want   string
+	}{
+		{"namespace", []string{"metadata", "namespace"}, "srcsi-chart-test"},
+		{"extra label", []string{"metadata", "labels", "release"}, "kube-prometheus-stack"},
+		{"job label", []string{"spec", "jobLabel"}, "app.kubernetes.io/name"},
+		{"selected namespace", []string{"spec", "namespaceSelector", "matchNames"}, "[srcsi-chart-test]"},
+		{"selected pods", []string{"spec", "selector", "matchLabels"}, "map[app.kubernetes.io/component:node-plugin app.kubernetes.io/name:shared-resource-csi]"},
+	} {
+		v, _, _ := unstructured.NestedFieldNoCopy(pm.Object, check.fields...)
+		if got := fmt.Sprint(v); got != check.want {
+			t.Errorf("PodMonitor %s: %s, want %s", check.what, got, check.want)
+		}
+	}
+	eps, _, _ := unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
+	if len(eps) != 1 || fmt.Sprintf("%v %v", eps[0].(map[string]any)["port"], eps[0].(map[string]any)["interval"]) != "healthz 15s" {
+		t.Errorf("PodMonitor endpoints: %v, want the port healthz every 15s", eps)
+	}
+
+	rule := findObject(objs, "PrometheusRule", "shared-resource-csi")
+	if rule == nil {
+		t.Fatal("monitoring.prometheusRule.enabled did not render the PrometheusRule")
+	}
+	if l := rule.GetLabels(); rule.GetNamespace() != "srcsi-chart-test" || l["release"] != "kube-prometheus-stack" || l["team"] != "storage" {
+		t.Errorf("PrometheusRule in %q labelled %v", rule.GetNamespace(), l)
+	}
+	file, err := os.ReadFile(monitoringRulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want map[string]any
+	if err := yaml.Unmarshal(file, &want); err != nil {
+		t.Fatal(err)
+	}
+	if got := rule.Object["spec"]; !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("the PrometheusRule's spec is not %s", monitoringRulesFile)
+	}
+
+	cm := findObject(objs, "ConfigMap", "shared-resource-csi-dashboard")
+	if cm == nil {
+		t.Fatal("monitoring.dashboard.enabled did not render the dashboard's ConfigMap")
+	}
+	if l := cm.GetLabels(); cm.GetNamespace() != "default" || l["grafana_dashboard"] != "1" || l["grafana_folder"] != "storage" {
+		t.Errorf("dashboard ConfigMap in %q labelled %v", cm.GetNamespace(), l)
+	}
+	dashboard, err := os.ReadFile(monitoringDashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _, _ := unstructured.NestedString(cm.Object, "data", "shared-resource-csi.json")
+	if !json.Valid([]byte(data)) || data != strings.TrimSpace(string(dashboard)) {
+		t.Errorf("the ConfigMap's shared-resource-csi.json is not %s", monitoringDashboardFile)
+	}
 }
 
 // fromObject converts the (first matching) rendered object into a typed one, or fails.
@@ -224,7 +297,18 @@ func TestChartNonDefaultRenderIsAccepted(t *testing.T) {
 	if err := os.WriteFile(values, []byte(vals), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	manifest := runHelm(t, "template", "r", chartDir, "-f", values)
+	// Without Prometheus Operator's CRDs the API server knows no PodMonitor or PrometheusRule:
+	// those two are checked by TestChartValuesReachTheObjects and promtool (monitoring_rules_test.go).
+	list := map[string]any{"apiVersion": "v1", "kind": "List", "items": []any{}}
+	for _, o := range renderedObjects(t, runHelm(t, "template", "r", chartDir, "-f", values)) {
+		if !strings.HasPrefix(o.GetAPIVersion(), "monitoring.coreos.com/") {
+			list["items"] = append(list["items"].([]any), o.Object)
+		}
+	}
+	manifest, err := json.Marshal(list)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(kubectlBinary(), "--kubeconfig", e.kubeconfig, "apply", "--dry-run=server", "-f", "-")
 	cmd.Stdin = bytes.NewReader(manifest)
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -25,7 +25,16 @@ type metrics struct {
 	relist        prometheus.Histogram
 	volumeChanges *prometheus.CounterVec // change
 	apiRequests   *prometheus.CounterVec // verb, resource, code
+	// What the alerts need to tell a late or failing relist from a healthy one (the chart's
+	// PrometheusRule): the interval a cycle is measured against, when the last one ended, and
+	// how many volumes a cycle could not check.
+	relistInterval  prometheus.Gauge
+	relistLastCycle prometheus.Gauge
+	reconcileErrors prometheus.Counter
 }
+
+// volumeChangeKinds are the values of volume_changes_total's label change.
+var volumeChangeKinds = []string{"revoked", "restored", "refreshed"}
 
 func newMetrics() *metrics {
 	m := &metrics{
@@ -47,8 +56,23 @@ func newMetrics() *metrics {
 		apiRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricsPrefix + "api_requests_total", Help: "Requests the driver sent to the API server, by verb, resource and HTTP code.",
 		}, []string{"verb", "resource", "code"}),
+		relistInterval: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: metricsPrefix + "relist_interval_seconds", Help: "The --relist-interval: how long after one relist cycle ends the next one starts.",
+		}),
+		relistLastCycle: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: metricsPrefix + "relist_last_cycle_timestamp_seconds", Help: "Unix time the last relist cycle ended (before the first one: when relisting started).",
+		}),
+		reconcileErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metricsPrefix + "volume_reconcile_errors_total",
+			Help: "Volume reconciles (relist cycles and share changes) that failed on an API or write error; the volume was left as it was.",
+		}),
+	}
+	// Each change is exported from the start, at 0, so that the first one shows in rate().
+	for _, c := range volumeChangeKinds {
+		m.volumeChanges.WithLabelValues(c)
 	}
 	m.registry.MustRegister(m.operations, m.opDuration, m.relist, m.volumeChanges, m.apiRequests,
+		m.relistInterval, m.relistLastCycle, m.reconcileErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -64,7 +88,14 @@ func (m *metrics) registerDriverGauges(d *driver) {
 	cacheStat := func(pick func(int, int64, cacheStats) float64) func() float64 {
 		return func() float64 { return pick(d.sources.snapshot()) }
 	}
+	ready := func() float64 {
+		if d.ready() {
+			return 1
+		}
+		return 0
+	}
 	m.registry.MustRegister(
+		gauge("ready", "1 when the driver is ready (its /healthz answers 200: the share caches are synced), else 0.", ready),
 		gauge("volumes", "Volumes published on this node.", func() float64 { return float64(d.store.count()) }),
 		gauge("mounts", "Mounts the driver holds (tmpfs and read-only binds).", func() float64 { return float64(d.countMounts()) }),
 		gauge("source_cache_entries", "Secrets/ConfigMaps in the source cache.", cacheStat(func(n int, _ int64, _ cacheStats) float64 { return float64(n) })),
@@ -87,6 +118,27 @@ func (m *metrics) observeCall(fullMethod string, err error, d time.Duration) {
 	method := fullMethod[strings.LastIndex(fullMethod, "/")+1:]
 	m.operations.WithLabelValues(method, status.Code(err).String()).Inc()
 	m.opDuration.WithLabelValues(method).Observe(d.Seconds())
+}
+
+// relistStarted records the interval and, until a cycle ends, the start as the last cycle's end.
+func (m *metrics) relistStarted(interval time.Duration) {
+	if m != nil {
+		m.relistInterval.Set(interval.Seconds())
+		m.relistLastCycle.SetToCurrentTime()
+	}
+}
+
+func (m *metrics) relistCycleDone(d time.Duration) {
+	if m != nil {
+		m.relist.Observe(d.Seconds())
+		m.relistLastCycle.SetToCurrentTime()
+	}
+}
+
+func (m *metrics) reconcileFailed() {
+	if m != nil {
+		m.reconcileErrors.Inc()
+	}
 }
 
 func (m *metrics) volumeChanged(change string) {

@@ -100,6 +100,7 @@ func (m *cycleMemo) source(ctx context.Context, key sourceKey) (*sourceData, err
 // (jittered) after the previous one ended, until ctx ends; each cycle's requests are spread over
 // spread of the interval (relisttiming.go).
 func (d *driver) runRelist(ctx context.Context, interval time.Duration, spread float64) {
+	d.metrics.relistStarted(interval)
 	sched := newRelistSchedule(interval)
 	timer := time.NewTimer(sched.first())
 	defer timer.Stop()
@@ -111,9 +112,7 @@ func (d *driver) runRelist(ctx context.Context, interval time.Duration, spread f
 		}
 		start := time.Now()
 		n := d.relistCycle(ctx, time.Duration(spread*float64(interval)))
-		if d.metrics != nil {
-			d.metrics.relist.Observe(time.Since(start).Seconds())
-		}
+		d.metrics.relistCycleDone(time.Since(start))
 		klog.V(3).InfoS("Relist cycle done", "volumes", n, "duration", time.Since(start))
 		timer.Reset(sched.next())
 	}
@@ -165,6 +164,7 @@ func (d *driver) reconcileIfIdle(ctx context.Context, volumeID string, memo *cyc
 		return
 	}
 	if err := d.reconcile(ctx, rec, memo); err != nil {
+		d.metrics.reconcileFailed()
 		klog.ErrorS(err, "Reconciling volume failed; it is left as it was and retried next cycle", "volumeID", volumeID)
 	}
 }

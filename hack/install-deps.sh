@@ -15,6 +15,7 @@ pkgs=(
 	openssl                     # cluster PKI
 	gcc libc6-dev               # static pause binary (hack/pause.c)
 	procps psmisc               # ps/pkill used by `cluster.sh down`
+	prometheus                  # for its promtool: the tests check the chart's alerts and dashboard with it
 	ca-certificates
 )
 
@@ -34,13 +35,17 @@ fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-# --no-install-recommends: containerd/runc recommend nothing we need; keeps the install small.
+# --no-install-recommends: containerd/runc recommend nothing we need, nor does prometheus (its
+# node exporter); keeps the install small.
 apt-get install -y -qq --no-install-recommends "${missing[@]}"
 
-# The containerd package ships a system service. Some hosts start it on install (others are
-# prevented by policy-rc.d); our cluster runs its own containerd with its own socket/root, and
-# a second one is only confusing, so stop it if it was started here.
+# The containerd and prometheus packages ship system services. Some hosts start them on install
+# (others are prevented by policy-rc.d); our cluster runs its own containerd with its own
+# socket/root, and a second one is only confusing, and only promtool is wanted from prometheus
+# (not a server on :9090), so stop them if they were started here.
 if command -v systemctl >/dev/null && [[ -d /run/systemd/system ]]; then
-	systemctl disable --now containerd.service >/dev/null 2>&1 || true
+	for unit in containerd.service prometheus.service; do
+		systemctl disable --now "$unit" >/dev/null 2>&1 || true
+	done
 fi
 echo "install-deps: done"
