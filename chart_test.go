@@ -199,6 +199,22 @@ func TestChartValuesReachTheObjects(t *testing.T) {
 	}
 }
 
+// deploy.yaml's CSIDriver declares the profile OpenShift's CSI volume admission needs to let
+// pods of restricted namespaces (its default) mount shares; without it they could not.
+func TestDeployCSIDriverDeclaresRestrictedProfile(t *testing.T) {
+	b, err := os.ReadFile("deploy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := findObject(renderedObjects(t, b), "CSIDriver", "csi.sharedresource.openshift.io")
+	if d == nil {
+		t.Fatal("deploy.yaml has no CSIDriver csi.sharedresource.openshift.io")
+	}
+	if got := d.GetLabels()["security.openshift.io/csi-ephemeral-volume-profile"]; got != "restricted" {
+		t.Errorf("CSIDriver label security.openshift.io/csi-ephemeral-volume-profile = %q, want restricted", got)
+	}
+}
+
 // fromObject converts the (first matching) rendered object into a typed one, or fails.
 func fromObject(t *testing.T, objs []*unstructured.Unstructured, kind, name string, into any, match func(*unstructured.Unstructured) bool) {
 	t.Helper()
