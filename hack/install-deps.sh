@@ -15,6 +15,7 @@ pkgs=(
 	openssl                     # cluster PKI
 	gcc libc6-dev               # static pause binary (hack/pause.c)
 	procps psmisc               # ps/pkill used by `cluster.sh down`
+	jq                          # the README's commands for moving from OpenShift's driver (openshift_test.go)
 	ca-certificates
 )
 
