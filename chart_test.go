@@ -105,6 +105,7 @@ func findObject(objs []*unstructured.Unstructured, kind, name string) *unstructu
 const nonDefaultValues = `
 image: {repository: registry.example.com/team/shared-resource-csi, tag: v9.8.7, pullPolicy: Always}
 namespace: {name: srcsi-chart-test, create: false}
+openshift: {enabled: true}
 crds: {install: false}
 sourceAccess: {namespaces: [default, kube-public], clusterWide: true}
 admissionPolicy: {enabled: false}
@@ -156,6 +157,21 @@ func TestChartValuesReachTheObjects(t *testing.T) {
 	}
 	if findObject(objs, "ClusterRoleBinding", "shared-resource-csi-source-reader-all-namespaces") == nil {
 		t.Error("sourceAccess.clusterWide did not render the cluster-wide binding")
+	}
+	// openshift.enabled: the driver's ServiceAccount may use the privileged SCC, in its own
+	// namespace only.
+	var scc rbacv1.ClusterRole
+	fromObject(t, objs, "ClusterRole", sccRBACName, &scc, nil)
+	wantSCC := []rbacv1.PolicyRule{{APIGroups: []string{"security.openshift.io"}, Resources: []string{"securitycontextconstraints"},
+		ResourceNames: []string{"privileged"}, Verbs: []string{"use"}}}
+	if fmt.Sprint(scc.Rules) != fmt.Sprint(wantSCC) {
+		t.Errorf("%s rules %v, want %v", sccRBACName, scc.Rules, wantSCC)
+	}
+	var sccBinding rbacv1.RoleBinding
+	fromObject(t, objs, "RoleBinding", sccRBACName, &sccBinding, nil)
+	if sccBinding.Namespace != "srcsi-chart-test" || sccBinding.RoleRef.Kind != "ClusterRole" || sccBinding.RoleRef.Name != sccRBACName ||
+		fmt.Sprint(sccBinding.Subjects) != fmt.Sprint([]rbacv1.Subject{{Kind: "ServiceAccount", Name: driverServiceAccount, Namespace: "srcsi-chart-test"}}) {
+		t.Errorf("RoleBinding %s: %+v", sccRBACName, sccBinding)
 	}
 
 	var ds appsv1.DaemonSet
@@ -272,6 +288,38 @@ func checkMonitoringObjects(t *testing.T, objs []*unstructured.Unstructured) {
 		t.Errorf("the ConfigMap's shared-resource-csi.json is not %s", monitoringDashboardFile)
 	}
 }
+
+// deploy.yaml (openshift.enabled false) holds one OpenShift part, harmless elsewhere: the
+// CSIDriver's profile, which OpenShift's CSI volume admission needs to let pods of restricted
+// namespaces (its default) mount shares. The grant of OpenShift's privileged SCC is not in it.
+func TestDeployOpenShiftParts(t *testing.T) {
+	b, err := os.ReadFile("deploy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := renderedObjects(t, b)
+	d := findObject(objs, "CSIDriver", "csi.sharedresource.openshift.io")
+	if d == nil {
+		t.Fatal("deploy.yaml has no CSIDriver csi.sharedresource.openshift.io")
+	}
+	if got := d.GetLabels()["security.openshift.io/csi-ephemeral-volume-profile"]; got != "restricted" {
+		t.Errorf("CSIDriver label security.openshift.io/csi-ephemeral-volume-profile = %q, want restricted", got)
+	}
+	for _, o := range objs {
+		if o.GetName() == sccRBACName {
+			t.Errorf("deploy.yaml has %s %s, which only openshift.enabled renders", o.GetKind(), o.GetName())
+		}
+		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+		for _, r := range rules {
+			if groups, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "apiGroups"); slices.Contains(groups, "security.openshift.io") {
+				t.Errorf("deploy.yaml's %s %s has a rule on security.openshift.io: %v", o.GetKind(), o.GetName(), r)
+			}
+		}
+	}
+}
+
+// sccRBACName names the ClusterRole and RoleBinding that openshift.enabled renders.
+const sccRBACName = "shared-resource-csi-privileged-scc"
 
 // fromObject converts the (first matching) rendered object into a typed one, or fails.
 func fromObject(t *testing.T, objs []*unstructured.Unstructured, kind, name string, into any, match func(*unstructured.Unstructured) bool) {
