@@ -5,9 +5,11 @@
 #   helm                                                                   (helm.sh/helm/v4, tools/helm)
 #   mkimage                                                                (tools/mkimage, stdlib only)
 #   pause                                                                  (hack/pause.c, gcc -static)
+#   e2e-storage.test                                                       (tools/e2e-storage: the e2e framework and
+#                                                                           the External Storage suite, k8s.io/kubernetes)
 # Versions come from tools/go.mod (helm's from tools/helm/go.mod). Each binary has a stamp file (_output/bin/.NAME.stamp) recording
 # what it was built from; a binary is rebuilt only when it is missing or its stamp differs.
-# Cold build: ~4 min on 2 cores; warm: seconds; nothing to do: ~1 s.
+# Cold build: ~4 min on 2 cores, and 3-5 min more for e2e-storage.test; warm: seconds; nothing to do: ~1 s.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,21 +35,32 @@ todo=()
 for c in "${kube_cmds[@]}"; do
 	if stale "$c" "$kube_stamp"; then todo+=("$c"); fi
 done
+# Without these the binaries report v0.0.0-master and the kubelet/apiserver version skew
+# checks and `kubectl version` are meaningless.
+major=${kube_version#v}; major=${major%%.*}
+minor=${kube_version#v*.}; minor=${minor%%.*}
+kube_ldflags="-s -w"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	kube_ldflags+=" -X $p.gitVersion=$kube_version -X $p.gitMajor=$major -X $p.gitMinor=$minor"
+	kube_ldflags+=" -X $p.gitTreeState=clean"
+done
 if ((${#todo[@]})); then
-	# Without these the binaries report v0.0.0-master and the kubelet/apiserver version skew
-	# checks and `kubectl version` are meaningless.
-	major=${kube_version#v}; major=${major%%.*}
-	minor=${kube_version#v*.}; minor=${minor%%.*}
-	ldflags="-s -w"
-	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-		ldflags+=" -X $p.gitVersion=$kube_version -X $p.gitMajor=$major -X $p.gitMinor=$minor"
-		ldflags+=" -X $p.gitTreeState=clean"
-	done
 	echo "building ${todo[*]} ($kube_version)..."
 	pkgs=()
 	for c in "${todo[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-	(cd "$TOOLS" && go build -trimpath -ldflags "$ldflags" -o "$BIN/" "${pkgs[@]}")
+	(cd "$TOOLS" && go build -trimpath -ldflags "$kube_ldflags" -o "$BIN/" "${pkgs[@]}")
 	for c in "${todo[@]}"; do stamp "$c" "$kube_stamp"; done
+fi
+
+# --- e2e-storage.test: the e2e framework and the External Storage suite at the cluster's version
+# (hack/e2e-storage.sh runs it). A test binary, as upstream's e2e.test is (`go test -c`); the same
+# flags as the commands above, so it reuses their compiled packages. Rebuilt when the Kubernetes
+# version, Go or its own source changes.
+e2e_stamp="e2e-storage=kubernetes=$kube_version src=$(cat "$TOOLS"/e2e-storage/*.go | sha256sum | cut -c1-16) $goversion"
+if stale e2e-storage.test "$e2e_stamp"; then
+	echo "building e2e-storage.test ($kube_version)..."
+	(cd "$TOOLS" && go test -c -trimpath -ldflags "$kube_ldflags" -o "$BIN/e2e-storage.test" ./e2e-storage)
+	stamp e2e-storage.test "$e2e_stamp"
 fi
 
 # --- etcd: the package go.etcd.io/etcd/server/v3 is itself the etcd main package.

@@ -6,6 +6,7 @@
 #   hack/cluster.sh up [--control-plane-only]   start a fresh cluster (runs `down` first)
 #   hack/cluster.sh exec -- CMD [ARGS...]        run CMD inside the netns with the cluster env
 #   hack/cluster.sh import-image TAR             load a docker-archive into the node's containerd
+#   hack/cluster.sh import-busybox NAME          the busybox image, also under the reference NAME
 #   hack/cluster.sh status                       show what is running
 #   hack/cluster.sh down                         stop and clean up everything (idempotent)
 #
@@ -271,10 +272,17 @@ EOF
 
 # build_images: the pause and busybox images (docker-archives written by mkimage; ms each).
 build_images() {
-	mkdir -p "$IMAGES/busybox-etc"
 	"$BIN/mkimage" -o "$IMAGES/pause.tar" -tag "$PAUSE_IMAGE" -entrypoint /pause \
 		-file "$BIN/pause:/pause:0755"
+	busybox_tar "$BUSYBOX_IMAGE" "$IMAGES/busybox.tar"
+}
 
+# busybox_tar NAME TAR: the busybox image (Debian's busybox-static) under the reference NAME.
+# mkimage's output depends only on its inputs, so every NAME gets the same image ID: containerd
+# stores one image, under each name imported.
+busybox_tar() {
+	local name=$1 tar=$2
+	mkdir -p "$IMAGES/busybox-etc"
 	printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' \
 		>"$IMAGES/busybox-etc/passwd"
 	printf 'root:x:0:\nnogroup:x:65534:\n' >"$IMAGES/busybox-etc/group"
@@ -283,7 +291,7 @@ build_images() {
 	for applet in $(/bin/busybox --list); do
 		[[ $applet == busybox ]] || args+=(-symlink "/bin/$applet:busybox")
 	done
-	"$BIN/mkimage" -o "$IMAGES/busybox.tar" -tag "$BUSYBOX_IMAGE" -cmd /bin/sh \
+	"$BIN/mkimage" -o "$tar" -tag "$name" -cmd /bin/sh \
 		-file /bin/busybox:/bin/busybox:0755 "${args[@]}" \
 		-file "$IMAGES/busybox-etc/passwd:/etc/passwd:0644" \
 		-file "$IMAGES/busybox-etc/group:/etc/group:0644" \
@@ -652,6 +660,20 @@ cmd_import_image() {
 	ctr images import "$1"
 }
 
+# import-busybox NAME: the cluster's busybox, also under NAME. For test suites that name their
+# image themselves (Kubernetes' e2e suites want registry.k8s.io/e2e-test-images/busybox:TAG):
+# there is no registry to pull from, and an image present under that exact name is never pulled.
+cmd_import_busybox() {
+	(($# == 1)) || die "usage: cluster.sh import-busybox NAME"
+	[[ -S $CTRD_SOCK ]] || die "containerd is not running (hack/cluster.sh up, not --control-plane-only)"
+	local tar
+	tar=$IMAGES/busybox-$(printf '%s' "$1" | sha256sum | cut -c1-12).tar
+	busybox_tar "$1" "$tar"
+	import_image "$tar"
+	rm -f "$tar"
+	log "imported busybox as $1"
+}
+
 cmd_status() {
 	local f p
 	for f in "$PIDS"/*.pid; do
@@ -668,9 +690,10 @@ up) shift; cmd_up "$@" ;;
 down) cmd_down ;;
 exec) shift; cmd_exec "$@" ;;
 import-image) shift; cmd_import_image "$@" ;;
+import-busybox) shift; cmd_import_busybox "$@" ;;
 status) cmd_status ;;
 *)
-	sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 	;;
 esac

@@ -28,5 +28,15 @@ hack/cluster.sh exec -- env \
 	HELM="$ROOT/_output/bin/helm" \
 	go test -tags integration -count=1 -timeout 40m -parallel 4 -v ${TEST_ARGS:-} . ./internal/... 2>&1 | tee _output/test.log
 status=${PIPESTATUS[0]}
+
+# Kubernetes' storage e2e suite (External Storage, CSI ephemeral in-line) against the driver the
+# pod suite deployed. Not when TEST_ARGS picks tests: the pod suite may not have run.
+if [[ -z ${TEST_ARGS:-} ]]; then
+	hack/cluster.sh exec -- hack/e2e-storage.sh
+	e2e_status=$?
+	((status != 0)) || status=$e2e_status
+else
+	echo "TEST_ARGS set: not running the storage e2e suite (hack/e2e-storage.sh)"
+fi
 echo "tests finished in $(( $(date +%s) - start )) s"
 exit "$status"
