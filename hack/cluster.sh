@@ -272,6 +272,7 @@ EOF
 
 # build_images: the pause and busybox images (docker-archives written by mkimage; ms each).
 build_images() {
+	mkdir -p "$IMAGES"
 	"$BIN/mkimage" -o "$IMAGES/pause.tar" -tag "$PAUSE_IMAGE" -entrypoint /pause \
 		-file "$BIN/pause:/pause:0755"
 	busybox_tar "$BUSYBOX_IMAGE" "$IMAGES/busybox.tar"
