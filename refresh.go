@@ -36,7 +36,6 @@ const (
 // cycleMemo remembers, for one pass over volumes, each access decision and each source fetched.
 type cycleMemo struct {
 	d       *driver
-	pacer   cyclePacer // spaces the cycle's reviews and GETs (relisttiming.go); zero: no wait
 	access  map[accessKey]memoDecision
 	sources map[sourceKey]memoSource
 	shares  map[shareSpec]memoShare
@@ -76,9 +75,6 @@ func (m *cycleMemo) decision(ctx context.Context, key accessKey) (decision, erro
 	if r, ok := m.access[key]; ok {
 		return r.d, r.err
 	}
-	if err := m.pacer.wait(ctx); err != nil {
-		return decision{}, err
-	}
 	dec, err := m.d.authz.check(ctx, key, true)
 	m.access[key] = memoDecision{dec, err}
 	return dec, err
@@ -87,9 +83,6 @@ func (m *cycleMemo) decision(ctx context.Context, key accessKey) (decision, erro
 func (m *cycleMemo) source(ctx context.Context, key sourceKey) (*sourceData, error) {
 	if r, ok := m.sources[key]; ok {
 		return r.data, r.err
-	}
-	if err := m.pacer.wait(ctx); err != nil {
-		return nil, err
 	}
 	data, err := m.d.sources.fetch(ctx, key, true)
 	m.sources[key] = memoSource{data, err}
@@ -123,8 +116,16 @@ func (d *driver) runRelist(ctx context.Context, interval time.Duration, spread f
 func (d *driver) relistCycle(ctx context.Context, window time.Duration) int {
 	recs := d.store.list()
 	memo := d.newCycleMemo()
-	memo.pacer = newCyclePacer(cycleRequests(recs), window)
+	pacer := newCyclePacer(cycleRequests(recs), window)
+	asked := cycleKeys{}
 	for _, rec := range recs {
+		// The wait for this volume's requests comes before its lock is taken: a publish or
+		// unpublish of the volume must not be answered Aborted while the cycle waits.
+		for range asked.add(rec) {
+			if pacer.wait(ctx) != nil {
+				return len(recs)
+			}
+		}
 		d.reconcileIfIdle(ctx, rec.VolumeID, memo)
 	}
 	return len(recs)

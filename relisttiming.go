@@ -63,18 +63,38 @@ func (p cyclePacer) wait(ctx context.Context) error {
 	return p.limiter.Wait(ctx)
 }
 
-// cycleRequests estimates the requests a cycle over recs sends: one review per distinct access
-// key and one GET per distinct source of the volumes that refresh.
-func cycleRequests(recs []volumeRecord) int {
-	access := map[accessKey]bool{}
-	sources := map[sourceKey]bool{}
-	for i := range recs {
-		for j, s := range recs[i].Shares {
-			access[recs[i].accessKey(j)] = true
-			if recs[i].Refresh {
-				sources[sourceKey{Kind: s.Kind, Namespace: s.SourceNamespace, Name: s.SourceName}] = true
-			}
+// cycleKeys are the reviews and GETs a cycle has asked for so far.
+type cycleKeys struct {
+	access  map[accessKey]bool
+	sources map[sourceKey]bool
+}
+
+// add records rec's requests and returns how many of them are new to the cycle: one review per
+// access key, and one GET per source of a volume that refreshes.
+func (k *cycleKeys) add(rec volumeRecord) int {
+	if k.access == nil {
+		k.access, k.sources = map[accessKey]bool{}, map[sourceKey]bool{}
+	}
+	n := 0
+	for j, s := range rec.Shares {
+		if key := rec.accessKey(j); !k.access[key] {
+			k.access[key] = true
+			n++
+		}
+		if src := (sourceKey{Kind: s.Kind, Namespace: s.SourceNamespace, Name: s.SourceName}); rec.Refresh && !k.sources[src] {
+			k.sources[src] = true
+			n++
 		}
 	}
-	return len(access) + len(sources)
+	return n
+}
+
+// cycleRequests estimates the requests a cycle over recs sends.
+func cycleRequests(recs []volumeRecord) int {
+	var k cycleKeys
+	n := 0
+	for _, rec := range recs {
+		n += k.add(rec)
+	}
+	return n
 }
