@@ -472,6 +472,15 @@ func asDeployed() driverOption {
 // log for secrets, when t ends.
 func (e *kubeEnv) startDriver(t testing.TB, opts ...driverOption) *driverProc {
 	t.Helper()
+	p := e.prepareDriver(t, opts...)
+	p.start()
+	return p
+}
+
+// prepareDriver sets up a driver's temp kubelet root and flags without starting it (start, or
+// launch and waitReady), and stops it, checking its log for secrets, when t ends.
+func (e *kubeEnv) prepareDriver(t testing.TB, opts ...driverOption) *driverProc {
+	t.Helper()
 	// Short base path: unix socket paths are limited to 108 bytes.
 	root, err := os.MkdirTemp("", "srcsi")
 	if err != nil {
@@ -516,11 +525,19 @@ func (e *kubeEnv) startDriver(t testing.TB, opts ...driverOption) *driverProc {
 			t.Fatal(err)
 		}
 	}
-	p.start()
 	return p
 }
 
+// start starts the driver and waits until it answers Probe ready.
 func (p *driverProc) start() {
+	p.t.Helper()
+	p.launch()
+	p.waitReady()
+}
+
+// launch starts the driver process and dials its socket, without waiting for it: many drivers
+// can be launched within moments, as a fleet restarting together would be.
+func (p *driverProc) launch() {
 	t := p.t
 	t.Helper()
 	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -545,7 +562,12 @@ func (p *driverProc) start() {
 		t.Fatal(err)
 	}
 	p.node, p.identity = csi.NewNodeClient(p.conn), csi.NewIdentityClient(p.conn)
-	eventually(t, 30*time.Second, func() error {
+}
+
+// waitReady waits until the launched driver answers Probe ready.
+func (p *driverProc) waitReady() {
+	p.t.Helper()
+	eventually(p.t, 30*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		r, err := p.identity.Probe(ctx, &csi.ProbeRequest{})

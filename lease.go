@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -25,9 +26,16 @@ type leaseElector struct {
 	identity string
 	// duration is how long a holder that stopped renewing blocks the others; renewDeadline
 	// (shorter) is how long the holder keeps leading without a successful renewal; retry is the
-	// interval between attempts.
+	// interval between the holder's renewals and between attempts after an error.
 	duration, renewDeadline, retry time.Duration
-	now                            func() time.Time
+	// candidatePoll is how often a driver looks at a Lease another driver holds, varied by
+	// ±10% so that the fleet's reads do not line up. Every node but one is such a candidate: at
+	// client-go's 2 s retry, 5,000 nodes would read the Lease 2,500 times a second, more than
+	// all their relists together. Polled this slowly, a dead holder is replaced within about
+	// duration + 2 x candidatePoll; a holder that exits cleanly releases the Lease, and the next
+	// candidate to look takes it. Zero: retry.
+	candidatePoll time.Duration
+	now           func() time.Time
 
 	// The Lease as this driver last saw it, and when by its own clock: another holder's term
 	// runs until a lease duration after its record last changed *as seen here*, never by the
@@ -59,10 +67,9 @@ func (e *leaseElector) run(ctx context.Context, lead func(context.Context)) {
 	}
 }
 
-// acquire tries every retry period until it holds the Lease (true) or ctx ends (false).
+// acquire tries until it holds the Lease (true) or ctx ends (false): every candidatePoll while
+// another driver holds it, every retry period after an error.
 func (e *leaseElector) acquire(ctx context.Context) bool {
-	t := time.NewTicker(e.retry)
-	defer t.Stop()
 	for {
 		// Each attempt has a deadline: a request hanging on a dead connection must not stop
 		// the campaign.
@@ -73,12 +80,25 @@ func (e *leaseElector) acquire(ctx context.Context) bool {
 			klog.InfoS("Acquired the Lease", "lease", e.leases.namespace+"/"+e.name, "identity", e.identity)
 			return true
 		}
+		t := time.NewTimer(e.nextAttempt())
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return false
 		case <-t.C:
 		}
 	}
+}
+
+// nextAttempt is the wait after a failed attempt: candidatePoll (±10%) when the Lease was read
+// and another driver holds it, the retry period otherwise.
+func (e *leaseElector) nextAttempt() time.Duration {
+	heldByOther := e.observed != nil && ptr.Deref(e.observed.Spec.HolderIdentity, "") != "" &&
+		ptr.Deref(e.observed.Spec.HolderIdentity, "") != e.identity
+	if !heldByOther || e.candidatePoll <= e.retry {
+		return e.retry
+	}
+	return time.Duration(float64(e.candidatePoll) * (0.9 + 0.2*rand.Float64()))
 }
 
 // keep renews the held Lease every retry period and returns when ctx ends or when no renewal

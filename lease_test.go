@@ -1,7 +1,7 @@
 package main
 
 // Specification of the Lease elector's record keeping (lease.go): transitions counted, the acquire
-// time kept on renewal. Taking over, renewing and releasing against a real API server are in
+// time kept on renewal, a candidate's slow poll. Taking over, renewing and releasing against a real API server are in
 // status_test.go.
 
 import (
@@ -46,5 +46,30 @@ func TestLeaseClaimCountsTransitionsAndKeepsTheAcquireTimeOnRenewal(t *testing.T
 	}
 	if ptr.Deref(theirs.Spec.HolderIdentity, "") != "node-b_2" {
 		t.Error("claim modified the Lease it was given")
+	}
+}
+
+// A candidate looks at a Lease another driver holds once per candidatePoll (±10%), not every
+// retry period: every node but one is a candidate. After an error, or with the Lease free or
+// its own, it tries again after the retry period.
+func TestLeaseCandidatePollsSlowlyWhileAnotherHolds(t *testing.T) {
+	e := &leaseElector{name: "l", identity: "node-a_1", retry: 2 * time.Second, candidatePoll: time.Minute}
+	if got := e.nextAttempt(); got != e.retry {
+		t.Errorf("with no Lease read yet (an error): wait %v, want the retry period %v", got, e.retry)
+	}
+	e.observed = &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-b_2")}}
+	for range 100 {
+		if got := e.nextAttempt(); got < 54*time.Second || got > 66*time.Second {
+			t.Fatalf("with the Lease held by another driver: wait %v, want within 10%% of %v", got, e.candidatePoll)
+		}
+	}
+	e.observed.Spec.HolderIdentity = ptr.To("")
+	if got := e.nextAttempt(); got != e.retry {
+		t.Errorf("with the Lease released: wait %v, want the retry period %v", got, e.retry)
+	}
+	e.observed.Spec.HolderIdentity = ptr.To("node-b_2")
+	e.candidatePoll = 0
+	if got := e.nextAttempt(); got != e.retry {
+		t.Errorf("with no candidatePoll: wait %v, want the retry period %v", got, e.retry)
 	}
 }

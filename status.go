@@ -89,10 +89,12 @@ func runStatusWriter(ctx context.Context, cfg statusConfig) error {
 		leases:   cfg.Leases,
 		name:     statusLeaseName,
 		identity: identity,
-		// client-go's usual proportions (15s/10s/2s).
+		// client-go's usual proportions (15s/10s/2s); a candidate reads the Lease once per
+		// relist interval, as often as it asks anything else (lease.go).
 		duration:      cfg.LeaseDuration,
 		renewDeadline: cfg.LeaseDuration * 2 / 3,
 		retry:         cfg.LeaseDuration * 2 / 15,
+		candidatePoll: cfg.Interval,
 		now:           time.Now,
 	}
 	// run returns after ctx ended, the last term's worker returned and the Lease was released:

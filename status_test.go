@@ -34,8 +34,8 @@ const statusLease = 6 * time.Second
 
 // statusTakeover bounds how long a killed leader blocks status: the lease duration counted from
 // its last renewal, which the follower only sees at its next poll, and the poll at which it sees
-// the expiry (client-go polls every retry period with up to 120% jitter), plus API round trips.
-const statusTakeover = statusLease + 2*(statusLease*2/15)*22/10 + time.Second
+// the expiry (a follower polls once per relist interval, +10%), plus API round trips.
+const statusTakeover = statusLease + 2*relist*11/10 + time.Second
 
 func TestShareStatusReadyConditionWrittenByOneLeader(t *testing.T) {
 	e := e2e(t)
