@@ -83,8 +83,16 @@ func newShareIndex(dyn dynamic.Interface, resync time.Duration, onChange func(sh
 				onChange(k, u.GetName())
 			}
 		}
-		inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: notify,
+		inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+			// At start-up every share arrives as an add of the initial list. Those are not an
+			// admin's changes: reacting would check every recovered volume at once, and a
+			// rollout would have the whole fleet do it in the same moment. The first relist
+			// cycle, at a random point within the interval, checks them instead.
+			AddFunc: func(obj any, isInInitialList bool) {
+				if !isInInitialList {
+					notify(obj)
+				}
+			},
 			UpdateFunc: func(oldObj, newObj any) {
 				if specChanged(oldObj, newObj) {
 					notify(newObj)

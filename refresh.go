@@ -89,9 +89,10 @@ func (m *cycleMemo) source(ctx context.Context, key sourceKey) (*sourceData, err
 	return data, err
 }
 
-// runRelist runs a cycle at a random offset within the first interval, then every interval
-// (jittered) after the previous one ended, until ctx ends; each cycle's requests are spread over
-// spread of the interval (relisttiming.go).
+// runRelist runs a cycle at a random offset within the first interval, then each an interval
+// (jittered) after the previous one started, or at once when it took longer, until ctx ends;
+// each cycle's requests are spread over spread of the interval (relisttiming.go). Start to
+// start, so that spreading a cycle does not stretch the time between two checks of a volume.
 func (d *driver) runRelist(ctx context.Context, interval time.Duration, spread float64) {
 	d.metrics.relistStarted(interval)
 	sched := newRelistSchedule(interval)
@@ -107,7 +108,7 @@ func (d *driver) runRelist(ctx context.Context, interval time.Duration, spread f
 		n := d.relistCycle(ctx, time.Duration(spread*float64(interval)))
 		d.metrics.relistCycleDone(time.Since(start))
 		klog.V(3).InfoS("Relist cycle done", "volumes", n, "duration", time.Since(start))
-		timer.Reset(sched.next())
+		timer.Reset(max(0, sched.next()-time.Since(start)))
 	}
 }
 

@@ -6,11 +6,14 @@ package main
 // the dot, a DaemonSet rollout or a fleet restarting after an outage would line all the nodes up,
 // and each node would then send its requests as fast as its rate limiter allows: the API server
 // would see the whole fleet's load in a spike every interval. So:
-//   - the first cycle starts at a random offset within the interval, and each later one after
-//     the interval varied by ±relistJitter: nodes started together drift apart;
+//   - the first cycle starts at a random offset within the interval, and each later one the
+//     interval varied by ±relistJitter after the previous one started: nodes started together
+//     drift apart;
 //   - a cycle's requests are spread evenly over a part of the interval (--relist-spread): a node
 //     never bursts at its full rate limit, and the fleet's load is as flat as its nodes' phases.
-// Reactions to share events are not paced: they answer one admin action, at once.
+// Reactions to share events are not paced: they answer one admin action, at once. The shares
+// a driver lists at start-up are not such events (fetch.go): a restarted fleet would react to
+// all of them together.
 
 import (
 	"context"
@@ -45,7 +48,7 @@ func (s relistSchedule) first() time.Duration {
 	return time.Duration(s.rand() * float64(s.interval))
 }
 
-// next is the wait between the end of one cycle and the start of the next.
+// next is the time from the start of one cycle to the start of the next.
 func (s relistSchedule) next() time.Duration {
 	if s.lockstep {
 		return s.interval

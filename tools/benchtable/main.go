@@ -203,7 +203,14 @@ const (
 	memory     = "BenchmarkMemory/secrets="
 	leaks      = "BenchmarkLeaks/cycles=1000"
 	tmpfsWrite = "BenchmarkTmpfsWrite/huge="
+	fleetNodes = "BenchmarkFleet/nodes="
+	rollout    = "BenchmarkFleet/rollout="
+	oneNode    = "BenchmarkFleet/one-node/shares="
+	fleetScale = "BenchmarkFleet/fleet/shares="
 )
+
+// fleetSteps are the fleet benchmark's node counts at full scale; the last is the fleet.
+var fleetSteps = []string{"10", "25", "50"}
 
 func sections() []section {
 	var lat []figure
@@ -354,6 +361,54 @@ func sections() []section {
 		{what: "mounts held by the driver after", values: metric(leaks, "mounts-after"), format: "%.0f", target: "0", met: atMost(0)},
 		{what: "mounts or volume dirs left on the node (kubelet's view)", values: metric(leaks, "leftovers"), format: "%.0f", target: "0", met: atMost(0)},
 	}
+	var fleet []figure
+	for _, k := range fleetSteps {
+		b := fleetNodes + k
+		fleet = append(fleet,
+			figure{what: k + " nodes: API requests per node per cycle", values: metric(b, "requests/node/cycle"), format: "%.1f"},
+			figure{what: "  of which SubjectAccessReviews", values: metric(b, "create-subjectaccessreviews/node/cycle"), format: "%.1f"},
+			figure{what: "  of which GETs of Secrets (the relist's, and the status writer's checks)", values: metric(b, "get-secrets/node/cycle"), format: "%.1f"},
+			figure{what: "  of which GETs of the Lease", values: metric(b, "get-leases/node/cycle"), format: "%.2f"},
+			figure{what: "  requests per second, the whole fleet", values: metric(b, "requests/s"), format: "%.1f /s"},
+			figure{what: "  API server CPU per 1,000 requests (net of its idle CPU)", values: metric(b, "apiserver-net-cpu-s/1000req"), format: "%.2f s"},
+			figure{what: "  API server CPU per 1,000 requests (gross)", values: metric(b, "apiserver-cpu-s/1000req"), format: "%.2f s"},
+			figure{what: "  etcd CPU per 1,000 requests", values: metric(b, "etcd-cpu-s/1000req"), format: "%.2f s"},
+			figure{what: "  API server cores busy", values: metric(b, "apiserver-cores"), format: "%.2f"},
+			figure{what: "  SubjectAccessReview latency p50 (at the API server)", values: metric(b, "sar-p50-ms"), format: "%.2f ms"},
+			figure{what: "  SubjectAccessReview latency p99", values: metric(b, "sar-p99-ms"), format: "%.2f ms"},
+			figure{what: "  peak 1 s rate / mean rate, steady", values: metric(b, "peak/mean"), format: "%.2f"},
+			figure{what: "  driver RSS (median node)", values: metric(b, "rss-MiB"), format: "%.1f MiB"},
+		)
+	}
+	var roll []figure
+	for _, how := range []struct{ name, what string }{{"jittered", "with the jitter (this driver)"}, {"lockstep", "before the jitter (build tag lockstep)"}} {
+		b := rollout + how.name
+		roll = append(roll,
+			figure{what: "relist requests: peak 1 s / steady mean, " + how.what, values: metric(b, "relist-peak/mean"), format: "%.2f",
+				target: "≤ 2", met: atMost(2)},
+			figure{what: "all requests: peak 1 s / steady mean, " + how.what, values: metric(b, "peak/mean"), format: "%.2f"},
+			figure{what: "  peak 1 s (all requests)", values: metric(b, "peak-1s"), format: "%.0f"},
+			figure{what: "  steady mean (all requests)", values: metric(b, "steady-mean/s"), format: "%.1f /s"},
+			figure{what: "  start-up requests per node (LIST and WATCH of the share CRDs)", values: metric(b, "startup-requests/node"), format: "%.1f"},
+			figure{what: "  from the first node's start to the last's", values: metric(b, "launch-spread-ms"), format: "%.0f ms"},
+		)
+	}
+	var scaleRows []figure
+	for _, layout := range []struct{ name, what string }{{"1", "1000 pods on one share"}, {"100x10", "100 shares x 10 pods"}} {
+		one, all := oneNode+layout.name, fleetScale+layout.name
+		scaleRows = append(scaleRows,
+			figure{what: layout.what + ", one node: publish all (10 concurrent calls)", values: metric(one, "publish-wall-s"), format: "%.2f s"},
+			figure{what: "  one node: one relist cycle (--relist-spread=0, --kube-api-qps 50)", values: metric(one, "cycle-s"), format: "%.2f s"},
+			figure{what: "  one node: SubjectAccessReviews in the cycle", values: atServer(one, "sar"), format: "%.0f"},
+			figure{what: "  one node: GETs of Secrets in the cycle", values: atServer(one, "secret-get"), format: "%.0f"},
+			figure{what: "  one node: RSS", values: metric(one, "rss-MiB"), format: "%.1f MiB"},
+			figure{what: "  over the fleet: publish all (every node's 10 concurrent calls)", values: metric(all, "publish-wall-s"), format: "%.2f s"},
+			figure{what: "  over the fleet: one relist cycle (mean over nodes; spread over half the interval)", values: metric(all, "cycle-s"), format: "%.2f s"},
+			figure{what: "  over the fleet: SubjectAccessReviews per interval, all nodes", values: metric(all, "sar/interval"), format: "%.0f"},
+			figure{what: "  over the fleet: GETs of Secrets per interval, all nodes", values: metric(all, "secret-get/interval"), format: "%.0f"},
+			figure{what: "  over the fleet: RSS (median node)", values: metric(all, "rss-MiB"), format: "%.1f MiB"},
+		)
+	}
 	return []section{
 		{"NodePublishVolume latency", "One publish at a time, timed over the CSI socket as the kubelet sees it. Cold: the first volume of a share (SubjectAccessReview + GET of the source). Warm: both cached. 50 cold and 500 warm publishes per run.", lat},
 		{"Where a publish's time goes", "Driver CPU: CPU time of all the driver's threads during the call (scheduler accounting). Floor: the same two API requests a cold publish makes, asked directly by the benchmark.", extra},
@@ -362,6 +417,9 @@ func sections() []section {
 		{"API requests, counted at the API server", "At the API server: from its audit log, the requests sent with the driver's user agent, when the cluster keeps one (`make bench` does); otherwise apiserver_request_total before and after, every client's requests in a window the scenario keeps free of others (on a shared cluster, others' requests land in it). The same counts from apiserver_request_total (`*-apiserver`), the audit log (`*-audit`) and the driver's own counter (`*-driver`) are all under All measurements.", api},
 		{"Relist cycle", "Volume i: service account i mod 50 (5 namespaces x 10), share (i / 50) mod 10; two volumes per (SA, share). The cycle measured starts after every volume is published.", relistRows},
 		{"Memory", "The driver with 1000 volumes (10 shares, 10 SAs) after a whole relist cycle over them, while the cluster holds 0, 10,000 and 50,000 Secrets of 256 bytes in 50 namespaces no share points at.", mem},
+		{"Fleet: many nodes, one API server", "BenchmarkFleet (bench_fleet_test.go): K driver processes, each a node of its own, against the one API server, with deploy.yaml's flags (status Lease included) but --relist-interval=10s; 20 volumes per node over 10 service accounts, at 50 nodes 100 shares x 10 pods. Measured at the API server over 3 relist intervals: its audit log (the drivers' requests, by user agent) and its CPU time (/proc). Run once per `make bench`. docs/scale.md turns these into a cost model.", fleet},
+		{"Fleet: every node restarted at once", "All 50 drivers killed and started again in the same moment; the two intervals after it against the steady mean before it, counted in 1 s windows at the API server. Relist requests: SubjectAccessReviews and GETs of sources, what the jitter spreads; all requests also count each driver's start-up (LIST and WATCH of the share CRDs, the Lease).", roll},
+		{"Scale tests: one node and the fleet", "The enhancement's two scale tests, each 1000 volumes over 10 service accounts: on one node, and spread over the 50 nodes (20 each).", scaleRows},
 		{"Leaks", "1000 publish/unpublish cycles by 10 concurrent callers over 10 shares and 10 SAs with a relist every second; counts from the driver's /metrics before and after (given up to 10 s to settle).", leak},
 	}
 }
