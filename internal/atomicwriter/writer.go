@@ -56,8 +56,12 @@ func (w Writer) write(files map[string]File) error {
 	if err != nil {
 		return err
 	}
-	// (2) Make sure the volume dir is there; from now on go through a root on it.
-	if err := ensureDir(w.Dir); err != nil {
+	// (2) Make sure the volume dir is there; from now on go through a root on it. A dir this
+	// call has just created is empty: it has no current payload, no name in the way and nothing
+	// stale to clean, so steps (3), (4) and the cleanup scan of (6) are skipped for it (each is
+	// a syscall or several per file, and a new volume is written this way on every publish).
+	created, err := ensureDir(w.Dir)
+	if err != nil {
 		return err
 	}
 	root, err := os.OpenRoot(w.Dir)
@@ -65,13 +69,19 @@ func (w Writer) write(files map[string]File) error {
 		return err
 	}
 	defer root.Close()
+	tops := topNames(paths)
+	if created {
+		if _, err := w.publish(root, paths, files); err != nil {
+			return err
+		}
+		return linkTopLevel(root, tops)
+	}
 	// (3) The current payload dir, if there is one.
 	current, err := currentPayloadDir(root)
 	if err != nil {
 		return err
 	}
 	// (4) Every top-level name the payload needs is free or already the writer's link.
-	tops := topNames(paths)
 	for _, name := range tops {
 		if err := checkTopName(root, name); err != nil {
 			return err
@@ -84,27 +94,37 @@ func (w Writer) write(files map[string]File) error {
 			return err
 		}
 	}
+	// (6) The top-level links, and the cleanup of what the previous payload left.
 	return updateTopLevel(root, current, tops)
 }
 
 // ensureDir creates dir (and missing parents) with mode 0755 if it does not exist, and refuses a
 // dir that is a symlink or not a directory: the writer must not end up publishing somewhere else.
-func ensureDir(dir string) error {
-	fi, err := os.Lstat(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(dir, dirPerm); err != nil {
-			return err
-		}
+func ensureDir(dir string) (created bool, err error) {
+	// Mkdir first: a new volume's dir does not exist yet, and this is one syscall where a
+	// stat, MkdirAll's own stat and the mkdir were three.
+	err = os.Mkdir(dir, dirPerm)
+	switch {
+	case err == nil:
 		// The process umask may have cleared bits pods need to traverse.
-		return os.Chmod(dir, dirPerm)
+		return true, os.Chmod(dir, dirPerm)
+	case errors.Is(err, fs.ErrNotExist): // a parent is missing
+		if err := os.MkdirAll(dir, dirPerm); err != nil {
+			return false, err
+		}
+		// Not reported as created: MkdirAll does not say whether it made the leaf.
+		return false, os.Chmod(dir, dirPerm)
+	case !errors.Is(err, fs.ErrExist):
+		return false, err
 	}
+	fi, err := os.Lstat(dir)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("%s is not a directory (mode %v)", dir, fi.Mode())
+		return false, fmt.Errorf("%s is not a directory (mode %v)", dir, fi.Mode())
 	}
-	return nil
+	return false, nil
 }
 
 // payloadOwner is the ownership the writer gives (for gid >= 0) or leaves (gid < 0) on the
@@ -263,6 +283,18 @@ func setOwnerAndMode(f *os.File, mode os.FileMode, gid int) error {
 		}
 	}
 	return f.Chmod(mode)
+}
+
+// linkTopLevel makes the top-level links of a payload written into a dir created empty by this
+// write: there is nothing to clean up, so no scan of the dir.
+func linkTopLevel(root *os.Root, tops []string) error {
+	var errs []error
+	for _, name := range tops {
+		if err := root.Symlink(topLinkTarget(name), name); err != nil {
+			errs = append(errs, fmt.Errorf("%q: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // updateTopLevel runs once ..data points at current, the payload dir of the payload whose first
