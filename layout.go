@@ -160,7 +160,9 @@ func (l volumeLayout) readRecord() (volumeRecord, error) {
 }
 
 // writeFileAtomic writes path so that a reader (or a crash) sees either the old or the new
-// content, never a partial file.
+// content, never a partial file. There is no fsync: the only file it writes is a volume's record,
+// on the volume's tmpfs, where fsync does nothing (no backing store; the tmpfs, and the volume,
+// do not outlive a reboot) and the rename alone is what makes the write atomic.
 func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
@@ -178,9 +180,6 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	if err := tmp.Chmod(mode); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
 		return err
 	}
 	if err := tmp.Close(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -108,12 +109,16 @@ func ensureDir(dir string) (created bool, err error) {
 	case err == nil:
 		// The process umask may have cleared bits pods need to traverse.
 		return true, os.Chmod(dir, dirPerm)
-	case errors.Is(err, fs.ErrNotExist): // a parent is missing
-		if err := os.MkdirAll(dir, dirPerm); err != nil {
+	case errors.Is(err, fs.ErrNotExist): // a parent is missing (shares/ before a volume's first copy)
+		if err := os.MkdirAll(filepath.Dir(dir), dirPerm); err != nil {
 			return false, err
 		}
-		// Not reported as created: MkdirAll does not say whether it made the leaf.
-		return false, os.Chmod(dir, dirPerm)
+		if err = os.Mkdir(dir, dirPerm); err == nil {
+			return true, os.Chmod(dir, dirPerm)
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return false, err
+		}
 	case !errors.Is(err, fs.ErrExist):
 		return false, err
 	}
