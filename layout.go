@@ -19,10 +19,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 
 	"k8s.io/klog/v2"
 
@@ -160,9 +163,21 @@ func (l volumeLayout) readRecord() (volumeRecord, error) {
 }
 
 // writeFileAtomic writes path so that a reader (or a crash) sees either the old or the new
-// content, never a partial file.
+// content, never a partial file. There is no fsync: the only file it writes is a volume's record,
+// on the volume's tmpfs, where fsync does nothing (no backing store; the tmpfs, and the volume,
+// do not outlive a reboot) and the rename alone is what makes the write atomic.
 func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	// As os.CreateTemp, with O_NONBLOCK (see atomicwriter's openNonblock: nothing changes for a
+	// regular file, and os spares four fcntl calls).
+	var tmp *os.File
+	var err error
+	for range 100 {
+		name := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp"+strconv.FormatUint(uint64(rand.Uint32()), 10))
+		tmp, err = os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NONBLOCK, 0o600)
+		if !errors.Is(err, os.ErrExist) {
+			break
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -178,9 +193,6 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	if err := tmp.Chmod(mode); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
 		return err
 	}
 	if err := tmp.Close(); err != nil {

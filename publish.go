@@ -215,10 +215,13 @@ func sourceError(sh share, err error, account driverAccount) error {
 // prepareVolumeDir creates the volume's directory. A directory left by an earlier crash holds no
 // live volume (every live volume is in the store), so it is cleaned first.
 func (d *driver) prepareVolumeDir(volDir string) error {
-	if err := os.MkdirAll(d.store.dir, 0o700); err != nil {
-		return err
-	}
 	err := os.Mkdir(volDir, 0o700)
+	if errors.Is(err, os.ErrNotExist) { // the volumes dir itself: made once, not stat'ed per publish
+		if err := os.MkdirAll(d.store.dir, 0o700); err != nil {
+			return err
+		}
+		err = os.Mkdir(volDir, 0o700)
+	}
 	if errors.Is(err, os.ErrExist) {
 		klog.InfoS("Removing leftover volume dir", "dir", volDir)
 		d.cleanOrphan(volDir)

@@ -153,7 +153,7 @@ func (s *volumeStore) count() int {
 	return len(s.vols)
 }
 
-// save persists rec atomically (temp file, fsync, rename) and then updates memory, so memory
+// save persists rec atomically (temp file, rename) and then updates memory, so memory
 // never claims a state the disk does not have.
 func (s *volumeStore) save(rec volumeRecord) error {
 	if err := s.layout(rec).writeRecord(rec); err != nil {

@@ -51,7 +51,7 @@ func (l *linker) link(sub *os.Root, name string, file File, gid int) bool {
 	if root == nil {
 		return false
 	}
-	src, err := root.Open(dataLink + "/" + name)
+	src, err := root.OpenFile(dataLink+"/"+name, os.O_RDONLY|openNonblock, 0)
 	if err != nil {
 		return false
 	}
@@ -66,7 +66,7 @@ func (l *linker) link(sub *os.Root, name string, file File, gid int) bool {
 		st.Uid != uid || st.Gid != g {
 		return false
 	}
-	parent, err := sub.Open(path.Dir(name))
+	parent, err := sub.OpenFile(path.Dir(name), os.O_RDONLY|syscall.O_DIRECTORY|openNonblock, 0)
 	if err != nil {
 		return false
 	}

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,8 +57,12 @@ func (w Writer) write(files map[string]File) error {
 	if err != nil {
 		return err
 	}
-	// (2) Make sure the volume dir is there; from now on go through a root on it.
-	if err := ensureDir(w.Dir); err != nil {
+	// (2) Make sure the volume dir is there; from now on go through a root on it. A dir this
+	// call has just created is empty: it has no current payload, no name in the way and nothing
+	// stale to clean, so steps (3), (4) and the cleanup scan of (6) are skipped for it (each is
+	// a syscall or several per file, and a new volume is written this way on every publish).
+	created, err := ensureDir(w.Dir)
+	if err != nil {
 		return err
 	}
 	root, err := os.OpenRoot(w.Dir)
@@ -65,13 +70,19 @@ func (w Writer) write(files map[string]File) error {
 		return err
 	}
 	defer root.Close()
+	tops := topNames(paths)
+	if created {
+		if _, err := w.publish(root, paths, files); err != nil {
+			return err
+		}
+		return linkTopLevel(root, tops)
+	}
 	// (3) The current payload dir, if there is one.
 	current, err := currentPayloadDir(root)
 	if err != nil {
 		return err
 	}
 	// (4) Every top-level name the payload needs is free or already the writer's link.
-	tops := topNames(paths)
 	for _, name := range tops {
 		if err := checkTopName(root, name); err != nil {
 			return err
@@ -84,27 +95,41 @@ func (w Writer) write(files map[string]File) error {
 			return err
 		}
 	}
+	// (6) The top-level links, and the cleanup of what the previous payload left.
 	return updateTopLevel(root, current, tops)
 }
 
 // ensureDir creates dir (and missing parents) with mode 0755 if it does not exist, and refuses a
 // dir that is a symlink or not a directory: the writer must not end up publishing somewhere else.
-func ensureDir(dir string) error {
-	fi, err := os.Lstat(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(dir, dirPerm); err != nil {
-			return err
-		}
+func ensureDir(dir string) (created bool, err error) {
+	// Mkdir first: a new volume's dir does not exist yet, and this is one syscall where a
+	// stat, MkdirAll's own stat and the mkdir were three.
+	err = os.Mkdir(dir, dirPerm)
+	switch {
+	case err == nil:
 		// The process umask may have cleared bits pods need to traverse.
-		return os.Chmod(dir, dirPerm)
+		return true, os.Chmod(dir, dirPerm)
+	case errors.Is(err, fs.ErrNotExist): // a parent is missing (shares/ before a volume's first copy)
+		if err := os.MkdirAll(filepath.Dir(dir), dirPerm); err != nil {
+			return false, err
+		}
+		if err = os.Mkdir(dir, dirPerm); err == nil {
+			return true, os.Chmod(dir, dirPerm)
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return false, err
+		}
+	case !errors.Is(err, fs.ErrExist):
+		return false, err
 	}
+	fi, err := os.Lstat(dir)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("%s is not a directory (mode %v)", dir, fi.Mode())
+		return false, fmt.Errorf("%s is not a directory (mode %v)", dir, fi.Mode())
 	}
-	return nil
+	return false, nil
 }
 
 // payloadOwner is the ownership the writer gives (for gid >= 0) or leaves (gid < 0) on the
@@ -222,7 +247,7 @@ func mkdirOwned(root *os.Root, name string, gid int) error {
 		return err
 	}
 	err := func() error {
-		f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+		f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_DIRECTORY|openNonblock, 0)
 		if err != nil {
 			return err
 		}
@@ -240,7 +265,7 @@ func mkdirOwned(root *os.Root, name string, gid int) error {
 // (0440 for a group-readable file, say), and before the data is written. Until then the file
 // has a subset of its final permission bits, so no moment is more permissive.
 func createFile(root *os.Root, name string, file File, gid int) error {
-	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, file.Mode)
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|openNonblock, file.Mode)
 	if err != nil {
 		return err
 	}
@@ -254,6 +279,12 @@ func createFile(root *os.Root, name string, file File, gid int) error {
 	return f.Close()
 }
 
+// openNonblock is added to the writer's opens of the files and dirs it creates: O_NONBLOCK
+// changes nothing for regular files and directories, and it spares package os, which otherwise
+// switches every descriptor it opens to non-blocking for its poller and, the poller refusing a
+// regular file, back again: four fcntl calls per open, on every publish's every file.
+const openNonblock = syscall.O_NONBLOCK
+
 // setOwnerAndMode gives an open file the owner 0:gid (if gid >= 0) and then mode. Owner first:
 // chown(2) may clear mode bits, so the mode set last is the one that stays.
 func setOwnerAndMode(f *os.File, mode os.FileMode, gid int) error {
@@ -263,6 +294,18 @@ func setOwnerAndMode(f *os.File, mode os.FileMode, gid int) error {
 		}
 	}
 	return f.Chmod(mode)
+}
+
+// linkTopLevel makes the top-level links of a payload written into a dir created empty by this
+// write: there is nothing to clean up, so no scan of the dir.
+func linkTopLevel(root *os.Root, tops []string) error {
+	var errs []error
+	for _, name := range tops {
+		if err := root.Symlink(topLinkTarget(name), name); err != nil {
+			errs = append(errs, fmt.Errorf("%q: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // updateTopLevel runs once ..data points at current, the payload dir of the payload whose first
