@@ -11,12 +11,9 @@ package main
 // (protobuf, same paths, same errors).
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"sync"
 
-	"google.golang.org/protobuf/encoding/protowire"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -112,134 +109,6 @@ func (k *kubeClient) getConfigMap(ctx context.Context, namespace, name string, o
 		VersionedParams(&opts, metav1.ParameterCodec), "ConfigMap", cm)
 	return cm, err
 }
-
-// getInto runs req and decodes its answer, a core/v1 kind, into obj. Do(ctx).Into(obj) would
-// read the body with io.ReadAll, whose doubling buffer is new memory on every call, and its
-// protobuf decoder copies the object's bytes out of the envelope (runtime.Unknown.Raw) before
-// decoding them, which copies the data again: for a 1 MiB Secret some 4 MiB allocated, zeroed
-// and page-faulted in, most of a cold publish's CPU (perf, on a VM where page faults are dear).
-// Here the body goes into a pooled buffer and the object is decoded straight from the
-// envelope's bytes: one copy, the data's own (the decoded object never points into the
-// buffer: generated protobuf and JSON decoders copy bytes and strings). Errors are Do's: Stream
-// turns a non-2xx answer into the same API status error.
-func (k *kubeClient) getInto(ctx context.Context, req *rest.Request, kind string, obj interface {
-	runtime.Object
-	protoUnmarshaler
-}) error {
-	body, err := req.Stream(ctx)
-	if err != nil {
-		return err
-	}
-	defer body.Close()
-	buf := bodyBuffers.Get().(*bytes.Buffer)
-	defer func() {
-		if buf.Cap() <= maxPooledBody {
-			buf.Reset()
-			bodyBuffers.Put(buf)
-		}
-	}()
-	buf.Reset()
-	if _, err := buf.ReadFrom(body); err != nil {
-		return fmt.Errorf("reading the answer to GET %s: %w", req.URL().Path, err)
-	}
-	if done, err := decodeProtobufDirect(buf.Bytes(), kind, obj); done {
-		return err
-	}
-	_, _, err = k.decoder.Decode(buf.Bytes(), nil, obj)
-	return err
-}
-
-// protoUnmarshaler is a generated API type's protobuf decoder.
-type protoUnmarshaler interface{ Unmarshal([]byte) error }
-
-// protobufMagic starts every protobuf-encoded answer of the API server, followed by a
-// runtime.Unknown: typeMeta (1: apiVersion 1, kind 2), raw (2), contentEncoding (3), contentType (4).
-var protobufMagic = []byte("k8s\x00")
-
-// decodeProtobufDirect decodes the core/v1 object of kind in a protobuf answer into obj, from
-// the envelope's raw bytes in place. done is false (and obj untouched) for anything else: JSON,
-// another kind or version, a content encoding, a malformed envelope; the generic decoder then
-// takes it, and reports what is wrong.
-func decodeProtobufDirect(body []byte, kind string, obj protoUnmarshaler) (done bool, err error) {
-	b, ok := bytes.CutPrefix(body, protobufMagic)
-	if !ok {
-		return false, nil
-	}
-	var apiVersion, gotKind string
-	var raw []byte
-	haveRaw := false
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return false, nil
-		}
-		b = b[n:]
-		if typ != protowire.BytesType || num < 1 || num > 4 {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return false, nil
-			}
-			b = b[n:]
-			continue
-		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return false, nil
-		}
-		b = b[n:]
-		switch num {
-		case 1:
-			if apiVersion, gotKind, ok = parseTypeMeta(v); !ok {
-				return false, nil
-			}
-		case 2:
-			raw, haveRaw = v, true
-		case 3:
-			if len(v) > 0 {
-				return false, nil
-			}
-		}
-	}
-	if !haveRaw || apiVersion != "v1" || gotKind != kind {
-		return false, nil
-	}
-	return true, obj.Unmarshal(raw)
-}
-
-// parseTypeMeta reads a runtime.TypeMeta: apiVersion (1) and kind (2).
-func parseTypeMeta(b []byte) (apiVersion, kind string, ok bool) {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return "", "", false
-		}
-		b = b[n:]
-		if typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return "", "", false
-			}
-			b = b[n:]
-			continue
-		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return "", "", false
-		}
-		b = b[n:]
-		switch num {
-		case 1:
-			apiVersion = string(v)
-		case 2:
-			kind = string(v)
-		}
-	}
-	return apiVersion, kind, true
-}
-
-// bodyBuffers are the response bodies' buffers (getInto); one larger than maxPooledBody (a
-// Secret is at most 1 MiB, plus its metadata) is left to the garbage collector.
-var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-const maxPooledBody = 4 << 20
 
 // sarCreator creates SubjectAccessReviews. Its method is the generated client's, so a test can
 // hand the authorizer a fake clientset's SubjectAccessReviews().

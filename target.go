@@ -25,6 +25,11 @@ func (d *driver) checkTarget(target string) (exists bool, err error) {
 	if exists, ok := d.checkTargetFast(target); ok {
 		return exists, nil
 	}
+	return d.walkTarget(target)
+}
+
+// walkTarget is checkTarget segment by segment, with a message for each way a path can fail.
+func (d *driver) walkTarget(target string) (exists bool, err error) {
 	rel, err := filepath.Rel(d.kubeletRoot, target)
 	if err != nil {
 		return false, status.Errorf(codes.InvalidArgument, "target_path %q: %v", target, err)
@@ -67,7 +72,7 @@ func (d *driver) checkTargetFast(target string) (exists, ok bool) {
 	parent := filepath.Dir(target)
 	fd, err := unix.Openat2(unix.AT_FDCWD, parent, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		Resolve: unix.RESOLVE_NO_SYMLINKS,
 	})
 	if err != nil {
 		return false, false

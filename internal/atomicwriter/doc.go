@@ -46,7 +46,8 @@
 //  1. Validate the payload without looking at the disk: every path (ValidatePath), every mode
 //     (permission bits only), the gid, and that no path is both a file and the dir of another.
 //  2. Create dir if it is missing (mode 0755), refuse one that is not a directory, and open an
-//     os.Root on it; every later step goes through that root.
+//     os.Root on it; every later step goes through that root. A dir this write created is
+//     empty: steps 3 to 5 and the cleanup of step 9 have nothing to find in it and are skipped.
 //  3. Find the current payload dir by reading ..data. A ..data that does not name a payload dir
 //     is refused: following it could lead anywhere.
 //  4. Check that each first path segment is free at the top of dir or already the writer's link.

@@ -59,7 +59,7 @@ func (w Writer) write(files map[string]File) error {
 	}
 	// (2) Make sure the volume dir is there; from now on go through a root on it. A dir this
 	// call has just created is empty: it has no current payload, no name in the way and nothing
-	// stale to clean, so steps (3), (4) and the cleanup scan of (6) are skipped for it (each is
+	// stale to clean, so steps (3), (4), (5) and the cleanup of (9) are skipped for it (each is
 	// a syscall or several per file, and a new volume is written this way on every publish).
 	created, err := ensureDir(w.Dir)
 	if err != nil {
@@ -95,7 +95,7 @@ func (w Writer) write(files map[string]File) error {
 			return err
 		}
 	}
-	// (6) The top-level links, and the cleanup of what the previous payload left.
+	// (8), (9) The top-level links, and the cleanup of what the previous payload left.
 	return updateTopLevel(root, current, tops)
 }
 
