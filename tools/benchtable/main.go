@@ -226,7 +226,10 @@ func sections() []section {
 					return ""
 				}},
 			figure{what: "cold p99, " + size, values: metric(b, "cold-p99-ms"), format: "%.2f ms"},
-			figure{what: "warm p50, " + size, values: metric(b, "warm-p50-ms"), format: "%.2f ms", target: "≤ 1 ms", met: atMost(1),
+			figure{what: "  cold p50 / the API server's floor for the GET, " + size, values: func(r *results) []float64 {
+				return r.derived(b, "cold-p50-ms", "floor-get-p50-ms", func(a, b float64) float64 { return a / b })
+			}, format: "%.2f×", target: "≤ 1.1×", met: atMost(1.1)},
+			figure{what: "warm p50, " + size, values: metric(b, "warm-p50-ms"), format: "%.2f ms", target: "≤ 0.5 ms", met: atMost(0.5),
 				why: func(r *results) string {
 					return fmt.Sprintf("a warm publish makes no API request and is CPU-bound (driver CPU %.2f ms per publish): a tmpfs mount, "+
 						"the files written once (the share's copy; the pod's view links them), the record, and the read-only bind; "+
@@ -383,9 +386,13 @@ func sections() []section {
 	var roll []figure
 	for _, how := range []struct{ name, what string }{{"jittered", "with the jitter (this driver)"}, {"lockstep", "before the jitter (build tag lockstep)"}} {
 		b := rollout + how.name
+		target, met := "≤ 2", atMost(2)
+		if how.name == "lockstep" {
+			target, met = "", nil // the reference the target is about
+		}
 		roll = append(roll,
 			figure{what: "relist requests: peak 1 s / steady mean, " + how.what, values: metric(b, "relist-peak/mean"), format: "%.2f",
-				target: "≤ 2", met: atMost(2)},
+				target: target, met: met},
 			figure{what: "all requests: peak 1 s / steady mean, " + how.what, values: metric(b, "peak/mean"), format: "%.2f"},
 			figure{what: "  peak 1 s (all requests)", values: metric(b, "peak-1s"), format: "%.0f"},
 			figure{what: "  steady mean (all requests)", values: metric(b, "steady-mean/s"), format: "%.1f /s"},
@@ -593,6 +600,14 @@ const notes = `- Wall-time figures (latency, throughput, relist) depend on every
 - A relist cycle sends its requests one after another through client-go's rate limiter
   (--kube-api-qps, default 50/s, burst 100): with 500 distinct (namespace, SA, share) keys the
   limiter, not the API server, sets the default cycle's wall time.
+- The floor GET is timed with client-go's usual read and decode (io.ReadAll, then the generic
+  protobuf decoder), so it carries client-side work the driver no longer does (a pooled buffer,
+  the Secret decoded straight from the answer's envelope: sourcedecode.go): a cold publish can
+  come out a little under its floor.
+- The fleet's API server CPU includes writing its audit log (Metadata level, every request), which
+  the benchmark reads; a control plane without one spends a little less per request. Every rate in
+  the fleet tables is at --relist-interval=10s: at the default 60 s divide it by six
+  (docs/scale.md).
 - Benchmarks never fail on a number; a benchmark fails only when its scenario cannot run.
 `
 
