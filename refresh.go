@@ -90,9 +90,12 @@ func (m *cycleMemo) source(ctx context.Context, key sourceKey) (*sourceData, err
 }
 
 // runRelist runs a cycle at a random offset within the first interval, then each an interval
-// (jittered) after the previous one started, or at once when it took longer, until ctx ends;
-// each cycle's requests are spread over spread of the interval (relisttiming.go). Start to
-// start, so that spreading a cycle does not stretch the time between two checks of a volume.
+// (jittered) after the previous one started, until ctx ends; each cycle's requests are spread
+// over spread of the interval (relisttiming.go). Start to start, so that spreading a cycle does
+// not stretch the time between two checks of a volume; but a cycle that overran its part of
+// the interval (more requests than the rate limit lets through in it) is followed by the rest
+// of an interval of quiet, never at once by the next: a node never asks at its rate limit
+// back to back.
 func (d *driver) runRelist(ctx context.Context, interval time.Duration, spread float64) {
 	d.metrics.relistStarted(interval)
 	sched := newRelistSchedule(interval)
@@ -108,7 +111,8 @@ func (d *driver) runRelist(ctx context.Context, interval time.Duration, spread f
 		n := d.relistCycle(ctx, time.Duration(spread*float64(interval)))
 		d.metrics.relistCycleDone(time.Since(start))
 		klog.V(3).InfoS("Relist cycle done", "volumes", n, "duration", time.Since(start))
-		timer.Reset(max(0, sched.next()-time.Since(start)))
+		next := sched.next()
+		timer.Reset(max(next-time.Since(start), time.Duration((1-spread)*float64(next))))
 	}
 }
 

@@ -7,8 +7,8 @@ package main
 // and each node would then send its requests as fast as its rate limiter allows: the API server
 // would see the whole fleet's load in a spike every interval. So:
 //   - the first cycle starts at a random offset within the interval, and each later one the
-//     interval varied by ±relistJitter after the previous one started: nodes started together
-//     drift apart;
+//     interval varied by ±relistJitter after the previous one started (at least 1 - spread of
+//     it after the previous one ended): nodes started together drift apart;
 //   - a cycle's requests are spread evenly over a part of the interval (--relist-spread): a node
 //     never bursts at its full rate limit, and the fleet's load is as flat as its nodes' phases.
 // Reactions to share events are not paced: they answer one admin action, at once. The shares

@@ -209,6 +209,23 @@ const (
 	fleetScale = "BenchmarkFleet/fleet/shares="
 )
 
+// floorTarget is issue 13's target for the 1 MiB cold publish: the API server's own floor for
+// its GET (within 10%); smaller Secrets' cold publishes are dominated by the review and the
+// driver's own work, and have the 5 ms target instead.
+func floorTarget(size string) string {
+	if size == "1MiB" {
+		return "≤ 1.1×"
+	}
+	return ""
+}
+
+func floorMet(size string) func(float64, *results) bool {
+	if size == "1MiB" {
+		return atMost(1.1)
+	}
+	return nil
+}
+
 // fleetSteps are the fleet benchmark's node counts at full scale; the last is the fleet.
 var fleetSteps = []string{"10", "25", "50"}
 
@@ -228,7 +245,7 @@ func sections() []section {
 			figure{what: "cold p99, " + size, values: metric(b, "cold-p99-ms"), format: "%.2f ms"},
 			figure{what: "  cold p50 / the API server's floor for the GET, " + size, values: func(r *results) []float64 {
 				return r.derived(b, "cold-p50-ms", "floor-get-p50-ms", func(a, b float64) float64 { return a / b })
-			}, format: "%.2f×", target: "≤ 1.1×", met: atMost(1.1)},
+			}, format: "%.2f×", target: floorTarget(size), met: floorMet(size)},
 			figure{what: "warm p50, " + size, values: metric(b, "warm-p50-ms"), format: "%.2f ms", target: "≤ 0.5 ms", met: atMost(0.5),
 				why: func(r *results) string {
 					return fmt.Sprintf("a warm publish makes no API request and is CPU-bound (driver CPU %.2f ms per publish): a tmpfs mount, "+
