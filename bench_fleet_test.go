@@ -28,10 +28,7 @@ package main
 // minutes. BENCH_SMOKE=1 shrinks it to a few nodes (CI).
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -400,7 +397,11 @@ func (w *fleetWindow) end(b *testing.B) fleetLoad {
 	load.rssMiB = percentile(rss, 50)
 	// Requests received before end are in the log once answered: moments later.
 	time.Sleep(time.Second)
-	events, err := readAudit(os.Getenv("SRCSI_AUDIT_LOG"), w.auditOffset)
+	// Each request once, when it was answered (a watch: when its response started).
+	path := os.Getenv("SRCSI_AUDIT_LOG")
+	events, err := readAudit(path, w.auditOffset, auditLogSize(b), func(ev auditEvent) bool {
+		return ev.Stage == "ResponseComplete" || (ev.Stage == "ResponseStarted" && ev.Verb == "watch")
+	})
 	if err != nil {
 		b.Fatalf("audit log: %v", err)
 	}
@@ -478,13 +479,6 @@ func peakPerSecond(times []time.Time) float64 {
 	return float64(peak)
 }
 
-// auditRecord is an audit event with its timing.
-type auditRecord struct {
-	auditEvent
-	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
-	StageTimestamp           time.Time `json:"stageTimestamp"`
-}
-
 func auditLogSize(b *testing.B) int64 {
 	p := os.Getenv("SRCSI_AUDIT_LOG")
 	if p == "" {
@@ -495,34 +489,6 @@ func auditLogSize(b *testing.B) int64 {
 		b.Fatalf("audit log: %v", err)
 	}
 	return fi.Size()
-}
-
-// readAudit reads the audit log from offset: each request once, when it was answered (a watch:
-// when its response started).
-func readAudit(path string, offset int64) ([]auditRecord, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return nil, err
-	}
-	var out []auditRecord
-	seen := map[string]bool{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var ev auditRecord
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || seen[ev.AuditID] {
-			continue
-		}
-		if ev.Stage == "ResponseComplete" || (ev.Stage == "ResponseStarted" && ev.Verb == "watch") {
-			seen[ev.AuditID] = true
-			out = append(out, ev)
-		}
-	}
-	return out, sc.Err()
 }
 
 // apiProcesses are the control plane's processes, for their CPU time.

@@ -144,12 +144,27 @@ type auditEvent struct {
 	ObjectRef struct {
 		Resource string `json:"resource"` // "" for a request about no object (e.g. /version)
 	} `json:"objectRef"`
+	// When the API server received the request, and when it reached this line's stage.
+	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
+	StageTimestamp           time.Time `json:"stageTimestamp"`
 }
 
 // auditedRequests counts, by "verb/resource", the requests the audit log at path recorded
 // between the byte offsets offset and end: each request once, at its first line that pick
-// accepts. A line that is not a whole event (the last one, being written) is skipped.
+// accepts.
 func auditedRequests(path string, offset, end int64, pick func(auditEvent) bool) (requestCounts, error) {
+	events, err := readAudit(path, offset, end, pick)
+	counts := requestCounts{}
+	for _, ev := range events {
+		counts[ev.Verb+"/"+ev.ObjectRef.Resource]++
+	}
+	return counts, err
+}
+
+// readAudit reads the requests the audit log at path recorded between the byte offsets offset
+// and end: each request once, at its first line that pick accepts. A line that is not a whole
+// event (the last one, being written) is skipped.
+func readAudit(path string, offset, end int64, pick func(auditEvent) bool) ([]auditEvent, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -159,7 +174,7 @@ func auditedRequests(path string, offset, end int64, pick func(auditEvent) bool)
 		return nil, err
 	}
 	seen := map[string]bool{}
-	counts := requestCounts{}
+	var out []auditEvent
 	sc := bufio.NewScanner(io.LimitReader(f, end-offset))
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -168,9 +183,9 @@ func auditedRequests(path string, offset, end int64, pick func(auditEvent) bool)
 			continue
 		}
 		seen[ev.AuditID] = true
-		counts[ev.Verb+"/"+ev.ObjectRef.Resource]++
+		out = append(out, ev)
 	}
-	return counts, sc.Err()
+	return out, sc.Err()
 }
 
 // The text format as the driver's and the API server's registries write it: HELP and TYPE
