@@ -209,22 +209,35 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 			changes = append(changes, *verdict.change)
 		}
 	}
-	if len(changes) == 0 {
+	// A volume recovered at start has its view rebuilt once from these verdicts even when
+	// nothing changed: a crash mid-reconcile may have left a view its record does not describe.
+	// Rebuilding it here, not at recovery, never shows a pod files it lost before the crash.
+	unverified := firstErr == nil && d.store.viewUnverified(rec.VolumeID)
+	if len(changes) == 0 && !unverified {
 		return firstErr
 	}
 	var conflicts []pathConflict
-	if slices.ContainsFunc(changes, shareChange.changesFiles) {
-		d.crash.reached(stepReconcileCopies)
+	if filesChanged := slices.ContainsFunc(changes, shareChange.changesFiles); filesChanged || unverified {
+		// The crash points are a change's steps (crash_test.go); a rebuild that changes nothing
+		// has none.
+		if filesChanged {
+			d.crash.reached(stepReconcileCopies)
+		}
 		var err error
 		if conflicts, err = vol.rebuildView(next.Shares); err != nil {
 			return err
 		}
-		d.crash.reached(stepReconcileData)
+		if filesChanged {
+			d.crash.reached(stepReconcileData)
+		}
 	}
 	if err := d.store.save(next); err != nil {
 		return err
 	}
-	d.crash.reached(stepReconcileRecord)
+	d.store.viewVerified(rec.VolumeID)
+	if len(changes) > 0 {
+		d.crash.reached(stepReconcileRecord)
+	}
 	vol.dropRevokedCopies(next)
 	d.reportChanges(next, changes, conflicts)
 	return firstErr

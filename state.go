@@ -105,10 +105,15 @@ type volumeStore struct {
 	dir  string // <state dir>/volumes
 	mu   sync.Mutex
 	vols map[string]volumeRecord
+	// unverified are the volumes recovered at start whose pod's view has not been rebuilt
+	// since: a crash between a reconcile's swap of the view and its save of the record leaves
+	// a view the record does not describe (the record is saved last), and only a rebuild from
+	// fresh verdicts puts them back in step.
+	unverified map[string]bool
 }
 
 func newVolumeStore(stateDir string) *volumeStore {
-	return &volumeStore{dir: filepath.Join(stateDir, "volumes"), vols: map[string]volumeRecord{}}
+	return &volumeStore{dir: filepath.Join(stateDir, "volumes"), vols: map[string]volumeRecord{}, unverified: map[string]bool{}}
 }
 
 // volumeDir is where the volume's tmpfs is mounted. id has passed validateVolumeID.
@@ -169,13 +174,30 @@ func (s *volumeStore) save(rec volumeRecord) error {
 func (s *volumeStore) forget(id string) {
 	s.mu.Lock()
 	delete(s.vols, id)
+	delete(s.unverified, id)
 	s.mu.Unlock()
 }
 
-// remember puts a record loaded at start into memory.
+// remember puts a record loaded at start into memory; its view is unverified until a
+// reconcile rebuilds it (viewVerified).
 func (s *volumeStore) remember(rec volumeRecord) {
 	s.mu.Lock()
 	s.vols[rec.VolumeID] = rec.clone()
+	s.unverified[rec.VolumeID] = true
+	s.mu.Unlock()
+}
+
+// viewUnverified says whether the volume's view has not been rebuilt since it was recovered.
+func (s *volumeStore) viewUnverified(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unverified[id]
+}
+
+// viewVerified records that the volume's view was rebuilt from its saved record.
+func (s *volumeStore) viewVerified(id string) {
+	s.mu.Lock()
+	delete(s.unverified, id)
 	s.mu.Unlock()
 }
 
