@@ -15,6 +15,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -779,22 +780,43 @@ func (p *driverProc) retryAborted(call func() error) error {
 // readVolume returns the files a pod sees at the target (symlinks followed, hidden entries skipped).
 func readVolume(t *testing.T, target string) map[string]string {
 	t.Helper()
+	// A name listed can be gone when it is read: the driver swapped the view in between (a
+	// revocation takes the names away). That is the atomic writer working; the snapshot is
+	// taken again, so that it is always one view, before or after.
+	for attempt := 1; ; attempt++ {
+		out, vanished, err := readVolumeOnce(target)
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case vanished && attempt < 5:
+			continue
+		case vanished:
+			t.Fatalf("reading volume %s: files vanished while it was read, %d times in a row", target, attempt)
+		}
+		return out
+	}
+}
+
+func readVolumeOnce(target string) (files map[string]string, vanished bool, err error) {
 	entries, err := os.ReadDir(target)
 	if err != nil {
-		t.Fatalf("reading volume: %v", err)
+		return nil, false, fmt.Errorf("reading volume: %v", err)
 	}
-	out := map[string]string{}
+	files = map[string]string{}
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), "..") {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(target, e.Name()))
-		if err != nil {
-			t.Fatalf("reading %s: %v", e.Name(), err)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, true, nil
 		}
-		out[e.Name()] = string(b)
+		if err != nil {
+			return nil, false, fmt.Errorf("reading %s: %v", e.Name(), err)
+		}
+		files[e.Name()] = string(b)
 	}
-	return out
+	return files, false, nil
 }
 
 // eventually polls f until it returns nil or the timeout passes.
