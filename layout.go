@@ -19,13 +19,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 
 	"k8s.io/klog/v2"
 
@@ -167,17 +164,7 @@ func (l volumeLayout) readRecord() (volumeRecord, error) {
 // on the volume's tmpfs, where fsync does nothing (no backing store; the tmpfs, and the volume,
 // do not outlive a reboot) and the rename alone is what makes the write atomic.
 func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	// As os.CreateTemp, with O_NONBLOCK (see atomicwriter's openNonblock: nothing changes for a
-	// regular file, and os spares four fcntl calls).
-	var tmp *os.File
-	var err error
-	for range 100 {
-		name := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp"+strconv.FormatUint(uint64(rand.Uint32()), 10))
-		tmp, err = os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NONBLOCK, 0o600)
-		if !errors.Is(err, os.ErrExist) {
-			break
-		}
-	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return err
 	}
