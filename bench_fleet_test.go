@@ -19,9 +19,9 @@ package main
 //     pods), K growing; the steady load over several cycles: requests per node per cycle by
 //     verb and resource, API server CPU per 1,000 requests, SAR latency, peak 1 s rate vs mean.
 //   - rollout=jittered: every driver killed and all started again in the same moment; the
-//     peak 1 s rate after it against the steady mean. rollout=lockstep: the same with the
-//     driver built with the tag lockstep (the relist at start-up and every interval on the dot,
-//     as before relisttiming.go, and --relist-spread=0): the figure before the jitter.
+//     peak 1 s rate after it against the steady mean. (The figure before the jitter, when every
+//     driver ran its relist at start-up and every interval on the dot, is recorded in
+//     docs/scale.md: 8.51 at 50 nodes.)
 //   - fleet/...: the two scale tests again, their 1000 volumes spread over the K nodes.
 //
 // The fleet runs once per `make bench` (hack/bench.sh gives it -count 1): one run is several
@@ -30,7 +30,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -103,18 +102,8 @@ func BenchmarkFleet(b *testing.B) {
 
 	jittered := fl.rollout(b, c.env.binary, interval, "--relist-spread=0.5")
 	b.Run("rollout=jittered", func(b *testing.B) { jittered.report(b, steady) })
-	lockstep := fl.rollout(b, c.lockstepBinary(b), interval, "--relist-spread=0")
-	// Its own steady state: the same requests per cycle, in step.
-	time.Sleep(sc.interval)
-	lockstepSteady := fl.measure(b, time.Duration(sc.cycles)*sc.interval)
-	b.Run("rollout=lockstep", func(b *testing.B) {
-		lockstep.report(b, steady)
-		b.ReportMetric(lockstepSteady.all/lockstepSteady.dur.Seconds(), "own-steady-mean/s")
-		b.ReportMetric(lockstepSteady.peakAll/(lockstepSteady.all/lockstepSteady.dur.Seconds()), "own-steady-peak/mean")
-	})
 
-	// The scale tests over the fleet, with the production build again.
-	fl.restartTogether(b, c.env.binary, "--relist-spread=0.5")
+	// The scale tests over the fleet.
 	fl.unpublishAll(b)
 	for _, layout := range []struct {
 		name string
@@ -545,17 +534,4 @@ func processCPU(b *testing.B, pid int) time.Duration {
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(utime+stime) * time.Second / clockTicks
-}
-
-// lockstepBinary is the driver built with the tag lockstep ($LOCKSTEP_DRIVER_BINARY, as
-// hack/bench.sh builds it, or built here).
-func (c *benchCluster) lockstepBinary(b *testing.B) string {
-	if p := os.Getenv("LOCKSTEP_DRIVER_BINARY"); p != "" {
-		return p
-	}
-	out := filepath.Join(b.TempDir(), "shared-resource-csi-lockstep")
-	if msg, err := exec.Command("go", "build", "-tags", "lockstep", "-o", out, ".").CombinedOutput(); err != nil {
-		b.Fatalf("building the driver with the tag lockstep: %v\n%s", err, msg)
-	}
-	return out
 }

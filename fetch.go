@@ -60,7 +60,7 @@ type shareIndex struct {
 
 // newShareIndex sets up informers on both share kinds. onChange is called with the kind and name
 // of every share that is added, changed or deleted, so volumes react at once, not at the next relist.
-func newShareIndex(dyn dynamic.Interface, resync time.Duration, onChange func(shareKind, string)) *shareIndex {
+func newShareIndex(dyn dynamic.Interface, onChange func(shareKind, string)) *shareIndex {
 	si := &shareIndex{dyn: dyn, informers: map[shareKind]cache.SharedIndexInformer{}}
 	for _, row := range shareKindTable {
 		k := row.kind
@@ -74,7 +74,7 @@ func newShareIndex(dyn dynamic.Interface, resync time.Duration, onChange func(sh
 			},
 		}
 		// Shares are cluster-scoped: the store's key is the name, and no index is needed.
-		inf := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, resync, cache.Indexers{})
+		inf := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{}) // no resync: nothing here acts on a timer
 		notify := func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj

@@ -589,11 +589,6 @@ func (p *driverProc) kill() {
 	p.cmd.Wait()
 }
 
-func (p *driverProc) restart() {
-	p.kill()
-	p.start()
-}
-
 // waitKilled waits for the driver to die by SIGKILL on its own (a crash point) and fails the
 // test if it exits any other way or not at all.
 func (p *driverProc) waitKilled() {

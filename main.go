@@ -215,7 +215,7 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 		metrics:     m,
 		crash:       newCrashPoints(),
 		events:      broadcaster.NewRecorder(kube.scheme, corev1.EventSource{Component: "shared-resource-csi", Host: o.nodeID}),
-		shares: newShareIndex(kube.dyn, 0, func(k shareKind, name string) {
+		shares: newShareIndex(kube.dyn, func(k shareKind, name string) {
 			shareEvents.Add(shareSpec{Kind: k, Name: name})
 		}),
 	}

@@ -42,7 +42,7 @@ func metricsDriver(t *testing.T) *driver {
 		store:       newVolumeStore(t.TempDir()),
 		locks:       newVolumeLocks(),
 		sources:     sources,
-		shares:      newShareIndex(dyn, 0, func(shareKind, string) {}), // never started: its cache is empty
+		shares:      newShareIndex(dyn, func(shareKind, string) {}), // never started: its cache is empty
 		metrics:     newMetrics(),
 		crash:       newCrashPoints(),
 	}

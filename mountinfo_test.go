@@ -24,12 +24,12 @@ func TestMountInfoParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []mountEntry{
-		{22, 27, "0:21", "/", "/proc", "rw,relatime", "proc", "proc", "rw"},
-		{27, 1, "254:0", "/", "/", "rw,relatime", "ext4", "/dev/vda", "rw,discard"},
-		{36, 35, "98:0", "/mnt1", "/mnt2", "rw,noatime", "ext3", "/dev/root", "rw,errors=continue"},
-		{300, 27, "0:52", "/data", "/var/lib/kubelet/pods/p/volumes/with space", "ro,nosuid,nodev,noexec,relatime", "tmpfs", "tmpfs", "ro,size=1024k,mode=755"},
-		{301, 27, "0:53", "/", "/odd\ttab\nnl\\bs", "rw", "tmpfs", "my src", "rw"},
-		{302, 27, "0:54", "/", "/nooptional", "rw", "fuse.sshfs", "", "rw,user_id=0"},
+		{"0:21", "/", "/proc", "rw,relatime", "proc", "proc", "rw"},
+		{"254:0", "/", "/", "rw,relatime", "ext4", "/dev/vda", "rw,discard"},
+		{"98:0", "/mnt1", "/mnt2", "rw,noatime", "ext3", "/dev/root", "rw,errors=continue"},
+		{"0:52", "/data", "/var/lib/kubelet/pods/p/volumes/with space", "ro,nosuid,nodev,noexec,relatime", "tmpfs", "tmpfs", "ro,size=1024k,mode=755"},
+		{"0:53", "/", "/odd\ttab\nnl\\bs", "rw", "tmpfs", "my src", "rw"},
+		{"0:54", "/", "/nooptional", "rw", "fuse.sshfs", "", "rw,user_id=0"},
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("parseMountInfo:\n got %+v\nwant %+v", got, want)
@@ -68,14 +68,14 @@ func TestMountInfoUnescapeKeepsMalformed(t *testing.T) {
 
 func TestMountAtTopmost(t *testing.T) {
 	entries := []mountEntry{
-		{ID: 1, MountPoint: "/"},
-		{ID: 2, MountPoint: "/a/b", Options: "rw"},
-		{ID: 3, MountPoint: "/a/b/c"},
-		{ID: 4, MountPoint: "/a/b", Options: "ro"},
+		{MajorMinor: "0:1", MountPoint: "/"},
+		{MajorMinor: "0:2", MountPoint: "/a/b", Options: "rw"},
+		{MajorMinor: "0:3", MountPoint: "/a/b/c"},
+		{MajorMinor: "0:4", MountPoint: "/a/b", Options: "ro"},
 	}
 	e, ok := mountAt(entries, "/a//b/")
-	if !ok || e.ID != 4 {
-		t.Fatalf("mountAt(/a//b/) = %+v, %v; want the topmost entry, ID 4", e, ok)
+	if !ok || e.MajorMinor != "0:4" {
+		t.Fatalf("mountAt(/a//b/) = %+v, %v; want the topmost entry, 0:4", e, ok)
 	}
 	if _, ok := mountAt(entries, "/a"); ok {
 		t.Fatal("mountAt(/a) found an entry; /a is not a mount point")

@@ -20,7 +20,6 @@ import (
 	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -249,14 +248,6 @@ func runTool(name string, args ...string) error {
 		return fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
 	return nil
-}
-
-func errText(err error) string {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) && len(ee.Stderr) > 0 {
-		return err.Error() + ": " + strings.TrimSpace(string(ee.Stderr))
-	}
-	return err.Error()
 }
 
 // waitDriver waits until the DaemonSet runs one up-to-date, Ready driver pod with our image

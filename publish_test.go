@@ -68,7 +68,7 @@ func newGatedDriver(t *testing.T, sar *gatedSAR, src *gatedSource) *driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shares := newShareIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), 0, nil)
+	shares := newShareIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), nil)
 	if err := shares.informers[kindSecret].GetStore().Add(&unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"name": "share"},
 		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}},

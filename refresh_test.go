@@ -48,7 +48,7 @@ func newJudgeWorld(t *testing.T) *judgeWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shares := newShareIndex(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), 0, nil)
+	shares := newShareIndex(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), nil)
 	if err := shares.informers[kindSecret].GetStore().Add(&unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"name": "ca"},
 		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "ca"}},

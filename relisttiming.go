@@ -30,29 +30,19 @@ const relistJitter = 0.1
 type relistSchedule struct {
 	interval time.Duration
 	rand     func() float64 // in [0, 1)
-	// lockstep: the first cycle at start-up and the next ones every interval on the dot, as
-	// the driver ran before this file existed. Only a build with the tag lockstep has it
-	// (lockstep_on.go): the fleet benchmark's "before" of a simultaneous restart.
-	lockstep bool
 }
 
 func newRelistSchedule(interval time.Duration) relistSchedule {
-	return relistSchedule{interval: interval, rand: rand.Float64, lockstep: relistLockstep}
+	return relistSchedule{interval: interval, rand: rand.Float64}
 }
 
 // first is the wait before the first cycle: anywhere within one interval.
 func (s relistSchedule) first() time.Duration {
-	if s.lockstep {
-		return 0
-	}
 	return time.Duration(s.rand() * float64(s.interval))
 }
 
 // next is the time from the start of one cycle to the start of the next.
 func (s relistSchedule) next() time.Duration {
-	if s.lockstep {
-		return s.interval
-	}
 	return time.Duration(float64(s.interval) * (1 + relistJitter*(2*s.rand()-1)))
 }
 

@@ -121,7 +121,6 @@ func unmountExact(path string) error {
 
 // mountEntry is one line of /proc/self/mountinfo (see proc(5)).
 type mountEntry struct {
-	ID, ParentID int
 	MajorMinor   string // "0:52"
 	Root         string // root of the mount within its filesystem, e.g. "/" or "/data"
 	MountPoint   string // unescaped (mountinfo escapes space, tab, newline, backslash as \040 \011 \012 \134)
@@ -222,20 +221,16 @@ func parseMountInfoLine(line string) (mountEntry, error) {
 	if len(post) < 3 {
 		return mountEntry{}, fmt.Errorf("want fstype, source and super options after \" - \" in %q", line)
 	}
-	id, err := strconv.Atoi(fields[0])
-	if err != nil {
+	if _, err := strconv.Atoi(fields[0]); err != nil {
 		return mountEntry{}, fmt.Errorf("mount ID: %w", err)
 	}
-	parent, err := strconv.Atoi(fields[1])
-	if err != nil {
+	if _, err := strconv.Atoi(fields[1]); err != nil {
 		return mountEntry{}, fmt.Errorf("parent ID: %w", err)
 	}
 	if !strings.Contains(fields[2], ":") {
 		return mountEntry{}, fmt.Errorf("major:minor %q has no colon", fields[2])
 	}
 	return mountEntry{
-		ID:           id,
-		ParentID:     parent,
 		MajorMinor:   fields[2],
 		Root:         mountInfoUnescape(fields[3]),
 		MountPoint:   mountInfoUnescape(fields[4]),

@@ -234,7 +234,7 @@ func TestMountUnmountExactNotMounted(t *testing.T) {
 
 func TestMountUnmountExactOnlyTopmost(t *testing.T) {
 	lower := tmpfsTestMount(t, 1<<20)
-	topmostID := func() int {
+	topmostDev := func() string {
 		entries, err := readMountInfo()
 		if err != nil {
 			t.Fatal(err)
@@ -243,20 +243,20 @@ func TestMountUnmountExactOnlyTopmost(t *testing.T) {
 		if !ok {
 			t.Fatal("nothing mounted at", lower)
 		}
-		return e.ID
+		return e.MajorMinor
 	}
-	lowerID := topmostID()
+	lowerDev := topmostDev()
 	if err := mountTmpfs(lower, 1<<20, ""); err != nil {
 		t.Fatal(err)
 	}
-	if topmostID() == lowerID {
+	if topmostDev() == lowerDev {
 		t.Fatal("the second tmpfs is not the topmost mount")
 	}
 	if err := unmountExact(lower); err != nil {
 		t.Fatal(err)
 	}
-	if id := topmostID(); id != lowerID {
-		t.Fatalf("after unmountExact the topmost mount is %d, want the lower one, %d", id, lowerID)
+	if id := topmostDev(); id != lowerDev {
+		t.Fatalf("after unmountExact the topmost mount is %s, want the lower one, %s", id, lowerDev)
 	}
 }
 

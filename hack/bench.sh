@@ -28,8 +28,6 @@ filter=${BENCH_FILTER:-.}
 # Built before the cluster's network namespace is entered: there is no route out of it.
 echo "building the benchmarks..."
 go test -tags integration -vet=off -c -o "$OUT/bench.test" .
-# The fleet benchmark's "before": the relist schedule as it was before it was spread.
-CGO_ENABLED=0 go build -tags lockstep -trimpath -o "$OUT/shared-resource-csi-lockstep" .
 (cd tools && go build -trimpath -o "$OUT/benchtable" ./benchtable)
 
 # A run killed earlier may have left a cluster behind.
@@ -45,7 +43,6 @@ bench() {
 	local args=(-test.run '^$' -test.benchtime 1x -test.timeout 60m "$@")
 	hack/cluster.sh exec -- env \
 		DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi" \
-		LOCKSTEP_DRIVER_BINARY="$OUT/shared-resource-csi-lockstep" \
 		KUBECTL="$ROOT/_output/bin/kubectl" \
 		BENCH_SMOKE="${BENCH_SMOKE:-}" \
 		"$OUT/bench.test" "${args[@]}"
