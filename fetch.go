@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// share is the part of a SharedSecret/SharedConfigMap the driver uses.
-type share struct {
+// shareSpec is the part of a SharedSecret/SharedConfigMap the driver uses.
+type shareSpec struct {
 	Kind            shareKind
 	Name            string
 	SourceNamespace string
@@ -31,16 +31,16 @@ type share struct {
 }
 
 // sourceKey names the share's source object.
-func (s share) sourceKey() sourceKey {
+func (s shareSpec) sourceKey() sourceKey {
 	return sourceKey{Kind: s.Kind, Namespace: s.SourceNamespace, Name: s.SourceName}
 }
 
 // shareFromObject reads spec.secretRef / spec.configMapRef; a share without a usable ref is an error.
-func shareFromObject(k shareKind, u *unstructured.Unstructured) (share, error) {
+func shareFromObject(k shareKind, u *unstructured.Unstructured) (shareSpec, error) {
 	refField := shareRefField(k)
 	ns, _, _ := unstructured.NestedString(u.Object, "spec", refField, "namespace")
 	name, _, _ := unstructured.NestedString(u.Object, "spec", refField, "name")
-	s := share{Kind: k, Name: u.GetName(), SourceNamespace: ns, SourceName: name}
+	s := shareSpec{Kind: k, Name: u.GetName(), SourceNamespace: ns, SourceName: name}
 	if !validLabel(ns) || !validName(name) {
 		return s, &badShareError{fmt.Sprintf("%s %q has an invalid spec.%s (namespace %q, name %q): fix the share", k.shareTypeName(), s.Name, refField, ns, name)}
 	}
@@ -133,7 +133,7 @@ func (si *shareIndex) synced() bool {
 // get returns the share from the cache, or with one live GET when the cache does not have it
 // (a share created a moment ago may not have reached the informer yet). A missing share is
 // reported as a NotFound API error.
-func (si *shareIndex) get(ctx context.Context, k shareKind, name string) (share, error) {
+func (si *shareIndex) get(ctx context.Context, k shareKind, name string) (shareSpec, error) {
 	if obj, exists, err := si.informers[k].GetStore().GetByKey(name); err == nil && exists {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
 			return shareFromObject(k, u)
@@ -141,7 +141,7 @@ func (si *shareIndex) get(ctx context.Context, k shareKind, name string) (share,
 	}
 	u, err := si.dyn.Resource(shareGVR(k)).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return share{}, err
+		return shareSpec{}, err
 	}
 	return shareFromObject(k, u)
 }

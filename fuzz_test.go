@@ -274,16 +274,16 @@ func FuzzParsePublishRequest(f *testing.F) {
 		secretName, hasSecret := vc[attrSharedSecret]
 		cmName, hasCM := vc[attrSharedConfigMap]
 		list, hasList := vc[attrShares]
-		var want []shareSpec
+		var want []shareRef
 		switch {
 		case hasSecret && !hasCM && !hasList:
-			want = []shareSpec{{Kind: kindSecret, Name: secretName}}
+			want = []shareRef{{Kind: kindSecret, Name: secretName}}
 		case hasCM && !hasSecret && !hasList:
-			want = []shareSpec{{Kind: kindConfigMap, Name: cmName}}
+			want = []shareRef{{Kind: kindConfigMap, Name: cmName}}
 		case hasList && !hasSecret && !hasCM:
 			for _, e := range strings.Split(list, ",") {
 				kind, name, _ := strings.Cut(strings.TrimSpace(e), "/")
-				want = append(want, shareSpec{Kind: map[string]shareKind{"secret": kindSecret, "configmap": kindConfigMap}[kind], Name: name})
+				want = append(want, shareRef{Kind: map[string]shareKind{"secret": kindSecret, "configmap": kindConfigMap}[kind], Name: name})
 			}
 		default:
 			t.Fatalf("accepted with sharedSecret=%v, sharedConfigMap=%v, shares=%v", hasSecret, hasCM, hasList)

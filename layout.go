@@ -59,7 +59,7 @@ type volumeView struct {
 
 // composeView composes the view of shares (the volume's, in its order) from each one's files;
 // perShare[i] is nil for a share that contributes nothing (revoked).
-func composeView(shares []shareSpec, perShare []map[string]atomicwriter.File) volumeView {
+func composeView(shares []shareRef, perShare []map[string]atomicwriter.File) volumeView {
 	files, conflicts := composeFiles(shares, perShare)
 	return volumeView{files: files, conflicts: conflicts, perShare: perShare}
 }
@@ -100,10 +100,10 @@ func (l volumeLayout) writeView(v volumeView) error {
 // rebuildView composes the view again from the copies on disk of the shares not revoked, and
 // writes it. It returns the paths two shares both provide, for the caller to report.
 func (l volumeLayout) rebuildView(shares []shareState) ([]pathConflict, error) {
-	specs := make([]shareSpec, len(shares))
+	specs := make([]shareRef, len(shares))
 	perShare := make([]map[string]atomicwriter.File, len(shares))
 	for i, st := range shares {
-		specs[i] = st.shareSpec
+		specs[i] = st.shareRef
 		if st.Revoked {
 			continue
 		}

@@ -159,7 +159,7 @@ type wiring struct {
 	d           *driver
 	kube        *kubeClient
 	broadcaster record.EventBroadcaster
-	shareEvents workqueue.TypedInterface[shareSpec] // changed shares, from the CRD watch
+	shareEvents workqueue.TypedInterface[shareRef] // changed shares, from the CRD watch
 	sockPath    string                              // the CSI socket
 }
 
@@ -201,7 +201,7 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(eventSink{c: kube.core})
 
-	shareEvents := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[shareSpec]{Name: "share-events"})
+	shareEvents := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[shareRef]{Name: "share-events"})
 	d := &driver{
 		version:     version,
 		nodeID:      o.nodeID,
@@ -216,7 +216,7 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 		crash:       newCrashPoints(),
 		events:      broadcaster.NewRecorder(kube.scheme, corev1.EventSource{Component: "shared-resource-csi", Host: o.nodeID}),
 		shares: newShareIndex(kube.dyn, func(k shareKind, name string) {
-			shareEvents.Add(shareSpec{Kind: k, Name: name})
+			shareEvents.Add(shareRef{Kind: k, Name: name})
 		}),
 	}
 	m.registerDriverGauges(d)

@@ -110,7 +110,7 @@ func TestMetricsReadyGauge(t *testing.T) {
 func TestMetricsRelistCycle(t *testing.T) {
 	d := metricsDriver(t)
 	rec := volumeRecord{VolumeID: "vol-1", PodNamespace: "app", PodName: "p", PodUID: "uid-1", ServiceAccount: "default",
-		Shares: []shareState{{shareSpec: shareSpec{Kind: kindSecret, Name: "corp-ca"}}}}
+		Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "corp-ca"}}}}
 	if err := os.MkdirAll(filepath.Join(d.kubeletRoot, "pods", rec.PodUID), 0o750); err != nil {
 		t.Fatal(err)
 	}

@@ -64,13 +64,13 @@ func projectFiles(src map[string][]byte, items []item, share int, defaultMode os
 // pathConflict is one path that two shares both produce.
 type pathConflict struct {
 	Path          string
-	Kept, Dropped shareSpec
+	Kept, Dropped shareRef
 }
 
 // composeFiles merges the shares' files in the volume's order. A path produced by two shares (or
 // a file of one that is a directory of another) goes to the earlier share, as in a projected
 // volume the first source listed wins; the conflicts are returned so they can be reported.
-func composeFiles(specs []shareSpec, perShare []map[string]atomicwriter.File) (map[string]atomicwriter.File, []pathConflict) {
+func composeFiles(specs []shareRef, perShare []map[string]atomicwriter.File) (map[string]atomicwriter.File, []pathConflict) {
 	out := map[string]atomicwriter.File{}
 	owner := map[string]int{} // path -> share index, including the directories of each file
 	var conflicts []pathConflict

@@ -59,7 +59,7 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 		if err != nil {
 			return volumeRecord{}, volumeView{}, err
 		}
-		rec.Shares = append(rec.Shares, shareState{shareSpec: spec,
+		rec.Shares = append(rec.Shares, shareState{shareRef: spec,
 			SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion})
 		if perShare[i], err = rec.project(i, src.Files); err != nil {
 			return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", spec.Kind, sh.SourceNamespace, sh.SourceName, err)
@@ -143,7 +143,7 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 }
 
 // fetchShare looks up one share of a publish, checks the pod may use it and GETs its source.
-func (d *driver) fetchShare(ctx context.Context, v *volumeRequest, spec shareSpec) (share, *sourceData, error) {
+func (d *driver) fetchShare(ctx context.Context, v *volumeRequest, spec shareRef) (shareSpec, *sourceData, error) {
 	sh, err := d.shares.get(ctx, spec.Kind, spec.Name)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -197,7 +197,7 @@ func writeError(volumeID string, limit int64, err error) error {
 }
 
 // sourceError maps a failed GET of a share's source to the code the kubelet should see.
-func sourceError(sh share, err error, account driverAccount) error {
+func sourceError(sh shareSpec, err error, account driverAccount) error {
 	what := fmt.Sprintf("%s %s/%s (referenced by %s %q)", sh.Kind, sh.SourceNamespace, sh.SourceName, sh.Kind.shareTypeName(), sh.Name)
 	switch {
 	case apierrors.IsNotFound(err):

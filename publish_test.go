@@ -86,7 +86,7 @@ func fetchShareAsync(d *driver) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		v := &volumeRequest{VolumeID: "v", PodNamespace: "c", PodName: "pod", ServiceAccount: "app"}
-		_, src, err := d.fetchShare(context.Background(), v, shareSpec{Kind: kindSecret, Name: "share"})
+		_, src, err := d.fetchShare(context.Background(), v, shareRef{Kind: kindSecret, Name: "share"})
 		if err == nil && (src == nil || string(src.Files["k"]) != "v") {
 			err = errors.New("allowed, but not the source's data")
 		}

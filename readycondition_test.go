@@ -19,7 +19,7 @@ import (
 
 // The condition for each answer the API server can give about the source, as an admin reads it.
 func TestReadyConditionFromSourceCheck(t *testing.T) {
-	sh := share{Kind: kindSecret, Name: "corp-ca", SourceNamespace: "platform", SourceName: "ca-bundle"}
+	sh := shareSpec{Kind: kindSecret, Name: "corp-ca", SourceNamespace: "platform", SourceName: "ca-bundle"}
 	gr := schema.GroupResource{Resource: "secrets"}
 	for _, tc := range []struct {
 		name   string
@@ -50,7 +50,7 @@ func TestReadyConditionFromSourceCheck(t *testing.T) {
 			}
 		})
 	}
-	cm := readyCondition(share{Kind: kindConfigMap, Name: "cfg", SourceNamespace: "ns", SourceName: "n"}, apierrors.NewNotFound(gr, "n"), "")
+	cm := readyCondition(shareSpec{Kind: kindConfigMap, Name: "cfg", SourceNamespace: "ns", SourceName: "n"}, apierrors.NewNotFound(gr, "n"), "")
 	if !strings.Contains(cm.Message, "ConfigMap ns/n") || !strings.Contains(cm.Message, "spec.configMapRef") {
 		t.Errorf("ConfigMap message %q", cm.Message)
 	}

@@ -38,11 +38,11 @@ type cycleMemo struct {
 	d       *driver
 	access  map[accessKey]memoDecision
 	sources map[sourceKey]memoSource
-	shares  map[shareSpec]memoShare
+	shares  map[shareRef]memoShare
 }
 
 type memoShare struct {
-	sh  share
+	sh  shareSpec
 	err error
 }
 
@@ -57,12 +57,12 @@ type memoSource struct {
 }
 
 func (d *driver) newCycleMemo() *cycleMemo {
-	return &cycleMemo{d: d, access: map[accessKey]memoDecision{}, sources: map[sourceKey]memoSource{}, shares: map[shareSpec]memoShare{}}
+	return &cycleMemo{d: d, access: map[accessKey]memoDecision{}, sources: map[sourceKey]memoSource{}, shares: map[shareRef]memoShare{}}
 }
 
 // share reads the share from the informer, with a live GET when it is not cached, so that a
 // share missing from the cache is confirmed deleted before any volume is revoked for it.
-func (m *cycleMemo) share(ctx context.Context, ref shareSpec) (share, error) {
+func (m *cycleMemo) share(ctx context.Context, ref shareRef) (shareSpec, error) {
 	if r, ok := m.shares[ref]; ok {
 		return r.sh, r.err
 	}
@@ -137,7 +137,7 @@ func (d *driver) relistCycle(ctx context.Context, window time.Duration) int {
 }
 
 // runShareEvents reconciles the volumes of each changed share as the CRD watch reports it.
-func (d *driver) runShareEvents(ctx context.Context, q workqueue.TypedInterface[shareSpec]) {
+func (d *driver) runShareEvents(ctx context.Context, q workqueue.TypedInterface[shareRef]) {
 	go func() {
 		<-ctx.Done()
 		q.ShutDown()
@@ -270,7 +270,7 @@ func (d *driver) reportChanges(rec volumeRecord, changes []shareChange, conflict
 
 // shareChange is one share's change in a reconcile, for events and metrics.
 type shareChange struct {
-	share shareSpec
+	share shareRef
 	kind  string // revoked, restored, refreshed; refreshFailed, refreshResumed (no file changes)
 	why   string
 }
@@ -293,7 +293,7 @@ type shareVerdict struct {
 func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) (shareVerdict, error) {
 	st := rec.Shares[i] // a copy: the next state is built on it
 	unchanged := shareVerdict{state: st}
-	sh, err := memo.share(ctx, st.shareSpec)
+	sh, err := memo.share(ctx, st.shareRef)
 	if apierrors.IsNotFound(err) {
 		return revokeShare(st, st.Kind.shareTypeName()+" "+quote(st.Name)+" was deleted"), nil
 	}
@@ -316,7 +316,7 @@ func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *
 			return unchanged, nil
 		}
 		st.Revoked = false
-		return shareVerdict{state: st, change: &shareChange{share: st.shareSpec, kind: "restored"}}, nil
+		return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: "restored"}}, nil
 	}
 	src, err := memo.source(ctx, sh.sourceKey())
 	switch {
@@ -342,7 +342,7 @@ func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *
 		if st.Revoked {
 			what = "may be used again, but its files stay away until the driver may read its source"
 		}
-		return shareVerdict{state: st, change: &shareChange{share: st.shareSpec, kind: "refreshFailed",
+		return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: "refreshFailed",
 			why: fmt.Sprintf("%s: the driver may not read %s; %s", what, sh.sourceKey(), d.account.grantReadHint(sh.sourceKey()))}}, nil
 	case err != nil:
 		return unchanged, err
@@ -353,7 +353,7 @@ func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *
 	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
 	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion {
 		if resumed {
-			return shareVerdict{state: st, change: &shareChange{share: st.shareSpec, kind: "refreshResumed", why: sh.sourceKey().String()}}, nil
+			return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: "refreshResumed", why: sh.sourceKey().String()}}, nil
 		}
 		return unchanged, nil
 	}
@@ -361,7 +361,7 @@ func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *
 	if err != nil {
 		return unchanged, fmt.Errorf("%s %s/%s: %w", st.Kind, sh.SourceNamespace, sh.SourceName, err)
 	}
-	change := &shareChange{share: st.shareSpec, kind: "refreshed",
+	change := &shareChange{share: st.shareRef, kind: "refreshed",
 		why: fmt.Sprintf("%s %s/%s (resourceVersion %s)", st.Kind, sh.SourceNamespace, sh.SourceName, src.ResourceVersion)}
 	if st.Revoked {
 		change.kind = "restored"
@@ -379,7 +379,7 @@ func revokeShare(st shareState, why string) shareVerdict {
 	// Whether the driver may read the source is judged again, and told again, when access
 	// comes back.
 	st.Revoked, st.ReadForbidden = true, false
-	return shareVerdict{state: st, change: &shareChange{share: st.shareSpec, kind: "revoked", why: why}}
+	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: "revoked", why: why}}
 }
 
 func (d *driver) event(rec volumeRecord, eventType, reason, format string, args ...any) {

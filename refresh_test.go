@@ -63,7 +63,7 @@ func newJudgeWorld(t *testing.T) *judgeWorld {
 func TestJudgeShareThroughAccessAndReadChanges(t *testing.T) {
 	w := newJudgeWorld(t)
 	rec := volumeRecord{VolumeID: "v", PodNamespace: "team", ServiceAccount: "app", Refresh: true, GID: -1,
-		Shares: []shareState{{shareSpec: shareSpec{Kind: kindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "ca", ResourceVersion: "7"}}}
+		Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "ca", ResourceVersion: "7"}}}
 	for _, step := range []struct {
 		name            string
 		mayUse, mayRead bool

@@ -74,7 +74,7 @@ func TestCyclePacerSpacesRequestsOverItsWindow(t *testing.T) {
 
 func TestCycleRequestsCountsEachReviewAndGETOnce(t *testing.T) {
 	share := func(name, srcNS, src string) shareState {
-		return shareState{shareSpec: shareSpec{Kind: kindSecret, Name: name}, SourceNamespace: srcNS, SourceName: src}
+		return shareState{shareRef: shareRef{Kind: kindSecret, Name: name}, SourceNamespace: srcNS, SourceName: src}
 	}
 	recs := []volumeRecord{
 		// Two volumes of one service account on one share: one review, one GET.

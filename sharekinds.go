@@ -113,15 +113,15 @@ func kindOfListName(s string) shareKind {
 	return ""
 }
 
-// shareSpec names one share: of a volume (its request and its record, where it is stored as
+// shareRef names one share: of a volume (its request and its record, where it is stored as
 // "kind" and "name"), and in the queues of share events and of share status.
-type shareSpec struct {
+type shareRef struct {
 	Kind shareKind `json:"kind"`
 	Name string    `json:"name"`
 }
 
 // String is the form used in the shares attribute and in messages: secret/NAME, configmap/NAME.
-func (s shareSpec) String() string { return s.Kind.listName() + "/" + s.Name }
+func (s shareRef) String() string { return s.Kind.listName() + "/" + s.Name }
 
 func readSecret(ctx context.Context, c sourceGetter, namespace, name string, opts metav1.GetOptions) (*sourceData, error) {
 	s, err := c.getSecret(ctx, namespace, name, opts)

@@ -42,7 +42,7 @@ type volumeRecord struct {
 
 // shareState is what the volume shows of one of its shares.
 type shareState struct {
-	shareSpec
+	shareRef
 	// The source object whose files the share contributes, and its resourceVersion.
 	SourceNamespace string `json:"sourceNamespace"`
 	SourceName      string `json:"sourceName"`
@@ -54,10 +54,10 @@ type shareState struct {
 	ReadForbidden bool `json:"readForbidden,omitempty"`
 }
 
-func (r *volumeRecord) specs() []shareSpec {
-	out := make([]shareSpec, len(r.Shares))
+func (r *volumeRecord) specs() []shareRef {
+	out := make([]shareRef, len(r.Shares))
 	for i, s := range r.Shares {
-		out[i] = s.shareSpec
+		out[i] = s.shareRef
 	}
 	return out
 }

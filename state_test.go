@@ -12,7 +12,7 @@ import (
 // saving, the next cycle must find the shares as they were and try again.
 func TestVolumeStoreChangesOnlyBySave(t *testing.T) {
 	s := newVolumeStore(t.TempDir())
-	rec := volumeRecord{VolumeID: "vol-1", PodUID: "uid", TargetPath: "/target", Shares: []shareState{{shareSpec: shareSpec{Kind: kindSecret, Name: "ca"}, ResourceVersion: "1"}}}
+	rec := volumeRecord{VolumeID: "vol-1", PodUID: "uid", TargetPath: "/target", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "ca"}, ResourceVersion: "1"}}}
 	if err := os.MkdirAll(s.volumeDir(rec.VolumeID), 0o700); err != nil {
 		t.Fatal(err)
 	}

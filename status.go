@@ -112,12 +112,12 @@ type statusWriter struct {
 // interval, until ctx (the term) ends. The elector runs one term at a time and waits for it.
 func (w *statusWriter) lead(ctx context.Context) {
 	klog.InfoS("Leading the share status writer", "identity", w.identity)
-	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[shareSpec]())
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[shareRef]())
 	defer q.ShutDown()
 	for k, inf := range w.cfg.Shares.informers {
 		enqueue := func(obj any) {
 			if u, ok := obj.(*unstructured.Unstructured); ok {
-				q.Add(shareSpec{Kind: k, Name: u.GetName()})
+				q.Add(shareRef{Kind: k, Name: u.GetName()})
 			}
 		}
 		// Registering replays every cached share as an add: the term starts with a full check.
@@ -147,7 +147,7 @@ func (w *statusWriter) lead(ctx context.Context) {
 	go wait.UntilWithContext(ctx, func(context.Context) {
 		for k, inf := range w.cfg.Shares.informers {
 			for _, name := range inf.GetStore().ListKeys() {
-				q.Add(shareSpec{Kind: k, Name: name})
+				q.Add(shareRef{Kind: k, Name: name})
 			}
 		}
 	}, w.cfg.Interval)
@@ -170,7 +170,7 @@ func (w *statusWriter) lead(ctx context.Context) {
 }
 
 // sync checks one share's source and writes its Ready condition if it changed.
-func (w *statusWriter) sync(ctx context.Context, ref shareSpec) error {
+func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
 	obj, exists, err := w.cfg.Shares.informers[ref.Kind].GetStore().GetByKey(ref.Name)
 	if err != nil || !exists {
 		return err
@@ -238,7 +238,7 @@ func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstruct
 
 // readyCondition turns the answer to a GET of the share's source into the Ready condition. The
 // messages say what to do: they are what an admin reads in `kubectl describe`.
-func readyCondition(sh share, getErr error, account driverAccount) metav1.Condition {
+func readyCondition(sh shareSpec, getErr error, account driverAccount) metav1.Condition {
 	src := fmt.Sprintf("%s %s/%s", sh.Kind, sh.SourceNamespace, sh.SourceName)
 	c := metav1.Condition{Type: conditionReady}
 	switch {

@@ -50,7 +50,7 @@ const (
 type volumeRequest struct {
 	VolumeID       string
 	TargetPath     string
-	Shares         []shareSpec // one, or several (attribute shares), in the order given
+	Shares         []shareRef // one, or several (attribute shares), in the order given
 	Refresh        bool
 	PodNamespace   string
 	PodName        string
@@ -287,11 +287,11 @@ func parseVolumeAttributes(vc map[string]string, v *volumeRequest) error {
 
 // parseShareAttributes reads which shares a volume mounts: exactly one of sharedSecret: NAME,
 // sharedConfigMap: NAME (OpenShift's attributes) or shares: "secret/NAME, configmap/NAME, ...".
-func parseShareAttributes(vc map[string]string) ([]shareSpec, error) {
-	var shares []shareSpec
+func parseShareAttributes(vc map[string]string) ([]shareRef, error) {
+	var shares []shareRef
 	for _, row := range shareKindTable {
 		if name, ok := vc[row.attribute]; ok {
-			shares = append(shares, shareSpec{Kind: row.kind, Name: name})
+			shares = append(shares, shareRef{Kind: row.kind, Name: name})
 		}
 	}
 	list, hasList := vc[attrShares]
@@ -302,7 +302,7 @@ func parseShareAttributes(vc map[string]string) ([]shareSpec, error) {
 		for _, entry := range strings.Split(list, ",") {
 			entry = strings.TrimSpace(entry)
 			kind, name, ok := strings.Cut(entry, "/")
-			s := shareSpec{Kind: kindOfListName(kind), Name: name}
+			s := shareRef{Kind: kindOfListName(kind), Name: name}
 			if !ok || s.Kind == "" {
 				return nil, invalidf("volumeAttribute %s: entry %q is not secret/NAME or configmap/NAME", attrShares, entry)
 			}
@@ -345,7 +345,7 @@ func parseMode(s string) (os.FileMode, error) {
 // "ca.crt, tls.key=keys/tls.key:0400". PATH is relative, checked segment by segment; MODE is
 // octal. Two entries may not produce the same path, nor a path that is another's directory.
 // In a volume of several shares, KEY names its share: secret/NAME/KEY or configmap/NAME/KEY.
-func parseItems(s string, shares []shareSpec) ([]item, error) {
+func parseItems(s string, shares []shareRef) ([]item, error) {
 	var items []item
 	paths := map[string]bool{}
 	for _, entry := range strings.Split(s, ",") {
@@ -367,7 +367,7 @@ func parseItems(s string, shares []shareSpec) ([]item, error) {
 		}
 		it.Key, it.Path, _ = strings.Cut(rest, "=")
 		if i := strings.LastIndex(it.Key, "/"); i >= 0 {
-			it.Share = slices.IndexFunc(shares, func(s shareSpec) bool { return s.String() == it.Key[:i] })
+			it.Share = slices.IndexFunc(shares, func(s shareRef) bool { return s.String() == it.Key[:i] })
 			if it.Share < 0 {
 				return nil, fmt.Errorf("entry %q: %q is not one of the volume's shares", entry, it.Key[:i])
 			}

@@ -40,7 +40,7 @@ func TestParsePublishRequestAcceptsAKubeletRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := volumeRequest{VolumeID: "csi-0123abcd", TargetPath: goodTarget, Shares: []shareSpec{{Kind: kindSecret, Name: "corp-ca"}}, Refresh: true,
+	want := volumeRequest{VolumeID: "csi-0123abcd", TargetPath: goodTarget, Shares: []shareRef{{Kind: kindSecret, Name: "corp-ca"}}, Refresh: true,
 		PodNamespace: "team-a", PodName: "web-1", PodUID: testUID, ServiceAccount: "app", DefaultMode: 0o644, GID: -1}
 	if !reflect.DeepEqual(*v, want) {
 		t.Errorf("got %+v\nwant %+v", *v, want)
@@ -233,7 +233,7 @@ func TestProjectFilesFollowsItemsAndReportsMissingKeys(t *testing.T) {
 	}
 }
 
-var oneShare = []shareSpec{{Kind: kindSecret, Name: "corp-ca"}}
+var oneShare = []shareRef{{Kind: kindSecret, Name: "corp-ca"}}
 
 func TestParseSharesListsSeveralSharesAndItemsNameThem(t *testing.T) {
 	r := goodPublishRequest()
@@ -244,7 +244,7 @@ func TestParseSharesListsSeveralSharesAndItemsNameThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantShares := []shareSpec{{Kind: kindSecret, Name: "corp-ca"}, {Kind: kindConfigMap, Name: "proxy"}}
+	wantShares := []shareRef{{Kind: kindSecret, Name: "corp-ca"}, {Kind: kindConfigMap, Name: "proxy"}}
 	if !reflect.DeepEqual(v.Shares, wantShares) {
 		t.Errorf("shares %+v", v.Shares)
 	}
@@ -274,7 +274,7 @@ func TestParseSharesListsSeveralSharesAndItemsNameThem(t *testing.T) {
 }
 
 func TestComposeFilesFirstShareWinsAndReportsConflicts(t *testing.T) {
-	specs := []shareSpec{{Kind: kindSecret, Name: "a"}, {Kind: kindConfigMap, Name: "b"}, {Kind: kindSecret, Name: "c"}}
+	specs := []shareRef{{Kind: kindSecret, Name: "a"}, {Kind: kindConfigMap, Name: "b"}, {Kind: kindSecret, Name: "c"}}
 	f := func(s string) atomicwriter.File { return atomicwriter.File{Data: []byte(s), Mode: 0o644} }
 	files, conflicts := composeFiles(specs, []map[string]atomicwriter.File{
 		{"ca.crt": f("a"), "dir/x": f("a")},
