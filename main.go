@@ -160,7 +160,7 @@ type wiring struct {
 	kube        *kubeClient
 	broadcaster record.EventBroadcaster
 	shareEvents workqueue.TypedInterface[shareRef] // changed shares, from the CRD watch
-	sockPath    string                              // the CSI socket
+	sockPath    string                             // the CSI socket
 }
 
 // wire checks the options and builds the driver and its clients. Nothing is served yet; the
