@@ -37,12 +37,20 @@ func secretObj(ns, name string, size int) *corev1.Secret {
 // fakeSources reads Secrets and ConfigMaps from a fake clientset.
 type fakeSources struct{ c *fake.Clientset }
 
-func (f fakeSources) getSecret(ctx context.Context, ns, name string, opts metav1.GetOptions) (*corev1.Secret, error) {
-	return f.c.CoreV1().Secrets(ns).Get(ctx, name, opts)
-}
-
-func (f fakeSources) getConfigMap(ctx context.Context, ns, name string, opts metav1.GetOptions) (*corev1.ConfigMap, error) {
-	return f.c.CoreV1().ConfigMaps(ns).Get(ctx, name, opts)
+func (f fakeSources) getSource(ctx context.Context, key sourceKey, opts metav1.GetOptions) (*sourceData, error) {
+	kind, _ := key.Kind.info()
+	var obj sourceObject
+	var err error
+	switch key.Kind {
+	case kindSecret:
+		obj, err = f.c.CoreV1().Secrets(key.Namespace).Get(ctx, key.Name, opts)
+	case kindConfigMap:
+		obj, err = f.c.CoreV1().ConfigMaps(key.Namespace).Get(ctx, key.Name, opts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return newSourceData(kind, obj), nil
 }
 
 func countGets(client *fake.Clientset) *atomic.Int64 {

@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -199,4 +200,29 @@ func stripMessage(m protoreflect.Message) {
 	for _, fd := range secret {
 		m.Clear(fd)
 	}
+}
+
+// volumeLocks lets one operation at a time work on a volume. Callers that find the lock held
+// get Aborted (the kubelet retries), rather than queueing behind a slow operation.
+type volumeLocks struct {
+	mu   sync.Mutex
+	held map[string]struct{}
+}
+
+func newVolumeLocks() *volumeLocks { return &volumeLocks{held: map[string]struct{}{}} }
+
+func (l *volumeLocks) tryLock(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, busy := l.held[id]; busy {
+		return false
+	}
+	l.held[id] = struct{}{}
+	return true
+}
+
+func (l *volumeLocks) unlock(id string) {
+	l.mu.Lock()
+	delete(l.held, id)
+	l.mu.Unlock()
 }

@@ -88,28 +88,6 @@ func newKubeClient(cfg *rest.Config) (*kubeClient, error) {
 	return k, nil
 }
 
-// sourceGetter reads the Secrets and ConfigMaps shares point at.
-type sourceGetter interface {
-	getSecret(ctx context.Context, namespace, name string, opts metav1.GetOptions) (*corev1.Secret, error)
-	getConfigMap(ctx context.Context, namespace, name string, opts metav1.GetOptions) (*corev1.ConfigMap, error)
-}
-
-var _ sourceGetter = (*kubeClient)(nil)
-
-func (k *kubeClient) getSecret(ctx context.Context, namespace, name string, opts metav1.GetOptions) (*corev1.Secret, error) {
-	s := &corev1.Secret{}
-	err := k.getInto(ctx, k.core.Get().Namespace(namespace).Resource("secrets").Name(name).
-		VersionedParams(&opts, metav1.ParameterCodec), "Secret", s)
-	return s, err
-}
-
-func (k *kubeClient) getConfigMap(ctx context.Context, namespace, name string, opts metav1.GetOptions) (*corev1.ConfigMap, error) {
-	cm := &corev1.ConfigMap{}
-	err := k.getInto(ctx, k.core.Get().Namespace(namespace).Resource("configmaps").Name(name).
-		VersionedParams(&opts, metav1.ParameterCodec), "ConfigMap", cm)
-	return cm, err
-}
-
 // sarCreator creates SubjectAccessReviews. Its method is the generated client's, so a test can
 // hand the authorizer a fake clientset's SubjectAccessReviews().
 type sarCreator interface {

@@ -202,3 +202,26 @@ func requestResource(path string) string {
 	}
 	return segs[0]
 }
+
+// countMounts counts the mounts the driver holds: each volume's tmpfs and its binds.
+func (d *driver) countMounts() int {
+	mounts, err := readMountInfo()
+	if err != nil {
+		return -1
+	}
+	devices := map[string]bool{}
+	prefix := d.store.dir + "/"
+	n := 0
+	for _, m := range mounts {
+		if strings.HasPrefix(m.MountPoint, prefix) && m.FSType == "tmpfs" {
+			devices[m.MajorMinor] = true
+			n++
+		}
+	}
+	for _, m := range mounts {
+		if devices[m.MajorMinor] && !strings.HasPrefix(m.MountPoint, prefix) {
+			n++
+		}
+	}
+	return n
+}

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -48,18 +47,13 @@ type gatedSource struct {
 	err              error
 }
 
-func (g *gatedSource) getSecret(ctx context.Context, ns, name string, _ metav1.GetOptions) (*corev1.Secret, error) {
+func (g *gatedSource) getSource(ctx context.Context, key sourceKey, _ metav1.GetOptions) (*sourceData, error) {
 	close(g.started)
 	<-g.release
 	if g.err != nil {
 		return nil, g.err
 	}
-	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: "3"},
-		Data: map[string][]byte{"k": []byte("v")}}, nil
-}
-
-func (g *gatedSource) getConfigMap(context.Context, string, string, metav1.GetOptions) (*corev1.ConfigMap, error) {
-	return nil, errors.New("not used")
+	return &sourceData{Files: map[string][]byte{"k": []byte("v")}, ResourceVersion: "3"}, nil
 }
 
 func newGatedDriver(t *testing.T, sar *gatedSAR, src *gatedSource) *driver {

@@ -2,13 +2,15 @@ package main
 
 // The two kinds of share, SharedSecret and SharedConfigMap. Everything that differs between them
 // is one row of shareKindTable; the rest of the driver asks the row and never switches on the
-// kind, so a third kind would be one more row (and a getter in kube.go).
+// kind, so a third kind is one more row (and its CRD in the chart).
 
 import (
-	"context"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -39,8 +41,17 @@ type shareKindInfo struct {
 	// source is the resource of the objects shared: the driver GETs them, and an admin grants
 	// it read on them.
 	source schema.GroupVersionResource
-	// read GETs one source object and returns its files (Size is left to the caller).
-	read func(ctx context.Context, c sourceGetter, namespace, name string, opts metav1.GetOptions) (*sourceData, error)
+	// newSource is an empty source object, for a GET's answer to be decoded into; files lists
+	// the keys and values of one so decoded.
+	newSource func() sourceObject
+	files     func(sourceObject) map[string][]byte
+}
+
+// sourceObject is a decoded Secret or ConfigMap: an API object with its own protobuf decoder.
+type sourceObject interface {
+	runtime.Object
+	metav1.Object
+	protoUnmarshaler
 }
 
 // shareKindTable is every kind of share: the one place they are described.
@@ -52,7 +63,8 @@ var shareKindTable = []shareKindInfo{
 		attribute: attrSharedSecret,
 		refField:  "secretRef",
 		source:    schema.GroupVersionResource{Version: "v1", Resource: "secrets"},
-		read:      readSecret,
+		newSource: func() sourceObject { return &corev1.Secret{} },
+		files:     secretFiles,
 	},
 	{
 		kind:      kindConfigMap,
@@ -61,7 +73,8 @@ var shareKindTable = []shareKindInfo{
 		attribute: attrSharedConfigMap,
 		refField:  "configMapRef",
 		source:    schema.GroupVersionResource{Version: "v1", Resource: "configmaps"},
-		read:      readConfigMap,
+		newSource: func() sourceObject { return &corev1.ConfigMap{} },
+		files:     configMapFiles,
 	},
 }
 
@@ -123,31 +136,19 @@ type shareRef struct {
 // String is the form used in the shares attribute and in messages: secret/NAME, configmap/NAME.
 func (s shareRef) String() string { return s.Kind.listName() + "/" + s.Name }
 
-func readSecret(ctx context.Context, c sourceGetter, namespace, name string, opts metav1.GetOptions) (*sourceData, error) {
-	s, err := c.getSecret(ctx, namespace, name, opts)
-	if err != nil {
-		return nil, err
-	}
-	d := &sourceData{Files: make(map[string][]byte, len(s.Data)), ResourceVersion: s.ResourceVersion}
-	for k, v := range s.Data {
-		d.Files[k] = v
-	}
-	return d, nil
-}
+// secretFiles is a Secret's data.
+func secretFiles(o sourceObject) map[string][]byte { return o.(*corev1.Secret).Data }
 
-// readConfigMap returns data and binaryData both as files (the API server keeps their keys
-// apart).
-func readConfigMap(ctx context.Context, c sourceGetter, namespace, name string, opts metav1.GetOptions) (*sourceData, error) {
-	cm, err := c.getConfigMap(ctx, namespace, name, opts)
-	if err != nil {
-		return nil, err
-	}
-	d := &sourceData{Files: make(map[string][]byte, len(cm.Data)+len(cm.BinaryData)), ResourceVersion: cm.ResourceVersion}
+// configMapFiles is a ConfigMap's data and binaryData, both as files (the API server keeps
+// their keys apart).
+func configMapFiles(o sourceObject) map[string][]byte {
+	cm := o.(*corev1.ConfigMap)
+	files := make(map[string][]byte, len(cm.Data)+len(cm.BinaryData))
 	for k, v := range cm.Data {
-		d.Files[k] = []byte(v)
+		files[k] = []byte(v)
 	}
 	for k, v := range cm.BinaryData {
-		d.Files[k] = v
+		files[k] = v
 	}
-	return d, nil
+	return files
 }

@@ -1,8 +1,7 @@
 package main
 
 // Reading a Secret or ConfigMap from the API server with as little new memory as the answer
-// allows: the GET behind every cold publish and every refresh (kube.go's getSecret and
-// getConfigMap).
+// allows: the GET behind every cold publish and every refresh (getSource, fetch.go).
 
 import (
 	"bytes"

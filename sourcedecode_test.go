@@ -153,11 +153,11 @@ func TestGetSecretAnswers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := k.getSecret(context.Background(), "p", "s", metav1.GetOptions{})
+			got, err := k.getSource(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: "s"}, metav1.GetOptions{})
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("err %v, want the Secret", err)
-			case tc.wantErr == "" && (got.ResourceVersion != "7" || string(got.Data["k"]) != "v"):
+			case tc.wantErr == "" && (got.ResourceVersion != "7" || string(got.Files["k"]) != "v"):
 				t.Fatalf("got %+v, want the Secret", got)
 			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 				t.Fatalf("err %v, want one saying %q", err, tc.wantErr)

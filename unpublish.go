@@ -9,37 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 )
-
-// volumeLocks lets one operation at a time work on a volume. Callers that find the lock held
-// get Aborted (the kubelet retries), rather than queueing behind a slow operation.
-type volumeLocks struct {
-	mu   sync.Mutex
-	held map[string]struct{}
-}
-
-func newVolumeLocks() *volumeLocks { return &volumeLocks{held: map[string]struct{}{}} }
-
-func (l *volumeLocks) tryLock(id string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, busy := l.held[id]; busy {
-		return false
-	}
-	l.held[id] = struct{}{}
-	return true
-}
-
-func (l *volumeLocks) unlock(id string) {
-	l.mu.Lock()
-	delete(l.held, id)
-	l.mu.Unlock()
-}
 
 // unpublish removes a volume: the bind, the target dir if the driver made it, the tmpfs (and the
 // record with it), the volume dir. The caller holds the volume's lock. Unknown volumes succeed.
@@ -117,76 +91,6 @@ func (d *driver) cleanOrphan(volDir string) {
 	}
 	// Remove, not RemoveAll: if anything is still in there, it is not ours to delete.
 	removeDirLogged(volDir)
-}
-
-// recover loads the volumes left by a previous run: whole ones are resumed, broken ones cleaned.
-func (d *driver) recover() error {
-	ids, err := d.store.volumeIDsOnDisk()
-	if err != nil {
-		return fmt.Errorf("listing %s: %w", d.store.dir, err)
-	}
-	mounts, err := readMountInfo()
-	if err != nil {
-		return err
-	}
-	resumed, cleaned := 0, 0
-	for _, id := range ids {
-		volDir := d.store.volumeDir(id)
-		if _, mounted := mountAt(mounts, volDir); !mounted {
-			klog.InfoS("Volume dir has no tmpfs; removing it", "volumeID", id)
-			removeDirLogged(volDir)
-			cleaned++
-			continue
-		}
-		rec, err := d.store.readRecord(id)
-		if err == nil {
-			err = validateTargetPath(d.kubeletRoot, rec.TargetPath, rec.PodUID)
-		}
-		if err != nil {
-			klog.ErrorS(err, "Volume record unusable; cleaning the volume", "volumeID", id)
-			d.cleanOrphan(volDir)
-			cleaned++
-			continue
-		}
-		if !d.podDirExists(rec.PodUID) || !dirExists(rec.TargetPath) {
-			klog.InfoS("Pod or target of volume is gone; cleaning it", "volumeID", id, "pod", klog.KRef(rec.PodNamespace, rec.PodName))
-			if err := d.teardown(rec); err != nil {
-				klog.ErrorS(err, "Cleaning volume failed", "volumeID", id)
-			}
-			cleaned++
-			continue
-		}
-		d.store.remember(rec)
-		if err := d.ensureBind(rec); err != nil {
-			klog.ErrorS(err, "Re-binding volume failed; the kubelet's retry will try again", "volumeID", id)
-		}
-		resumed++
-	}
-	klog.InfoS("Recovered volumes", "resumed", resumed, "cleaned", cleaned)
-	return nil
-}
-
-// countMounts counts the mounts the driver holds: each volume's tmpfs and its binds.
-func (d *driver) countMounts() int {
-	mounts, err := readMountInfo()
-	if err != nil {
-		return -1
-	}
-	devices := map[string]bool{}
-	prefix := d.store.dir + "/"
-	n := 0
-	for _, m := range mounts {
-		if strings.HasPrefix(m.MountPoint, prefix) && m.FSType == "tmpfs" {
-			devices[m.MajorMinor] = true
-			n++
-		}
-	}
-	for _, m := range mounts {
-		if devices[m.MajorMinor] && !strings.HasPrefix(m.MountPoint, prefix) {
-			n++
-		}
-	}
-	return n
 }
 
 func (d *driver) podDirExists(podUID string) bool {

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"fmt"
+
+	"k8s.io/klog/v2"
+)
+
+// Recovery at start: the volumes a previous run of the driver left on this node are resumed when
+// whole and cleaned when not, before any request is served.
+
+// recover loads the volumes left by a previous run: whole ones are resumed, broken ones cleaned.
+func (d *driver) recover() error {
+	ids, err := d.store.volumeIDsOnDisk()
+	if err != nil {
+		return fmt.Errorf("listing %s: %w", d.store.dir, err)
+	}
+	mounts, err := readMountInfo()
+	if err != nil {
+		return err
+	}
+	resumed, cleaned := 0, 0
+	for _, id := range ids {
+		volDir := d.store.volumeDir(id)
+		if _, mounted := mountAt(mounts, volDir); !mounted {
+			klog.InfoS("Volume dir has no tmpfs; removing it", "volumeID", id)
+			removeDirLogged(volDir)
+			cleaned++
+			continue
+		}
+		rec, err := d.store.readRecord(id)
+		if err == nil {
+			err = validateTargetPath(d.kubeletRoot, rec.TargetPath, rec.PodUID)
+		}
+		if err != nil {
+			klog.ErrorS(err, "Volume record unusable; cleaning the volume", "volumeID", id)
+			d.cleanOrphan(volDir)
+			cleaned++
+			continue
+		}
+		if !d.podDirExists(rec.PodUID) || !dirExists(rec.TargetPath) {
+			klog.InfoS("Pod or target of volume is gone; cleaning it", "volumeID", id, "pod", klog.KRef(rec.PodNamespace, rec.PodName))
+			if err := d.teardown(rec); err != nil {
+				klog.ErrorS(err, "Cleaning volume failed", "volumeID", id)
+			}
+			cleaned++
+			continue
+		}
+		d.store.remember(rec)
+		if err := d.ensureBind(rec); err != nil {
+			klog.ErrorS(err, "Re-binding volume failed; the kubelet's retry will try again", "volumeID", id)
+		}
+		resumed++
+	}
+	klog.InfoS("Recovered volumes", "resumed", resumed, "cleaned", cleaned)
+	return nil
+}

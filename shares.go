@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+)
+
+// The shares: SharedSecret and SharedConfigMap objects, served from informers over the two CRDs
+// (they are few and small), with a live GET for one the informer has not seen yet.
+
+// shareSpec is the part of a SharedSecret/SharedConfigMap the driver uses.
+type shareSpec struct {
+	Kind            shareKind
+	Name            string
+	SourceNamespace string
+	SourceName      string
+}
+
+// sourceKey names the share's source object.
+func (s shareSpec) sourceKey() sourceKey {
+	return sourceKey{Kind: s.Kind, Namespace: s.SourceNamespace, Name: s.SourceName}
+}
+
+// shareFromObject reads spec.secretRef / spec.configMapRef; a share without a usable ref is an error.
+func shareFromObject(k shareKind, u *unstructured.Unstructured) (shareSpec, error) {
+	refField := shareRefField(k)
+	ns, _, _ := unstructured.NestedString(u.Object, "spec", refField, "namespace")
+	name, _, _ := unstructured.NestedString(u.Object, "spec", refField, "name")
+	s := shareSpec{Kind: k, Name: u.GetName(), SourceNamespace: ns, SourceName: name}
+	if !validLabel(ns) || !validName(name) {
+		return s, &badShareError{fmt.Sprintf("%s %q has an invalid spec.%s (namespace %q, name %q): fix the share", k.shareTypeName(), s.Name, refField, ns, name)}
+	}
+	return s, nil
+}
+
+// badShareError is a share object that cannot be used as it is; only an admin's edit fixes it.
+type badShareError struct{ msg string }
+
+func (e *badShareError) Error() string { return e.msg }
+
+// shareIndex serves shares from the informers' caches.
+type shareIndex struct {
+	dyn       dynamic.Interface
+	informers map[shareKind]cache.SharedIndexInformer
+}
+
+// newShareIndex sets up informers on both share kinds. onChange is called with the kind and name
+// of every share that is added, changed or deleted, so volumes react at once, not at the next relist.
+func newShareIndex(dyn dynamic.Interface, onChange func(shareKind, string)) *shareIndex {
+	si := &shareIndex{dyn: dyn, informers: map[shareKind]cache.SharedIndexInformer{}}
+	for _, row := range shareKindTable {
+		k := row.kind
+		shares := dyn.Resource(shareGVR(k))
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+				return shares.List(ctx, opts)
+			},
+			WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+				return shares.Watch(ctx, opts)
+			},
+		}
+		// Shares are cluster-scoped: the store's key is the name, and no index is needed.
+		inf := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{}) // no resync: nothing here acts on a timer
+		notify := func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok && onChange != nil {
+				onChange(k, u.GetName())
+			}
+		}
+		inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+			// At start-up every share arrives as an add of the initial list. Those are not an
+			// admin's changes: reacting would check every recovered volume at once, and a
+			// rollout would have the whole fleet do it in the same moment. The first relist
+			// cycle, at a random point within the interval, checks them instead.
+			AddFunc: func(obj any, isInInitialList bool) {
+				if !isInInitialList {
+					notify(obj)
+				}
+			},
+			UpdateFunc: func(oldObj, newObj any) {
+				if specChanged(oldObj, newObj) {
+					notify(newObj)
+				}
+			},
+			DeleteFunc: notify,
+		})
+		si.informers[k] = inf
+	}
+	return si
+}
+
+// specChanged says whether an informer update changed a share's spec. Only status changed
+// when the generation stayed (most likely the driver's own status write): nothing a volume or
+// a share's Ready condition depends on.
+func specChanged(oldObj, newObj any) bool {
+	o, _ := oldObj.(*unstructured.Unstructured)
+	n, _ := newObj.(*unstructured.Unstructured)
+	return o == nil || n == nil || o.GetGeneration() != n.GetGeneration() || o.GetGeneration() == 0
+}
+
+// start runs the informers until ctx ends.
+func (si *shareIndex) start(ctx context.Context) {
+	for _, inf := range si.informers {
+		go inf.RunWithContext(ctx)
+	}
+}
+
+func (si *shareIndex) synced() bool {
+	for _, inf := range si.informers {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// get returns the share from the cache, or with one live GET when the cache does not have it
+// (a share created a moment ago may not have reached the informer yet). A missing share is
+// reported as a NotFound API error.
+func (si *shareIndex) get(ctx context.Context, k shareKind, name string) (shareSpec, error) {
+	if obj, exists, err := si.informers[k].GetStore().GetByKey(name); err == nil && exists {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			return shareFromObject(k, u)
+		}
+	}
+	u, err := si.dyn.Resource(shareGVR(k)).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return shareSpec{}, err
+	}
+	return shareFromObject(k, u)
+}
