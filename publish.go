@@ -74,7 +74,7 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 	}
 	// Twice: each share's copy, and during an update the new copy beside the old one, which the
 	// pod's view still shows until it is swapped. The view itself costs nothing: its files are
-	// hard links to the copies' (volumeLayout.writeView). Should linking ever fail, the files are
+	// hard links to the copies' (volumeDir.writeView). Should linking ever fail, the files are
 	// written, and an update that then runs out of room fails and leaves the volume as it was.
 	if need := 2*size + reservedBytes; need > d.tmpfsSize {
 		return volumeRecord{}, volumeView{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s hold %d bytes; a volume needs twice that plus %d bytes, more than the tmpfs size limit of %d bytes (raise --tmpfs-size)",
@@ -97,7 +97,7 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 		}
 	}()
 
-	vol := d.store.layout(rec)
+	vol := d.store.dirOf(rec)
 	if err := d.prepareVolumeDir(vol.dir); err != nil {
 		return status.Errorf(codes.Internal, "creating volume dir: %v", err)
 	}

@@ -94,7 +94,7 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 		klog.InfoS("Pod of volume is gone; cleaning the volume", "volumeID", rec.VolumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName))
 		return d.teardown(rec)
 	}
-	vol := d.store.layout(rec)
+	vol := d.store.dirOf(rec)
 	vol.dropRevokedCopies(rec)
 	next := rec.clone() // the record to save: rec with each share's judged state
 	var changes []shareChange

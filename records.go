@@ -1,13 +1,14 @@
 package main
 
 // The set of volumes this node serves, and what the driver remembers of each: its record. Each
-// record lives inside the volume's own tmpfs (volumes/<id>/record.json, see layout.go), so it
+// record lives inside the volume's own tmpfs (volumes/<id>/record.json, see volumedir.go), so it
 // exists exactly as long as the volume does: it survives a driver restart, disappears with the
 // tmpfs on unpublish or reboot (when the pods are gone too), and can never be left behind on the
 // host disk. Records hold names, never data. Records persist across driver upgrades: their JSON
 // names never change, and a field added later must be optional (omitempty, zero when absent).
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -116,12 +117,12 @@ func newVolumeStore(stateDir string) *volumeStore {
 	return &volumeStore{dir: filepath.Join(stateDir, "volumes"), vols: map[string]volumeRecord{}, unverified: map[string]bool{}}
 }
 
-// volumeDir is where the volume's tmpfs is mounted. id has passed validateVolumeID.
-func (s *volumeStore) volumeDir(id string) string { return filepath.Join(s.dir, id) }
+// mountPoint is where the volume's tmpfs is mounted. id has passed validateVolumeID.
+func (s *volumeStore) mountPoint(id string) string { return filepath.Join(s.dir, id) }
 
-// layout is rec's volume directory, writing files with rec's group.
-func (s *volumeStore) layout(rec volumeRecord) volumeLayout {
-	return volumeLayout{dir: s.volumeDir(rec.VolumeID), gid: rec.GID}
+// dirOf is rec's volume directory, writing files with rec's group.
+func (s *volumeStore) dirOf(rec volumeRecord) volumeDir {
+	return volumeDir{dir: s.mountPoint(rec.VolumeID), gid: rec.GID}
 }
 
 // clone copies the record with a Shares slice of its own. The store hands out and keeps only
@@ -161,7 +162,7 @@ func (s *volumeStore) count() int {
 // save persists rec atomically (temp file, rename) and then updates memory, so memory
 // never claims a state the disk does not have.
 func (s *volumeStore) save(rec volumeRecord) error {
-	if err := s.layout(rec).writeRecord(rec); err != nil {
+	if err := s.writeRecord(rec); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -203,10 +204,13 @@ func (s *volumeStore) viewVerified(id string) {
 
 // readRecord reads and checks one volume's record.
 func (s *volumeStore) readRecord(id string) (volumeRecord, error) {
-	rec, err := volumeLayout{dir: s.volumeDir(id)}.readRecord() // no gid: reading needs none
-
+	var rec volumeRecord
+	b, err := os.ReadFile(s.recordPath(id))
 	if err != nil {
 		return rec, err
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return rec, fmt.Errorf("corrupt record: %w", err)
 	}
 	if rec.VolumeID != id {
 		return rec, fmt.Errorf("corrupt record: it names volume %q", rec.VolumeID)
@@ -239,4 +243,52 @@ func (s *volumeStore) volumeIDsOnDisk() ([]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// recordPath is where volume id's record lives: inside its tmpfs.
+func (s *volumeStore) recordPath(id string) string { return filepath.Join(s.mountPoint(id), recordFile) }
+
+// writeRecord replaces rec's record.json atomically: a crash leaves the old record or the new one.
+func (s *volumeStore) writeRecord(rec volumeRecord) error {
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(s.recordPath(rec.VolumeID), b, 0o600); err != nil {
+		return fmt.Errorf("saving record of volume %s: %w", rec.VolumeID, err)
+	}
+	return nil
+}
+
+// writeFileAtomic writes path so that a reader (or a crash) sees either the old or the new
+// content, never a partial file. There is no fsync: the only file it writes is a volume's record,
+// on the volume's tmpfs, where fsync does nothing (no backing store; the tmpfs, and the volume,
+// do not outlive a reboot) and the rename alone is what makes the write atomic.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmpName := tmp.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(tmpName)
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmpName, path); err != nil {
+		return err
+	}
+	ok = true
+	return nil
 }

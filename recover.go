@@ -21,7 +21,7 @@ func (d *driver) recover() error {
 	}
 	resumed, cleaned := 0, 0
 	for _, id := range ids {
-		volDir := d.store.volumeDir(id)
+		volDir := d.store.mountPoint(id)
 		if _, mounted := mountAt(mounts, volDir); !mounted {
 			klog.InfoS("Volume dir has no tmpfs; removing it", "volumeID", id)
 			removeDirLogged(volDir)

@@ -13,7 +13,7 @@ import (
 func TestVolumeStoreChangesOnlyBySave(t *testing.T) {
 	s := newVolumeStore(t.TempDir())
 	rec := volumeRecord{VolumeID: "vol-1", PodUID: "uid", TargetPath: "/target", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "ca"}, ResourceVersion: "1"}}}
-	if err := os.MkdirAll(s.volumeDir(rec.VolumeID), 0o700); err != nil {
+	if err := os.MkdirAll(s.mountPoint(rec.VolumeID), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.save(rec); err != nil {

@@ -103,7 +103,7 @@ func (d *driver) ensureBind(rec volumeRecord) error {
 	if err != nil {
 		return status.Errorf(codes.Internal, "%v", err)
 	}
-	vol := d.store.layout(rec)
+	vol := d.store.dirOf(rec)
 	if d.isOurBind(mounts, vol, rec.TargetPath) {
 		if e, _ := mountAt(mounts, rec.TargetPath); hasOption(e.Options, "ro") {
 			return nil
@@ -145,7 +145,7 @@ func (d *driver) ensureBind(rec volumeRecord) error {
 
 // isOurBind says whether the topmost mount at target is the read-only bind of this volume's data:
 // same file system (device) as the volume's tmpfs, rooted at its data dir.
-func (d *driver) isOurBind(mounts []mountEntry, vol volumeLayout, target string) bool {
+func (d *driver) isOurBind(mounts []mountEntry, vol volumeDir, target string) bool {
 	tm, ok := mountAt(mounts, vol.dir)
 	if !ok {
 		return false
@@ -164,7 +164,7 @@ func hasOption(options, opt string) bool {
 // instead reads every mount on the node, under a lock the kernel also takes for every mount and
 // unmount: with 1000 volumes that made each unpublish cost tens of milliseconds. Only when the
 // data dir is gone (a wiped state dir) is the mount table consulted.
-func (d *driver) bindIsOurs(vol volumeLayout, target string) (bool, error) {
+func (d *driver) bindIsOurs(vol volumeDir, target string) (bool, error) {
 	var data, tgt unix.Stat_t
 	if err := unix.Stat(vol.dataDir(), &data); err != nil {
 		if !errors.Is(err, unix.ENOENT) {

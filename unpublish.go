@@ -36,7 +36,7 @@ func (d *driver) unpublish(volumeID, target string) error {
 // teardown undoes a published volume in the reverse order of publish. Each step acts only on
 // what the driver made: its own bind (checked by device), its own target dir, its own tmpfs.
 func (d *driver) teardown(rec volumeRecord) error {
-	vol := d.store.layout(rec)
+	vol := d.store.dirOf(rec)
 	for {
 		ours, err := d.bindIsOurs(vol, rec.TargetPath)
 		if err != nil {

@@ -2,14 +2,14 @@ package main
 
 // A volume's directory: the tmpfs mounted at <state dir>/volumes/<volume id>, and what it holds.
 //
-//	record.json   the volume's record (state.go): names and flags, never data
+//	record.json   the volume's record (records.go): names and flags, never data
 //	shares/<i>/   share i's copy: its files as last fetched, out of the pod's view
 //	data/         the pod's view, bind-mounted read-only onto the target
 //
 // A share's copy is what it shows while it is granted, and what comes back after a revocation.
 // The view is composed from the copies of the shares the pod may see (composeFiles: the first
 // share listed wins a path), and its files are hard links to the copies' files, so a volume's
-// bytes are held in memory once. volumeLayout is the only code that writes the copies and the
+// bytes are held in memory once. volumeDir is the only code that writes the copies and the
 // only code that builds the view: publish builds it from the copies it has just written, a
 // reconcile rebuilds it from the copies on disk, through the same writeView.
 //
@@ -18,9 +18,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
-	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 
@@ -35,15 +32,14 @@ const (
 	sharesDir  = "shares" // shares/<i>: share i's copy
 )
 
-// volumeLayout is one volume's directory. Get one from volumeStore.layout.
-type volumeLayout struct {
+// volumeDir is one volume's directory. Get one from volumeStore.dirOf.
+type volumeDir struct {
 	dir string // the tmpfs's mount point
 	gid int    // the group owning the files written (the pod's fsGroup), or -1 (atomicwriter.Writer.GID)
 }
 
-func (l volumeLayout) dataDir() string    { return filepath.Join(l.dir, dataDir) }
-func (l volumeLayout) recordPath() string { return filepath.Join(l.dir, recordFile) }
-func (l volumeLayout) shareDir(i int) string {
+func (l volumeDir) dataDir() string { return filepath.Join(l.dir, dataDir) }
+func (l volumeDir) shareDir(i int) string {
 	return filepath.Join(l.dir, sharesDir, strconv.Itoa(i))
 }
 
@@ -66,7 +62,7 @@ func composeView(shares []shareRef, perShare []map[string]atomicwriter.File) vol
 
 // populate fills a new volume: every share's copy, then the view linked from them. (The writer
 // creates shares/ with the first copy.)
-func (l volumeLayout) populate(v volumeView) error {
+func (l volumeDir) populate(v volumeView) error {
 	for i, files := range v.perShare {
 		if err := l.writeCopy(i, files); err != nil {
 			return err
@@ -76,7 +72,7 @@ func (l volumeLayout) populate(v volumeView) error {
 }
 
 // writeCopy replaces share i's copy with files; nil empties it.
-func (l volumeLayout) writeCopy(i int, files map[string]atomicwriter.File) error {
+func (l volumeDir) writeCopy(i int, files map[string]atomicwriter.File) error {
 	return atomicwriter.Writer{Dir: l.shareDir(i), GID: l.gid}.Write(files)
 }
 
@@ -84,7 +80,7 @@ func (l volumeLayout) writeCopy(i int, files map[string]atomicwriter.File) error
 // the same file in a share's copy (atomicwriter.Writer.Origins): the first share whose copy has
 // it with the same mode and bytes (a share that lost the path to an earlier one in composeFiles
 // holds other bytes there, or the same ones). The writer writes a file it cannot link.
-func (l volumeLayout) writeView(v volumeView) error {
+func (l volumeDir) writeView(v volumeView) error {
 	origins := make(map[string]string, len(v.files))
 	for p, f := range v.files {
 		for i, copied := range v.perShare {
@@ -99,7 +95,7 @@ func (l volumeLayout) writeView(v volumeView) error {
 
 // rebuildView composes the view again from the copies on disk of the shares not revoked, and
 // writes it. It returns the paths two shares both provide, for the caller to report.
-func (l volumeLayout) rebuildView(shares []shareState) ([]pathConflict, error) {
+func (l volumeDir) rebuildView(shares []shareState) ([]pathConflict, error) {
 	specs := make([]shareRef, len(shares))
 	perShare := make([]map[string]atomicwriter.File, len(shares))
 	for i, st := range shares {
@@ -121,7 +117,7 @@ func (l volumeLayout) rebuildView(shares []shareState) ([]pathConflict, error) {
 // fetches fresh data anyway, so revoked bytes are not kept. (A refreshResource=false share keeps
 // its copy: it is exactly what comes back.) Call it only with a record already saved, so that a
 // crash never leaves a granted share with an empty copy.
-func (l volumeLayout) dropRevokedCopies(rec volumeRecord) {
+func (l volumeDir) dropRevokedCopies(rec volumeRecord) {
 	if !rec.Refresh {
 		return
 	}
@@ -132,62 +128,4 @@ func (l volumeLayout) dropRevokedCopies(rec volumeRecord) {
 			}
 		}
 	}
-}
-
-// writeRecord replaces record.json atomically: a crash leaves the old record or the new one.
-func (l volumeLayout) writeRecord(rec volumeRecord) error {
-	b, err := json.MarshalIndent(rec, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := writeFileAtomic(l.recordPath(), b, 0o600); err != nil {
-		return fmt.Errorf("saving record of volume %s: %w", rec.VolumeID, err)
-	}
-	return nil
-}
-
-// readRecord reads record.json as it is; volumeStore.readRecord checks it.
-func (l volumeLayout) readRecord() (volumeRecord, error) {
-	var rec volumeRecord
-	b, err := os.ReadFile(l.recordPath())
-	if err != nil {
-		return rec, err
-	}
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return rec, fmt.Errorf("corrupt record: %w", err)
-	}
-	return rec, nil
-}
-
-// writeFileAtomic writes path so that a reader (or a crash) sees either the old or the new
-// content, never a partial file. There is no fsync: the only file it writes is a volume's record,
-// on the volume's tmpfs, where fsync does nothing (no backing store; the tmpfs, and the volume,
-// do not outlive a reboot) and the rename alone is what makes the write atomic.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmpName := tmp.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmpName)
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmpName, path); err != nil {
-		return err
-	}
-	ok = true
-	return nil
 }
