@@ -246,7 +246,9 @@ func (s *volumeStore) volumeIDsOnDisk() ([]string, error) {
 }
 
 // recordPath is where volume id's record lives: inside its tmpfs.
-func (s *volumeStore) recordPath(id string) string { return filepath.Join(s.mountPoint(id), recordFile) }
+func (s *volumeStore) recordPath(id string) string {
+	return filepath.Join(s.mountPoint(id), recordFile)
+}
 
 // writeRecord replaces rec's record.json atomically: a crash leaves the old record or the new one.
 func (s *volumeStore) writeRecord(rec volumeRecord) error {
