@@ -52,13 +52,17 @@ func newAuthorizer(sar sarCreator, ttl time.Duration) *authorizer {
 	return &authorizer{sar: sar, ttl: ttl, now: time.Now, granted: map[accessKey]time.Time{}}
 }
 
-// check answers from the grant cache when it can. fresh skips the cache (the relist loop must
-// see revocations) and refreshes it with the answer.
-func (a *authorizer) check(ctx context.Context, key accessKey, fresh bool) (decision, error) {
-	if !fresh && a.cachedGrant(key) {
+// check answers a publish: from the grant cache when it can, else as recheck does.
+func (a *authorizer) check(ctx context.Context, key accessKey) (decision, error) {
+	if a.cachedGrant(key) {
 		return decision{Allowed: true, Reason: "cached grant"}, nil
 	}
-	// Concurrent publishes for one key share one request.
+	return a.recheck(ctx, key)
+}
+
+// recheck always asks the API server (the relist must see revocations), and refreshes the grant
+// cache with the answer. Concurrent calls for one key share one request.
+func (a *authorizer) recheck(ctx context.Context, key accessKey) (decision, error) {
 	v, err, _ := a.group.Do(key.String(), func() (any, error) {
 		d, err := a.review(ctx, key)
 		if err != nil {

@@ -178,7 +178,7 @@ func TestAuthorizerCachesGrantsNotDenialsNorErrors(t *testing.T) {
 	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), time.Minute)
 	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
 	for i := 0; i < 1000; i++ {
-		d, err := a.check(context.Background(), key, false)
+		d, err := a.check(context.Background(), key)
 		if err != nil || !d.Allowed {
 			t.Fatalf("check: %v %v", d, err)
 		}
@@ -188,20 +188,20 @@ func TestAuthorizerCachesGrantsNotDenialsNorErrors(t *testing.T) {
 	}
 	// A fresh check (the relist) always asks, and a denial replaces the cached grant.
 	answer = false
-	if d, _ := a.check(context.Background(), key, true); d.Allowed || sars.Load() != 2 {
+	if d, _ := a.recheck(context.Background(), key); d.Allowed || sars.Load() != 2 {
 		t.Fatalf("fresh check: %v after %d SARs, want a denial from a second SAR", d, sars.Load())
 	}
 	// A denial is not cached: the next check asks again.
-	if d, _ := a.check(context.Background(), key, false); d.Allowed || sars.Load() != 3 {
+	if d, _ := a.check(context.Background(), key); d.Allowed || sars.Load() != 3 {
 		t.Fatalf("check after a denial: %v after %d SARs, want a denial from a third SAR", d, sars.Load())
 	}
 	// An error is never a grant, and is not cached: once the API answers again, so is the check.
 	answerErr = errors.New("apiserver down")
-	if d, err := a.check(context.Background(), key, false); err == nil || d.Allowed {
+	if d, err := a.check(context.Background(), key); err == nil || d.Allowed {
 		t.Fatalf("error case: %v %v", d, err)
 	}
 	answer, answerErr = true, nil
-	if d, err := a.check(context.Background(), key, false); err != nil || !d.Allowed || sars.Load() != 5 {
+	if d, err := a.check(context.Background(), key); err != nil || !d.Allowed || sars.Load() != 5 {
 		t.Fatalf("check after the error: %v %v after %d SARs, want a grant from a fifth SAR", d, err, sars.Load())
 	}
 }
@@ -214,7 +214,7 @@ func TestAuthorizerSendsTheServiceAccountIdentity(t *testing.T) {
 		return true, got, nil
 	})
 	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), time.Minute)
-	a.check(context.Background(), accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindConfigMap, Share: "cfg"}, false)
+	a.check(context.Background(), accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindConfigMap, Share: "cfg"})
 	s := got.Spec
 	if s.User != "system:serviceaccount:team-a:app" {
 		t.Errorf("user %q", s.User)

@@ -80,18 +80,19 @@ func (c *sourceCache) get(ctx context.Context, key sourceKey) (*sourceData, erro
 	}
 	c.stats.Misses++
 	c.mu.Unlock()
-	return c.fetch(ctx, key, false)
+	return c.fetch(ctx, key, metav1.GetOptions{})
 }
 
-// fetch GETs the source and caches it. fromWatchCache asks the API server to answer from its
-// watch cache (resourceVersion "0"): no quorum read of etcd, possibly a moment stale, which is
-// right for periodic refresh and wrong for a publish.
-func (c *sourceCache) fetch(ctx context.Context, key sourceKey, fromWatchCache bool) (*sourceData, error) {
-	v, err, _ := c.group.Do(fmt.Sprintf("%s|%t", key, fromWatchCache), func() (any, error) {
-		opts := metav1.GetOptions{}
-		if fromWatchCache {
-			opts.ResourceVersion = "0"
-		}
+// refresh GETs the source for the relist, from the API server's watch cache (resourceVersion
+// "0"): no quorum read of etcd, possibly a moment stale, which is right for periodic refresh and
+// wrong for a publish. The answer refreshes the cache.
+func (c *sourceCache) refresh(ctx context.Context, key sourceKey) (*sourceData, error) {
+	return c.fetch(ctx, key, metav1.GetOptions{ResourceVersion: "0"})
+}
+
+// fetch GETs the source with opts and caches it. Concurrent calls alike share one request.
+func (c *sourceCache) fetch(ctx context.Context, key sourceKey, opts metav1.GetOptions) (*sourceData, error) {
+	v, err, _ := c.group.Do(key.String()+"|"+opts.ResourceVersion, func() (any, error) {
 		d, err := c.client.getSource(ctx, key, opts)
 		if err != nil {
 			// Gone, or no longer readable by the driver: new publishes must not be served the

@@ -168,7 +168,7 @@ func (d *driver) fetchShare(ctx context.Context, v *volumeRequest, spec shareRef
 		src, err := d.sources.get(ctx, sh.sourceKey())
 		got <- fetched{src, err}
 	}()
-	dec, err := d.authz.check(ctx, key, false)
+	dec, err := d.authz.check(ctx, key)
 	f := <-got
 	if apierrors.IsForbidden(err) {
 		// The driver's own RBAC is wrong, not the pod's: say what the admin must fix. Still

@@ -68,7 +68,7 @@ func (m *cycleMemo) decision(ctx context.Context, key accessKey) (decision, erro
 	if r, ok := m.access[key]; ok {
 		return r.d, r.err
 	}
-	dec, err := m.d.authz.check(ctx, key, true)
+	dec, err := m.d.authz.recheck(ctx, key)
 	m.access[key] = memoDecision{dec, err}
 	return dec, err
 }
@@ -77,7 +77,7 @@ func (m *cycleMemo) source(ctx context.Context, key sourceKey) (*sourceData, err
 	if r, ok := m.sources[key]; ok {
 		return r.data, r.err
 	}
-	data, err := m.d.sources.fetch(ctx, key, true)
+	data, err := m.d.sources.refresh(ctx, key)
 	m.sources[key] = memoSource{data, err}
 	return data, err
 }
