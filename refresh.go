@@ -38,14 +38,10 @@ import (
 
 // runRelist runs a cycle at a random offset within the first interval, then each an interval
 // (jittered) after the previous one started, until ctx ends; each cycle's requests are spread
-// over spread of the interval (relisttiming.go). Start to start, so that spreading a cycle does
-// not stretch the time between two checks of a volume; but a cycle that overran its part of
-// the interval (more requests than the rate limit lets through in it) is followed by the rest
-// of an interval of quiet, never at once by the next: a node never asks at its rate limit
-// back to back.
+// over spread of the interval (relistSchedule says when, cyclePacer how fast).
 func (d *driver) runRelist(ctx context.Context, interval time.Duration, spread float64) {
 	d.metrics.relistStarted(interval)
-	sched := newRelistSchedule(interval)
+	sched := newRelistSchedule(interval, spread)
 	timer := time.NewTimer(sched.first())
 	defer timer.Stop()
 	for {
@@ -55,11 +51,11 @@ func (d *driver) runRelist(ctx context.Context, interval time.Duration, spread f
 		case <-timer.C:
 		}
 		start := time.Now()
-		n := d.relistCycle(ctx, time.Duration(spread*float64(interval)))
-		d.metrics.relistCycleDone(time.Since(start))
-		klog.V(3).InfoS("Relist cycle done", "volumes", n, "duration", time.Since(start))
-		next := sched.next()
-		timer.Reset(max(next-time.Since(start), time.Duration((1-spread)*float64(next))))
+		n := d.relistCycle(ctx, sched.window())
+		took := time.Since(start)
+		d.metrics.relistCycleDone(took)
+		klog.V(3).InfoS("Relist cycle done", "volumes", n, "duration", took)
+		timer.Reset(sched.after(took))
 	}
 }
 
@@ -125,14 +121,30 @@ func (d *driver) reconcileIfIdle(ctx context.Context, volumeID string, memo *cyc
 // relistJitter varies each interval by up to ±10%.
 const relistJitter = 0.1
 
-// relistSchedule says how long to wait before each cycle.
+// relistSchedule says when each cycle starts and over how long it spreads its requests.
 type relistSchedule struct {
 	interval time.Duration
+	spread   float64        // the part of the interval a cycle's requests are spread over
 	rand     func() float64 // in [0, 1)
 }
 
-func newRelistSchedule(interval time.Duration) relistSchedule {
-	return relistSchedule{interval: interval, rand: rand.Float64}
+func newRelistSchedule(interval time.Duration, spread float64) relistSchedule {
+	return relistSchedule{interval: interval, spread: spread, rand: rand.Float64}
+}
+
+// window is how long a cycle spreads its requests over.
+func (s relistSchedule) window() time.Duration {
+	return time.Duration(s.spread * float64(s.interval))
+}
+
+// after is the wait after a cycle that took took: the next starts an interval (jittered) after
+// this one started, so that spreading a cycle does not stretch the time between two checks of
+// a volume; but a cycle that overran its part of the interval (more requests than the rate
+// limit lets through in it) is followed by the rest of an interval of quiet, never at once by
+// the next: a node never asks at its rate limit back to back.
+func (s relistSchedule) after(took time.Duration) time.Duration {
+	next := s.next()
+	return max(next-took, time.Duration((1-s.spread)*float64(next)))
 }
 
 // first is the wait before the first cycle: anywhere within one interval.

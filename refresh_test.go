@@ -1,105 +1,110 @@
 package main
 
-// Specification of how the relist judges one share of a volume (judgeShare, refresh.go), with a
-// fake API server: access decides whether the share is shown; the driver's own read on the source
-// decides whether it is refreshed. Losing read is never a revocation, is told once, and is told
-// again, truthfully, when access comes back to a revoked share the driver still may not read.
+// Specification of the relist's timing (refresh.go): the first cycle starts anywhere within one
+// interval, later ones an interval ±10% apart start to start, so drivers started together drift
+// apart, but never at once after a cycle that overran its window; a cycle's requests are spaced
+// evenly over its window; the estimate of a cycle's requests counts each review and each GET once.
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
-
-	authorizationv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 )
 
-// judgeWorld is a fake API server with one SharedSecret "ca" over Secret p/ca, whose answers the
-// test switches: may the pod use the share, may the driver read the source.
-type judgeWorld struct {
-	d           *driver
-	mayUse      bool
-	mayReadFile bool
-}
-
-func newJudgeWorld(t *testing.T) *judgeWorld {
-	w := &judgeWorld{mayUse: true, mayReadFile: true}
-	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "ca", ResourceVersion: "7"},
-		Data: map[string][]byte{"ca.crt": []byte("CA")}})
-	client.PrependReactor("create", "subjectaccessreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, &authorizationv1.SubjectAccessReview{Status: authorizationv1.SubjectAccessReviewStatus{Allowed: w.mayUse}}, nil
-	})
-	client.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if !w.mayReadFile {
-			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "ca", nil)
+func TestRelistScheduleBounds(t *testing.T) {
+	const interval = time.Minute
+	for _, r := range []float64{0, 0.25, 0.5, 0.999999} {
+		s := relistSchedule{interval: interval, rand: func() float64 { return r }}
+		if f := s.first(); f < 0 || f >= interval {
+			t.Errorf("rand %v: first wait %v, want within [0, %v)", r, f, interval)
 		}
-		return false, nil, nil
-	})
-	sources, err := newSourceCache(fakeSources{client}, 10, 1<<20, time.Minute)
-	if err != nil {
-		t.Fatal(err)
+		if n := s.next(); n < 54*time.Second || n > 66*time.Second {
+			t.Errorf("rand %v: next wait %v, want within the interval ±10%%", r, n)
+		}
 	}
-	shares := newShareIndex(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), nil)
-	if err := shares.informers[kindSecret].GetStore().Add(&unstructured.Unstructured{Object: map[string]any{
-		"metadata": map[string]any{"name": "ca"},
-		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "ca"}},
-	}}); err != nil {
-		t.Fatal(err)
-	}
-	w.d = &driver{shares: shares, sources: sources, authz: newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), time.Minute),
-		account: "csi-sharedresource:shared-resource-csi-driver"}
-	return w
 }
 
-func TestJudgeShareThroughAccessAndReadChanges(t *testing.T) {
-	w := newJudgeWorld(t)
-	rec := volumeRecord{VolumeID: "v", PodNamespace: "team", ServiceAccount: "app", Refresh: true, GID: -1,
-		Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "ca", ResourceVersion: "7"}}}
-	for _, step := range []struct {
-		name            string
-		mayUse, mayRead bool
-		change          string // "" for none
-		msg             string
-		revoked, forbid bool
-		files           bool // a new copy to write
-	}{
-		{"granted and readable, unchanged", true, true, "", "", false, false, false},
-		{"the driver loses read", true, false, "refreshFailed", "keeps its last files and is not refreshed", false, true, false},
-		{"told once", true, false, "", "", false, true, false},
-		{"the pod loses use: revoked", false, false, "revoked", "", true, false, false},
-		{"use back, read still not", true, false, "refreshFailed", "may be used again, but its files stay away", true, true, false},
-		{"read back: restored", true, true, "restored", "", false, false, true},
-		{"read lost again, then back with nothing new", true, false, "refreshFailed", "keeps its last files", false, true, false},
-		{"resumed", true, true, "refreshResumed", "", false, false, false},
+// A fleet of drivers started in the same second spreads its first cycles over the interval:
+// every tenth of it gets about a tenth of the fleet, not all of it.
+// Cycles start an interval apart, start to start; a cycle that took longer than its window is
+// followed by the rest of an interval of quiet.
+func TestRelistNextCycleStartsAnIntervalAfterTheLastStarted(t *testing.T) {
+	s := relistSchedule{interval: time.Minute, spread: 0.5, rand: func() float64 { return 0.5 }} // no jitter
+	for _, tc := range []struct{ took, want time.Duration }{
+		{0, time.Minute},
+		{10 * time.Second, 50 * time.Second},
+		{30 * time.Second, 30 * time.Second},
+		{50 * time.Second, 30 * time.Second}, // overran its 30 s window
 	} {
-		w.mayUse, w.mayReadFile = step.mayUse, step.mayRead
-		v, err := w.d.judgeShare(context.Background(), rec, 0, w.d.newCycleMemo())
-		if err != nil {
-			t.Fatalf("%s: %v", step.name, err)
+		if got := s.after(tc.took); got != tc.want {
+			t.Errorf("after a cycle of %v: wait %v, want %v", tc.took, got, tc.want)
 		}
-		got := ""
-		if v.change != nil {
-			got = v.change.kind
-			if !strings.Contains(v.change.why, step.msg) {
-				t.Errorf("%s: %s says %q, want %q", step.name, got, v.change.why, step.msg)
-			}
-			if got == "refreshFailed" && !strings.Contains(v.change.why, "kubectl create rolebinding") {
-				t.Errorf("%s: %q does not say what to run", step.name, v.change.why)
-			}
+	}
+	if w := s.window(); w != 30*time.Second {
+		t.Errorf("window %v, want half the interval", w)
+	}
+}
+
+func TestRelistFirstCyclesOfAFleetSpreadOverTheInterval(t *testing.T) {
+	const nodes, interval = 5000, time.Minute
+	var deciles [10]int
+	for range nodes {
+		f := newRelistSchedule(interval, 0.5).first()
+		deciles[int(f*10/interval)]++
+	}
+	for i, n := range deciles {
+		if n < nodes/10*7/10 || n > nodes/10*13/10 {
+			t.Errorf("decile %d of the interval has %d of %d first cycles, want about %d: %v", i, n, nodes, nodes/10, deciles)
 		}
-		if got != step.change || v.state.Revoked != step.revoked || v.state.ReadForbidden != step.forbid || (v.files != nil) != step.files {
-			t.Fatalf("%s: change %q revoked %v forbidden %v files %v; want %q %v %v %v", step.name, got,
-				v.state.Revoked, v.state.ReadForbidden, v.files != nil, step.change, step.revoked, step.forbid, step.files)
+	}
+}
+
+func TestCyclePacerSpacesRequestsOverItsWindow(t *testing.T) {
+	ctx := context.Background()
+	const n, window = 5, 200 * time.Millisecond
+	p := newCyclePacer(n, window)
+	start := time.Now()
+	for range n {
+		if err := p.wait(ctx); err != nil {
+			t.Fatal(err)
 		}
-		rec.Shares[0] = v.state // what reconcile saves
+	}
+	// The first goes at once, the others window/n apart: (n-1)/n of the window in all.
+	if took := time.Since(start); took < window*(n-1)/n-10*time.Millisecond || took > 2*window {
+		t.Errorf("%d requests took %v, want about %v", n, took, window*(n-1)/n)
+	}
+	for _, p := range []cyclePacer{newCyclePacer(100, 0), newCyclePacer(1, time.Hour), newCyclePacer(0, time.Hour)} {
+		start := time.Now()
+		for range 3 {
+			p.wait(ctx)
+		}
+		if took := time.Since(start); took > 10*time.Millisecond {
+			t.Errorf("a pacer with no window or one request waited %v", took)
+		}
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	p = newCyclePacer(2, time.Hour)
+	p.wait(ctx)
+	if err := p.wait(cancelled); err == nil {
+		t.Error("waiting with a cancelled context did not fail")
+	}
+}
+
+func TestCycleRequestsCountsEachReviewAndGETOnce(t *testing.T) {
+	share := func(name, srcNS, src string) shareState {
+		return shareState{shareRef: shareRef{Kind: kindSecret, Name: name}, SourceNamespace: srcNS, SourceName: src}
+	}
+	recs := []volumeRecord{
+		// Two volumes of one service account on one share: one review, one GET.
+		{PodNamespace: "a", ServiceAccount: "sa", Refresh: true, Shares: []shareState{share("ca", "p", "ca")}},
+		{PodNamespace: "a", ServiceAccount: "sa", Refresh: true, Shares: []shareState{share("ca", "p", "ca")}},
+		// Another service account: one more review; the same source.
+		{PodNamespace: "b", ServiceAccount: "sa", Refresh: true, Shares: []shareState{share("ca", "p", "ca")}},
+		// refreshResource=false: a review, no GET.
+		{PodNamespace: "c", ServiceAccount: "sa", Refresh: false, Shares: []shareState{share("key", "p", "key")}},
+	}
+	if got := cycleRequests(recs); got != 3+1 {
+		t.Errorf("cycleRequests = %d, want 3 reviews + 1 GET", got)
 	}
 }
