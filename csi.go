@@ -39,9 +39,9 @@ type driver struct {
 	shares  *shareIndex
 	sources *sourceCache
 	authz   *authorizer
-	events  record.EventRecorder // nil in unit tests
-	metrics *metrics             // nil in unit tests
-	crash   crashPoints          // a no-op but in the crash tests' build (crashsteps.go)
+	events  record.EventRecorder // a record.FakeRecorder in unit tests
+	metrics *metrics
+	crash   crashPoints // a no-op but in the crash tests' build (crashsteps.go)
 }
 
 // Compile-time checks that the servers implement the CSI interfaces.

@@ -33,9 +33,6 @@ type metrics struct {
 	reconcileErrors prometheus.Counter
 }
 
-// volumeChangeKinds are the values of volume_changes_total's label change.
-var volumeChangeKinds = []string{"revoked", "restored", "refreshed"}
-
 func newMetrics() *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
@@ -68,8 +65,8 @@ func newMetrics() *metrics {
 		}),
 	}
 	// Each change is exported from the start, at 0, so that the first one shows in rate().
-	for _, c := range volumeChangeKinds {
-		m.volumeChanges.WithLabelValues(c)
+	for _, c := range fileChangeKinds {
+		m.volumeChanges.WithLabelValues(string(c))
 	}
 	m.registry.MustRegister(m.operations, m.opDuration, m.relist, m.volumeChanges, m.apiRequests,
 		m.relistInterval, m.relistLastCycle, m.reconcileErrors,
@@ -112,9 +109,6 @@ func (m *metrics) handler() http.Handler {
 
 // observeCall records one gRPC call.
 func (m *metrics) observeCall(fullMethod string, err error, d time.Duration) {
-	if m == nil {
-		return
-	}
 	method := fullMethod[strings.LastIndex(fullMethod, "/")+1:]
 	m.operations.WithLabelValues(method, status.Code(err).String()).Inc()
 	m.opDuration.WithLabelValues(method).Observe(d.Seconds())
@@ -122,29 +116,21 @@ func (m *metrics) observeCall(fullMethod string, err error, d time.Duration) {
 
 // relistStarted records the interval and, until a cycle ends, the start as the last cycle's end.
 func (m *metrics) relistStarted(interval time.Duration) {
-	if m != nil {
-		m.relistInterval.Set(interval.Seconds())
-		m.relistLastCycle.SetToCurrentTime()
-	}
+	m.relistInterval.Set(interval.Seconds())
+	m.relistLastCycle.SetToCurrentTime()
 }
 
 func (m *metrics) relistCycleDone(d time.Duration) {
-	if m != nil {
-		m.relist.Observe(d.Seconds())
-		m.relistLastCycle.SetToCurrentTime()
-	}
+	m.relist.Observe(d.Seconds())
+	m.relistLastCycle.SetToCurrentTime()
 }
 
 func (m *metrics) reconcileFailed() {
-	if m != nil {
-		m.reconcileErrors.Inc()
-	}
+	m.reconcileErrors.Inc()
 }
 
-func (m *metrics) volumeChanged(change string) {
-	if m != nil {
-		m.volumeChanges.WithLabelValues(change).Inc()
-	}
+func (m *metrics) volumeChanged(change changeKind) {
+	m.volumeChanges.WithLabelValues(string(change)).Inc()
 }
 
 // countingTransport counts API requests by verb and resource (wrapped around client-go's transport).

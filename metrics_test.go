@@ -9,7 +9,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"os"
 	"path/filepath"
@@ -144,16 +143,6 @@ func TestMetricsRelistCycle(t *testing.T) {
 	if _, ok := d.store.get(rec.VolumeID); !ok {
 		t.Error("the volume was dropped on an API error")
 	}
-}
-
-// The nil *metrics of unit tests' drivers accepts every observation.
-func TestMetricsNilIsANoOp(t *testing.T) {
-	var m *metrics
-	m.relistStarted(time.Second)
-	m.relistCycleDone(time.Second)
-	m.reconcileFailed()
-	m.volumeChanged("revoked")
-	m.observeCall("/csi.v1.Node/NodePublishVolume", errors.New("x"), time.Second)
 }
 
 // gathered reads one unlabelled metric from the registry: a gauge's or counter's value, a

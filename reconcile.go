@@ -1,19 +1,42 @@
 package main
 
+// Reconciling one volume with what the cluster says now, for the relist and for a share's change
+// (refresh.go), in two steps:
+//
+//	(1) judge: each share of the volume gets a verdict from the share, the pod's access and the
+//	    source (judgeShare). Nothing is written, and a share whose check failed keeps its state.
+//	(2) apply: the judged shares' new copies are written, the pod's view is rebuilt in one atomic
+//	    swap when any share's files changed, the record is saved with the new states, the copies
+//	    of revoked shares are dropped, and every change is reported to the pod (an event) and
+//	    counted (a metric).
+//
+// A share's verdict, by what the API server says (refresh is the volume's refreshResource):
+//
+//	share     the pod's access  the source                     verdict
+//	deleted   -                 -                              revoked (its files leave the view)
+//	exists    denied            -                              revoked
+//	exists    granted           - (refresh off)                restored if revoked (the copy kept is what comes back), else as it is
+//	exists    granted           not found                      as it is: the last files stay, as kubelet secret volumes do
+//	exists    granted           the driver may not read it     refreshFailed, once: the last files stay
+//	exists    granted           the version the volume shows   as it is (refreshResumed if it was refreshFailed)
+//	exists    granted           another version (or revoked)   refreshed (restored if revoked): a new copy
+//	any API error                                              as it is; retried next cycle
+//
+// An outage must never revoke access: only an answer does.
+
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
-)
 
-// Reconciling one volume with what the cluster says now.
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+)
 
 // Event reasons recorded on consuming pods.
 const (
@@ -25,6 +48,32 @@ const (
 	reasonRefreshFailed  = "SharedResourceRefreshFailed"
 	reasonRefreshResumed = "SharedResourceRefreshResumed"
 )
+
+// changeKind is what a reconcile changed about one share of a volume. Its value is the metric
+// label (volume_changes_total{change}) of the kinds that change files.
+type changeKind string
+
+const (
+	changeRevoked   changeKind = "revoked"
+	changeRestored  changeKind = "restored"
+	changeRefreshed changeKind = "refreshed"
+	// The driver lost, or regained, read on the source: the files stay as they are.
+	changeRefreshFailed  changeKind = "refreshFailed"
+	changeRefreshResumed changeKind = "refreshResumed"
+)
+
+// fileChangeKinds are the kinds that change the files a pod sees.
+var fileChangeKinds = []changeKind{changeRevoked, changeRestored, changeRefreshed}
+
+// changesFiles says whether the change alters the files the pod sees (so the view is rebuilt).
+func (k changeKind) changesFiles() bool { return slices.Contains(fileChangeKinds, k) }
+
+// shareChange is one share's change in a reconcile, for events and metrics.
+type shareChange struct {
+	share shareRef
+	kind  changeKind
+	why   string
+}
 
 // cycleMemo remembers, for one pass over volumes, each access decision and each source fetched.
 type cycleMemo struct {
@@ -82,11 +131,9 @@ func (m *cycleMemo) source(ctx context.Context, key sourceKey) (*sourceData, err
 	return data, err
 }
 
-// reconcile brings one volume to what the cluster says it should be. Each share is judged on
-// its own (judgeShare): granted and changed, its copy is updated; revoked (or deleted), it stops
-// contributing files; an error leaves it as it is. Then, if any share's files changed, the pod's
-// view is rebuilt from the granted shares' copies in one atomic swap, and the record with the
-// shares' new states is saved: the one change a reconcile makes to a record.
+// reconcile brings one volume to what the cluster says it should be: judge, then apply (see the
+// top of this file). The caller holds the volume's lock. It returns the first error met; the
+// shares it concerns were left as they were.
 func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMemo) error {
 	if !d.podDirExists(rec.PodUID) {
 		// The kubelet removes a pod's dir only after its volumes are unmounted; a record that
@@ -94,52 +141,65 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 		klog.InfoS("Pod of volume is gone; cleaning the volume", "volumeID", rec.VolumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName))
 		return d.teardown(rec)
 	}
-	vol := d.store.dirOf(rec)
-	vol.dropRevokedCopies(rec)
-	next := rec.clone() // the record to save: rec with each share's judged state
-	var changes []shareChange
-	var firstErr error
+	verdicts := make([]shareVerdict, len(rec.Shares))
 	for i := range rec.Shares {
-		verdict, err := d.judgeShare(ctx, rec, i, memo)
-		if err == nil && verdict.files != nil {
-			err = vol.writeCopy(i, verdict.files)
-		}
-		if err != nil {
-			klog.ErrorS(err, "Checking a share of a volume failed; it is left as it was", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
-			if firstErr == nil {
-				firstErr = err
-			}
+		verdicts[i] = d.judgeShare(ctx, rec, i, memo) // (1)
+	}
+	return d.applyVerdicts(rec, verdicts) // (2)
+}
+
+// applyVerdicts writes what the verdicts on rec's shares decided and reports it. It writes the
+// new copies (a share whose copy cannot be written keeps its state), rebuilds the view if any
+// share's files changed, and saves the record last, so a crash leaves the old record with a view
+// the next reconcile rebuilds. A volume recovered at start has its view rebuilt once even when
+// nothing changed: a crash between a swap of the view and the save of the record may have left
+// a view its record does not describe (rebuilt from fresh verdicts, never at recovery from the
+// record, which could show a pod files it lost just before the crash).
+func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error {
+	vol := d.store.dirOf(rec)
+	var errs []error
+	next := rec.clone()
+	var changes []shareChange
+	for i, v := range verdicts {
+		if v.err != nil {
+			klog.ErrorS(v.err, "Checking a share of a volume failed; it is left as it was", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
+			errs = append(errs, v.err)
 			continue
 		}
-		next.Shares[i] = verdict.state
-		if verdict.change != nil {
-			changes = append(changes, *verdict.change)
+		if v.files != nil {
+			if err := vol.writeCopy(i, v.files); err != nil {
+				errs = append(errs, fmt.Errorf("writing the copy of %s: %w", rec.Shares[i], err))
+				continue
+			}
+		}
+		next.Shares[i] = v.state
+		if v.change != nil {
+			changes = append(changes, *v.change)
 		}
 	}
-	// A volume recovered at start has its view rebuilt once from these verdicts even when
-	// nothing changed: a crash mid-reconcile may have left a view its record does not describe.
-	// Rebuilding it here, not at recovery, never shows a pod files it lost before the crash.
-	unverified := firstErr == nil && d.store.viewUnverified(rec.VolumeID)
-	if len(changes) == 0 && !unverified {
-		return firstErr
+	filesChanged := slices.ContainsFunc(changes, func(c shareChange) bool { return c.kind.changesFiles() })
+	rebuild := filesChanged || len(errs) == 0 && d.store.viewUnverified(rec.VolumeID)
+	if len(changes) == 0 && !rebuild {
+		vol.dropRevokedCopies(rec)
+		return errors.Join(errs...)
 	}
 	var conflicts []pathConflict
-	if filesChanged := slices.ContainsFunc(changes, shareChange.changesFiles); filesChanged || unverified {
-		// The crash points are a change's steps (crash_test.go); a rebuild that changes nothing
-		// has none.
+	if rebuild {
+		// The crash points are a change's steps (crash_test.go); a rebuild that changes
+		// nothing has none.
 		if filesChanged {
 			d.crash.reached(stepReconcileCopies)
 		}
 		var err error
 		if conflicts, err = vol.rebuildView(next.Shares); err != nil {
-			return err
+			return errors.Join(append(errs, err)...)
 		}
 		if filesChanged {
 			d.crash.reached(stepReconcileData)
 		}
 	}
 	if err := d.store.save(next); err != nil {
-		return err
+		return errors.Join(append(errs, err)...)
 	}
 	d.store.viewVerified(rec.VolumeID)
 	if len(changes) > 0 {
@@ -147,25 +207,25 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 	}
 	vol.dropRevokedCopies(next)
 	d.reportChanges(next, changes, conflicts)
-	return firstErr
+	return errors.Join(errs...)
 }
 
 // reportChanges counts a reconcile's changes and tells the pod about them.
 func (d *driver) reportChanges(rec volumeRecord, changes []shareChange, conflicts []pathConflict) {
 	for _, c := range changes {
-		if c.changesFiles() {
+		if c.kind.changesFiles() {
 			d.metrics.volumeChanged(c.kind)
 		}
 		switch c.kind {
-		case "revoked":
+		case changeRevoked:
 			d.event(rec, corev1.EventTypeWarning, reasonRevoked, "The files of %s were removed from the volume: %s", c.share, c.why)
-		case "restored":
+		case changeRestored:
 			d.event(rec, corev1.EventTypeNormal, reasonRestored, "Access to %s is granted again; its files are back", c.share)
-		case "refreshed":
+		case changeRefreshed:
 			d.event(rec, corev1.EventTypeNormal, reasonRefreshed, "Updated %s from %s", c.share, c.why)
-		case "refreshFailed":
+		case changeRefreshFailed:
 			d.event(rec, corev1.EventTypeWarning, reasonRefreshFailed, "%s %s", c.share, c.why)
-		case "refreshResumed":
+		case changeRefreshResumed:
 			d.event(rec, corev1.EventTypeNormal, reasonRefreshResumed, "The driver may read %s again; its files are refreshed again", c.why)
 		}
 		klog.InfoS("Volume changed", "volumeID", rec.VolumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName), "share", c.share.String(), "change", c.kind)
@@ -175,56 +235,54 @@ func (d *driver) reportChanges(rec volumeRecord, changes []shareChange, conflict
 	}
 }
 
-// shareChange is one share's change in a reconcile, for events and metrics.
-type shareChange struct {
-	share shareRef
-	kind  string // revoked, restored, refreshed; refreshFailed, refreshResumed (no file changes)
-	why   string
-}
-
-// changesFiles says whether the change alters the files the pod sees (so the view is rebuilt).
-func (c shareChange) changesFiles() bool {
-	return c.kind != "refreshFailed" && c.kind != "refreshResumed"
-}
-
 // shareVerdict is what a reconcile decided for one share.
 type shareVerdict struct {
 	state  shareState                   // the share's next state, saved with the record
 	files  map[string]atomicwriter.File // its new copy; nil: the copy stays as it is
 	change *shareChange                 // what to report; nil: the share is as it was
+	err    error                        // the share could not be judged: it stays as it was
 }
 
-// judgeShare decides what share i of rec shows now. It changes nothing, on disk or in rec: it
-// returns the share's next state (with its new files, if any) and the change to report. On an
-// error the caller leaves the share as it was.
-func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) (shareVerdict, error) {
+// judgeShare decides what share i of rec shows now (the table at the top of this file). It
+// changes nothing, on disk or in rec.
+func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) shareVerdict {
 	st := rec.Shares[i] // a copy: the next state is built on it
-	unchanged := shareVerdict{state: st}
-	sh, err := memo.share(ctx, st.shareRef)
+	sh, denied, err := d.judgeAccess(ctx, rec, i, memo)
+	switch {
+	case err != nil:
+		return shareVerdict{state: st, err: err}
+	case denied != "":
+		return revokeShare(st, denied)
+	case !rec.Refresh:
+		// refreshResource=false: the files published are the files shown, on every path; only
+		// access decides whether they are visible.
+		return restoreShare(st)
+	}
+	return d.judgeSource(ctx, rec, i, sh, memo)
+}
+
+// judgeAccess says whether the pod may still see share i of rec: denied is why not ("" when it
+// may), and sh is the share as it is now.
+func (d *driver) judgeAccess(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) (sh shareSpec, denied string, err error) {
+	ref := rec.Shares[i].shareRef
+	sh, err = memo.share(ctx, ref)
 	if apierrors.IsNotFound(err) {
-		return revokeShare(st, st.Kind.shareTypeName()+" "+quote(st.Name)+" was deleted"), nil
+		return sh, ref.Kind.shareTypeName() + " " + quote(ref.Name) + " was deleted", nil
 	}
 	if err != nil {
-		return unchanged, err
+		return sh, "", err
 	}
 	key := rec.accessKey(i)
 	dec, err := memo.decision(ctx, key)
-	if err != nil {
-		return unchanged, err
+	if err != nil || dec.Allowed {
+		return sh, "", err
 	}
-	if !dec.Allowed {
-		return revokeShare(st, deniedMessage(key, dec.Reason)), nil
-	}
+	return sh, deniedMessage(key, dec.Reason), nil
+}
 
-	if !rec.Refresh {
-		// refreshResource=false: the files published are the files shown, on every path; only
-		// access decides whether they are visible.
-		if !st.Revoked {
-			return unchanged, nil
-		}
-		st.Revoked = false
-		return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: "restored"}}, nil
-	}
+// judgeSource is the verdict on share i of a refreshing volume the pod may see, from its source.
+func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh shareSpec, memo *cycleMemo) shareVerdict {
+	st := rec.Shares[i]
 	src, err := memo.source(ctx, sh.sourceKey())
 	switch {
 	case apierrors.IsNotFound(err):
@@ -233,26 +291,16 @@ func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *
 		// Secret during a rotation must not blank every consumer. Revocation is RBAC's job.
 		klog.V(2).InfoS("Source of a share not found; keeping its last files", "volumeID", rec.VolumeID,
 			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
-		return unchanged, nil
+		return shareVerdict{state: st}
 	case apierrors.IsForbidden(err):
 		// The driver itself lost read on the source (an admin removed its RoleBinding). That
 		// is not the pod's access, which was just granted: the share keeps its last files, as
 		// on any API error, and the pod is warned once with what the admin must run.
 		klog.V(2).InfoS("The driver may not read the source of a share; keeping its last files", "volumeID", rec.VolumeID,
 			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
-		if st.ReadForbidden {
-			return unchanged, nil
-		}
-		st.ReadForbidden = true
-		// A revoked share has no files to keep: its access is back, but its files are not.
-		what := "keeps its last files and is not refreshed"
-		if st.Revoked {
-			what = "may be used again, but its files stay away until the driver may read its source"
-		}
-		return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: "refreshFailed",
-			why: fmt.Sprintf("%s: the driver may not read %s; %s", what, sh.sourceKey(), d.account.grantReadHint(sh.sourceKey()))}}, nil
+		return d.readForbidden(st, sh)
 	case err != nil:
-		return unchanged, err
+		return shareVerdict{state: st, err: err}
 	}
 
 	resumed := st.ReadForbidden
@@ -260,22 +308,22 @@ func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *
 	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
 	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion {
 		if resumed {
-			return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: "refreshResumed", why: sh.sourceKey().String()}}, nil
+			return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshResumed, why: sh.sourceKey().String()}}
 		}
-		return unchanged, nil
+		return shareVerdict{state: st}
 	}
 	files, err := rec.project(i, src.Files)
 	if err != nil {
-		return unchanged, fmt.Errorf("%s %s/%s: %w", st.Kind, sh.SourceNamespace, sh.SourceName, err)
+		return shareVerdict{state: rec.Shares[i], err: fmt.Errorf("%s %s/%s: %w", st.Kind, sh.SourceNamespace, sh.SourceName, err)}
 	}
-	change := &shareChange{share: st.shareRef, kind: "refreshed",
+	change := &shareChange{share: st.shareRef, kind: changeRefreshed,
 		why: fmt.Sprintf("%s %s/%s (resourceVersion %s)", st.Kind, sh.SourceNamespace, sh.SourceName, src.ResourceVersion)}
 	if st.Revoked {
-		change.kind = "restored"
+		change.kind = changeRestored
 	}
 	st.Revoked = false
 	st.SourceNamespace, st.SourceName, st.ResourceVersion = sh.SourceNamespace, sh.SourceName, src.ResourceVersion
-	return shareVerdict{state: st, files: files, change: change}, nil
+	return shareVerdict{state: st, files: files, change: change}
 }
 
 // revokeShare is the verdict on a share the pod may no longer see: revoked, reported once.
@@ -286,13 +334,36 @@ func revokeShare(st shareState, why string) shareVerdict {
 	// Whether the driver may read the source is judged again, and told again, when access
 	// comes back.
 	st.Revoked, st.ReadForbidden = true, false
-	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: "revoked", why: why}}
+	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRevoked, why: why}}
+}
+
+// restoreShare is the verdict on a share of a volume that does not refresh, which the pod may
+// see: its copy, kept while it was revoked, is exactly what comes back.
+func restoreShare(st shareState) shareVerdict {
+	if !st.Revoked {
+		return shareVerdict{state: st}
+	}
+	st.Revoked = false
+	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRestored}}
+}
+
+// readForbidden is the verdict on a share whose source the driver may no longer read: its
+// files stay, and the pod is told once, with what an admin must run.
+func (d *driver) readForbidden(st shareState, sh shareSpec) shareVerdict {
+	if st.ReadForbidden {
+		return shareVerdict{state: st}
+	}
+	st.ReadForbidden = true
+	// A revoked share has no files to keep: its access is back, but its files are not.
+	what := "keeps its last files and is not refreshed"
+	if st.Revoked {
+		what = "may be used again, but its files stay away until the driver may read its source"
+	}
+	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshFailed,
+		why: fmt.Sprintf("%s: the driver may not read %s; %s", what, sh.sourceKey(), d.account.grantReadHint(sh.sourceKey()))}}
 }
 
 func (d *driver) event(rec volumeRecord, eventType, reason, format string, args ...any) {
-	if d.events == nil {
-		return
-	}
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: rec.PodNamespace, Name: rec.PodName, UID: types.UID(rec.PodUID)}
 	d.events.Eventf(ref, eventType, reason, format, args...)
 }

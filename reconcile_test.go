@@ -67,7 +67,7 @@ func TestJudgeShareThroughAccessAndReadChanges(t *testing.T) {
 	for _, step := range []struct {
 		name            string
 		mayUse, mayRead bool
-		change          string // "" for none
+		change          changeKind // "" for none
 		msg             string
 		revoked, forbid bool
 		files           bool // a new copy to write
@@ -82,17 +82,17 @@ func TestJudgeShareThroughAccessAndReadChanges(t *testing.T) {
 		{"resumed", true, true, "refreshResumed", "", false, false, false},
 	} {
 		w.mayUse, w.mayReadFile = step.mayUse, step.mayRead
-		v, err := w.d.judgeShare(context.Background(), rec, 0, w.d.newCycleMemo())
-		if err != nil {
-			t.Fatalf("%s: %v", step.name, err)
+		v := w.d.judgeShare(context.Background(), rec, 0, w.d.newCycleMemo())
+		if v.err != nil {
+			t.Fatalf("%s: %v", step.name, v.err)
 		}
-		got := ""
+		got := changeKind("")
 		if v.change != nil {
 			got = v.change.kind
 			if !strings.Contains(v.change.why, step.msg) {
 				t.Errorf("%s: %s says %q, want %q", step.name, got, v.change.why, step.msg)
 			}
-			if got == "refreshFailed" && !strings.Contains(v.change.why, "kubectl create rolebinding") {
+			if got == changeRefreshFailed && !strings.Contains(v.change.why, "kubectl create rolebinding") {
 				t.Errorf("%s: %q does not say what to run", step.name, v.change.why)
 			}
 		}
