@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench`: runs the benchmarks (bench_test.go) against a local control plane (kube-apiserver
+# `make bench`: runs the benchmarks (bench_integration_test.go) against a local control plane (kube-apiserver
 # + etcd; no kubelet is needed: the benchmarks play the kubelet) that it brings up and always
 # tears down, then writes BENCHMARKS.md with tools/benchtable. Needs root (the driver mounts).
 #
@@ -35,9 +35,9 @@ hack/cluster.sh down >/dev/null 2>&1 || true
 trap 'hack/cluster.sh down' EXIT
 hack/cluster.sh up --control-plane-only
 
-# -benchtime 1x: each run of a benchmark is one whole scenario (see bench_test.go).
+# -benchtime 1x: each run of a benchmark is one whole scenario (see bench_integration_test.go).
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-# Every benchmark but the fleet -count N times, then the fleet (BenchmarkFleet, bench_fleet_test.go)
+# Every benchmark but the fleet -count N times, then the fleet (BenchmarkFleet, bench_fleet_integration_test.go)
 # once: one run of it is several minutes, and its figures are rates over many requests.
 bench() {
 	local args=(-test.run '^$' -test.benchtime 1x -test.timeout 60m "$@")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make e2e-kind`: the real-pod suite (pods_test.go, TestPods...) against a kind cluster, for
+# `make e2e-kind`: the real-pod suite (pods_integration_test.go, TestPods...) against a kind cluster, for
 # machines with Docker and kind (https://kind.sigs.k8s.io). It cannot run on the project's CI
 # machines (no registry, no privileged Docker); there, `make test` runs the same suite against the
 # local cluster of hack/cluster.sh.
@@ -47,7 +47,7 @@ kind load docker-image "$BUSYBOX" --name "$CLUSTER"
 # A static test binary (the suites behind the build tag integration): the node image has no Go
 # toolchain.
 CGO_ENABLED=0 go test -tags integration -c -o _output/pods.test .
-CGO_ENABLED=0 go build -o _output/kind-driver-binary . # harness_test.go wants $DRIVER_BINARY to exist
+CGO_ENABLED=0 go build -o _output/kind-driver-binary . # harness_integration_test.go wants $DRIVER_BINARY to exist
 docker exec "$NODE" mkdir -p "$WORK/hack"
 docker cp _output/pods.test "$NODE:$WORK/pods.test"
 docker cp _output/kind-driver-binary "$NODE:$WORK/shared-resource-csi"

@@ -16,7 +16,7 @@ pkgs=(
 	gcc libc6-dev               # static pause binary (hack/pause.c)
 	procps psmisc               # ps/pkill used by `cluster.sh down`
 	prometheus                  # for its promtool: the tests check the chart's alerts and dashboard with it
-	jq                          # the README's commands for moving from OpenShift's driver (openshift_test.go)
+	jq                          # the README's commands for moving from OpenShift's driver (openshift_integration_test.go)
 	ca-certificates
 )
 

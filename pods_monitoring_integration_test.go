@@ -4,7 +4,7 @@ package main
 
 // Specification, against the driver the pod suite deployed, of what the chart's monitoring reads:
 // every metric the alerts and the Grafana dashboard use is on the driver's /metrics (promtool
-// checks that they parse: monitoring_rules_test.go), and the live scrape passes promtool's lint
+// checks that they parse: monitoring_rules_integration_test.go), and the live scrape passes promtool's lint
 // (the metric naming conventions the rules rely on; the registry's own lint is the pure
 // TestMetricsPassPromlint).
 

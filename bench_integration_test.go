@@ -3,7 +3,7 @@
 package main
 
 // Benchmarks of the driver's cost: the real driver binary against a real kube-apiserver + etcd,
-// called over its CSI socket by the benchmark playing the kubelet, as in harness_test.go. They
+// called over its CSI socket by the benchmark playing the kubelet, as in harness_integration_test.go. They
 // measure what the design promises: publishes are fast, the API server sees one request per
 // distinct question rather than one per volume, and the driver's memory does not grow with the
 // cluster's Secrets.
@@ -634,14 +634,14 @@ func (c *benchCluster) deleteNamespace(name string) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The driver process, as harness_test.go runs it, with its metrics endpoint on.
+// The driver process, as harness_integration_test.go runs it, with its metrics endpoint on.
 
 type benchDriver struct {
 	*driverProc
 	metricsURL string
 }
 
-// startDriver starts the driver binary (harness_test.go) with the settings of a deployment
+// startDriver starts the driver binary (harness_integration_test.go) with the settings of a deployment
 // (deploy.yaml: --v=2, default TTLs, QPS and cache sizes), its metrics on a free loopback port,
 // and extra flags (later flags win). It is stopped when b ends, or earlier by cleanup.
 func (c *benchCluster) startDriver(b *testing.B, extra ...string) *benchDriver {

@@ -5,7 +5,7 @@ package main
 // Specification of what a volume holds, over the CSI socket: file modes, key selection with
 // renaming, fsGroup ownership, SELinux mount options, several shares in one volume, and the
 // /metrics and health endpoints. (A non-root pod reading through its fsGroup, with real pods, is
-// in pods_features_test.go.)
+// in pods_features_integration_test.go.)
 
 import (
 	"fmt"

@@ -189,6 +189,6 @@ func TestSourceDeletedKeepsLastGoodData(t *testing.T) {
 	recreated := map[string][]byte{"ca.crt": p.secret("recreated")}
 	e.createSecret(t, f.platform, "ca-bundle", recreated)
 	eventually(t, relist+relistSlack, func() error { return sameFiles(readVolume(t, v.target), asStrings(recreated)) })
-	// A new publish while the source is missing fails FailedPrecondition (tested in driver_test.go).
+	// A new publish while the source is missing fails FailedPrecondition (tested in driver_integration_test.go).
 	p.unpublishAll(t, v)
 }

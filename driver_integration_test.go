@@ -6,7 +6,7 @@ package main
 // server, real mounts. Each test is one user story: a publish allowed, denied, granted through a
 // group; an unknown share or missing source; ConfigMap binaryData; revocation and re-grant;
 // refresh; a share deleted or re-pointed; the driver killed and restarted; concurrent publishes.
-// See harness_test.go.
+// See harness_integration_test.go.
 
 import (
 	"context"

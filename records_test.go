@@ -1,6 +1,6 @@
 package main
 
-// Specification of the volume store (state.go): a record changes only by save.
+// Specification of the volume store (records.go): a record changes only by save.
 
 import (
 	"os"

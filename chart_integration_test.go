@@ -7,7 +7,7 @@ package main
 // (hack/manifests.sh); every value reaches the objects it sets, and a render with every value
 // changed is accepted by the API server (but for Prometheus Operator's kinds, which a plain
 // cluster lacks); the README's values table lists every value. The pod suite installs the driver
-// with this chart (`helm upgrade --install`, pods_test.go).
+// with this chart (`helm upgrade --install`, pods_integration_test.go).
 
 import (
 	"bytes"
@@ -346,7 +346,7 @@ func TestChartNonDefaultRenderIsAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Without Prometheus Operator's CRDs the API server knows no PodMonitor or PrometheusRule:
-	// those two are checked by TestChartValuesReachTheObjects and promtool (monitoring_rules_test.go).
+	// those two are checked by TestChartValuesReachTheObjects and promtool (monitoring_rules_integration_test.go).
 	list := map[string]any{"apiVersion": "v1", "kind": "List", "items": []any{}}
 	for _, o := range renderedObjects(t, runHelm(t, "template", "r", chartDir, "-f", values)) {
 		if !strings.HasPrefix(o.GetAPIVersion(), "monitoring.coreos.com/") {

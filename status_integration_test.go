@@ -1,0 +1,353 @@
+//go:build integration
+
+package main
+
+// Specification of share status (status.go): each SharedSecret/SharedConfigMap carries a Ready
+// condition telling whether its source exists and the driver can read it, shown in
+// `kubectl get`'s Ready column and written by exactly one driver at a time, the holder of a Lease.
+//
+// The drivers here run, as every driver the tests start, as the ServiceAccount deploy.yaml
+// creates, with deploy.yaml's RBAC, so the test also proves that RBAC is enough. The condition's
+// wording for each answer about the source is specified without a cluster in
+// status_test.go.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// Lease duration of these tests. Short, so the test is quick, but with a renew deadline (2/3 of
+// it, derived by the driver like the retry period, 2/15) that a loaded machine still meets: a
+// leader must not lose the Lease while it is alive.
+const statusLease = 6 * time.Second
+
+// statusTakeover bounds how long a killed leader blocks status: the lease duration counted from
+// its last renewal, which the follower only sees at its next poll, and the poll at which it sees
+// the expiry (a follower polls once per relist interval, +10%), plus API round trips.
+const statusTakeover = statusLease + 2*relist*11/10 + time.Second
+
+func TestShareStatusReadyConditionWrittenByOneLeader(t *testing.T) {
+	e := e2e(t)
+	statusArgs := func(node string) driverOption {
+		return withArgs("--node-id="+node,
+			"--status-lease-namespace="+driverNamespace, "--status-lease-duration="+statusLease.String())
+	}
+	drivers := map[string]*driverProc{
+		"node-a": e.startDriver(t, statusArgs("node-a")),
+		"node-b": e.startDriver(t, statusArgs("node-b")),
+	}
+
+	// Each driver campaigns under its own identity: its node name and a random suffix.
+	identities := map[string]string{}
+	for node, p := range drivers {
+		eventually(t, 10*time.Second, func() error {
+			id := leaseIdentity(readLog(t, p))
+			if !strings.HasPrefix(id, node+"_") {
+				return fmt.Errorf("driver %s logged no status writer identity starting with %q (got %q)", node, node+"_", id)
+			}
+			identities[node] = id
+			return nil
+		})
+	}
+	// Exactly one of them holds the Lease. (A driver of an earlier, killed test run may still
+	// hold it until its own lease duration, 15s by default, runs out.)
+	var leaderNode string
+	eventually(t, 60*time.Second, func() error {
+		holder, err := e.statusLeaseHolder()
+		if err != nil {
+			return err
+		}
+		for node, id := range identities {
+			if holder == id {
+				leaderNode = node
+				return nil
+			}
+		}
+		return fmt.Errorf("the Lease is held by %q, not by %v", holder, identities)
+	})
+	followerNode := "node-a"
+	if leaderNode == "node-a" {
+		followerNode = "node-b"
+	}
+	leader, follower := drivers[leaderNode], drivers[followerNode]
+	t.Logf("leader %s, follower %s", leaderNode, followerNode)
+
+	platform := e.sourceNamespace(t, "platform")
+	secretData := map[string][]byte{"ca.crt": leader.secret("ca")}
+	follower.secrets = append(follower.secrets, leader.secrets...)
+	e.createSecret(t, platform, "present", secretData)
+	if _, err := e.kube.CoreV1().ConfigMaps(platform).Create(context.Background(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"a": "b"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	okShare, missingShare, cmShare := "ok-"+randSuffix(), "missing-"+randSuffix(), "cm-"+randSuffix()
+	e.createShare(t, kindSecret, okShare, platform, "present")
+	e.createShare(t, kindSecret, missingShare, platform, "missing")
+	e.createShare(t, kindConfigMap, cmShare, platform, "settings")
+
+	// A new share is checked at once (the share watch), not only at the next interval.
+	var okReady, missingReady metav1.Condition
+	var okVersion string
+	eventually(t, relist+relistSlack, func() error {
+		var err error
+		var u *unstructured.Unstructured
+		if okReady, u, err = e.readyCondition(kindSecret, okShare); err != nil {
+			return err
+		}
+		okVersion = u.GetResourceVersion()
+		if err := wantReady(okReady, u, metav1.ConditionTrue, reasonSourceAvailable, "Secret "+platform+"/present"); err != nil {
+			return err
+		}
+		if missingReady, u, err = e.readyCondition(kindSecret, missingShare); err != nil {
+			return err
+		}
+		if err := wantReady(missingReady, u, metav1.ConditionFalse, reasonSourceNotFound, "Secret "+platform+"/missing"); err != nil {
+			return err
+		}
+		c, u, err := e.readyCondition(kindConfigMap, cmShare)
+		if err != nil {
+			return err
+		}
+		return wantReady(c, u, metav1.ConditionTrue, reasonSourceAvailable, "ConfigMap "+platform+"/settings")
+	})
+	// What an admin sees.
+	e.wantReadyColumn(t, "sharedsecrets", map[string]string{okShare: "True", missingShare: "False"})
+	e.wantReadyColumn(t, "sharedconfigmaps", map[string]string{cmShare: "True"})
+
+	// The source appears: the periodic check flips the share to True. lastTransitionTime moves;
+	// the wait makes sure it lands in a later second (the API keeps whole seconds).
+	time.Sleep(time.Until(missingReady.LastTransitionTime.Add(1100 * time.Millisecond)))
+	e.createSecret(t, platform, "missing", secretData)
+	eventually(t, relist+relistSlack, func() error {
+		c, u, err := e.readyCondition(kindSecret, missingShare)
+		if err != nil {
+			return err
+		}
+		if err := wantReady(c, u, metav1.ConditionTrue, reasonSourceAvailable, "Secret "+platform+"/missing"); err != nil {
+			return err
+		}
+		if !c.LastTransitionTime.After(missingReady.LastTransitionTime.Time) {
+			return fmt.Errorf("lastTransitionTime %v did not move from %v", c.LastTransitionTime, missingReady.LastTransitionTime)
+		}
+		return nil
+	})
+	e.wantReadyColumn(t, "sharedsecrets", map[string]string{okShare: "True", missingShare: "True"})
+
+	// A spec change is observed (observedGeneration follows metadata.generation) without a
+	// transition: lastTransitionTime stays.
+	cmBefore, _, err := e.readyCondition(kindConfigMap, cmShare)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.dyn.Resource(shareGVR(kindConfigMap)).Patch(context.Background(), cmShare, "application/merge-patch+json",
+		[]byte(`{"spec":{"description":"edited"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, relist+relistSlack, func() error {
+		c, u, err := e.readyCondition(kindConfigMap, cmShare)
+		if err != nil {
+			return err
+		}
+		if u.GetGeneration() < 2 {
+			return fmt.Errorf("generation %d after a spec change", u.GetGeneration())
+		}
+		if err := wantReady(c, u, metav1.ConditionTrue, reasonSourceAvailable, "ConfigMap "+platform+"/settings"); err != nil {
+			return err
+		}
+		if !c.LastTransitionTime.Equal(&cmBefore.LastTransitionTime) {
+			return fmt.Errorf("lastTransitionTime moved from %v to %v without a transition", cmBefore.LastTransitionTime, c.LastTransitionTime)
+		}
+		return nil
+	})
+
+	// Only the leader wrote; the follower only campaigned.
+	if n := strings.Count(readLog(t, leader), `"Share status updated"`); n < 4 {
+		t.Errorf("the leader logged %d status writes, want at least 4", n)
+	}
+	if log := readLog(t, follower); strings.Contains(log, `"Leading the share status writer"`) || strings.Contains(log, `"Share status updated"`) {
+		t.Errorf("the follower led or wrote status while the leader was alive:\n%s", tail([]byte(log), 30))
+	}
+
+	// The leader dies without releasing the Lease: the follower takes over within the lease
+	// duration (see statusTakeover) and keeps status current.
+	leader.kill()
+	killed := time.Now()
+	eventually(t, statusTakeover, func() error {
+		holder, err := e.statusLeaseHolder()
+		if err != nil {
+			return err
+		}
+		if holder != identities[followerNode] {
+			return fmt.Errorf("the Lease is held by %q, want %s (%s)", holder, followerNode, identities[followerNode])
+		}
+		return nil
+	})
+	t.Logf("%s took over %v after the leader was killed", followerNode, time.Since(killed).Round(100*time.Millisecond))
+	if err := e.kube.CoreV1().Secrets(platform).Delete(context.Background(), "missing", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, relist+relistSlack, func() error {
+		c, u, err := e.readyCondition(kindSecret, missingShare)
+		if err != nil {
+			return err
+		}
+		return wantReady(c, u, metav1.ConditionFalse, reasonSourceNotFound, "Secret "+platform+"/missing")
+	})
+	e.wantReadyColumn(t, "sharedsecrets", map[string]string{okShare: "True", missingShare: "False"})
+	if !strings.Contains(readLog(t, follower), `"Share status updated"`) {
+		t.Error("the new leader logged no status write")
+	}
+
+	// Status is written only when it changes: the share that was fine all along was written
+	// once, through many periodic checks and a change of leader. The API server turns an
+	// identical update into a no-op that keeps the resourceVersion, so the drivers' own record
+	// of their writes is counted too.
+	u, err := e.dyn.Resource(shareGVR(kindSecret)).Get(context.Background(), okShare, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.GetResourceVersion() != okVersion {
+		c, _, _ := e.readyCondition(kindSecret, okShare)
+		t.Errorf("share %s was written again without a change (resourceVersion %s -> %s, condition %+v)", okShare, okVersion, u.GetResourceVersion(), c)
+	}
+	writes := 0
+	for _, p := range drivers {
+		for _, line := range strings.Split(readLog(t, p), "\n") {
+			if strings.Contains(line, `"Share status updated"`) && strings.Contains(line, `share="`+okShare+`"`) {
+				writes++
+			}
+		}
+	}
+	if writes != 1 {
+		t.Errorf("share %s, unchanged all along, was written %d times, want once", okShare, writes)
+	}
+
+	// A leader that is stopped cleanly (SIGTERM, as in a rollout) releases the Lease before it
+	// exits, so the next driver takes over at once rather than after the lease duration.
+	newLeader := follower
+	newLeader.cmd.Process.Signal(syscall.SIGTERM)
+	if err := newLeader.cmd.Wait(); err != nil {
+		t.Fatalf("the driver did not exit cleanly on SIGTERM: %v", err)
+	}
+	if holder, err := e.statusLeaseHolder(); err != nil || holder != "" {
+		t.Errorf("after a clean exit the Lease is held by %q (%v), want released", holder, err)
+	}
+}
+
+// wantReady checks the Ready condition's status, reason, message and observedGeneration.
+func wantReady(c metav1.Condition, u *unstructured.Unstructured, status metav1.ConditionStatus, reason, msg string) error {
+	if c.Status != status || c.Reason != reason {
+		return fmt.Errorf("%s: Ready=%q/%q (%q), want %s/%s", u.GetName(), c.Status, c.Reason, c.Message, status, reason)
+	}
+	if !strings.Contains(c.Message, msg) {
+		return fmt.Errorf("%s: message %q does not name %q", u.GetName(), c.Message, msg)
+	}
+	if c.ObservedGeneration != u.GetGeneration() {
+		return fmt.Errorf("%s: observedGeneration %d, generation %d", u.GetName(), c.ObservedGeneration, u.GetGeneration())
+	}
+	if c.LastTransitionTime.IsZero() {
+		return fmt.Errorf("%s: no lastTransitionTime", u.GetName())
+	}
+	return nil
+}
+
+// readyCondition returns the share's Ready condition (zero if it has none) and the share.
+func (e *kubeEnv) readyCondition(kind shareKind, name string) (metav1.Condition, *unstructured.Unstructured, error) {
+	u, err := e.dyn.Resource(shareGVR(kind)).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return metav1.Condition{}, nil, err
+	}
+	conds, err := shareConditions(u)
+	if err != nil {
+		return metav1.Condition{}, u, err
+	}
+	// The literal type, not the driver's constant: it is what the CRDs' Ready column selects.
+	if c := meta.FindStatusCondition(conds, "Ready"); c != nil {
+		return *c, u, nil
+	}
+	return metav1.Condition{}, u, nil
+}
+
+// wantReadyColumn runs `kubectl get <resource> <names>` and checks the READY column (the CRD's
+// printer column) of each row.
+func (e *kubeEnv) wantReadyColumn(t *testing.T, resource string, want map[string]string) {
+	t.Helper()
+	kubectl := os.Getenv("KUBECTL")
+	if kubectl == "" {
+		kubectl = "kubectl"
+	}
+	args := []string{"--kubeconfig", e.kubeconfig, "get", resource}
+	for name := range want {
+		args = append(args, name)
+	}
+	out, err := exec.Command(kubectl, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl get %s: %v\n%s", resource, err, out)
+	}
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	// Columns are aligned: a column's value starts where its header does. Header names contain
+	// spaces ("SOURCE NAMESPACE"), so splitting on whitespace would not do.
+	col := strings.Index(lines[0], "READY")
+	if col < 0 {
+		t.Fatalf("kubectl get %s has no READY column:\n%s", resource, out)
+	}
+	got := map[string]string{}
+	for _, l := range lines[1:] {
+		ready := ""
+		if len(l) > col && l[col] != ' ' {
+			ready = strings.Fields(l[col:])[0]
+		}
+		got[strings.Fields(l)[0]] = ready
+	}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("kubectl get %s: READY of %s is %q, want %q\n%s", resource, name, got[name], w, out)
+		}
+	}
+}
+
+func (e *kubeEnv) statusLeaseHolder() (string, error) {
+	l, err := e.kube.CoordinationV1().Leases(driverNamespace).Get(context.Background(), statusLeaseName, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if l.Spec.HolderIdentity == nil {
+		return "", nil
+	}
+	return *l.Spec.HolderIdentity, nil
+}
+
+// leaseIdentity finds the Lease holder identity a driver's log says it campaigns under.
+func leaseIdentity(log string) string {
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, `"Share status writer campaigning"`) {
+			continue
+		}
+		if _, after, ok := strings.Cut(line, `identity="`); ok {
+			id, _, _ := strings.Cut(after, `"`)
+			return id
+		}
+	}
+	return ""
+}
+
+func readLog(t *testing.T, p *driverProc) string {
+	t.Helper()
+	b, err := os.ReadFile(p.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
