@@ -34,6 +34,7 @@ type driver struct {
 	// driver may not read a source.
 	account driverAccount
 
+	mounter mounter // kernelMounter; a fake in unit tests
 	store   *volumeStore
 	locks   *volumeLocks
 	shares  *shareIndex

@@ -208,6 +208,7 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 		kubeletRoot: o.kubeletRoot,
 		tmpfsSize:   size.Value(),
 		account:     account,
+		mounter:     kernelMounter{},
 		store:       newVolumeStore(o.stateDir),
 		locks:       newVolumeLocks(),
 		sources:     sources,

@@ -191,7 +191,7 @@ func requestResource(path string) string {
 
 // countMounts counts the mounts the driver holds: each volume's tmpfs and its binds.
 func (d *driver) countMounts() int {
-	mounts, err := readMountInfo()
+	mounts, err := d.mounter.mounts()
 	if err != nil {
 		return -1
 	}

@@ -32,19 +32,8 @@ func metricsDriver(t *testing.T) *driver {
 	dyn.PrependReactor("get", "*", func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewServiceUnavailable("the API server is down")
 	})
-	sources, err := newSourceCache(nil, 10, 1<<20, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &driver{
-		kubeletRoot: t.TempDir(),
-		store:       newVolumeStore(t.TempDir()),
-		locks:       newVolumeLocks(),
-		sources:     sources,
-		shares:      newShareIndex(dyn, func(shareKind, string) {}), // never started: its cache is empty
-		metrics:     newMetrics(),
-		crash:       newCrashPoints(),
-	}
+	d := newTestDriver(t, nil, nil)
+	d.shares = newShareIndex(dyn, func(shareKind, string) {}) // never started: its cache is empty
 	d.metrics.registerDriverGauges(d)
 	return d
 }

@@ -55,7 +55,7 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 	perShare := make([]map[string]atomicwriter.File, len(v.Shares))
 	var size int64
 	for i, spec := range v.Shares {
-		sh, src, err := d.fetchShare(ctx, v, spec)
+		sh, src, err := d.admitShare(ctx, v, spec)
 		if err != nil {
 			return volumeRecord{}, volumeView{}, err
 		}
@@ -103,13 +103,13 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 	}
 	undo = append(undo, func() { removeDirLogged(vol.dir) })
 	d.crash.reached(stepPublishDir)
-	if err := mountTmpfs(vol.dir, d.tmpfsSize, rec.MountContext); err != nil {
+	if err := d.mounter.mountTmpfs(vol.dir, d.tmpfsSize, rec.MountContext); err != nil {
 		if rec.MountContext != "" {
 			return status.Errorf(codes.FailedPrecondition, "mounting tmpfs for volume %s with the SELinux option %s failed (is SELinux enabled on this node?): %v", rec.VolumeID, rec.MountContext, err)
 		}
 		return status.Errorf(codes.Internal, "mounting tmpfs for volume %s: %v", rec.VolumeID, err)
 	}
-	undo = append(undo, func() { unmountLogged(vol.dir) })
+	undo = append(undo, func() { d.unmountLogged(vol.dir) })
 	d.crash.reached(stepPublishTmpfs)
 	if err := vol.populate(view); err != nil {
 		return writeError(rec.VolumeID, d.tmpfsSize, err)
@@ -134,7 +134,7 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 		undo = append(undo, func() { removeDirLogged(rec.TargetPath) })
 	}
 	d.crash.reached(stepPublishTarget)
-	if err := bindReadOnly(vol.dataDir(), rec.TargetPath); err != nil {
+	if err := d.mounter.bindReadOnly(vol.dataDir(), rec.TargetPath); err != nil {
 		return status.Errorf(codes.Internal, "bind-mounting volume %s onto %s: %v", rec.VolumeID, rec.TargetPath, err)
 	}
 	succeeded = true
@@ -142,8 +142,8 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 	return nil
 }
 
-// fetchShare looks up one share of a publish, checks the pod may use it and GETs its source.
-func (d *driver) fetchShare(ctx context.Context, v *volumeRequest, spec shareRef) (shareSpec, *sourceData, error) {
+// admitShare looks up one share of a publish, checks the pod may use it and GETs its source.
+func (d *driver) admitShare(ctx context.Context, v *volumeRequest, spec shareRef) (shareSpec, *sourceData, error) {
 	sh, err := d.shares.get(ctx, spec.Kind, spec.Name)
 	switch {
 	case apierrors.IsNotFound(err):

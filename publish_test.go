@@ -1,27 +1,40 @@
 package main
 
-// Specification of a cold publish's two API requests (fetchShare, publish.go): the review of the
-// pod's access and the GET of the source go out together, so that a cold publish waits for the
-// slower of the two, not their sum; the review decides alone what the pod is told. Fakes stand in
-// for the API server, each able to hold its request until the test lets it go.
+// Specification of NodePublishVolume (publish.go) and NodeUnpublishVolume (unpublish.go) on the
+// node, called as the kubelet calls them, without root (a fake mounter, unitdriver_test.go):
+//   - a publish makes the volume's tmpfs, writes the shares' files, saves the record, creates the
+//     target and binds the view onto it read-only; a repeated publish changes nothing; unpublish
+//     removes all of it, and only what the driver made;
+//   - a publish that fails at any step leaves the node as it was;
+//   - a cold publish's two API requests (admitShare): the review of the pod's access and the GET
+//     of the source go out together, so that a cold publish waits for the slower of the two, not
+//     their sum; the review decides alone what the pod is told. Fakes stand in for the API
+//     server, each able to hold its request until the test lets it go.
+// The same story against the real kernel, API server and kubelet: driver_integration_test.go,
+// crash_integration_test.go, pods_integration_test.go.
 
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // gatedSAR answers a review with allowed (or err), but only after release is closed; started is
@@ -56,31 +69,22 @@ func (g *gatedSource) getSource(ctx context.Context, key sourceKey, _ metav1.Get
 	return &sourceData{Files: map[string][]byte{"k": []byte("v")}, ResourceVersion: "3"}, nil
 }
 
-func newGatedDriver(t *testing.T, sar *gatedSAR, src *gatedSource) *driver {
-	t.Helper()
-	sources, err := newSourceCache(src, 10, 1<<20, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	shares := newShareIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), nil)
-	if err := shares.informers[kindSecret].GetStore().Add(&unstructured.Unstructured{Object: map[string]any{
-		"metadata": map[string]any{"name": "share"},
-		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}},
-	}}); err != nil {
-		t.Fatal(err)
-	}
-	return &driver{shares: shares, sources: sources, authz: newAuthorizer(sar, time.Minute),
-		account: "csi-sharedresource:shared-resource-csi-driver"}
-}
-
 func gated() (started, release chan struct{}) { return make(chan struct{}), make(chan struct{}) }
 
-// fetchShareAsync runs fetchShare for pod c/pod (service account app) on the share "share".
-func fetchShareAsync(d *driver) <-chan error {
+// newGatedDriver is a driver whose review and GET are the gated fakes, with the SharedSecret
+// "share" over Secret p/src.
+func newGatedDriver(t *testing.T, sar *gatedSAR, src *gatedSource) *driver {
+	d := newTestDriver(t, sar, src)
+	addSecretShare(t, d, "share", "p", "src")
+	return d
+}
+
+// admitShareAsync runs admitShare for pod c/pod (service account app) on the share "share".
+func admitShareAsync(d *driver) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		v := &volumeRequest{VolumeID: "v", PodNamespace: "c", PodName: "pod", ServiceAccount: "app"}
-		_, src, err := d.fetchShare(context.Background(), v, shareRef{Kind: kindSecret, Name: "share"})
+		_, src, err := d.admitShare(context.Background(), v, shareRef{Kind: kindSecret, Name: "share"})
 		if err == nil && (src == nil || string(src.Files["k"]) != "v") {
 			err = errors.New("allowed, but not the source's data")
 		}
@@ -107,7 +111,7 @@ func TestColdPublishOverlapsReviewAndGet(t *testing.T) {
 			sar.started, sar.release = gated()
 			src := &gatedSource{}
 			src.started, src.release = gated()
-			done := fetchShareAsync(newGatedDriver(t, sar, src))
+			done := admitShareAsync(newGatedDriver(t, sar, src))
 			waitClosed(t, sar.started, "the review")
 			waitClosed(t, src.started, "the GET")
 			if first == "review" {
@@ -154,7 +158,7 @@ func TestColdPublishReviewDecides(t *testing.T) {
 			src := &gatedSource{err: tc.getErr}
 			src.started, src.release = gated()
 			before := runtime.NumGoroutine()
-			done := fetchShareAsync(newGatedDriver(t, sar, src))
+			done := admitShareAsync(newGatedDriver(t, sar, src))
 			waitClosed(t, sar.started, "the review")
 			waitClosed(t, src.started, "the GET")
 			// The GET answers first, the review last: its answer must still decide.
@@ -179,4 +183,147 @@ func TestColdPublishReviewDecides(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nodeWorld is a driver on a fake node whose API server has the SharedSecret "share" over
+// Secret p/src (ca.crt), which every service account may use.
+func nodeWorld(t *testing.T) (*driver, *fakeMounter) {
+	t.Helper()
+	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "1"},
+		Data: map[string][]byte{"ca.crt": []byte("CA")}})
+	client.PrependReactor("create", "subjectaccessreviews", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		return true, &authorizationv1.SubjectAccessReview{Status: authorizationv1.SubjectAccessReviewStatus{Allowed: true}}, nil
+	})
+	d := newTestDriver(t, client.AuthorizationV1().SubjectAccessReviews(), fakeSources{client})
+	addSecretShare(t, d, "share", "p", "src")
+	return d, d.mounter.(*fakeMounter)
+}
+
+const testPodUID = "0b6e2c3a-1f5e-4c8e-9a57-2b1d6f3e4a10"
+
+// publishRequest is the kubelet's NodePublishVolume for pod c/pod's in-line volume "ca" on the
+// share, with the target's parent made as the kubelet makes it.
+func publishRequest(t *testing.T, d *driver, volumeID string) *csi.NodePublishVolumeRequest {
+	t.Helper()
+	target := filepath.Join(d.kubeletRoot, "pods", testPodUID, "volumes", "kubernetes.io~csi", "ca", "mount")
+	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	return &csi.NodePublishVolumeRequest{
+		VolumeId:         volumeID,
+		TargetPath:       target,
+		VolumeCapability: &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}}},
+		Readonly:         true,
+		VolumeContext: map[string]string{
+			attrSharedSecret: "share", ctxEphemeral: "true",
+			ctxPodNamespace: "c", ctxPodName: "pod", ctxPodUID: testPodUID, ctxServiceAccount: "app",
+		},
+	}
+}
+
+func unpublishRequest(req *csi.NodePublishVolumeRequest) *csi.NodeUnpublishVolumeRequest {
+	return &csi.NodeUnpublishVolumeRequest{VolumeId: req.VolumeId, TargetPath: req.TargetPath}
+}
+
+func TestPublishBindsTheViewReadOnlyAndUnpublishRemovesAll(t *testing.T) {
+	d, m := nodeWorld(t)
+	ns := &nodeServer{d: d}
+	ctx := context.Background()
+	req := publishRequest(t, d, "vol-1")
+	if _, err := ns.NodePublishVolume(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	volDir := d.store.mountPoint("vol-1")
+	if tm, ok := m.at(volDir); !ok || tm.entry.FSType != "tmpfs" || tm.size != d.tmpfsSize {
+		t.Fatalf("no tmpfs of %d bytes at %s: %+v", d.tmpfsSize, volDir, tm)
+	}
+	bind, ok := m.at(req.TargetPath)
+	if !ok || bind.source != filepath.Join(volDir, "data") || !hasOption(bind.entry.Options, "ro") {
+		t.Fatalf("the target is not a read-only bind of the volume's view: %+v", bind)
+	}
+	files, err := atomicwriter.ReadFiles(filepath.Join(volDir, "data"))
+	if err != nil || len(files) != 1 || string(files["ca.crt"].Data) != "CA" || files["ca.crt"].Mode != defaultFileMode {
+		t.Fatalf("the view holds %v (%v), want ca.crt = CA, mode %v", files, err, defaultFileMode)
+	}
+	if rec, ok := d.store.get("vol-1"); !ok || !rec.CreatedTarget || rec.Shares[0].ResourceVersion != "1" {
+		t.Fatalf("record %+v, %v: want one that owns the target and names the source's version", rec, ok)
+	}
+
+	// The kubelet retries a publish it did not see answered: nothing more is mounted.
+	if _, err := ns.NodePublishVolume(ctx, req); err != nil || m.count() != 2 {
+		t.Fatalf("repeated publish: %v, %d mounts; want success and the same 2", err, m.count())
+	}
+
+	for range 2 { // unpublish, and its retry, which finds nothing to do
+		if _, err := ns.NodeUnpublishVolume(ctx, unpublishRequest(req)); err != nil {
+			t.Fatal(err)
+		}
+		if m.count() != 0 || exists(req.TargetPath) || exists(volDir) || d.store.count() != 0 {
+			t.Fatalf("after unpublish: %d mounts, target there %v, volume dir there %v, %d records; want nothing",
+				m.count(), exists(req.TargetPath), exists(volDir), d.store.count())
+		}
+	}
+}
+
+// A target the kubelet made is the kubelet's: unpublish unbinds it and leaves the directory.
+func TestUnpublishLeavesATargetItDidNotCreate(t *testing.T) {
+	d, m := nodeWorld(t)
+	ns := &nodeServer{d: d}
+	req := publishRequest(t, d, "vol-1")
+	if err := os.Mkdir(req.TargetPath, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.NodePublishVolume(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	// Another path than the volume's is refused, and changes nothing.
+	other := unpublishRequest(req)
+	other.TargetPath = filepath.Join(filepath.Dir(filepath.Dir(req.TargetPath)), "other", "mount")
+	if _, err := ns.NodeUnpublishVolume(context.Background(), other); status.Code(err) != codes.InvalidArgument || m.count() != 2 {
+		t.Fatalf("unpublish at another path: %v, %d mounts; want InvalidArgument and the volume as it was", err, m.count())
+	}
+	if _, err := ns.NodeUnpublishVolume(context.Background(), unpublishRequest(req)); err != nil {
+		t.Fatal(err)
+	}
+	if m.count() != 0 || !exists(req.TargetPath) {
+		t.Fatalf("after unpublish: %d mounts, target there %v; want no mount and the kubelet's dir", m.count(), exists(req.TargetPath))
+	}
+}
+
+// A publish that fails at a step undoes exactly the steps that ran: no mount, no volume dir, no
+// record, and a target only if the kubelet had made it.
+func TestPublishThatFailsLeavesTheNodeAsItWas(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		fail          func(*fakeMounter)
+		kubeletTarget bool
+	}{
+		{"the tmpfs cannot be mounted", func(m *fakeMounter) { m.failTmpfs = errors.New("no memory") }, false},
+		{"the bind fails", func(m *fakeMounter) { m.failBind = errors.New("busy") }, false},
+		{"the bind fails on the kubelet's target", func(m *fakeMounter) { m.failBind = errors.New("busy") }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, m := nodeWorld(t)
+			req := publishRequest(t, d, "vol-1")
+			if tc.kubeletTarget {
+				if err := os.Mkdir(req.TargetPath, 0o750); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tc.fail(m)
+			_, err := (&nodeServer{d: d}).NodePublishVolume(context.Background(), req)
+			if status.Code(err) != codes.Internal {
+				t.Fatalf("publish: %v, want Internal", err)
+			}
+			if m.count() != 0 || exists(d.store.mountPoint("vol-1")) || d.store.count() != 0 || exists(req.TargetPath) != tc.kubeletTarget {
+				t.Fatalf("after the failed publish: %d mounts, volume dir there %v, %d records, target there %v (want %v)",
+					m.count(), exists(d.store.mountPoint("vol-1")), d.store.count(), exists(req.TargetPath), tc.kubeletTarget)
+			}
+		})
+	}
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
 }

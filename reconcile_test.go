@@ -9,16 +9,13 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -44,19 +41,8 @@ func newJudgeWorld(t *testing.T) *judgeWorld {
 		}
 		return false, nil, nil
 	})
-	sources, err := newSourceCache(fakeSources{client}, 10, 1<<20, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	shares := newShareIndex(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), nil)
-	if err := shares.informers[kindSecret].GetStore().Add(&unstructured.Unstructured{Object: map[string]any{
-		"metadata": map[string]any{"name": "ca"},
-		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "ca"}},
-	}}); err != nil {
-		t.Fatal(err)
-	}
-	w.d = &driver{shares: shares, sources: sources, authz: newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), time.Minute),
-		account: "csi-sharedresource:shared-resource-csi-driver"}
+	w.d = newTestDriver(t, client.AuthorizationV1().SubjectAccessReviews(), fakeSources{client})
+	addSecretShare(t, w.d, "ca", "p", "ca")
 	return w
 }
 

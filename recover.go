@@ -15,7 +15,7 @@ func (d *driver) recover() error {
 	if err != nil {
 		return fmt.Errorf("listing %s: %w", d.store.dir, err)
 	}
-	mounts, err := readMountInfo()
+	mounts, err := d.mounter.mounts()
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,7 @@ package main
 
 import (
 	"errors"
-	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -99,22 +99,22 @@ func createTarget(target string) error {
 // ensureBind makes a repeated publish succeed: the volume exists; its bind may be missing if the
 // driver stopped between saving the record and mounting.
 func (d *driver) ensureBind(rec volumeRecord) error {
-	mounts, err := readMountInfo()
+	mounts, err := d.mounter.mounts()
 	if err != nil {
 		return status.Errorf(codes.Internal, "%v", err)
 	}
 	vol := d.store.dirOf(rec)
-	if d.isOurBind(mounts, vol, rec.TargetPath) {
+	if isOurBind(mounts, vol, rec.TargetPath) {
 		if e, _ := mountAt(mounts, rec.TargetPath); hasOption(e.Options, "ro") {
 			return nil
 		}
 		// A writable bind of ours (made by a version that bound, then remounted read-only: the
 		// remount does not propagate out of the driver's container) is replaced.
 		klog.InfoS("Replacing a writable bind of the volume with a read-only one", "volumeID", rec.VolumeID)
-		if err := unmountExact(rec.TargetPath); err != nil {
+		if err := d.mounter.unmount(rec.TargetPath); err != nil {
 			return status.Errorf(codes.Internal, "unmounting the writable bind at %s: %v", rec.TargetPath, err)
 		}
-		mounts, err = readMountInfo()
+		mounts, err = d.mounter.mounts()
 		if err != nil {
 			return status.Errorf(codes.Internal, "%v", err)
 		}
@@ -137,7 +137,7 @@ func (d *driver) ensureBind(rec volumeRecord) error {
 			return err
 		}
 	}
-	if err := bindReadOnly(vol.dataDir(), rec.TargetPath); err != nil {
+	if err := d.mounter.bindReadOnly(vol.dataDir(), rec.TargetPath); err != nil {
 		return status.Errorf(codes.Internal, "bind-mounting volume %s onto %s: %v", rec.VolumeID, rec.TargetPath, err)
 	}
 	return nil
@@ -145,7 +145,7 @@ func (d *driver) ensureBind(rec volumeRecord) error {
 
 // isOurBind says whether the topmost mount at target is the read-only bind of this volume's data:
 // same file system (device) as the volume's tmpfs, rooted at its data dir.
-func (d *driver) isOurBind(mounts []mountEntry, vol volumeDir, target string) bool {
+func isOurBind(mounts []mountEntry, vol volumeDir, target string) bool {
 	tm, ok := mountAt(mounts, vol.dir)
 	if !ok {
 		return false
@@ -158,31 +158,18 @@ func hasOption(options, opt string) bool {
 	return slices.Contains(strings.Split(options, ","), opt)
 }
 
-// bindIsOurs says whether the topmost mount at target is this volume's bind, with two stat(2)
-// calls: lstat of a mount point shows the mounted directory, so the target is our bind exactly
-// when it is the very inode of the volume's data dir on the same device. Reading the mount table
-// instead reads every mount on the node, under a lock the kernel also takes for every mount and
-// unmount: with 1000 volumes that made each unpublish cost tens of milliseconds. Only when the
-// data dir is gone (a wiped state dir) is the mount table consulted.
+// bindIsOurs says whether the topmost mount at target is this volume's bind. Only when the
+// volume's data dir is gone (a wiped state dir) is the mount table consulted.
 func (d *driver) bindIsOurs(vol volumeDir, target string) (bool, error) {
-	var data, tgt unix.Stat_t
-	if err := unix.Stat(vol.dataDir(), &data); err != nil {
-		if !errors.Is(err, unix.ENOENT) {
-			return false, fmt.Errorf("stat %s: %w", vol.dataDir(), err)
-		}
-		mounts, err := readMountInfo()
-		if err != nil {
-			return false, err
-		}
-		return d.isOurBind(mounts, vol, target), nil
+	ours, err := d.mounter.isBindOf(vol.dataDir(), target)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return ours, err
 	}
-	if err := unix.Lstat(target, &tgt); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return false, nil
-		}
-		return false, fmt.Errorf("lstat %s: %w", target, err)
+	mounts, err := d.mounter.mounts()
+	if err != nil {
+		return false, err
 	}
-	return tgt.Dev == data.Dev && tgt.Ino == data.Ino, nil
+	return isOurBind(mounts, vol, target), nil
 }
 
 // isDataRoot says whether a bind's root in mountinfo is a volume's data dir. The kernel shows

@@ -1,9 +1,10 @@
 package main
 
-// This file holds the mount mechanics of the node driver: the per-volume tmpfs,
-// the read-only bind into the pod, and /proc/self/mountinfo parsing. The
-// atomic writer that fills a volume is internal/atomicwriter. Nothing here knows
-// about Kubernetes objects; callers hand in plain paths.
+// Every mount the driver makes and removes: each volume's tmpfs, the read-only bind of its view
+// onto the pod's target, and the exact unmount of either. The driver reaches them through the
+// mounter interface, so that publish and unpublish can be unit-tested without root against a
+// fake (fakemounter_test.go); kernelMounter is the real one. Nothing here knows about
+// Kubernetes objects: callers hand in plain paths. (Reading the mount table: mountinfo.go.)
 
 import (
 	"errors"
@@ -13,6 +14,52 @@ import (
 
 	"golang.org/x/sys/unix"
 )
+
+// mounter makes, finds and removes mounts.
+type mounter interface {
+	// mountTmpfs mounts a fresh tmpfs of at most sizeBytes on dir, which must exist; options
+	// are added to the mount data (an SELinux context=...).
+	mountTmpfs(dir string, sizeBytes int64, options string) error
+	// bindReadOnly binds source onto target, read-only from the moment it exists.
+	bindReadOnly(source, target string) error
+	// unmount unmounts the topmost mount at exactly path; none there is success.
+	unmount(path string) error
+	// isBindOf says whether the topmost mount at target shows the directory source (target
+	// missing: false). An error that wraps fs.ErrNotExist: source itself is gone.
+	isBindOf(source, target string) (bool, error)
+	// mounts reads the mount table.
+	mounts() ([]mountEntry, error)
+}
+
+// kernelMounter is the driver's mounter: the system calls below.
+type kernelMounter struct{}
+
+var _ mounter = kernelMounter{}
+
+func (kernelMounter) mountTmpfs(dir string, sizeBytes int64, options string) error {
+	return mountTmpfs(dir, sizeBytes, options)
+}
+func (kernelMounter) bindReadOnly(source, target string) error { return bindReadOnly(source, target) }
+func (kernelMounter) unmount(path string) error                { return unmountExact(path) }
+func (kernelMounter) mounts() ([]mountEntry, error)            { return readMountInfo() }
+
+// isBindOf compares two stat(2)s: lstat of a mount point shows the mounted directory, so target
+// is a bind of source exactly when it is the very inode of source on the same device. Reading
+// the mount table instead reads every mount on the node, under a lock the kernel also takes for
+// every mount and unmount: with 1000 volumes that made each unpublish cost tens of milliseconds.
+func (kernelMounter) isBindOf(source, target string) (bool, error) {
+	var src, tgt unix.Stat_t
+	if err := unix.Stat(source, &src); err != nil {
+		return false, fmt.Errorf("stat %s: %w", source, err)
+	}
+	if err := unix.Lstat(target, &tgt); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, fmt.Errorf("lstat %s: %w", target, err)
+	}
+	return tgt.Dev == src.Dev && tgt.Ino == src.Ino, nil
+}
 
 // mountTmpfs mounts a fresh tmpfs of at most sizeBytes on dir (which must
 // exist). extraData is appended to the mount data when non-empty (for example

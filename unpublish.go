@@ -45,7 +45,7 @@ func (d *driver) teardown(rec volumeRecord) error {
 		if !ours {
 			break
 		}
-		if err := unmountExact(rec.TargetPath); err != nil {
+		if err := d.mounter.unmount(rec.TargetPath); err != nil {
 			return fmt.Errorf("unmounting %s: %w", rec.TargetPath, err)
 		}
 	}
@@ -56,7 +56,7 @@ func (d *driver) teardown(rec volumeRecord) error {
 		}
 	}
 	d.crash.reached(stepUnpublishTarget)
-	if err := unmountExact(vol.dir); err != nil {
+	if err := d.mounter.unmount(vol.dir); err != nil {
 		return fmt.Errorf("unmounting tmpfs %s: %w", vol.dir, err)
 	}
 	d.crash.reached(stepUnpublishTmpfs)
@@ -71,7 +71,7 @@ func (d *driver) teardown(rec volumeRecord) error {
 // cleanOrphan removes a volume dir that has no usable record: any bind of its tmpfs under the
 // kubelet's pods dir (recognised by device and root), then the tmpfs, then the empty dir.
 func (d *driver) cleanOrphan(volDir string) {
-	mounts, err := readMountInfo()
+	mounts, err := d.mounter.mounts()
 	if err != nil {
 		klog.ErrorS(err, "Cannot read mounts; leaving orphan volume dir", "dir", volDir)
 		return
@@ -81,13 +81,13 @@ func (d *driver) cleanOrphan(volDir string) {
 		for _, m := range mounts {
 			if m.MajorMinor == tm.MajorMinor && isDataRoot(m.Root) && strings.HasPrefix(m.MountPoint, podsDir) &&
 				validateTargetPath(d.kubeletRoot, m.MountPoint, "") == nil {
-				unmountLogged(m.MountPoint)
+				d.unmountLogged(m.MountPoint)
 				// The directory held the driver's own bind (the driver creates targets; the
 				// kubelet only their parents). Remove, not RemoveAll: only if it is empty.
 				removeDirLogged(m.MountPoint)
 			}
 		}
-		unmountLogged(volDir)
+		d.unmountLogged(volDir)
 	}
 	// Remove, not RemoveAll: if anything is still in there, it is not ours to delete.
 	removeDirLogged(volDir)
@@ -102,8 +102,8 @@ func dirExists(p string) bool {
 	return err == nil && fi.IsDir()
 }
 
-func unmountLogged(p string) {
-	if err := unmountExact(p); err != nil {
+func (d *driver) unmountLogged(p string) {
+	if err := d.mounter.unmount(p); err != nil {
 		klog.ErrorS(err, "Unmount failed", "path", p)
 	}
 }

@@ -1,0 +1,58 @@
+package main
+
+// A driver for unit tests: its API server is whatever fakes the test hands in (a review, the
+// sources), its shares are put straight into the informers' caches, and its node is a temp
+// dir with a fake mounter, so it needs neither root nor a cluster. Tests that need the real
+// thing start the real binary (harness_integration_test.go).
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/tools/record"
+)
+
+// testDriverAccount is the driver's own service account in unit tests.
+const testDriverAccount = "csi-sharedresource:shared-resource-csi-driver"
+
+// newTestDriver is a driver over the given review and source fakes, with a fake mounter and a
+// kubelet root of its own (d.kubeletRoot, a temp dir).
+func newTestDriver(t *testing.T, sar sarCreator, src sourceGetter) *driver {
+	t.Helper()
+	sources, err := newSourceCache(src, 10, 1<<20, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	return &driver{
+		version:     "test",
+		nodeID:      "node",
+		kubeletRoot: root,
+		tmpfsSize:   1 << 20,
+		account:     testDriverAccount,
+		mounter:     &fakeMounter{},
+		store:       newVolumeStore(filepath.Join(root, "plugins", driverName)),
+		locks:       newVolumeLocks(),
+		shares:      newShareIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), nil),
+		sources:     sources,
+		authz:       newAuthorizer(sar, time.Minute),
+		events:      &record.FakeRecorder{},
+		metrics:     newMetrics(),
+		crash:       newCrashPoints(),
+	}
+}
+
+// addSecretShare puts the SharedSecret name, over Secret namespace/secret, in d's informer cache.
+func addSecretShare(t *testing.T, d *driver, name, namespace, secret string) {
+	t.Helper()
+	if err := d.shares.informers[kindSecret].GetStore().Add(&unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": name},
+		"spec":     map[string]any{"secretRef": map[string]any{"namespace": namespace, "name": secret}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+}
