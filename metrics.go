@@ -54,7 +54,7 @@ func newMetrics() *metrics {
 			Name: metricsPrefix + "api_requests_total", Help: "Requests the driver sent to the API server, by verb, resource and HTTP code.",
 		}, []string{"verb", "resource", "code"}),
 		relistInterval: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: metricsPrefix + "relist_interval_seconds", Help: "The --relist-interval: how long after one relist cycle ends the next one starts.",
+			Name: metricsPrefix + "relist_interval_seconds", Help: "The --relist-interval: the time from the start of one relist cycle to the start of the next (varied by up to 10%).",
 		}),
 		relistLastCycle: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: metricsPrefix + "relist_last_cycle_timestamp_seconds", Help: "Unix time the last relist cycle ended (before the first one: when relisting started).",

@@ -21,9 +21,10 @@ package main
 // a driver lists at start-up are not such events (shares.go): a restarted fleet would react to
 // all of them together.
 //
-// So a volume is checked about once per interval (±10%), and a revocation reaches it within
-// about 1.1 intervals of the change, a little more when volumes published since its last check
-// come before it in the cycle's order.
+// So a volume is checked again an interval (±10%) after its last check while the node's volumes
+// stay the same, and at most 1.1 + spread intervals after it when volumes published since come
+// before it in the cycle's order: the bound on how long a revoked pod keeps its files
+// (TestRelistChecksAVolumeAgainWithinTheStatedBound).
 
 import (
 	"context"

@@ -45,6 +45,38 @@ func TestRelistNextCycleStartsAnIntervalAfterTheLastStarted(t *testing.T) {
 	}
 }
 
+// The revocation bound the README and docs/scale.md state: a volume is checked again within the
+// interval ±10% when its position in the cycle stays (the node's volumes did not change), and at
+// most 1.1 + spread intervals later when volumes published since come before it, taking it from
+// the start of one cycle's window to the end of the next's. Computed from the schedule and the
+// pacer's even spacing for every jitter, without sleeping.
+func TestRelistChecksAVolumeAgainWithinTheStatedBound(t *testing.T) {
+	const interval, spread, requests = time.Minute, 0.5, 100
+	offset := func(s relistSchedule, position int) time.Duration { // when the pacer lets request position go
+		return s.window() * time.Duration(position) / requests
+	}
+	var typicalMax, worst time.Duration
+	for _, r := range []float64{0, 0.25, 0.5, 0.75, 0.999999} {
+		s := relistSchedule{interval: interval, spread: spread, rand: func() float64 { return r }}
+		took := offset(s, requests-1) // the cycle's last request
+		startToStart := took + s.after(took)
+		for _, pos := range []struct{ before, after int }{{0, 0}, {50, 50}, {99, 99}, {0, 99}} {
+			gap := startToStart + offset(s, pos.after) - offset(s, pos.before)
+			if pos.before == pos.after {
+				typicalMax = max(typicalMax, gap)
+				if gap < interval*9/10 || gap > interval*11/10 {
+					t.Errorf("jitter %v, same position %d: checked again after %v, want the interval ±10%%", r, pos.before, gap)
+				}
+			}
+			worst = max(worst, gap)
+		}
+	}
+	if bound := time.Duration((1 + relistJitter + spread) * float64(interval)); worst > bound {
+		t.Errorf("worst gap %v, more than the stated bound %v", worst, bound)
+	}
+	t.Logf("interval %v, spread %v: checked again within %v with the same position, %v at worst", interval, spread, typicalMax, worst)
+}
+
 func TestRelistFirstCyclesOfAFleetSpreadOverTheInterval(t *testing.T) {
 	const nodes, interval = 5000, time.Minute
 	var deciles [10]int
