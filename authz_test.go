@@ -1,5 +1,9 @@
 package main
 
+// Specification of the authorizer (authz.go): it caches grants but not denials or errors, and asks
+// as the pod's service account would be asked. A fake clientset stands in for the API server; the
+// end-to-end tests prove the behaviour against a real one.
+
 import (
 	"context"
 	"errors"
@@ -11,10 +15,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
-
-// Specification of the authorizer (authz.go): it caches grants but not denials or errors, and asks
-// as the pod's service account would be asked. A fake clientset stands in for the API server; the
-// end-to-end tests prove the behaviour against a real one.
 
 func TestAuthorizerCachesGrantsNotDenialsNorErrors(t *testing.T) {
 	answer, answerErr := true, error(nil)

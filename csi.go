@@ -1,8 +1,9 @@
 package main
 
-// The CSI Identity and Node services. Handlers validate (pure, no I/O), take the volume's lock,
-// call publish (publish.go) or unpublish (volumes.go) and return gRPC status errors a cluster
-// admin can act on.
+// The CSI Identity and Node services. Handlers validate (pure, no I/O: validate.go), take the
+// volume's lock (volumeLocks, here: a second call for a volume in progress is answered Aborted),
+// call publish (publish.go) or unpublish (unpublish.go) and return gRPC status errors a cluster
+// admin can act on. The interceptor logs every call with its secrets stripped, and counts it.
 
 import (
 	"context"

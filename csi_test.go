@@ -1,13 +1,13 @@
 package main
 
+// Specification of what the gRPC servers log (csi.go): a request with its secrets and tokens stripped.
+
 import (
 	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/prototext"
 )
-
-// Specification of what the gRPC servers log (csi.go): a request with its secrets and tokens stripped.
 
 func TestStripSecretsRemovesSecretsAndTokens(t *testing.T) {
 	req := goodPublishRequest()

@@ -1,7 +1,7 @@
 package main
 
-// Projection: how each share's source keys become files (the volume's items and modes), and how
-// the shares' files are composed into the one directory the pod sees. The same code runs at
+// Keys to files: how each share's source keys become files (the volume's items and modes), and
+// how the shares' files are composed into the one directory the pod sees. The same code runs at
 // publish, at every refresh and on restore, from what the record remembers.
 
 import (

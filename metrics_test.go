@@ -107,7 +107,7 @@ func TestMetricsRelistCycle(t *testing.T) {
 	before := float64(time.Now().Unix())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	// The first cycle starts within one interval (relisttiming.go), the next one not before 0.9 of
+	// The first cycle starts within one interval (refresh.go), the next one not before 0.9 of
 	// it after that: with a second, the test sees exactly one.
 	go func() { defer close(done); d.runRelist(ctx, time.Second, 0) }()
 	deadline := time.Now().Add(10 * time.Second)

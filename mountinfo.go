@@ -1,5 +1,8 @@
 package main
 
+// Reading the mount table (/proc/self/mountinfo): how the driver recognises its own mounts, so
+// that it only ever unmounts what it mounted.
+
 import (
 	"bufio"
 	"bytes"
@@ -14,9 +17,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// Reading the mount table (/proc/self/mountinfo): how the driver recognises its own mounts, so
-// that it only ever unmounts what it mounted.
 
 // mountEntry is one line of /proc/self/mountinfo (see proc(5)).
 type mountEntry struct {

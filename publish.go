@@ -1,9 +1,10 @@
 package main
 
-// NodePublishVolume's work, in two halves: fetchVolume checks and fetches every share and
-// composes the pod's view without writing anything, so a volume is published whole or not at
-// all; createVolume then makes it on the node, step by step, and undoes exactly the steps that
-// ran when one fails. csi.go has validated the request and holds the volume's lock.
+// NodePublishVolume's work, in two halves: fetchVolume admits every share (looks it up, checks
+// the pod may use it, GETs its source: admitShare) and composes the pod's view without writing
+// anything, so a volume is published whole or not at all; createVolume then makes it on the
+// node, step by step, and undoes exactly the steps that ran when one fails. csi.go has validated
+// the request and holds the volume's lock.
 
 import (
 	"context"

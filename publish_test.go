@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -35,6 +34,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
 // gatedSAR answers a review with allowed (or err), but only after release is closed; started is

@@ -1,13 +1,13 @@
 package main
 
+// Recovery at start: the volumes a previous run of the driver left on this node are resumed when
+// whole and cleaned when not, before any request is served.
+
 import (
 	"fmt"
 
 	"k8s.io/klog/v2"
 )
-
-// Recovery at start: the volumes a previous run of the driver left on this node are resumed when
-// whole and cleaned when not, before any request is served.
 
 // recover loads the volumes left by a previous run: whole ones are resumed, broken ones cleaned.
 func (d *driver) recover() error {

@@ -1,20 +1,19 @@
 package main
 
+// The shares: SharedSecret and SharedConfigMap objects, served from informers over the two CRDs
+// (they are few and small), with a live GET for one the informer has not seen yet.
+
 import (
 	"context"
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 )
-
-// The shares: SharedSecret and SharedConfigMap objects, served from informers over the two CRDs
-// (they are few and small), with a live GET for one the informer has not seen yet.
 
 // shareSpec is the part of a SharedSecret/SharedConfigMap the driver uses.
 type shareSpec struct {

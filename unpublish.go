@@ -1,7 +1,9 @@
 package main
 
-// The life of a volume on the node after publish (publish.go): unpublish, and recovery at start.
-// csi.go validates requests and takes the per-volume lock, which volumeLocks implements here.
+// Taking a volume off the node: NodeUnpublishVolume, the same teardown for a volume whose pod is
+// gone (reconcile.go, recover.go), and the cleaning of a volume dir with no usable record. Every
+// step acts only on what the driver made: its own bind (checked by device and inode), its own
+// target dir, its own tmpfs. csi.go has validated the request and holds the volume's lock.
 
 import (
 	"errors"

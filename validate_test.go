@@ -3,7 +3,7 @@ package main
 // Specification of how a NodePublishVolume request is read and checked (validate.go): what a
 // kubelet sends is accepted, anything else refused with the field named; target paths, items,
 // modes, mount flags, fsGroup and the shares attribute; and how shares become files
-// (project.go): items select and rename keys, the first share wins a path.
+// (keyfiles.go): items select and rename keys, the first share wins a path.
 
 import (
 	"os"
