@@ -59,7 +59,7 @@ var shareKindTable = []shareKindInfo{
 		kind:      kindSecret,
 		typeName:  "SharedSecret",
 		resource:  "sharedsecrets",
-		attribute: attrSharedSecret,
+		attribute: "sharedSecret",
 		refField:  "secretRef",
 		source:    schema.GroupVersionResource{Version: "v1", Resource: "secrets"},
 		newSource: func() sourceObject { return &corev1.Secret{} },
@@ -69,7 +69,7 @@ var shareKindTable = []shareKindInfo{
 		kind:      kindConfigMap,
 		typeName:  "SharedConfigMap",
 		resource:  "sharedconfigmaps",
-		attribute: attrSharedConfigMap,
+		attribute: "sharedConfigMap",
 		refField:  "configMapRef",
 		source:    schema.GroupVersionResource{Version: "v1", Resource: "configmaps"},
 		newSource: func() sourceObject { return &corev1.ConfigMap{} },
@@ -114,6 +114,25 @@ func sourceGVR(k shareKind) schema.GroupVersionResource { i, _ := k.info(); retu
 
 // listName is the kind as the shares attribute writes it (secret/NAME, configmap/NAME).
 func (k shareKind) listName() string { return strings.ToLower(string(k)) }
+
+// shareAttributes are the kinds' volume attributes (sharedSecret, sharedConfigMap), in the table's
+// order.
+func shareAttributes() []string {
+	var out []string
+	for _, row := range shareKindTable {
+		out = append(out, row.attribute)
+	}
+	return out
+}
+
+// shareListForms are the forms of an entry of the shares attribute: secret/NAME, configmap/NAME.
+func shareListForms() []string {
+	var out []string
+	for _, row := range shareKindTable {
+		out = append(out, row.kind.listName()+"/NAME")
+	}
+	return out
+}
 
 // kindOfListName is the kind a shares attribute entry names, or "" for none.
 func kindOfListName(s string) shareKind {

@@ -18,10 +18,9 @@ import (
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
-// Volume attributes a pod author may set (API-compatible with OpenShift's driver).
+// Volume attributes a pod author may set (API-compatible with OpenShift's driver), besides each
+// share kind's own (sharedSecret, sharedConfigMap: shareKindTable).
 const (
-	attrSharedSecret    = "sharedSecret"
-	attrSharedConfigMap = "sharedConfigMap"
 	attrRefreshResource = "refreshResource"
 	attrDefaultMode     = "defaultMode"
 	attrItems           = "items"
@@ -269,9 +268,9 @@ func parseVolumeAttributes(vc map[string]string, v *volumeRequest) error {
 		}
 		v.Items = items
 	}
+	supported := append(shareAttributes(), attrShares, attrRefreshResource, attrDefaultMode, attrItems)
 	for k := range vc {
-		switch k {
-		case attrSharedSecret, attrSharedConfigMap, attrShares, attrRefreshResource, attrDefaultMode, attrItems:
+		if slices.Contains(supported, k) {
 			continue
 		}
 		// The kubelet owns the csi.storage.k8s.io/ prefix and may add keys in newer releases;
@@ -279,8 +278,7 @@ func parseVolumeAttributes(vc map[string]string, v *volumeRequest) error {
 		if strings.HasPrefix(k, kubeletKeyPrefix) {
 			continue
 		}
-		return invalidf("unknown volumeAttribute %q: supported are %s, %s, %s, %s, %s and %s",
-			k, attrSharedSecret, attrSharedConfigMap, attrShares, attrRefreshResource, attrDefaultMode, attrItems)
+		return invalidf("unknown volumeAttribute %q: supported are %s", k, wordList(supported, "and"))
 	}
 	return nil
 }
@@ -297,14 +295,14 @@ func parseShareAttributes(vc map[string]string) ([]shareRef, error) {
 	list, hasList := vc[attrShares]
 	switch {
 	case len(shares)+btoi(hasList) > 1:
-		return nil, invalidf("set exactly one of volumeAttributes %s, %s and %s, not several", attrSharedSecret, attrSharedConfigMap, attrShares)
+		return nil, invalidf("set exactly one of volumeAttributes %s, not several", wordList(append(shareAttributes(), attrShares), "and"))
 	case hasList:
 		for _, entry := range strings.Split(list, ",") {
 			entry = strings.TrimSpace(entry)
 			kind, name, ok := strings.Cut(entry, "/")
 			s := shareRef{Kind: kindOfListName(kind), Name: name}
 			if !ok || s.Kind == "" {
-				return nil, invalidf("volumeAttribute %s: entry %q is not secret/NAME or configmap/NAME", attrShares, entry)
+				return nil, invalidf("volumeAttribute %s: entry %q is not %s", attrShares, entry, wordList(shareListForms(), "or"))
 			}
 			if slices.Contains(shares, s) {
 				return nil, invalidf("volumeAttribute %s: %s is listed twice", attrShares, s)
@@ -315,7 +313,7 @@ func parseShareAttributes(vc map[string]string) ([]shareRef, error) {
 			return nil, invalidf("volumeAttribute %s lists %d shares; at most %d", attrShares, len(shares), maxShares)
 		}
 	case len(shares) == 0:
-		return nil, invalidf("set one of volumeAttributes %s or %s to the name of a share (or %s to a list of them)", attrSharedSecret, attrSharedConfigMap, attrShares)
+		return nil, invalidf("set one of volumeAttributes %s to the name of a share (or %s to a list of them)", wordList(shareAttributes(), "or"), attrShares)
 	}
 	for _, s := range shares {
 		if !validName(s.Name) {
@@ -429,4 +427,12 @@ func parseMountGroup(s string) (int, error) {
 		return 0, invalidf("volume_mount_group %q is not a group id", s)
 	}
 	return int(g), nil
+}
+
+// wordList joins words as a sentence does: "a", "a or b", "a, b and c".
+func wordList(words []string, conjunction string) string {
+	if len(words) <= 1 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " " + conjunction + " " + words[len(words)-1]
 }

@@ -296,3 +296,10 @@ func TestComposeFilesFirstShareWinsAndReportsConflicts(t *testing.T) {
 		}
 	}
 }
+
+// The share attributes as OpenShift's manifests write them: the API, spelled out here so that a
+// change of the kinds table cannot rename them unnoticed.
+const (
+	attrSharedSecret    = "sharedSecret"
+	attrSharedConfigMap = "sharedConfigMap"
+)
