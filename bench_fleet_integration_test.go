@@ -320,12 +320,12 @@ func (r rolloutLoad) report(b *testing.B, steady fleetLoad) {
 
 // fleetWindow is a measurement in progress.
 type fleetWindow struct {
-	fl          *fleetNodes
-	start       time.Time
-	auditOffset int64
-	cpu0        apiCPU
-	cycles0     []float64
-	sums0       []float64
+	fl      *fleetNodes
+	start   time.Time
+	audit   auditMark
+	cpu0    apiCPU
+	cycles0 []float64
+	sums0   []float64
 }
 
 // fleetLoad is what the drivers asked of the API server in a window, and what it cost it.
@@ -352,7 +352,7 @@ func (fl *fleetNodes) startWindow(b *testing.B) *fleetWindow {
 		w.cycles0 = append(w.cycles0, m.sum("sharedresource_relist_cycle_duration_seconds_count", nil))
 		w.sums0 = append(w.sums0, m.sum("sharedresource_relist_cycle_duration_seconds_sum", nil))
 	}
-	w.auditOffset = auditLogSize(b)
+	w.audit = markFleetAudit(b)
 	w.cpu0 = fl.api.cpu(b)
 	w.start = time.Now()
 	return w
@@ -387,8 +387,7 @@ func (w *fleetWindow) end(b *testing.B) fleetLoad {
 	// Requests received before end are in the log once answered: moments later.
 	time.Sleep(time.Second)
 	// Each request once, when it was answered (a watch: when its response started).
-	path := os.Getenv("SRCSI_AUDIT_LOG")
-	events, err := readAudit(path, w.auditOffset, auditLogSize(b), func(ev auditEvent) bool {
+	events, err := w.audit.events(func(ev auditEvent) bool {
 		return ev.Stage == "ResponseComplete" || (ev.Stage == "ResponseStarted" && ev.Verb == "watch")
 	})
 	if err != nil {
@@ -468,16 +467,16 @@ func peakPerSecond(times []time.Time) float64 {
 	return float64(peak)
 }
 
-func auditLogSize(b *testing.B) int64 {
+func markFleetAudit(b *testing.B) auditMark {
 	p := os.Getenv("SRCSI_AUDIT_LOG")
 	if p == "" {
 		b.Fatal("the fleet benchmark measures at the API server's audit log: $SRCSI_AUDIT_LOG is not set (make bench sets it)")
 	}
-	fi, err := os.Stat(p)
+	m, err := markAudit(p)
 	if err != nil {
-		b.Fatalf("audit log: %v", err)
+		b.Fatal(err)
 	}
-	return fi.Size()
+	return m
 }
 
 // apiProcesses are the control plane's processes, for their CPU time.

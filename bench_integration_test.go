@@ -784,8 +784,7 @@ type apiWindow struct {
 	d                 *benchDriver
 	apiserver, driver apiCounts
 	audit             *apiCounts // nil without an audit log
-	auditPath         string
-	auditOffset       int64
+	mark              *auditMark // nil without an audit log
 }
 
 func (c *benchCluster) startWindow(b *testing.B, d *benchDriver) *apiWindow {
@@ -795,11 +794,11 @@ func (c *benchCluster) startWindow(b *testing.B, d *benchDriver) *apiWindow {
 func (c *benchCluster) startWindowFrom(b *testing.B, d *benchDriver, m scrapedMetrics) *apiWindow {
 	w := &apiWindow{c: c, d: d, driver: driverRequests(m)}
 	if p := os.Getenv("SRCSI_AUDIT_LOG"); p != "" {
-		fi, err := os.Stat(p)
+		m, err := markAudit(p)
 		if err != nil {
-			b.Fatalf("audit log: %v", err)
+			b.Fatal(err)
 		}
-		w.auditPath, w.auditOffset = p, fi.Size()
+		w.mark = &m
 	}
 	w.apiserver = c.apiserverRequests(b)
 	return w
@@ -813,8 +812,8 @@ func (w *apiWindow) end(b *testing.B) apiWindow {
 func (w *apiWindow) endWith(b *testing.B, m scrapedMetrics) apiWindow {
 	as := w.c.apiserverRequests(b)
 	r := apiWindow{apiserver: as.sub(w.apiserver), driver: driverRequests(m).sub(w.driver)}
-	if w.auditPath != "" {
-		a, err := auditCounts(w.auditPath, w.auditOffset)
+	if w.mark != nil {
+		a, err := auditCounts(*w.mark)
 		if err != nil {
 			b.Fatalf("audit log: %v", err)
 		}
@@ -837,14 +836,10 @@ func (w apiWindow) report(b *testing.B, prefix string) {
 	}
 }
 
-// auditCounts counts, in the audit log from offset on, the completed requests sent with the
+// auditCounts counts, in the audit log since mark, the completed requests sent with the
 // driver's user agent (main.go sets it to shared-resource-csi/<version>).
-func auditCounts(path string, offset int64) (apiCounts, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return apiCounts{}, err
-	}
-	c, err := auditedRequests(path, offset, fi.Size(), func(ev auditEvent) bool {
+func auditCounts(mark auditMark) (apiCounts, error) {
+	c, err := mark.requests(func(ev auditEvent) bool {
 		return ev.Stage == "ResponseComplete" && strings.HasPrefix(ev.UserAgent, "shared-resource-csi/")
 	})
 	a := apiCounts{sar: float64(c["create/subjectaccessreviews"]), secretGets: float64(c["get/secrets"])}

@@ -161,6 +161,41 @@ func auditedRequests(path string, offset, end int64, pick func(auditEvent) bool)
 	return counts, err
 }
 
+// auditMark is a point in the API server's audit log: the start of a measurement window. The
+// three windows (apiWindow of the benchmarks, fleetWindow of the fleet benchmark, podsWindow of
+// the pod suite) each start with one and read what was logged since.
+type auditMark struct {
+	path   string
+	offset int64
+}
+
+// markAudit marks the end of the audit log at path, as it is now.
+func markAudit(path string) (auditMark, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return auditMark{}, fmt.Errorf("the API server's audit log: %w", err)
+	}
+	return auditMark{path: path, offset: fi.Size()}, nil
+}
+
+// events are the requests logged since the mark, each once, at its first line pick accepts.
+func (m auditMark) events(pick func(auditEvent) bool) ([]auditEvent, error) {
+	now, err := markAudit(m.path)
+	if err != nil {
+		return nil, err
+	}
+	return readAudit(m.path, m.offset, now.offset, pick)
+}
+
+// requests counts the requests logged since the mark by "verb/resource", each once.
+func (m auditMark) requests(pick func(auditEvent) bool) (requestCounts, error) {
+	now, err := markAudit(m.path)
+	if err != nil {
+		return nil, err
+	}
+	return auditedRequests(m.path, m.offset, now.offset, pick)
+}
+
 // readAudit reads the requests the audit log at path recorded between the byte offsets offset
 // and end: each request once, at its first line that pick accepts. A line that is not a whole
 // event (the last one, being written) is skipped.

@@ -85,26 +85,6 @@ func asStrings(m map[string][]byte) map[string]string {
 	return out
 }
 
-func sameFiles(got map[string]string, want map[string]string) error {
-	if len(got) != len(want) {
-		return fmt.Errorf("got %d files %v, want %d", len(got), keys(got), len(want))
-	}
-	for k, v := range want {
-		if got[k] != v {
-			return fmt.Errorf("file %s: got %d bytes, want %d bytes of the source", k, len(got[k]), len(v))
-		}
-	}
-	return nil
-}
-
-func keys(m map[string]string) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}
-
 func TestPublishAllowedShowsTheSecretReadOnly(t *testing.T) {
 	e := e2e(t)
 	p := e.startDriver(t)

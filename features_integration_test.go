@@ -151,14 +151,14 @@ func TestSeveralSharesInOneVolume(t *testing.T) {
 	}
 	all := map[string]string{"ca.crt": string(f.data["ca.crt"]), "tls.key": string(f.data["tls.key"]),
 		"proxy.env": proxy["proxy.env"], "proxy/ca.crt": "proxy-ca"}
-	if err := sameFiles(readTree(t, v.target), all); err != nil {
+	if err := sameFiles(readVolume(t, v.target), all); err != nil {
 		t.Fatal(err)
 	}
 
 	// Revoking one share removes only its files.
 	revokeCM()
 	eventually(t, relist+relistSlack, func() error {
-		return sameFiles(readTree(t, v.target), map[string]string{"ca.crt": all["ca.crt"], "tls.key": all["tls.key"]})
+		return sameFiles(readVolume(t, v.target), map[string]string{"ca.crt": all["ca.crt"], "tls.key": all["tls.key"]})
 	})
 	eventually(t, 10*time.Second, func() error {
 		evs, err := e.podEvents(v.podNS, v.podName, reasonRevoked)
@@ -168,14 +168,14 @@ func TestSeveralSharesInOneVolume(t *testing.T) {
 		return nil
 	})
 	e.grant(t, f.consumer, kindConfigMap, cmShare, serviceAccount(f.consumer, "app"))
-	eventually(t, relist+relistSlack, func() error { return sameFiles(readTree(t, v.target), all) })
+	eventually(t, relist+relistSlack, func() error { return sameFiles(readVolume(t, v.target), all) })
 
 	// A later collision: the secret gains a key proxy.env. The first share listed keeps the path,
 	// and the pod gets a Warning event.
 	withProxy := map[string][]byte{"ca.crt": f.data["ca.crt"], "tls.key": f.data["tls.key"], "proxy.env": []byte("from-the-secret\n")}
 	e.updateSecret(t, f.platform, "ca-bundle", withProxy)
 	all["proxy.env"] = "from-the-secret\n"
-	eventually(t, relist+relistSlack, func() error { return sameFiles(readTree(t, v.target), all) })
+	eventually(t, relist+relistSlack, func() error { return sameFiles(readVolume(t, v.target), all) })
 	eventually(t, 10*time.Second, func() error {
 		if evs, err := e.podEvents(v.podNS, v.podName, reasonConflict); err != nil || len(evs) == 0 {
 			return fmt.Errorf("no %s event (err %v)", reasonConflict, err)
@@ -186,44 +186,6 @@ func TestSeveralSharesInOneVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.assertNothingLeft(t, v, clash)
-}
-
-// readTree returns every file a pod sees under target, by relative path, following the
-// top-level links and skipping the writer's hidden entries.
-func readTree(t *testing.T, target string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	for name := range readVolumeNames(t, target) {
-		full := filepath.Join(target, name)
-		filepath.Walk(full+"/", func(p string, info os.FileInfo, err error) error {
-			if err != nil || info.IsDir() {
-				return nil
-			}
-			rel, _ := filepath.Rel(target, p)
-			b, _ := os.ReadFile(p)
-			out[rel] = string(b)
-			return nil
-		})
-		if fi, err := os.Stat(full); err == nil && !fi.IsDir() {
-			b, _ := os.ReadFile(full)
-			out[name] = string(b)
-		}
-	}
-	return out
-}
-
-func readVolumeNames(t *testing.T, target string) map[string]bool {
-	entries, err := os.ReadDir(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]bool{}
-	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), "..") {
-			out[e.Name()] = true
-		}
-	}
-	return out
 }
 
 func TestMetricsAreServedAndCount(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -773,6 +774,34 @@ func (p *driverProc) retryAborted(call func() error) error {
 }
 
 // readVolume returns the files a pod sees at the target (symlinks followed, hidden entries skipped).
+// sameFiles says how got differs from want, file by file (nil when they hold the same files and
+// bytes): what a volume holds, read on the node (readVolume) or in the pod (podFiles), against
+// what it should.
+func sameFiles[V ~string | ~[]byte](got, want map[string]V) error {
+	var diffs []string
+	for k, w := range want {
+		g, ok := got[k]
+		switch {
+		case !ok:
+			diffs = append(diffs, k+" missing")
+		case string(g) != string(w):
+			diffs = append(diffs, fmt.Sprintf("%s has %d bytes (sha256 %.12s), want %d bytes (sha256 %.12s)", k, len(g), shortSum([]byte(g)), len(w), shortSum([]byte(w))))
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			diffs = append(diffs, k+" unexpected")
+		}
+	}
+	if len(diffs) == 0 {
+		return nil
+	}
+	sort.Strings(diffs)
+	return errors.New(strings.Join(diffs, "; "))
+}
+
+// readVolume reads the files a volume shows at target (a target path, or a volume's data dir):
+// path -> content, subdirectories included, the atomic writer's ".." entries excluded.
 func readVolume(t *testing.T, target string) map[string]string {
 	t.Helper()
 	// A name listed can be gone when it is read: the driver swapped the view in between (a
@@ -802,14 +831,36 @@ func readVolumeOnce(target string) (files map[string]string, vanished bool, err 
 		if strings.HasPrefix(e.Name(), "..") {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(target, e.Name()))
+		// Each name is a link into ..data: a file, or a directory of an item's path.
+		err := filepath.WalkDir(filepath.Join(target, e.Name())+"/", func(p string, de fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if de.IsDir() {
+				return nil
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(target, p)
+			files[rel] = string(b)
+			return nil
+		})
+		var pe *fs.PathError
+		if errors.As(err, &pe) && errors.Is(err, syscall.ENOTDIR) {
+			// A file: WalkDir of "name/" fails on it.
+			var b []byte
+			if b, err = os.ReadFile(filepath.Join(target, e.Name())); err == nil {
+				files[e.Name()] = string(b)
+			}
+		}
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, true, nil
 		}
 		if err != nil {
 			return nil, false, fmt.Errorf("reading %s: %v", e.Name(), err)
 		}
-		files[e.Name()] = string(b)
 	}
 	return files, false, nil
 }

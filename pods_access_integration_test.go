@@ -162,7 +162,7 @@ func TestPodsDriverLosesReadWhileRunningKeepsData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := diffFiles(got, v1); d != "" {
+	if d := sameFiles(got, v1); d != nil {
 		t.Errorf("while the driver may not read the source the pod's files changed: %s", d)
 	}
 	if evs, err := s.podEvents(ns, "app", reasonRefreshFailed); err != nil || len(evs) != 1 || evCount(evs[0]) > 1 {

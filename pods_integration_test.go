@@ -26,7 +26,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -498,27 +497,6 @@ func (s *podSuite) podFiles(ns, pod string) (map[string][]byte, error) {
 	return files, nil
 }
 
-// diffFiles says how got differs from want, or "" when they hold the same files and bytes.
-func diffFiles(got, want map[string][]byte) string {
-	var diffs []string
-	for k, w := range want {
-		g, ok := got[k]
-		switch {
-		case !ok:
-			diffs = append(diffs, k+" missing")
-		case !bytes.Equal(g, w):
-			diffs = append(diffs, fmt.Sprintf("%s has %d bytes (sha256 %.12s), want %d bytes (sha256 %.12s)", k, len(g), shortSum(g), len(w), shortSum(w)))
-		}
-	}
-	for k := range got {
-		if _, ok := want[k]; !ok {
-			diffs = append(diffs, k+" unexpected")
-		}
-	}
-	sort.Strings(diffs)
-	return strings.Join(diffs, "; ")
-}
-
 func shortSum(b []byte) string {
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
@@ -533,7 +511,7 @@ func (s *podSuite) waitFiles(t *testing.T, ns, pod string, want map[string][]byt
 		if err != nil {
 			return err
 		}
-		if d := diffFiles(got, want); d != "" {
+		if d := sameFiles(got, want); d != nil {
 			return fmt.Errorf("pod %s/%s sees: %s", ns, pod, d)
 		}
 		return nil
@@ -632,7 +610,7 @@ func TestPodsReadCABundleSharedFromPlatformNamespace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := diffFiles(got, data); d != "" {
+		if d := sameFiles(got, data); d != nil {
 			t.Errorf("pod %s/reader does not read the CA bundle exactly: %s", ns, d)
 		}
 	}
@@ -821,7 +799,7 @@ func TestPodsSeeSourceUpdatesAtomicallyUnlessRefreshFalse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := diffFiles(got, versioned(version(1))); d != "" {
+	if d := sameFiles(got, versioned(version(1))); d != nil {
 		t.Errorf("the refreshResource=false pod no longer shows the data it started with: %s", d)
 	}
 	if evs, err := s.podEvents(ns, "pinned", reasonRefreshed); err != nil || len(evs) != 0 {
@@ -944,10 +922,11 @@ func (s *podSuite) replaceDriverWhileReading(t *testing.T, ns, pod string, data 
 			got, err := s.podFiles(ns, pod)
 			reads++
 			msg := ""
+			if err == nil {
+				err = sameFiles(got, data)
+			}
 			if err != nil {
 				msg = err.Error()
-			} else {
-				msg = diffFiles(got, data)
 			}
 			if msg != "" {
 				failures++
@@ -1243,10 +1222,10 @@ func (s *podSuite) runningVolumes() (int, error) {
 // audit log (independent of the driver) and from the driver's own /metrics. Lease requests
 // (share status leader election) are left out of the totals: they tick with time, not volumes.
 type podsWindow struct {
-	s           *podSuite
-	start       time.Time
-	auditOffset int64
-	metrics     scrapedMetrics
+	s       *podSuite
+	start   time.Time
+	audit   *auditMark // nil without an audit log
+	metrics scrapedMetrics
 }
 
 type windowResult struct {
@@ -1261,11 +1240,11 @@ func (s *podSuite) startWindow(t *testing.T) *podsWindow {
 	t.Helper()
 	w := &podsWindow{s: s, start: time.Now(), metrics: s.scrape(t)}
 	if s.auditLog != "" {
-		fi, err := os.Stat(s.auditLog)
+		m, err := markAudit(s.auditLog)
 		if err != nil {
-			t.Fatalf("the API server's audit log: %v", err)
+			t.Fatal(err)
 		}
-		w.auditOffset = fi.Size()
+		w.audit = &m
 	}
 	return w
 }
@@ -1277,16 +1256,12 @@ func (w *podsWindow) end(t *testing.T) windowResult {
 	r.cycles = int(m.sum(metricRelistCycles, nil) - w.metrics.sum(metricRelistCycles, nil))
 	metered := m.requests().minus(w.metrics.requests())
 	r.metered = metered.total()
-	if w.s.auditLog == "" {
+	if w.audit == nil {
 		r.requests, r.byKind = r.metered, metered
 		return r
 	}
-	fi, err := os.Stat(w.s.auditLog)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Every request of the driver's service account, whatever stage it got to.
-	audited, err := auditedRequests(w.s.auditLog, w.auditOffset, fi.Size(), func(ev auditEvent) bool {
+	audited, err := w.audit.requests(func(ev auditEvent) bool {
 		return ev.User.Username == driverUser
 	})
 	if err != nil {
