@@ -253,6 +253,11 @@ func sections() []section {
 						"only the write grows with the Secret (see Notes)", medianOf(r, b, "warm-cpu-p50-ms"))
 				}},
 			figure{what: "warm p99, " + size, values: metric(b, "warm-p99-ms"), format: "%.2f ms"},
+			figure{what: "  the kernel's floor for a warm publish (mkdir, tmpfs, the files, mkdir, bind, remount read-only), " + size,
+				values: metric(b, "floor-syscalls-p50-ms"), format: "%.3f ms"},
+			figure{what: "  warm p50 / that floor, " + size, values: func(r *results) []float64 {
+				return r.derived(b, "warm-p50-ms", "floor-syscalls-p50-ms", func(a, b float64) float64 { return a / b })
+			}, format: "%.1f×"},
 		)
 	}
 	var extra []figure
