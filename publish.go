@@ -84,9 +84,18 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 	return rec, view, nil
 }
 
-// createVolume makes a fetched volume on the node: its dir, its tmpfs, the shares' copies and the
-// view, the record, the target, the bind. Each step registers its undo; if a later step fails,
-// the undos run in reverse and the node is as before.
+// createVolume makes a fetched volume on the node, in these steps:
+//
+//	(1) the volume's dir, <state dir>/volumes/<id> (a leftover of a crash is cleaned first);
+//	(2) its tmpfs, size-limited;
+//	(3) the shares' copies and the pod's view, written into it;
+//	(4) the record, saved, saying whether the driver makes the target (before it does, so a crash
+//	    between the two leaves a record that owns the directory);
+//	(5) the target dir, unless the kubelet made it;
+//	(6) the read-only bind of the view onto the target.
+//
+// Each step registers its undo; if a later step fails, the undos run in reverse and the node is
+// as before. A crash test kills the driver after each step (crashsteps.go).
 func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 	var undo []func()
 	succeeded := false
@@ -99,11 +108,13 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 	}()
 
 	vol := d.store.dirOf(rec)
+	// (1)
 	if err := d.prepareVolumeDir(vol.dir); err != nil {
 		return status.Errorf(codes.Internal, "creating volume dir: %v", err)
 	}
 	undo = append(undo, func() { removeDirLogged(vol.dir) })
 	d.crash.reached(stepPublishDir)
+	// (2)
 	if err := d.mounter.mountTmpfs(vol.dir, d.tmpfsSize, rec.MountContext); err != nil {
 		if rec.MountContext != "" {
 			return status.Errorf(codes.FailedPrecondition, "mounting tmpfs for volume %s with the SELinux option %s failed (is SELinux enabled on this node?): %v", rec.VolumeID, rec.MountContext, err)
@@ -112,22 +123,23 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 	}
 	undo = append(undo, func() { d.unmountLogged(vol.dir) })
 	d.crash.reached(stepPublishTmpfs)
+	// (3)
 	if err := vol.populate(view); err != nil {
 		return writeError(rec.VolumeID, d.tmpfsSize, err)
 	}
 	d.crash.reached(stepPublishData)
+	// (4)
 	exists, err := d.checkTarget(rec.TargetPath)
 	if err != nil {
 		return err
 	}
-	// The record says the driver creates the target before it does, so that a crash between
-	// the two still leaves a record that owns the directory.
 	rec.CreatedTarget = !exists
 	if err := d.store.save(rec); err != nil {
 		return status.Errorf(codes.Internal, "%v", err)
 	}
 	undo = append(undo, func() { d.store.forget(rec.VolumeID) })
 	d.crash.reached(stepPublishRecord)
+	// (5)
 	if !exists {
 		if err := createTarget(rec.TargetPath); err != nil {
 			return err
@@ -135,6 +147,7 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 		undo = append(undo, func() { removeDirLogged(rec.TargetPath) })
 	}
 	d.crash.reached(stepPublishTarget)
+	// (6)
 	if err := d.mounter.bindReadOnly(vol.dataDir(), rec.TargetPath); err != nil {
 		return status.Errorf(codes.Internal, "bind-mounting volume %s onto %s: %v", rec.VolumeID, rec.TargetPath, err)
 	}
