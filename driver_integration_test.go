@@ -219,8 +219,16 @@ func TestPublishUnknownShareOrMissingSource(t *testing.T) {
 	p := e.startDriver(t)
 	ns := e.namespace(t, "consumer")
 
+	// A share that does not exist: a pod that may not use the name is told only that, so that
+	// no pod can probe which shares exist; one granted use of the name learns it is missing.
 	v := p.volume(ns, "app", map[string]string{attrSharedSecret: "no-such-share"})
-	wantCode(t, p.publish(v), codes.NotFound, "SharedSecret", "no-such-share")
+	err := p.publish(v)
+	wantCode(t, err, codes.PermissionDenied, "no-such-share")
+	if strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("a denied publish says whether the share exists: %v", err)
+	}
+	e.grant(t, ns, kindSecret, "no-such-share", serviceAccount(ns, "app"))
+	wantCode(t, p.publish(v), codes.NotFound, "SharedSecret", "no-such-share", "does not exist")
 
 	share := "dangling-" + randSuffix()
 	platform := e.sourceNamespace(t, "platform")
@@ -228,7 +236,7 @@ func TestPublishUnknownShareOrMissingSource(t *testing.T) {
 	// Denied first: a pod that may not use the share learns nothing of its source, not even
 	// that it is missing (the driver fetches it while the review is out, and keeps quiet).
 	denied := p.volume(ns, "app", map[string]string{attrSharedSecret: share})
-	err := p.publish(denied)
+	err = p.publish(denied)
 	wantCode(t, err, codes.PermissionDenied, share)
 	if strings.Contains(err.Error(), platform) || strings.Contains(err.Error(), "gone") {
 		t.Errorf("a denied publish reveals the share's source: %v", err)

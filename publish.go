@@ -157,47 +157,52 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 }
 
 // admitShare looks up one share of a publish, checks the pod may use it and GETs its source.
+//
+// The review decides what the pod learns: a pod that may not use the share is told so, and
+// nothing else, not whether the share exists (RBAC can grant use on a name before the share is
+// made) nor anything about its source. Only a pod that may use it hears that the share is
+// missing or broken, or how the GET went. The review and the GET go out together: a cold
+// publish then waits for the slower of the two instead of their sum. (The GET itself reveals
+// nothing to anybody: what the driver may read an admin granted it, and what it caches stays in
+// its memory.)
 func (d *driver) admitShare(ctx context.Context, v *volumeRequest, spec shareRef) (shareSpec, *sourceData, error) {
-	sh, err := d.shares.get(ctx, spec.Kind, spec.Name)
-	switch {
-	case apierrors.IsNotFound(err):
-		return sh, nil, status.Errorf(codes.NotFound, "%s %q does not exist: a cluster admin must create it (cluster-scoped, group %s)", spec.Kind.shareTypeName(), spec.Name, shareGroup)
-	case errors.As(err, new(*badShareError)):
-		return sh, nil, status.Errorf(codes.FailedPrecondition, "%v", err)
-	case err != nil:
-		return sh, nil, status.Errorf(codes.Unavailable, "reading %s %q, will retry: %v", spec.Kind.shareTypeName(), spec.Name, err)
+	sh, shareErr := d.shares.get(ctx, spec.Kind, spec.Name)
+	missing, broken := apierrors.IsNotFound(shareErr), errors.As(shareErr, new(*badShareError))
+	if shareErr != nil && !missing && !broken {
+		return sh, nil, status.Errorf(codes.Unavailable, "reading %s %q, will retry: %v", spec.Kind.shareTypeName(), spec.Name, shareErr)
 	}
-	key := accessKey{Namespace: v.PodNamespace, ServiceAccount: v.ServiceAccount, Kind: spec.Kind, Share: spec.Name}
-	// The review and the GET of the source go out together: a cold publish then waits for the
-	// slower of the two instead of their sum. The source is only handed out, and its errors
-	// only reported, once access is granted: a denied pod learns nothing about it, not even
-	// whether it exists. (The GET itself reveals nothing to anybody: what the driver may read
-	// an admin granted it, and what it caches stays in its memory.)
 	type fetched struct {
 		src *sourceData
 		err error
 	}
 	got := make(chan fetched, 1)
-	go func() {
-		src, err := d.sources.get(ctx, sh.sourceKey())
-		got <- fetched{src, err}
-	}()
+	if shareErr == nil {
+		go func() {
+			src, err := d.sources.get(ctx, sh.sourceKey())
+			got <- fetched{src, err}
+		}()
+	} else {
+		got <- fetched{}
+	}
+	key := accessKey{Namespace: v.PodNamespace, ServiceAccount: v.ServiceAccount, Kind: spec.Kind, Share: spec.Name}
 	dec, err := d.authz.check(ctx, key)
 	f := <-got
-	if apierrors.IsForbidden(err) {
+	switch {
+	case apierrors.IsForbidden(err):
 		// The driver's own RBAC is wrong, not the pod's: say what the admin must fix. Still
 		// never a grant; Unavailable so that the kubelet's retry succeeds once it is fixed.
 		return sh, nil, status.Errorf(codes.Unavailable, "cannot check access: the driver's service account may not create "+
 			"subjectaccessreviews.authorization.k8s.io; its ClusterRole (shared-resource-csi-driver in deploy.yaml) must allow it; will retry: %v", err)
-	}
-	if err != nil {
+	case err != nil:
 		// An error is never a grant.
 		return sh, nil, status.Errorf(codes.Unavailable, "cannot check access, will retry: %v", err)
-	}
-	if !dec.Allowed {
+	case !dec.Allowed:
 		return sh, nil, status.Error(codes.PermissionDenied, deniedMessage(key, dec.Reason))
-	}
-	if f.err != nil {
+	case missing:
+		return sh, nil, status.Errorf(codes.NotFound, "%s %q does not exist: a cluster admin must create it (cluster-scoped, group %s)", spec.Kind.shareTypeName(), spec.Name, shareGroup)
+	case broken:
+		return sh, nil, status.Errorf(codes.FailedPrecondition, "%v", shareErr)
+	case f.err != nil:
 		return sh, nil, sourceError(sh, f.err, d.account)
 	}
 	return sh, f.src, nil
