@@ -509,8 +509,9 @@ func (e *kubeEnv) prepareDriver(t testing.TB, opts ...driverOption) *driverProc 
 			"--cache-ttl=1s",
 			"--authz-cache-ttl=1s",
 			"--relist-interval=2s",
-			// Highest verbosity: the log must still hold no secret (checked at cleanup).
-			"--v=10",
+			// Highest verbosity, for every file too: the log must still hold no secret
+			// (checked at cleanup).
+			"--v=10", "--vmodule=*=10",
 		)
 	}
 	p.args = append(args, p.args...)

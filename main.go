@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -96,13 +97,31 @@ func parseFlags(args []string) (*options, error) {
 	}
 	// client-go logs request and response bodies (Secret data among them) at verbosity 8 and
 	// above, and it shares klog's global verbosity with us; the driver's own most detailed logs
-	// are at 5. So verbosity is capped at 5: no --v value can put secret bytes in the log.
+	// are at 5. So verbosity is capped at 5, for every file --vmodule names too: no flag can
+	// put secret bytes in the log.
 	if v, err := strconv.Atoi(klogFlags.Lookup("v").Value.String()); err == nil && v > maxVerbosity {
 		if err := klogFlags.Set("v", strconv.Itoa(maxVerbosity)); err != nil {
 			return nil, err
 		}
 	}
+	if spec := klogFlags.Lookup("vmodule").Value.String(); spec != "" {
+		if err := klogFlags.Set("vmodule", capVModule(spec)); err != nil {
+			return nil, err
+		}
+	}
 	return o, nil
+}
+
+// capVModule lowers every level of a --vmodule spec (pattern=N,...) above maxVerbosity to it.
+func capVModule(spec string) string {
+	entries := strings.Split(spec, ",")
+	for i, e := range entries {
+		pattern, level, ok := strings.Cut(e, "=")
+		if n, err := strconv.Atoi(level); ok && err == nil && n > maxVerbosity {
+			entries[i] = pattern + "=" + strconv.Itoa(maxVerbosity)
+		}
+	}
+	return strings.Join(entries, ",")
 }
 
 // defaultServiceAccount is $POD_NAMESPACE:$SERVICE_ACCOUNT, which deploy.yaml sets from the pod
