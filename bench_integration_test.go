@@ -410,24 +410,7 @@ func benchMemory(b *testing.B, c *benchCluster, f *fleet, n int) {
 
 // rssParts reads the driver's anonymous and file-backed resident memory from /proc.
 func (d *benchDriver) rssParts(b *testing.B) (anon, file float64) {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 3 || f[2] != "kB" {
-			continue
-		}
-		kb, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "RssAnon:":
-			anon = kb * 1024
-		case "RssFile:":
-			file = kb * 1024
-		}
-	}
-	return anon, file
+	return rssOf(b, d.cmd.Process.Pid)
 }
 
 // noiseSecrets are small Secrets in namespaces of their own that no share points at.

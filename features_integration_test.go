@@ -8,6 +8,7 @@ package main
 // in pods_features_integration_test.go.)
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -186,6 +187,95 @@ func TestSeveralSharesInOneVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.assertNothingLeft(t, v, clash)
+}
+
+// The health and metrics server, on the host network, cannot be made to hold connections: a
+// thousand clients that connect and send nothing cost the driver no memory to speak of (it
+// holds at most --health-max-connections at once and closes each silent one after the header
+// timeout), a client that idles after a request is disconnected after the idle timeout, and
+// once they are gone the probes are answered at once.
+func TestHealthServerHoldsNoIdleConnections(t *testing.T) {
+	e := e2e(t)
+	addr := freeLocalAddr(t)
+	p := e.startDriver(t, withArgs("--health-address="+addr, "--health-max-connections=16"))
+	get := func(path string) error {
+		c := http.Client{Timeout: 2 * time.Second}
+		resp, err := c.Get("http://" + addr + path)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", path, resp.Status)
+		}
+		return nil
+	}
+	eventually(t, 10*time.Second, func() error { return get("/healthz") })
+	anon0, _ := rssOf(t, p.cmd.Process.Pid)
+
+	// One client sends a request and then idles on its keep-alive connection.
+	idler, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idler.Close()
+	if _, err := io.WriteString(idler, "GET /livez HTTP/1.1\r\nHost: driver\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	idleSince := time.Now()
+	br := bufio.NewReader(idler)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the idler's request: %v %v", resp, err)
+	}
+
+	// A thousand clients connect and send nothing.
+	const silent = 1000
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range silent {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("connection %d: %v", len(conns)+1, err)
+		}
+		conns = append(conns, c)
+	}
+	time.Sleep(2 * time.Second)
+	anon1, _ := rssOf(t, p.cmd.Process.Pid)
+	grew := (anon1 - anon0) / (1 << 20)
+	t.Logf("driver anonymous RSS %.1f MiB before, %.1f MiB with %d silent connections open (+%.1f MiB)", anon0/(1<<20), anon1/(1<<20), silent, grew)
+	if grew > 4 {
+		t.Errorf("%d silent connections grew the driver by %.1f MiB, want a bounded few", silent, grew)
+	}
+
+	// The idler is disconnected once it has idled for the idle timeout.
+	idler.SetReadDeadline(time.Now().Add(healthIdleTimeout + 10*time.Second))
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("the idle keep-alive connection: read %v after %v, want EOF (closed by the server)", err, time.Since(idleSince).Round(time.Second))
+	} else {
+		t.Logf("idle keep-alive connection closed by the server after %v", time.Since(idleSince).Round(100*time.Millisecond))
+	}
+	// The silent clients accepted first were closed after the header timeout.
+	closed := 0
+	for _, c := range conns[:16] {
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); err == io.EOF {
+			closed++
+		}
+	}
+	if closed == 0 {
+		t.Errorf("none of the first silent connections was closed by the server")
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	start := time.Now()
+	eventually(t, 10*time.Second, func() error { return get("/livez") })
+	t.Logf("after the clients left, /livez answered within %v", time.Since(start).Round(10*time.Millisecond))
 }
 
 func TestMetricsAreServedAndCount(t *testing.T) {

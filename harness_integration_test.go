@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -909,4 +910,27 @@ func (p *driverProc) assertNothingLeft(t *testing.T, vols ...*testVolume) {
 			t.Errorf("target %s left behind", v.target)
 		}
 	}
+}
+
+// rssOf reads a process's anonymous and file-backed resident memory from /proc, in bytes.
+func rssOf(t testing.TB, pid int) (anon, file float64) {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[2] != "kB" {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "RssAnon:":
+			anon = kb * 1024
+		case "RssFile:":
+			file = kb * 1024
+		}
+	}
+	return anon, file
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -16,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/net/netutil"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
@@ -50,6 +53,7 @@ type options struct {
 	authzTTL        time.Duration
 	tmpfsSize       string
 	healthAddr      string
+	healthMaxConns  int
 	statusLeaseNS   string
 	statusLease     time.Duration
 	serviceAccount  string
@@ -74,7 +78,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.cacheTTL, "cache-ttl", 10*time.Second, "how long a fetched Secret/ConfigMap serves new publishes before it is fetched again")
 	fs.DurationVar(&o.authzTTL, "authz-cache-ttl", 10*time.Second, "how long a SubjectAccessReview grant serves new publishes (denials are never cached)")
 	fs.StringVar(&o.tmpfsSize, "tmpfs-size", "4Mi", "size limit of each volume's tmpfs (a quantity: 4Mi, 1Gi)")
-	fs.StringVar(&o.healthAddr, "health-address", ":9809", "address serving /healthz (ready), /livez (alive) and /metrics (Prometheus); empty disables it")
+	fs.StringVar(&o.healthAddr, "health-address", ":9809", "address serving /healthz (ready), /livez (alive) and /metrics (Prometheus), e.g. $(HOST_IP):9809 for the node's own address only; empty disables it")
+	fs.IntVar(&o.healthMaxConns, "health-max-connections", 32, "most connections the health and metrics server holds at once; more wait to be accepted (at least 1)")
 	fs.StringVar(&o.statusLeaseNS, "status-lease-namespace", "", "namespace of the Lease that elects the one driver writing the shares' Ready condition; empty disables status writing")
 	fs.DurationVar(&o.statusLease, "status-lease-duration", 15*time.Second, "duration of the status writer's Lease (at least 1s): a crashed writer is replaced within about this plus two --relist-interval, the pace at which the other drivers look at the Lease")
 	fs.StringVar(&o.serviceAccount, "service-account", defaultServiceAccount(), "the driver's own service account as NAMESPACE:NAME (default: $POD_NAMESPACE:$SERVICE_ACCOUNT); only named in the command an admin runs to let the driver read a source")
@@ -91,6 +96,9 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if o.healthMaxConns < 1 {
+		return nil, fmt.Errorf("--health-max-connections %d must be at least 1", o.healthMaxConns)
 	}
 	if o.relistSpread < 0 || o.relistSpread > 1 {
 		return nil, fmt.Errorf("--relist-spread %v must be between 0 and 1", o.relistSpread)
@@ -278,8 +286,12 @@ func (w *wiring) serve(ctx context.Context, o *options) error {
 	klog.InfoS("Serving CSI", "endpoint", w.sockPath)
 
 	if o.healthAddr != "" {
-		hs := &http.Server{Addr: o.healthAddr, Handler: healthHandler(d), ReadHeaderTimeout: 5 * time.Second}
-		go func() { errs <- hs.ListenAndServe() }()
+		lis, err := net.Listen("tcp", o.healthAddr)
+		if err != nil {
+			return fmt.Errorf("listening on --health-address %s: %w", o.healthAddr, err)
+		}
+		hs := newHealthServer(d)
+		go func() { errs <- hs.Serve(netutil.LimitListener(lis, o.healthMaxConns)) }()
 		defer hs.Close()
 	}
 
@@ -345,6 +357,27 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	}
 	return rest.InClusterConfig()
 }
+
+// newHealthServer serves /healthz, /livez and /metrics with a deadline on every part of a
+// connection's life. It listens on the host network, where any pod that reaches the node can
+// connect: a connection that sends nothing, sends slowly, reads slowly or idles between requests
+// is closed, and the listener (serve) holds at most --health-max-connections at once, so no
+// client can make the driver hold connections, or their memory, without bound. The kubelet's
+// probes and a Prometheus scrape each need one short request.
+func newHealthServer(d *driver) *http.Server {
+	return &http.Server{
+		Handler:           healthHandler(d),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       healthIdleTimeout,
+		MaxHeaderBytes:    16 << 10,
+	}
+}
+
+// healthIdleTimeout closes a keep-alive connection that waits this long for its next request
+// (a Prometheus scrape every 30 s reconnects: the cost of one TCP handshake).
+const healthIdleTimeout = 15 * time.Second
 
 func healthHandler(d *driver) http.Handler {
 	mux := http.NewServeMux()
