@@ -124,6 +124,7 @@ driver:
   healthPort: 9810
   healthHost: $(HOST_IP)
   healthMaxConnections: 8
+  volumeBytesBudget: 32Mi
   extraArgs: [--status-lease-duration=30s]
 kubeletDir: /var/lib/k0s/kubelet
 resources: {requests: {cpu: 20m, memory: 32Mi}, limits: {memory: 128Mi}}
@@ -204,7 +205,7 @@ func TestChartValuesReachTheObjects(t *testing.T) {
 		"--endpoint=unix:///var/lib/k0s/kubelet/plugins/csi.sharedresource.openshift.io/csi.sock",
 		"--state-dir=/var/lib/k0s/kubelet/plugins/csi.sharedresource.openshift.io",
 		"--kubelet-root-dir=/var/lib/k0s/kubelet", "--registration-dir=/var/lib/k0s/kubelet/plugins_registry",
-		"--health-address=$(HOST_IP):9810", "--health-max-connections=8", "--relist-interval=2m", "--relist-spread=0.25", "--tmpfs-size=16Mi", "--cache-max-entries=50",
+		"--health-address=$(HOST_IP):9810", "--health-max-connections=8", "--relist-interval=2m", "--relist-spread=0.25", "--tmpfs-size=16Mi", "--volume-bytes-budget=32Mi", "--cache-max-entries=50",
 		"--cache-max-bytes=1048576", "--cache-ttl=3s", "--authz-cache-ttl=4s", "--kube-api-qps=7.5",
 		"--kube-api-burst=15", "--v=4", "--status-lease-namespace=srcsi-chart-test", "--status-lease-duration=30s",
 	}

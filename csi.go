@@ -31,6 +31,7 @@ type driver struct {
 	nodeID      string
 	kubeletRoot string
 	tmpfsSize   int64
+	budget      *volumeBudget // the bytes of all volumes on the node
 	// account is the driver's own service account, named in what an admin must run when the
 	// driver may not read a source.
 	account driverAccount

@@ -52,6 +52,7 @@ type options struct {
 	cacheTTL        time.Duration
 	authzTTL        time.Duration
 	tmpfsSize       string
+	volumeBudget    string
 	healthAddr      string
 	healthMaxConns  int
 	statusLeaseNS   string
@@ -78,6 +79,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.cacheTTL, "cache-ttl", 10*time.Second, "how long a fetched Secret/ConfigMap serves new publishes before it is fetched again")
 	fs.DurationVar(&o.authzTTL, "authz-cache-ttl", 10*time.Second, "how long a SubjectAccessReview grant serves new publishes (denials are never cached)")
 	fs.StringVar(&o.tmpfsSize, "tmpfs-size", "4Mi", "size limit of each volume's tmpfs (a quantity: 4Mi, 1Gi)")
+	fs.StringVar(&o.volumeBudget, "volume-bytes-budget", "", "most memory all volumes on the node may hold together (a quantity: 128Mi); their tmpfs pages are charged to the driver's container. Empty: the container's memory limit less --cache-max-bytes and 64Mi for the driver; 0: no budget")
 	fs.StringVar(&o.healthAddr, "health-address", ":9809", "address serving /healthz (ready), /livez (alive) and /metrics (Prometheus), e.g. $(HOST_IP):9809 for the node's own address only; empty disables it")
 	fs.IntVar(&o.healthMaxConns, "health-max-connections", 32, "most connections the health and metrics server holds at once; more wait to be accepted (at least 1)")
 	fs.StringVar(&o.statusLeaseNS, "status-lease-namespace", "", "namespace of the Lease that elects the one driver writing the shares' Ready condition; empty disables status writing")
@@ -200,6 +202,10 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 	if err != nil || size.Value() < reservedBytes*2 {
 		return nil, fmt.Errorf("--tmpfs-size %q must be a quantity of at least %d bytes", o.tmpfsSize, reservedBytes*2)
 	}
+	budget, err := parseVolumeBudget(o.volumeBudget, o.cacheBytes)
+	if err != nil {
+		return nil, err
+	}
 	account, err := parseDriverAccount(o.serviceAccount)
 	if err != nil {
 		return nil, err
@@ -234,6 +240,7 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 		nodeID:      o.nodeID,
 		kubeletRoot: o.kubeletRoot,
 		tmpfsSize:   size.Value(),
+		budget:      &volumeBudget{limit: budget},
 		account:     account,
 		mounter:     kernelMounter{},
 		store:       newVolumeStore(o.stateDir),
@@ -392,4 +399,23 @@ func healthHandler(d *driver) http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	return mux
+}
+
+// parseVolumeBudget reads --volume-bytes-budget: a quantity, 0 for none, or empty for the
+// default derived from the container's memory limit (none, with a warning, when there is none).
+func parseVolumeBudget(s string, cacheBytes int64) (int64, error) {
+	if s == "" {
+		budget, err := defaultVolumeBudget(cacheBytes)
+		if err != nil {
+			klog.InfoS("No volume budget: volumes may grow until the container's memory limit; set --volume-bytes-budget", "reason", err.Error())
+			return 0, nil
+		}
+		klog.InfoS("Volume budget from the container's memory limit", "bytes", budget)
+		return budget, nil
+	}
+	q, err := resource.ParseQuantity(s)
+	if err != nil || q.Value() < 0 {
+		return 0, fmt.Errorf("--volume-bytes-budget %q must be a quantity (128Mi), 0 for none, or empty for the default", s)
+	}
+	return q.Value(), nil
 }

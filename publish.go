@@ -65,6 +65,7 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 		if perShare[i], err = rec.project(i, src.Files); err != nil {
 			return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", spec.Kind, sh.SourceNamespace, sh.SourceName, err)
 		}
+		rec.Shares[i].Bytes = chargedBytes(perShare[i])
 		size += src.Size
 	}
 	view := composeView(v.Shares, perShare)
@@ -86,6 +87,7 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 
 // createVolume makes a fetched volume on the node, in these steps:
 //
+//	(0) its bytes, charged to the node's volume budget (budget.go);
 //	(1) the volume's dir, <state dir>/volumes/<id> (a leftover of a crash is cleaned first);
 //	(2) its tmpfs, size-limited;
 //	(3) the shares' copies and the pod's view, written into it;
@@ -107,6 +109,12 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 		}
 	}()
 
+	// (0)
+	need := volumeBytes(rec.Shares)
+	if err := d.budget.take(need); err != nil {
+		return status.Errorf(codes.ResourceExhausted, "volume %s cannot be published on this node: %v", rec.VolumeID, err)
+	}
+	undo = append(undo, func() { d.budget.give(need) })
 	vol := d.store.dirOf(rec)
 	// (1)
 	if err := d.prepareVolumeDir(vol.dir); err != nil {

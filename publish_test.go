@@ -190,8 +190,13 @@ func TestColdPublishReviewDecides(t *testing.T) {
 // Secret p/src (ca.crt), which every service account may use.
 func nodeWorld(t *testing.T) (*driver, *fakeMounter) {
 	t.Helper()
-	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "1"},
-		Data: map[string][]byte{"ca.crt": []byte("CA")}})
+	return nodeWorldWith(t, fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "1"},
+		Data: map[string][]byte{"ca.crt": []byte("CA")}}))
+}
+
+// nodeWorldWith is nodeWorld over the Secrets of client.
+func nodeWorldWith(t *testing.T, client *fake.Clientset) (*driver, *fakeMounter) {
+	t.Helper()
 	client.PrependReactor("create", "subjectaccessreviews", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
 		return true, &authorizationv1.SubjectAccessReview{Status: authorizationv1.SubjectAccessReviewStatus{Allowed: true}}, nil
 	})
@@ -207,9 +212,7 @@ const testPodUID = "0b6e2c3a-1f5e-4c8e-9a57-2b1d6f3e4a10"
 func publishRequest(t *testing.T, d *driver, volumeID string) *csi.NodePublishVolumeRequest {
 	t.Helper()
 	target := filepath.Join(d.kubeletRoot, "pods", testPodUID, "volumes", "kubernetes.io~csi", "ca", "mount")
-	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
-		t.Fatal(err)
-	}
+	mkdirParent(t, target)
 	return &csi.NodePublishVolumeRequest{
 		VolumeId:         volumeID,
 		TargetPath:       target,
@@ -327,4 +330,12 @@ func TestPublishThatFailsLeavesTheNodeAsItWas(t *testing.T) {
 func exists(p string) bool {
 	_, err := os.Lstat(p)
 	return err == nil
+}
+
+// mkdirParent makes a target's parent, as the kubelet does.
+func mkdirParent(t *testing.T, target string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+		t.Fatal(err)
+	}
 }

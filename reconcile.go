@@ -167,7 +167,8 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 			continue
 		}
 		if v.files != nil {
-			if err := vol.writeCopy(i, v.files); err != nil {
+			var err error
+			if v, err = d.writeNewCopy(vol, rec.Shares[i], i, v); err != nil {
 				errs = append(errs, fmt.Errorf("writing the copy of %s: %w", rec.Shares[i], err))
 				continue
 			}
@@ -175,6 +176,14 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 		next.Shares[i] = v.state
 		if v.change != nil {
 			changes = append(changes, *v.change)
+		}
+	}
+	// The copies of revoked shares of a refreshing volume are emptied below: they stop counting.
+	var dropped int64
+	for i, st := range next.Shares {
+		if next.Refresh && st.Revoked {
+			dropped += st.Bytes
+			next.Shares[i].Bytes = 0
 		}
 	}
 	filesChanged := slices.ContainsFunc(changes, func(c shareChange) bool { return c.kind.changesFiles() })
@@ -206,8 +215,32 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 		d.crash.reached(stepReconcileRecord)
 	}
 	vol.dropRevokedCopies(next)
+	d.budget.give(dropped)
 	d.reportChanges(next, changes, conflicts)
 	return errors.Join(errs...)
+}
+
+// writeNewCopy writes the new copy of share i that verdict v brings, charged to the node's
+// budget while both copies exist; the old copy's bytes are returned once it is replaced. A new
+// copy that does not fit is not written: the share keeps its last files, and the pod is told
+// once (OverBudget). On an error the share is as it was.
+func (d *driver) writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict) (shareVerdict, error) {
+	newBytes := chargedBytes(v.files)
+	if err := d.budget.take(newBytes); err != nil {
+		if old.OverBudget {
+			return shareVerdict{state: old}, nil
+		}
+		old.OverBudget = true
+		return shareVerdict{state: old, change: &shareChange{share: old.shareRef, kind: changeRefreshFailed,
+			why: fmt.Sprintf("changed, but keeps its last files: its new files do not fit on this node: %v", err)}}, nil
+	}
+	if err := vol.writeCopy(i, v.files); err != nil {
+		d.budget.give(newBytes)
+		return v, err
+	}
+	d.budget.give(old.Bytes)
+	v.state.Bytes, v.state.OverBudget = newBytes, false
+	return v, nil
 }
 
 // reportChanges counts a reconcile's changes and tells the pod about them.

@@ -53,6 +53,11 @@ type shareState struct {
 	// ReadForbidden: the driver itself may no longer read the source, so the share keeps its
 	// last files and is not refreshed. Recorded so the pod is warned once, not every cycle.
 	ReadForbidden bool `json:"readForbidden,omitempty"`
+	// OverBudget: a refresh did not fit in the node's volume budget (budget.go), so the share
+	// keeps its last files. Recorded so the pod is warned once, not every cycle.
+	OverBudget bool `json:"overBudget,omitempty"`
+	// Bytes is what the share's copy costs in memory (chargedBytes), counted in the budget.
+	Bytes int64 `json:"bytes,omitempty"`
 }
 
 func (r *volumeRecord) specs() []shareRef {

@@ -6,6 +6,7 @@ package main
 import (
 	"fmt"
 
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 	"k8s.io/klog/v2"
 )
 
@@ -46,6 +47,7 @@ func (d *driver) recover() error {
 			cleaned++
 			continue
 		}
+		d.countRecovered(&rec)
 		d.store.remember(rec)
 		if err := d.ensureBind(rec); err != nil {
 			klog.ErrorS(err, "Re-binding volume failed; the kubelet's retry will try again", "volumeID", id)
@@ -54,4 +56,18 @@ func (d *driver) recover() error {
 	}
 	klog.InfoS("Recovered volumes", "resumed", resumed, "cleaned", cleaned)
 	return nil
+}
+
+// countRecovered charges a resumed volume to the budget, whether it fits or not: it exists. A
+// record written before shares had their bytes recorded has them measured from the copies.
+func (d *driver) countRecovered(rec *volumeRecord) {
+	vol := d.store.dirOf(*rec)
+	for i := range rec.Shares {
+		if rec.Shares[i].Bytes == 0 {
+			if files, err := atomicwriter.ReadFiles(vol.shareDir(i)); err == nil {
+				rec.Shares[i].Bytes = chargedBytes(files)
+			}
+		}
+	}
+	d.budget.add(volumeBytes(rec.Shares))
 }

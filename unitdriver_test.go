@@ -33,6 +33,7 @@ func newTestDriver(t *testing.T, sar sarCreator, src sourceGetter) *driver {
 		nodeID:      "node",
 		kubeletRoot: root,
 		tmpfsSize:   1 << 20,
+		budget:      &volumeBudget{},
 		account:     testDriverAccount,
 		mounter:     &fakeMounter{},
 		store:       newVolumeStore(filepath.Join(root, "plugins", driverName)),

@@ -1,0 +1,146 @@
+package main
+
+// The node's budget of volume memory. The driver writes every volume's files, so the kernel
+// charges their tmpfs pages to the driver's own memory cgroup: each volume's tmpfs is capped
+// (--tmpfs-size), but without a cap on all of them together, enough in-line volumes on one node
+// (legitimately, or from pods pinned there on purpose) would push the driver past its container's
+// memory limit: OOM-killed, and after a restart perhaps again while it resumes them, with
+// mounts, revocation and refresh stopped for every pod of the node. So the bytes of all volumes
+// are counted against a budget: a publish that would exceed it fails with ResourceExhausted, a
+// refresh that would keeps the volume's last files, and a driver restarted over more than its
+// budget resumes every volume (they exist) but admits no new one until volumes go.
+//
+// What is counted is what the kernel charges for the files: each file's bytes rounded up to
+// whole pages, each share's copy once (the pod's view hard-links it), and a page for the record.
+// By default the budget is derived from the container's memory limit (its cgroup), less the
+// source cache's bound and a margin for the driver itself: see defaultVolumeBudget.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+)
+
+const pageSize = 4096
+
+// volumeBudget counts the bytes of the node's volumes against a limit. Zero limit: no budget.
+type volumeBudget struct {
+	limit int64
+
+	mu   sync.Mutex
+	used int64
+}
+
+// budgetExceeded is a charge the budget refused.
+type budgetExceeded struct{ need, used, limit int64 }
+
+func (e *budgetExceeded) Error() string {
+	return fmt.Sprintf("it needs %d bytes of memory, and the volumes on this node already use %d of the driver's budget of %d bytes "+
+		"(--volume-bytes-budget, the chart's driver.volumeBytesBudget; raise it with the container's memory limit, or run fewer or smaller volumes on this node)",
+		e.need, e.used, e.limit)
+}
+
+// take charges n bytes, or refuses with a *budgetExceeded when they do not fit.
+func (b *volumeBudget) take(n int64) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.limit > 0 && n > 0 && b.used+n > b.limit {
+		return &budgetExceeded{need: n, used: b.used, limit: b.limit}
+	}
+	b.used += n
+	return nil
+}
+
+// add charges n bytes whether they fit or not: volumes that already exist (recovered at start).
+func (b *volumeBudget) add(n int64) {
+	b.mu.Lock()
+	b.used += n
+	b.mu.Unlock()
+}
+
+// give returns n bytes.
+func (b *volumeBudget) give(n int64) {
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
+}
+
+// inUse is the bytes charged now.
+func (b *volumeBudget) inUse() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
+
+// chargedBytes is what files cost in tmpfs pages.
+func chargedBytes(files map[string]atomicwriter.File) int64 {
+	var n int64
+	for _, f := range files {
+		n += (int64(len(f.Data)) + pageSize - 1) / pageSize * pageSize
+	}
+	return n
+}
+
+// recordBytes is what a volume costs besides its shares' files: its record and directories.
+const recordBytes = pageSize
+
+// volumeBytes is what a volume with these shares costs.
+func volumeBytes(shares []shareState) int64 {
+	n := int64(recordBytes)
+	for _, s := range shares {
+		n += s.Bytes
+	}
+	return n
+}
+
+// driverMemoryMargin is what the driver keeps for itself out of its memory limit, besides the
+// source cache: its heap and stacks at a thousand volumes measured some 40 MiB (BENCHMARKS.md),
+// plus room for bursts.
+const driverMemoryMargin = 64 << 20
+
+// defaultVolumeBudget derives the budget from the container's memory limit: the limit, less the
+// source cache's bound (--cache-max-bytes) and driverMemoryMargin. No limit found (none set, or
+// not in a container): no budget, and an error says why.
+func defaultVolumeBudget(cacheBytes int64) (int64, error) {
+	limit, err := cgroupMemoryLimit()
+	if err != nil {
+		return 0, err
+	}
+	budget := limit - cacheBytes - driverMemoryMargin
+	if budget <= 0 {
+		return 0, fmt.Errorf("the container's memory limit of %d bytes leaves no room for volumes beside the source cache (%d) and the driver (%d): raise it, or set --volume-bytes-budget", limit, cacheBytes, driverMemoryMargin)
+	}
+	return budget, nil
+}
+
+// cgroupMemoryLimit reads the memory limit of the driver's cgroup: cgroup v2's memory.max, or
+// v1's memory.limit_in_bytes (where "no limit" is a huge number).
+func cgroupMemoryLimit() (int64, error) {
+	for _, p := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		b, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		s := strings.TrimSpace(string(b))
+		if s == "max" {
+			return 0, errors.New("the container has no memory limit")
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", p, err)
+		}
+		if n >= 1<<60 {
+			return 0, errors.New("the container has no memory limit")
+		}
+		return n, nil
+	}
+	return 0, errors.New("no memory cgroup found")
+}
