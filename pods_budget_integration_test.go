@@ -1,0 +1,206 @@
+//go:build integration
+
+package main
+
+// Specification of the node's volume budget with real pods (budget.go): the driver, given a
+// small container (a 96Mi memory limit, an 8Mi source cache: a budget of 24Mi derived from
+// them), is filled past its budget by pods with many 1 MiB volumes. The pods that fit run; the
+// others wait with a FailedMount event naming the budget; the driver is never OOM-killed; a
+// revocation on the full node still lands within the relist bound; and a driver restarted on
+// the full node resumes every volume within the same memory. Where the kernel charges the
+// volumes' pages (the driver container's cgroup, and after a restart its pod's) is logged.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// budgetValues give the driver a small container: budget = 96Mi - 8Mi - 64Mi = 24Mi.
+var budgetValues = []string{"--set", "resources.limits.memory=96Mi", "--set", "driver.cacheMaxBytes=8388608"}
+
+const budgetBytes = 24 << 20
+
+func TestPodsVolumeBudgetKeepsTheDriverAlive(t *testing.T) {
+	s := podsEnv(t, podsAlone)
+	ctx := context.Background()
+	upgrade := func(values ...string) {
+		t.Helper()
+		before, err := s.driverPod(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.helm(append([]string{"upgrade", "shared-resource-csi", chartDir, "--reset-then-reuse-values"}, values...)...); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.waitDriver(ctx, before.UID, 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	upgrade(budgetValues...)
+	t.Cleanup(func() { upgrade("--set", "resources.limits.memory=256Mi", "--set", "driver.cacheMaxBytes=67108864") })
+	if got := s.scrape(t).sum("sharedresource_volume_bytes_budget", nil); got != budgetBytes {
+		t.Fatalf("budget %v bytes, want %d (derived from the container's 96Mi limit)", got, budgetBytes)
+	}
+
+	// A small share on the node first, to revoke once the node is full.
+	small := s.newShare(t, map[string][]byte{"ca.crt": []byte("small")})
+	revNS := s.podNamespace(t, "budget-rev")
+	revoke := s.grant(t, revNS, kindSecret, small.share, serviceAccount(revNS, "default"))
+	s.createPod(t, revNS, "reader", consumerSpec{attrs: small.attrs()})
+	s.waitRunning(t, revNS, "reader", 60*time.Second)
+
+	// Pods of five 1 MiB volumes each, 30 MiB in all: more than the budget.
+	big := s.newShare(t, map[string][]byte{"blob": podsRandomBytes(1 << 20)})
+	ns := s.podNamespace(t, "budget")
+	s.grant(t, ns, kindSecret, big.share, serviceAccount(ns, "default"))
+	const pods, perPod = 6, 5
+	for i := range pods {
+		p := s.consumerPod(ns, fmt.Sprintf("fill-%d", i), consumerSpec{attrs: big.attrs()})
+		for j := 1; j < perPod; j++ {
+			v := p.Spec.Volumes[0].DeepCopy()
+			v.Name = fmt.Sprintf("%s-%d", podVolName, j)
+			p.Spec.Volumes = append(p.Spec.Volumes, *v)
+		}
+		if _, err := s.kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var running, refused []string
+	eventually(t, 2*time.Minute, func() error {
+		running, refused = nil, nil
+		for i := range pods {
+			name := fmt.Sprintf("fill-%d", i)
+			p, err := s.kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Status.Phase == corev1.PodRunning {
+				running = append(running, name)
+				continue
+			}
+			evs, err := s.podEvents(ns, name, "FailedMount")
+			if err != nil {
+				return err
+			}
+			for _, ev := range evs {
+				if strings.Contains(ev.Message, "ResourceExhausted") && strings.Contains(ev.Message, "--volume-bytes-budget") {
+					refused = append(refused, name)
+					break
+				}
+			}
+		}
+		if len(running)+len(refused) < pods || len(running) < 4 {
+			return fmt.Errorf("%d pods running %v, %d refused with the budget's message %v, of %d", len(running), running, len(refused), refused, pods)
+		}
+		return nil
+	})
+	m := s.scrape(t)
+	used := m.sum("sharedresource_volume_bytes", nil)
+	t.Logf("budget %d MiB: %d pods of %d x 1 MiB volumes running %v, %d refused %v; volume bytes in use %.1f MiB",
+		budgetBytes>>20, len(running), perPod, running, len(refused), refused, used/(1<<20))
+	if used > budgetBytes {
+		t.Errorf("volumes hold %v bytes, more than the budget %d", used, budgetBytes)
+	}
+	driver, err := s.driverPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.logCharged(t, driver, "node full")
+	assertNotOOMKilled(t, driver)
+
+	// A revocation on the full node lands within the bound.
+	revoke()
+	took := s.waitFiles(t, revNS, "reader", map[string][]byte{}, podsRelist*16/10+podsRelistSlack)
+	t.Logf("revoked on the full node: files gone after %v", took.Round(100*time.Millisecond))
+
+	// The driver restarted on the full node resumes every volume within the same memory.
+	if err := s.kube.CoreV1().Pods(podsDriverNS).Delete(ctx, driver.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	restarted, err := s.waitDriver(ctx, driver.UID, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logText, err := s.podLog(ctx, podsDriverNS, restarted.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mres := regexp.MustCompile(`"Recovered volumes" resumed=(\d+)`).FindStringSubmatch(logText)
+	resumed := 0
+	if mres != nil {
+		resumed, _ = strconv.Atoi(mres[1])
+	}
+	if want := len(running)*perPod + 1; resumed < want {
+		t.Errorf("the restarted driver resumed %d volumes, want at least %d (log: %q)", resumed, want, mres)
+	}
+	eventually(t, 30*time.Second, func() error {
+		// The same volumes, less the revoked one's emptied copy.
+		if got := s.scrape(t).sum("sharedresource_volume_bytes", nil); got > budgetBytes || got < used-2*pageSize {
+			return fmt.Errorf("after the restart volumes hold %v bytes, before it %v (budget %d)", got, used, budgetBytes)
+		}
+		return nil
+	})
+	s.logCharged(t, restarted, "after the driver pod was replaced")
+	time.Sleep(2 * podsRelist) // a relist or two over every volume
+	if p, err := s.driverPod(ctx); err != nil {
+		t.Fatal(err)
+	} else {
+		assertNotOOMKilled(t, p)
+	}
+	for _, name := range running {
+		s.assertStillRunning(t, ns, name)
+	}
+}
+
+func assertNotOOMKilled(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.RestartCount != 0 || (cs.LastTerminationState.Terminated != nil && cs.LastTerminationState.Terminated.Reason == "OOMKilled") {
+			t.Errorf("driver pod %s: container %s restarted %d times (last: %+v)", p.Name, cs.Name, cs.RestartCount, cs.LastTerminationState.Terminated)
+		}
+	}
+}
+
+// logCharged logs where the kernel charges the volumes' pages: the shmem (tmpfs) bytes of the
+// driver container's memory cgroup and of its pod's, and the container's usage against its limit.
+func (s *podSuite) logCharged(t *testing.T, p *corev1.Pod, when string) {
+	t.Helper()
+	if len(p.Status.ContainerStatuses) == 0 {
+		return
+	}
+	id := p.Status.ContainerStatuses[0].ContainerID
+	id = id[strings.Index(id, "://")+3:]
+	matches, _ := filepath.Glob("/sys/fs/cgroup/memory/kubepods*/*/pod" + string(p.UID) + "/" + id)
+	if len(matches) == 0 {
+		matches, _ = filepath.Glob("/sys/fs/cgroup/memory/kubepods*/pod" + string(p.UID) + "/" + id)
+	}
+	if len(matches) == 0 {
+		t.Logf("%s: no memory cgroup found for container %s of pod %s", when, id, p.UID)
+		return
+	}
+	container, pod := matches[0], filepath.Dir(matches[0])
+	stat := func(dir, key string) float64 {
+		b, _ := os.ReadFile(filepath.Join(dir, "memory.stat"))
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == key {
+				v, _ := strconv.ParseFloat(f[1], 64)
+				return v
+			}
+		}
+		return -1
+	}
+	usage, _ := os.ReadFile(filepath.Join(container, "memory.usage_in_bytes"))
+	u, _ := strconv.ParseFloat(strings.TrimSpace(string(usage)), 64)
+	t.Logf("%s: tmpfs pages (shmem) charged to the driver container's cgroup %.1f MiB, to its pod's %.1f MiB (total_shmem %.1f MiB); container usage %.1f MiB of 96 MiB",
+		when, stat(container, "shmem")/(1<<20), stat(pod, "shmem")/(1<<20), stat(pod, "total_shmem")/(1<<20), u/(1<<20))
+}
