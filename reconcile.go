@@ -157,35 +157,7 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 // record, which could show a pod files it lost just before the crash).
 func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error {
 	vol := d.store.dirOf(rec)
-	var errs []error
-	next := rec.clone()
-	var changes []shareChange
-	for i, v := range verdicts {
-		if v.err != nil {
-			klog.ErrorS(v.err, "Checking a share of a volume failed; it is left as it was", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
-			errs = append(errs, v.err)
-			continue
-		}
-		if v.files != nil {
-			var err error
-			if v, err = d.writeNewCopy(vol, rec.Shares[i], i, v); err != nil {
-				errs = append(errs, fmt.Errorf("writing the copy of %s: %w", rec.Shares[i], err))
-				continue
-			}
-		}
-		next.Shares[i] = v.state
-		if v.change != nil {
-			changes = append(changes, *v.change)
-		}
-	}
-	// The copies of revoked shares of a refreshing volume are emptied below: they stop counting.
-	var dropped int64
-	for i, st := range next.Shares {
-		if next.Refresh && st.Revoked {
-			dropped += st.Bytes
-			next.Shares[i].Bytes = 0
-		}
-	}
+	next, changes, dropped, errs := d.writeCopies(vol, rec, verdicts)
 	filesChanged := slices.ContainsFunc(changes, func(c shareChange) bool { return c.kind.changesFiles() })
 	rebuild := filesChanged || len(errs) == 0 && d.store.viewUnverified(rec.VolumeID)
 	if len(changes) == 0 && !rebuild {
@@ -218,6 +190,40 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 	d.budget.give(dropped)
 	d.reportChanges(next, changes, conflicts)
 	return errors.Join(errs...)
+}
+
+// writeCopies writes the new copies the verdicts on rec's shares bring and returns the record
+// to save (rec with each share's new state), the changes to report, the bytes of the revoked
+// shares' copies that go once the record is saved, and the shares' errors (each left as it was).
+func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVerdict) (next volumeRecord, changes []shareChange, dropped int64, errs []error) {
+	next = rec.clone()
+	for i, v := range verdicts {
+		if v.err != nil {
+			klog.ErrorS(v.err, "Checking a share of a volume failed; it is left as it was", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
+			errs = append(errs, v.err)
+			continue
+		}
+		if v.files != nil {
+			var err error
+			if v, err = d.writeNewCopy(vol, rec.Shares[i], i, v); err != nil {
+				errs = append(errs, fmt.Errorf("writing the copy of %s: %w", rec.Shares[i], err))
+				continue
+			}
+		}
+		next.Shares[i] = v.state
+		if v.change != nil {
+			changes = append(changes, *v.change)
+		}
+	}
+	// The copies of revoked shares of a refreshing volume are emptied once the record is saved:
+	// they stop counting.
+	for i, st := range next.Shares {
+		if next.Refresh && st.Revoked {
+			dropped += st.Bytes
+			next.Shares[i].Bytes = 0
+		}
+	}
+	return next, changes, dropped, errs
 }
 
 // writeNewCopy writes the new copy of share i that verdict v brings, charged to the node's
