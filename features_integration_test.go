@@ -224,9 +224,12 @@ func TestHealthServerHoldsNoIdleConnections(t *testing.T) {
 	}
 	idleSince := time.Now()
 	br := bufio.NewReader(idler)
-	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusOK {
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("the idler's request: %v %v", resp, err)
 	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
 
 	// A thousand clients connect and send nothing.
 	const silent = 1000

@@ -67,9 +67,12 @@ func TestPodsVolumeBudgetKeepsTheDriverAlive(t *testing.T) {
 	for i := range pods {
 		p := s.consumerPod(ns, fmt.Sprintf("fill-%d", i), consumerSpec{attrs: big.attrs()})
 		for j := 1; j < perPod; j++ {
+			// The kubelet mounts only the volumes a container mounts.
 			v := p.Spec.Volumes[0].DeepCopy()
 			v.Name = fmt.Sprintf("%s-%d", podVolName, j)
 			p.Spec.Volumes = append(p.Spec.Volumes, *v)
+			c := &p.Spec.Containers[0]
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: fmt.Sprintf("%s-%d", podMount, j), ReadOnly: true})
 		}
 		if _, err := s.kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -189,6 +192,7 @@ func (s *podSuite) logCharged(t *testing.T, p *corev1.Pod, when string) {
 		return
 	}
 	container, pod := matches[0], filepath.Dir(matches[0])
+	qos := filepath.Dir(pod) // kubepods/burstable: where a deleted pod's charges go
 	stat := func(dir, key string) float64 {
 		b, _ := os.ReadFile(filepath.Join(dir, "memory.stat"))
 		for _, line := range strings.Split(string(b), "\n") {
@@ -201,6 +205,8 @@ func (s *podSuite) logCharged(t *testing.T, p *corev1.Pod, when string) {
 	}
 	usage, _ := os.ReadFile(filepath.Join(container, "memory.usage_in_bytes"))
 	u, _ := strconv.ParseFloat(strings.TrimSpace(string(usage)), 64)
-	t.Logf("%s: tmpfs pages (shmem) charged to the driver container's cgroup %.1f MiB, to its pod's %.1f MiB (total_shmem %.1f MiB); container usage %.1f MiB of 96 MiB",
-		when, stat(container, "shmem")/(1<<20), stat(pod, "shmem")/(1<<20), stat(pod, "total_shmem")/(1<<20), u/(1<<20))
+	t.Logf("%s: tmpfs pages (shmem) charged to the driver container's cgroup %.1f MiB, to its pod's own %.1f MiB (with its containers' %.1f MiB), "+
+		"to %s's own %.1f MiB; container usage %.1f MiB of 96 MiB",
+		when, stat(container, "shmem")/(1<<20), stat(pod, "shmem")/(1<<20), stat(pod, "total_shmem")/(1<<20),
+		filepath.Base(qos), stat(qos, "shmem")/(1<<20), u/(1<<20))
 }
