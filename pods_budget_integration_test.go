@@ -102,15 +102,17 @@ func TestPodsVolumeBudgetKeepsTheDriverAlive(t *testing.T) {
 				}
 			}
 		}
-		if len(running)+len(refused) < pods || len(running) < 4 {
+		// The kubelet mounts a pod's volumes in parallel, and a pod that cannot start keeps the
+		// ones it got: which pods run depends on the order, not only on the sizes.
+		if len(running)+len(refused) < pods || len(running) < 1 {
 			return fmt.Errorf("%d pods running %v, %d refused with the budget's message %v, of %d", len(running), running, len(refused), refused, pods)
 		}
 		return nil
 	})
 	m := s.scrape(t)
-	used := m.sum("sharedresource_volume_bytes", nil)
-	t.Logf("budget %d MiB: %d pods of %d x 1 MiB volumes running %v, %d refused %v; volume bytes in use %.1f MiB",
-		budgetBytes>>20, len(running), perPod, running, len(refused), refused, used/(1<<20))
+	used, volumes := m.sum("sharedresource_volume_bytes", nil), m.sum("sharedresource_volumes", nil)
+	t.Logf("budget %d MiB: %d pods of %d x 1 MiB volumes running %v, %d refused %v; %v volumes holding %.1f MiB",
+		budgetBytes>>20, len(running), perPod, running, len(refused), refused, volumes, used/(1<<20))
 	if used > budgetBytes {
 		t.Errorf("volumes hold %v bytes, more than the budget %d", used, budgetBytes)
 	}
@@ -143,8 +145,8 @@ func TestPodsVolumeBudgetKeepsTheDriverAlive(t *testing.T) {
 	if mres != nil {
 		resumed, _ = strconv.Atoi(mres[1])
 	}
-	if want := len(running)*perPod + 1; resumed < want {
-		t.Errorf("the restarted driver resumed %d volumes, want at least %d (log: %q)", resumed, want, mres)
+	if float64(resumed) != volumes {
+		t.Errorf("the restarted driver resumed %d volumes, want the %v the node held (log: %q)", resumed, volumes, mres)
 	}
 	eventually(t, 30*time.Second, func() error {
 		// The same volumes, less the revoked one's emptied copy.
