@@ -30,6 +30,7 @@ func (k sourceKey) String() string { return fmt.Sprintf("%s %s/%s", k.Kind, k.Na
 type sourceData struct {
 	Files           map[string][]byte
 	ResourceVersion string
+	UID             string // which object: a deleted and re-created one has another
 	Size            int64
 }
 
@@ -160,7 +161,7 @@ func (k *kubeClient) getSource(ctx context.Context, key sourceKey, opts metav1.G
 
 // newSourceData is the files of obj, a decoded source of kind.
 func newSourceData(kind shareKindInfo, obj sourceObject) *sourceData {
-	d := &sourceData{Files: kind.files(obj), ResourceVersion: obj.GetResourceVersion()}
+	d := &sourceData{Files: kind.files(obj), ResourceVersion: obj.GetResourceVersion(), UID: string(obj.GetUID())}
 	for k, v := range d.Files {
 		d.Size += int64(len(k) + len(v))
 	}

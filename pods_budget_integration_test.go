@@ -208,7 +208,7 @@ func (s *podSuite) logCharged(t *testing.T, p *corev1.Pod, when string) {
 	usage, _ := os.ReadFile(filepath.Join(container, "memory.usage_in_bytes"))
 	u, _ := strconv.ParseFloat(strings.TrimSpace(string(usage)), 64)
 	t.Logf("%s: tmpfs pages (shmem) charged to the driver container's cgroup %.1f MiB, to its pod's own %.1f MiB (with its containers' %.1f MiB), "+
-		"to %s's own %.1f MiB; container usage %.1f MiB of 96 MiB",
+		"to %s's %.1f MiB with its pods' (removed ones included); container usage %.1f MiB of 96 MiB",
 		when, stat(container, "shmem")/(1<<20), stat(pod, "shmem")/(1<<20), stat(pod, "total_shmem")/(1<<20),
-		filepath.Base(qos), stat(qos, "shmem")/(1<<20), u/(1<<20))
+		filepath.Base(qos), stat(qos, "total_shmem")/(1<<20), u/(1<<20))
 }

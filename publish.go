@@ -212,6 +212,8 @@ func (d *driver) admitShare(ctx context.Context, v *volumeRequest, spec shareRef
 		return sh, nil, status.Errorf(codes.FailedPrecondition, "%v", shareErr)
 	case f.err != nil:
 		return sh, nil, sourceError(sh, f.err, d.account)
+	case sh.Pin.refuses(f.src.UID):
+		return sh, nil, status.Error(codes.FailedPrecondition, replacedMessage(sh, f.src.UID))
 	}
 	return sh, f.src, nil
 }

@@ -18,6 +18,7 @@ package main
 //	exists    granted           - (refresh off)                restored if revoked (the copy kept is what comes back), else as it is
 //	exists    granted           not found                      as it is: the last files stay, as kubelet secret volumes do
 //	exists    granted           the driver may not read it     refreshFailed, once: the last files stay
+//	exists    granted           another object (re-created)    refreshFailed, once: the last files stay (sourcepin.go)
 //	exists    granted           the version the volume shows   as it is (refreshResumed if it was refreshFailed)
 //	exists    granted           another version (or revoked)   refreshed (restored if revoked): a new copy
 //	any API error                                              as it is; retried next cycle
@@ -342,8 +343,11 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 		return shareVerdict{state: st, err: err}
 	}
 
+	if sh.Pin.refuses(src.UID) {
+		return sourceReplaced(st, sh, src.UID)
+	}
 	resumed := st.ReadForbidden
-	st.ReadForbidden = false
+	st.ReadForbidden, st.SourceReplaced = false, false
 	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
 	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion {
 		if resumed {
@@ -384,6 +388,16 @@ func restoreShare(st shareState) shareVerdict {
 	}
 	st.Revoked = false
 	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRestored}}
+}
+
+// sourceReplaced is the verdict on a share whose source is another object than the one it was
+// made for: its files stay, and the pod is told once, with what an admin runs to accept it.
+func sourceReplaced(st shareState, sh shareSpec, uid string) shareVerdict {
+	if st.SourceReplaced {
+		return shareVerdict{state: st}
+	}
+	st.SourceReplaced = true
+	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshFailed, why: replacedMessage(sh, uid)}}
 }
 
 // readForbidden is the verdict on a share whose source the driver may no longer read: its

@@ -56,6 +56,9 @@ type shareState struct {
 	// OverBudget: a refresh did not fit in the node's volume budget (budget.go), so the share
 	// keeps its last files. Recorded so the pod is warned once, not every cycle.
 	OverBudget bool `json:"overBudget,omitempty"`
+	// SourceReplaced: the source is another object than the one the share was made for
+	// (sourcepin.go), so the share keeps its last files. Recorded so the pod is warned once.
+	SourceReplaced bool `json:"sourceReplaced,omitempty"`
 	// Bytes is what the share's copy costs in memory (chargedBytes), counted in the budget.
 	Bytes int64 `json:"bytes,omitempty"`
 }

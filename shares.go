@@ -21,6 +21,9 @@ type shareSpec struct {
 	Name            string
 	SourceNamespace string
 	SourceName      string
+	// The object the share was made for, and whether it follows a re-created one
+	// (sourcepin.go).
+	Pin sourcePin
 }
 
 // sourceKey names the share's source object.
@@ -33,7 +36,7 @@ func shareFromObject(k shareKind, u *unstructured.Unstructured) (shareSpec, erro
 	refField := shareRefField(k)
 	ns, _, _ := unstructured.NestedString(u.Object, "spec", refField, "namespace")
 	name, _, _ := unstructured.NestedString(u.Object, "spec", refField, "name")
-	s := shareSpec{Kind: k, Name: u.GetName(), SourceNamespace: ns, SourceName: name}
+	s := shareSpec{Kind: k, Name: u.GetName(), SourceNamespace: ns, SourceName: name, Pin: pinOf(u)}
 	if !validLabel(ns) || !validName(name) {
 		return s, &badShareError{fmt.Sprintf("%s %q has an invalid spec.%s (namespace %q, name %q): fix the share", k.shareTypeName(), s.Name, refField, ns, name)}
 	}

@@ -41,6 +41,7 @@ const (
 	reasonSourceNotFound    = "SourceNotFound"    // False
 	reasonSourceForbidden   = "SourceForbidden"   // False
 	reasonInvalidShare      = "InvalidShare"      // False: the spec's ref cannot be used
+	reasonSourceReplaced    = "SourceReplaced"    // False: another object than the pinned one (sourcepin.go)
 	reasonSourceCheckFailed = "SourceCheckFailed" // Unknown: the API server could not answer
 )
 
@@ -179,7 +180,7 @@ func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
 	if !ok {
 		return fmt.Errorf("unexpected object %T in share cache", obj)
 	}
-	cond := w.checkSource(ctx, ref.Kind, u)
+	cond, uid := w.checkSource(ctx, ref.Kind, u)
 	if ctx.Err() != nil {
 		return ctx.Err() // the term ended: the check's error says nothing about the source
 	}
@@ -189,12 +190,24 @@ func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
 		klog.V(2).InfoS("Replacing unreadable share status", "kind", ref.Kind.shareTypeName(), "share", ref.Name, "err", err)
 		conds = nil
 	}
+	// The pin is set when the source is first read, and moved to a re-created source only by a
+	// share that follows re-creations (sourcepin.go).
+	pinned := pinOf(u)
+	pin := pinned.UID
+	if uid != "" && (pin == "" || pinned.Follow) {
+		pin = uid
+	}
 	// lastTransitionTime moves only when the status does; reason, message and
 	// observedGeneration are updated in place.
-	if !meta.SetStatusCondition(&conds, cond) {
+	if !meta.SetStatusCondition(&conds, cond) && pin == pinned.UID {
 		return nil
 	}
 	u = u.DeepCopy()
+	if pin != "" {
+		if err := unstructured.SetNestedField(u.Object, pin, "status", pinField); err != nil {
+			return err
+		}
+	}
 	items := make([]any, 0, len(conds))
 	for i := range conds {
 		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&conds[i])
@@ -220,28 +233,34 @@ func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
 }
 
 // checkSource GETs the share's source (metadata only, from the API server's watch cache) and
-// returns the Ready condition that describes the answer.
-func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstructured.Unstructured) metav1.Condition {
+// returns the Ready condition that describes the answer, and the source's UID ("" when it could
+// not be read).
+func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstructured.Unstructured) (cond metav1.Condition, uid string) {
 	sh, err := shareFromObject(k, u)
-	var cond metav1.Condition
 	if err != nil {
 		cond = metav1.Condition{Type: conditionReady, Status: metav1.ConditionFalse, Reason: reasonInvalidShare, Message: err.Error()}
 	} else {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		_, err := w.cfg.Meta.Resource(sourceGVR(k)).Namespace(sh.SourceNamespace).Get(ctx, sh.SourceName, metav1.GetOptions{ResourceVersion: "0"})
-		cond = readyCondition(sh, err, w.cfg.Account)
+		m, err := w.cfg.Meta.Resource(sourceGVR(k)).Namespace(sh.SourceNamespace).Get(ctx, sh.SourceName, metav1.GetOptions{ResourceVersion: "0"})
+		if err == nil {
+			uid = string(m.GetUID())
+		}
+		cond = readyCondition(sh, uid, err, w.cfg.Account)
 	}
 	cond.ObservedGeneration = u.GetGeneration()
-	return cond
+	return cond, uid
 }
 
 // readyCondition turns the answer to a GET of the share's source into the Ready condition. The
 // messages say what to do: they are what an admin reads in `kubectl describe`.
-func readyCondition(sh shareSpec, getErr error, account driverAccount) metav1.Condition {
+func readyCondition(sh shareSpec, uid string, getErr error, account driverAccount) metav1.Condition {
 	src := fmt.Sprintf("%s %s/%s", sh.Kind, sh.SourceNamespace, sh.SourceName)
 	c := metav1.Condition{Type: conditionReady}
 	switch {
+	case getErr == nil && sh.Pin.refuses(uid):
+		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceReplaced
+		c.Message = replacedMessage(sh, uid)
 	case getErr == nil:
 		c.Status, c.Reason = metav1.ConditionTrue, reasonSourceAvailable
 		c.Message = src + " exists and the driver can read it"

@@ -19,27 +19,31 @@ import (
 
 // The condition for each answer the API server can give about the source, as an admin reads it.
 func TestReadyConditionFromSourceCheck(t *testing.T) {
-	sh := shareSpec{Kind: kindSecret, Name: "corp-ca", SourceNamespace: "platform", SourceName: "ca-bundle"}
+	sh := shareSpec{Kind: kindSecret, Name: "corp-ca", SourceNamespace: "platform", SourceName: "ca-bundle", Pin: sourcePin{UID: "uid-1"}}
 	gr := schema.GroupResource{Resource: "secrets"}
 	for _, tc := range []struct {
 		name   string
+		uid    string
 		err    error
 		status metav1.ConditionStatus
 		reason string
 		msg    []string
 	}{
-		{"readable", nil, metav1.ConditionTrue, reasonSourceAvailable, []string{"Secret platform/ca-bundle"}},
-		{"missing", apierrors.NewNotFound(gr, "ca-bundle"), metav1.ConditionFalse, reasonSourceNotFound,
+		{"readable", "uid-1", nil, metav1.ConditionTrue, reasonSourceAvailable, []string{"Secret platform/ca-bundle"}},
+		{"re-created", "uid-2", nil, metav1.ConditionFalse, reasonSourceReplaced, []string{"Secret platform/ca-bundle was deleted and created again (UID uid-2",
+			"made for UID uid-1", `kubectl patch sharedsecrets corp-ca --subresource=status --type=merge -p '{"status":{"sourceUID":"uid-2"}}'`,
+			"spec.sourceRecreation: Follow"}},
+		{"missing", "", apierrors.NewNotFound(gr, "ca-bundle"), metav1.ConditionFalse, reasonSourceNotFound,
 			[]string{"Secret platform/ca-bundle does not exist", `SharedSecret "corp-ca"`, "spec.secretRef"}},
-		{"forbidden", apierrors.NewForbidden(gr, "ca-bundle", errors.New(`User "x" cannot get resource "secrets"`)), metav1.ConditionFalse, reasonSourceForbidden,
+		{"forbidden", "", apierrors.NewForbidden(gr, "ca-bundle", errors.New(`User "x" cannot get resource "secrets"`)), metav1.ConditionFalse, reasonSourceForbidden,
 			[]string{"Secret platform/ca-bundle", `pods cannot mount SharedSecret "corp-ca"`, "keep their last data",
 				"kubectl create rolebinding shared-resource-csi-source-reader --namespace=platform --clusterrole=shared-resource-csi-source-reader --serviceaccount=csi-sharedresource:shared-resource-csi-driver",
 				"--resource-name=ca-bundle"}},
-		{"server error", apierrors.NewServiceUnavailable("etcd down"), metav1.ConditionUnknown, reasonSourceCheckFailed,
+		{"server error", "", apierrors.NewServiceUnavailable("etcd down"), metav1.ConditionUnknown, reasonSourceCheckFailed,
 			[]string{"Secret platform/ca-bundle", "etcd down"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := readyCondition(sh, tc.err, "csi-sharedresource:shared-resource-csi-driver")
+			c := readyCondition(sh, tc.uid, tc.err, "csi-sharedresource:shared-resource-csi-driver")
 			if c.Type != conditionReady || c.Status != tc.status || c.Reason != tc.reason {
 				t.Fatalf("got %s=%s/%s, want Ready=%s/%s", c.Type, c.Status, c.Reason, tc.status, tc.reason)
 			}
@@ -50,7 +54,10 @@ func TestReadyConditionFromSourceCheck(t *testing.T) {
 			}
 		})
 	}
-	cm := readyCondition(shareSpec{Kind: kindConfigMap, Name: "cfg", SourceNamespace: "ns", SourceName: "n"}, apierrors.NewNotFound(gr, "n"), "")
+	cm := readyCondition(shareSpec{Kind: kindConfigMap, Name: "cfg", SourceNamespace: "ns", SourceName: "n"}, "", apierrors.NewNotFound(gr, "n"), "")
+	if follow := readyCondition(shareSpec{Kind: kindSecret, Name: "f", SourceNamespace: "ns", SourceName: "n", Pin: sourcePin{UID: "uid-1", Follow: true}}, "uid-2", nil, ""); follow.Reason != reasonSourceAvailable {
+		t.Errorf("a share that follows re-creations: %s, want %s", follow.Reason, reasonSourceAvailable)
+	}
 	if !strings.Contains(cm.Message, "ConfigMap ns/n") || !strings.Contains(cm.Message, "spec.configMapRef") {
 		t.Errorf("ConfigMap message %q", cm.Message)
 	}
@@ -63,7 +70,7 @@ func TestReadyConditionOfInvalidShare(t *testing.T) {
 		"metadata": map[string]any{"name": "broken", "generation": int64(3)},
 		"spec":     map[string]any{"secretRef": map[string]any{"name": "x"}},
 	}}
-	c := (&statusWriter{}).checkSource(context.Background(), kindSecret, u)
+	c, _ := (&statusWriter{}).checkSource(context.Background(), kindSecret, u)
 	if c.Status != metav1.ConditionFalse || c.Reason != reasonInvalidShare || c.ObservedGeneration != 3 || !strings.Contains(c.Message, "spec.secretRef") {
 		t.Errorf("got %+v", c)
 	}
