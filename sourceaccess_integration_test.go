@@ -172,8 +172,9 @@ func refusedByPolicy(err error, user, resource, ns, name string) error {
 	return nil
 }
 
-// Only someone who can read a source can share it; the cluster admin, updates that keep the ref
-// and deletes are never stopped.
+// Only someone who can read a source can share it, and only someone who can read the source a
+// share points at can point it elsewhere; the cluster admin, updates that keep the ref and
+// deletes are never stopped.
 func TestSharePolicyRequiresReadOnTheSource(t *testing.T) {
 	e := e2e(t)
 	ctx := context.Background()
@@ -228,6 +229,19 @@ func TestSharePolicyRequiresReadOnTheSource(t *testing.T) {
 	adminShare := "policy-admin-" + randSuffix()
 	if _, err := e.dyn.Resource(shareGVR(kindSecret)).Create(ctx, shareObject(kindSecret, adminShare, ns, "unreadable"), metav1.CreateOptions{}); err != nil {
 		t.Errorf("the cluster admin was refused: %v", err)
+	}
+	// A user who may update that share, and read a Secret of their own, may not re-point the
+	// admin's share to it: that needs get on the Secret it points at now, too.
+	obj, err = shares.Get(ctx, adminShare, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unstructured.SetNestedField(obj.Object, "readable", "spec", "secretRef", "name")
+	_, err = shares.Update(ctx, obj, metav1.UpdateOptions{})
+	if e := refusedByPolicy(err, u.name, "secrets", ns, "unreadable"); e != nil {
+		t.Errorf("re-pointing a share away from a Secret the user may not read: %v", e)
+	} else if !strings.Contains(err.Error(), "may not re-point this share away from it") {
+		t.Errorf("the refusal does not say why: %v", err)
 	}
 	// Deletes are never checked: the user deletes the admin's share of a Secret they cannot read.
 	if err := shares.Delete(ctx, adminShare, metav1.DeleteOptions{}); err != nil {
