@@ -59,11 +59,12 @@ func TestPodsVolumeBudgetKeepsTheDriverAlive(t *testing.T) {
 	s.createPod(t, revNS, "reader", consumerSpec{attrs: small.attrs()})
 	s.waitRunning(t, revNS, "reader", 60*time.Second)
 
-	// Pods of five 1 MiB volumes each, 30 MiB in all: more than the budget.
+	// Pods of fifteen 1 MiB volumes each, 90 MiB in all: more than the budget, and more than the
+	// container holds beside the driver itself (without the budget it was OOM-killed).
 	big := s.newShare(t, map[string][]byte{"blob": podsRandomBytes(1 << 20)})
 	ns := s.podNamespace(t, "budget")
 	s.grant(t, ns, kindSecret, big.share, serviceAccount(ns, "default"))
-	const pods, perPod = 6, 5
+	const pods, perPod = 6, 15
 	for i := range pods {
 		p := s.consumerPod(ns, fmt.Sprintf("fill-%d", i), consumerSpec{attrs: big.attrs()})
 		for j := 1; j < perPod; j++ {
