@@ -78,6 +78,12 @@ func TestPodsVolumeBudgetKeepsTheDriverAlive(t *testing.T) {
 		if _, err := s.kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		// The first pod alone, so that it gets all its volumes; the others then share what is
+		// left (the kubelet mounts a pod's volumes in parallel, and a pod that cannot start
+		// keeps the ones it got).
+		if i == 0 {
+			s.waitRunning(t, ns, p.Name, 2*time.Minute)
+		}
 	}
 	var running, refused []string
 	eventually(t, 2*time.Minute, func() error {
@@ -103,8 +109,6 @@ func TestPodsVolumeBudgetKeepsTheDriverAlive(t *testing.T) {
 				}
 			}
 		}
-		// The kubelet mounts a pod's volumes in parallel, and a pod that cannot start keeps the
-		// ones it got: which pods run depends on the order, not only on the sizes.
 		if len(running)+len(refused) < pods || len(running) < 1 {
 			return fmt.Errorf("%d pods running %v, %d refused with the budget's message %v, of %d", len(running), running, len(refused), refused, pods)
 		}
