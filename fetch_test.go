@@ -65,7 +65,7 @@ func TestSourceCacheServesRepeatedGetsWithinTTL(t *testing.T) {
 	c.now = clock.now
 	key := sourceKey{Kind: kindSecret, Namespace: "p", Name: "a"}
 	for i := 0; i < 100; i++ {
-		if _, err := c.get(context.Background(), key); err != nil {
+		if _, err := c.get(context.Background(), key, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -73,7 +73,7 @@ func TestSourceCacheServesRepeatedGetsWithinTTL(t *testing.T) {
 		t.Errorf("%d GETs for 100 lookups within the TTL, want 1", gets.Load())
 	}
 	clock.t = clock.t.Add(time.Minute)
-	c.get(context.Background(), key)
+	c.get(context.Background(), key, nil)
 	if gets.Load() != 2 {
 		t.Errorf("after the TTL: %d GETs, want 2", gets.Load())
 	}
@@ -88,7 +88,7 @@ func TestSourceCacheBoundsEntriesAndBytes(t *testing.T) {
 	// At most 4 entries, at most 350 bytes (three 101-byte entries).
 	c, _ := newSourceCache(fakeSources{client}, 4, 350, time.Minute)
 	for i := 0; i < 10; i++ {
-		if _, err := c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: fmt.Sprint(i)}); err != nil {
+		if _, err := c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: fmt.Sprint(i)}, nil); err != nil {
 			t.Fatal(err)
 		}
 		entries, bytes, _ := c.snapshot()
@@ -105,7 +105,7 @@ func TestSourceCacheBoundsEntriesAndBytes(t *testing.T) {
 	}
 	// An object larger than the whole cache is served but not kept.
 	client.Tracker().Add(secretObj("p", "huge", 1000))
-	d, err := c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: "huge"})
+	d, err := c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: "huge"}, nil)
 	if err != nil || len(d.Files["k"]) != 1000 {
 		t.Fatalf("huge object: %v", err)
 	}
@@ -130,7 +130,7 @@ func TestSourceCacheCoalescesConcurrentMisses(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, err := c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: "a"})
+			d, err := c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: "a"}, nil)
 			if err == nil && (d.ResourceVersion != "1" || len(d.Files["k"]) != 10) {
 				err = fmt.Errorf("got %+v", d)
 			}

@@ -22,6 +22,12 @@ package main
 //	exists    granted           another version (or revoked)   refreshed (restored if revoked): a new copy
 //	any API error                                              as it is; retried next cycle
 //
+// When the share's list of keys (spec.items, sharekeys.go) is not the one the volume shows, the
+// share is refreshed from the source (keysChanged: it gains and loses keys in one swap); where it
+// cannot be (refreshResource=false, the source lacks a listed key, the pod's items select a key
+// no longer shared) its copy keeps only the files the new list still shares, and gains none.
+// Keys that stopped being shared never stay: no error or setting keeps them.
+//
 // An outage must never revoke access: only an answer does.
 
 import (
@@ -47,6 +53,8 @@ const (
 	// The driver lost (and regained) read access to a source: the volume keeps its last data.
 	reasonRefreshFailed  = "SharedResourceRefreshFailed"
 	reasonRefreshResumed = "SharedResourceRefreshResumed"
+	// The share's list of keys changed: the volume gained or lost files.
+	reasonKeysChanged = "SharedResourceKeysChanged"
 )
 
 // changeKind is what a reconcile changed about one share of a volume. Its value is the metric
@@ -57,13 +65,15 @@ const (
 	changeRevoked   changeKind = "revoked"
 	changeRestored  changeKind = "restored"
 	changeRefreshed changeKind = "refreshed"
+	// The share's list of keys changed, and the volume with it.
+	changeKeys changeKind = "keysChanged"
 	// The driver lost, or regained, read on the source: the files stay as they are.
 	changeRefreshFailed  changeKind = "refreshFailed"
 	changeRefreshResumed changeKind = "refreshResumed"
 )
 
 // fileChangeKinds are the kinds that change the files a pod sees.
-var fileChangeKinds = []changeKind{changeRevoked, changeRestored, changeRefreshed}
+var fileChangeKinds = []changeKind{changeRevoked, changeRestored, changeRefreshed, changeKeys}
 
 // changesFiles says whether the change alters the files the pod sees (so the view is rebuilt).
 func (k changeKind) changesFiles() bool { return slices.Contains(fileChangeKinds, k) }
@@ -79,7 +89,7 @@ type shareChange struct {
 type cycleMemo struct {
 	d       *driver
 	access  map[accessKey]memoDecision
-	sources map[sourceKey]memoSource
+	sources map[cacheKey]memoSource
 	shares  map[shareRef]memoShare
 }
 
@@ -99,7 +109,7 @@ type memoSource struct {
 }
 
 func (d *driver) newCycleMemo() *cycleMemo {
-	return &cycleMemo{d: d, access: map[accessKey]memoDecision{}, sources: map[sourceKey]memoSource{}, shares: map[shareRef]memoShare{}}
+	return &cycleMemo{d: d, access: map[accessKey]memoDecision{}, sources: map[cacheKey]memoSource{}, shares: map[shareRef]memoShare{}}
 }
 
 // share reads the share from the informer, with a live GET when it is not cached, so that a
@@ -122,11 +132,13 @@ func (m *cycleMemo) decision(ctx context.Context, key accessKey) (decision, erro
 	return dec, err
 }
 
-func (m *cycleMemo) source(ctx context.Context, key sourceKey) (*sourceData, error) {
+// source is sh's source as sh exposes it.
+func (m *cycleMemo) source(ctx context.Context, sh shareSpec) (*sourceData, error) {
+	key := cacheKey{sh.sourceKey(), sh.Items.fingerprint()}
 	if r, ok := m.sources[key]; ok {
 		return r.data, r.err
 	}
-	data, err := m.d.sources.refresh(ctx, key)
+	data, err := m.d.sources.refresh(ctx, sh.sourceKey(), sh.Items)
 	m.sources[key] = memoSource{data, err}
 	return data, err
 }
@@ -227,6 +239,8 @@ func (d *driver) reportChanges(rec volumeRecord, changes []shareChange, conflict
 			d.event(rec, corev1.EventTypeWarning, reasonRefreshFailed, "%s %s", c.share, c.why)
 		case changeRefreshResumed:
 			d.event(rec, corev1.EventTypeNormal, reasonRefreshResumed, "The driver may read %s again; its files are refreshed again", c.why)
+		case changeKeys:
+			d.event(rec, corev1.EventTypeNormal, reasonKeysChanged, "The keys %s shares changed: %s", c.share, c.why)
 		}
 		klog.InfoS("Volume changed", "volumeID", rec.VolumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName), "share", c.share.String(), "change", c.kind)
 	}
@@ -252,11 +266,21 @@ func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *
 	case err != nil:
 		return shareVerdict{state: st, err: err}
 	case denied != "":
-		return revokeShare(st, denied)
+		v := revokeShare(st, denied)
+		if !rec.Refresh && sh.Name != "" && !slices.Equal(st.Exposed, sh.Items) {
+			// A revoked refreshResource=false share keeps its copy for when access comes back;
+			// what the share no longer exposes leaves it now.
+			return d.narrowShare(rec, i, sh, v)
+		}
+		return v
 	case !rec.Refresh:
 		// refreshResource=false: the files published are the files shown, on every path; only
-		// access decides whether they are visible.
-		return restoreShare(st)
+		// access decides whether they are visible, and the share's list which of them may stay.
+		v := restoreShare(st)
+		if !slices.Equal(st.Exposed, sh.Items) {
+			return d.narrowShare(rec, i, sh, v)
+		}
+		return v
 	}
 	return d.judgeSource(ctx, rec, i, sh, memo)
 }
@@ -283,7 +307,7 @@ func (d *driver) judgeAccess(ctx context.Context, rec volumeRecord, i int, memo 
 // judgeSource is the verdict on share i of a refreshing volume the pod may see, from its source.
 func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh shareSpec, memo *cycleMemo) shareVerdict {
 	st := rec.Shares[i]
-	src, err := memo.source(ctx, sh.sourceKey())
+	src, err := memo.source(ctx, sh)
 	switch {
 	case apierrors.IsNotFound(err):
 		// The source was deleted (or the share now points at a missing object). The share keeps
@@ -306,24 +330,75 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	resumed := st.ReadForbidden
 	st.ReadForbidden = false
 	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
-	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion {
+	sameKeys := slices.Equal(st.Exposed, sh.Items)
+	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion && sameKeys {
 		if resumed {
 			return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshResumed, why: sh.sourceKey().String()}}
 		}
 		return shareVerdict{state: st}
 	}
-	files, err := rec.project(i, src.Files)
+	files, err := sharedFiles(rec, i, sh, src)
 	if err != nil {
-		return shareVerdict{state: rec.Shares[i], err: fmt.Errorf("%s %s/%s: %w", st.Kind, sh.SourceNamespace, sh.SourceName, err)}
+		err = fmt.Errorf("%s %s/%s: %w", st.Kind, sh.SourceNamespace, sh.SourceName, err)
+		if !sameKeys {
+			// Not refreshed; the keys that stopped being shared still go.
+			klog.ErrorS(err, "A share's list of keys changed but its source cannot be shown through it; keeping only what it still shares", "volumeID", rec.VolumeID, "share", st.String())
+			return d.narrowShare(rec, i, sh, shareVerdict{state: rec.Shares[i]})
+		}
+		return shareVerdict{state: rec.Shares[i], err: err}
 	}
 	change := &shareChange{share: st.shareRef, kind: changeRefreshed,
 		why: fmt.Sprintf("%s %s/%s (resourceVersion %s)", st.Kind, sh.SourceNamespace, sh.SourceName, src.ResourceVersion)}
-	if st.Revoked {
+	switch {
+	case st.Revoked:
 		change.kind = changeRestored
+	case !sameKeys:
+		change.kind, change.why = changeKeys, exposureSummary(sh)+", from "+change.why
 	}
 	st.Revoked = false
 	st.SourceNamespace, st.SourceName, st.ResourceVersion = sh.SourceNamespace, sh.SourceName, src.ResourceVersion
+	st.Exposed = sh.Items
 	return shareVerdict{state: st, files: files, change: change}
+}
+
+// sharedFiles is the files share i of rec gets from src, the source as sh exposes it: an error
+// when the source lacks a listed key, or the pod's items select a key the share does not expose.
+func sharedFiles(rec volumeRecord, i int, sh shareSpec, src *sourceData) (map[string]atomicwriter.File, error) {
+	if len(src.Missing) > 0 {
+		return nil, &missingSharedKeysError{share: sh, keys: src.Missing}
+	}
+	return rec.project(i, src.Files, sh.Items)
+}
+
+// narrowShare is the verdict base becomes when the share's list changed and its source is not
+// shown through the new list: the copy keeps only the files the new list still shares (under
+// the same name, from the same key) and gains none. The volume then shows the new list, so the
+// next refresh of the source (or of the list) brings the rest.
+func (d *driver) narrowShare(rec volumeRecord, i int, sh shareSpec, base shareVerdict) shareVerdict {
+	st := base.state
+	held, err := atomicwriter.ReadFiles(d.store.dirOf(rec).shareDir(i))
+	if err != nil {
+		return shareVerdict{state: rec.Shares[i], err: fmt.Errorf("reading the copy of %s to drop keys no longer shared: %w", st.shareRef, err)}
+	}
+	kept := keepShared(held, rec.Items, i, st.Exposed, sh.Items)
+	st.Exposed = sh.Items
+	base.state = st
+	if len(kept) == len(held) {
+		return base // nothing the pod sees changes; the record notes the new list
+	}
+	base.files = kept
+	if base.change == nil {
+		base.change = &shareChange{share: st.shareRef, kind: changeKeys, why: exposureSummary(sh) + "; files no longer shared were removed"}
+	}
+	return base
+}
+
+// exposureSummary says what sh exposes, for an event: the names it shares, never others.
+func exposureSummary(sh shareSpec) string {
+	if sh.Items.all() {
+		return "it shares every key of its source"
+	}
+	return "it shares only " + quoteAll(sh.Items.names())
 }
 
 // revokeShare is the verdict on a share the pod may no longer see: revoked, reported once.

@@ -53,6 +53,10 @@ type shareState struct {
 	// ReadForbidden: the driver itself may no longer read the source, so the share keeps its
 	// last files and is not refreshed. Recorded so the pod is warned once, not every cycle.
 	ReadForbidden bool `json:"readForbidden,omitempty"`
+	// Exposed is the share's list of keys (spec.items) the files were made through; absent: every
+	// key (as in records written before shares had lists). A list change is applied when it
+	// differs from the share's.
+	Exposed exposure `json:"exposed,omitempty"`
 }
 
 func (r *volumeRecord) specs() []shareRef {
@@ -91,9 +95,10 @@ func (r *volumeRecord) sameRequest(v *volumeRequest) bool {
 		r.DefaultMode == v.DefaultMode && slices.Equal(r.Items, v.Items) && r.GID == v.GID && r.MountContext == v.MountContext
 }
 
-// project turns share i's source data into the files it contributes to this volume.
-func (r *volumeRecord) project(i int, src map[string][]byte) (map[string]atomicwriter.File, error) {
-	return projectFiles(src, r.Items, i, r.DefaultMode)
+// project turns share i's source data, as the share exposes it (shared), into the files it
+// contributes to this volume.
+func (r *volumeRecord) project(i int, src map[string][]byte, shared exposure) (map[string]atomicwriter.File, error) {
+	return projectFiles(src, r.Items, i, r.DefaultMode, shared)
 }
 
 func (r *volumeRecord) accessKey(i int) accessKey {
