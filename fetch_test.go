@@ -166,3 +166,38 @@ func fakeSARClient(allowed func() (bool, error)) (*fake.Clientset, *atomic.Int64
 	})
 	return client, &n
 }
+
+// The cache holds a source as one share's list exposes it: the keys the list leaves out are
+// gone before the entry is stored, and a share of the same source with another list (or none)
+// gets its own entry, never the other's view.
+func TestSourceCacheKeepsOnlyWhatTheShareExposes(t *testing.T) {
+	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "tls", ResourceVersion: "1"},
+		Data: map[string][]byte{"ca.crt": []byte("CA"), "tls.key": []byte("PRIVATE")}})
+	gets := countGets(client)
+	c, _ := newSourceCache(fakeSources{client}, 10, 1<<20, time.Minute)
+	key := sourceKey{Kind: kindSecret, Namespace: "p", Name: "tls"}
+	ca := exposure{{"ca.crt", "ca.pem"}}
+	d, err := c.get(context.Background(), key, ca)
+	if err != nil || len(d.Files) != 1 || string(d.Files["ca.pem"]) != "CA" || d.Size != int64(len("ca.pem")+2) {
+		t.Fatalf("through the list: %+v, %v", d, err)
+	}
+	for _, k := range c.lru.Keys() {
+		e, _ := c.lru.Peek(k)
+		for name, v := range e.data.Files {
+			if name == "tls.key" || string(v) == "PRIVATE" {
+				t.Fatalf("the cache holds the unshared key (entry %v)", k)
+			}
+		}
+	}
+	if _, bytes, _ := c.snapshot(); bytes != d.Size {
+		t.Errorf("cache bytes %d, want %d", bytes, d.Size)
+	}
+	all, _ := c.get(context.Background(), key, nil)
+	if len(all.Files) != 2 || gets.Load() != 2 {
+		t.Errorf("a share without a list: %d files after %d GETs, want 2 and 2", len(all.Files), gets.Load())
+	}
+	again, _ := c.get(context.Background(), key, exposure{{"ca.crt", "ca.pem"}})
+	if again != d || gets.Load() != 2 {
+		t.Errorf("the same list again was not served from its entry (%d GETs)", gets.Load())
+	}
+}
