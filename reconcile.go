@@ -172,6 +172,7 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 	var errs []error
 	next := rec.clone()
 	var changes []shareChange
+	copied := false // a share's copy was rewritten: the view, linked from the copies, follows it
 	for i, v := range verdicts {
 		if v.err != nil {
 			klog.ErrorS(v.err, "Checking a share of a volume failed; it is left as it was", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
@@ -183,13 +184,14 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 				errs = append(errs, fmt.Errorf("writing the copy of %s: %w", rec.Shares[i], err))
 				continue
 			}
+			copied = true
 		}
 		next.Shares[i] = v.state
 		if v.change != nil {
 			changes = append(changes, *v.change)
 		}
 	}
-	filesChanged := slices.ContainsFunc(changes, func(c shareChange) bool { return c.kind.changesFiles() })
+	filesChanged := copied || slices.ContainsFunc(changes, func(c shareChange) bool { return c.kind.changesFiles() })
 	rebuild := filesChanged || len(errs) == 0 && d.store.viewUnverified(rec.VolumeID)
 	if len(changes) == 0 && !rebuild {
 		vol.dropRevokedCopies(rec)
@@ -267,7 +269,7 @@ func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *
 		return shareVerdict{state: st, err: err}
 	case denied != "":
 		v := revokeShare(st, denied)
-		if !rec.Refresh && sh.Name != "" && !slices.Equal(st.Exposed, sh.Items) {
+		if !rec.Refresh && sh.Name != "" && !st.Exposed.same(sh.Items) {
 			// A revoked refreshResource=false share keeps its copy for when access comes back;
 			// what the share no longer exposes leaves it now.
 			return d.narrowShare(rec, i, sh, v)
@@ -277,10 +279,7 @@ func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *
 		// refreshResource=false: the files published are the files shown, on every path; only
 		// access decides whether they are visible, and the share's list which of them may stay.
 		v := restoreShare(st)
-		if !slices.Equal(st.Exposed, sh.Items) {
-			return d.narrowShare(rec, i, sh, v)
-		}
-		return v
+		return d.narrowIfListChanged(rec, i, sh, v)
 	}
 	return d.judgeSource(ctx, rec, i, sh, memo)
 }
@@ -315,22 +314,27 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 		// Secret during a rotation must not blank every consumer. Revocation is RBAC's job.
 		klog.V(2).InfoS("Source of a share not found; keeping its last files", "volumeID", rec.VolumeID,
 			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
-		return shareVerdict{state: st}
+		return d.narrowIfListChanged(rec, i, sh, shareVerdict{state: st})
 	case apierrors.IsForbidden(err):
 		// The driver itself lost read on the source (an admin removed its RoleBinding). That
 		// is not the pod's access, which was just granted: the share keeps its last files, as
 		// on any API error, and the pod is warned once with what the admin must run.
 		klog.V(2).InfoS("The driver may not read the source of a share; keeping its last files", "volumeID", rec.VolumeID,
 			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
-		return d.readForbidden(st, sh)
+		return d.narrowIfListChanged(rec, i, sh, d.readForbidden(st, sh))
 	case err != nil:
+		if !st.Exposed.same(sh.Items) {
+			// The list is the share's, not the source's: what it no longer shares goes now.
+			klog.ErrorS(err, "Reading the source of a share failed; keeping only what its new list still shares", "volumeID", rec.VolumeID, "share", st.String())
+			return d.narrowShare(rec, i, sh, shareVerdict{state: st})
+		}
 		return shareVerdict{state: st, err: err}
 	}
 
 	resumed := st.ReadForbidden
 	st.ReadForbidden = false
 	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
-	sameKeys := slices.Equal(st.Exposed, sh.Items)
+	sameKeys := st.Exposed.same(sh.Items)
 	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion && sameKeys {
 		if resumed {
 			return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshResumed, why: sh.sourceKey().String()}}
@@ -373,7 +377,9 @@ func sharedFiles(rec volumeRecord, i int, sh shareSpec, src *sourceData) (map[st
 // narrowShare is the verdict base becomes when the share's list changed and its source is not
 // shown through the new list: the copy keeps only the files the new list still shares (under
 // the same name, from the same key) and gains none. The volume then shows the new list, so the
-// next refresh of the source (or of the list) brings the rest.
+// next refresh of the source (or of the list) brings the rest. A change base already reports
+// (revoked, restored, refreshFailed) is kept; the rewritten copy alone makes applyVerdicts
+// rebuild the view.
 func (d *driver) narrowShare(rec volumeRecord, i int, sh shareSpec, base shareVerdict) shareVerdict {
 	st := base.state
 	held, err := atomicwriter.ReadFiles(d.store.dirOf(rec).shareDir(i))
@@ -391,6 +397,15 @@ func (d *driver) narrowShare(rec volumeRecord, i int, sh shareSpec, base shareVe
 		base.change = &shareChange{share: st.shareRef, kind: changeKeys, why: exposureSummary(sh) + "; files no longer shared were removed"}
 	}
 	return base
+}
+
+// narrowIfListChanged is base, narrowed (narrowShare) when the share's list is not the one
+// share i of rec was made through.
+func (d *driver) narrowIfListChanged(rec volumeRecord, i int, sh shareSpec, base shareVerdict) shareVerdict {
+	if rec.Shares[i].Exposed.same(sh.Items) {
+		return base
+	}
+	return d.narrowShare(rec, i, sh, base)
 }
 
 // exposureSummary says what sh exposes, for an event: the names it shares, never others.

@@ -118,6 +118,12 @@ func TestJudgeShareFollowsTheSharesListOfKeys(t *testing.T) {
 	w := newJudgeWorld(t)
 	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "tls", ResourceVersion: "9"},
 		Data: map[string][]byte{"ca.crt": []byte("CA"), "tls.crt": []byte("LEAF"), "tls.key": []byte("PRIVATE")}})
+	client.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !w.mayReadFile {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "tls", nil)
+		}
+		return false, nil, nil
+	})
 	w.d.sources, _ = newSourceCache(fakeSources{client}, 10, 1<<20, time.Minute)
 	w.d.store = newVolumeStore(t.TempDir())
 	setList := func(items ...map[string]any) {
@@ -199,6 +205,15 @@ func TestJudgeShareFollowsTheSharesListOfKeys(t *testing.T) {
 	rec3.Shares[0].Exposed = exposure{{"ca.crt", "ca.crt"}, {"tls.crt", "tls.crt"}}
 	v = judge(rec3)
 	expect("narrowed to a list the source cannot fill", v, changeKeys, []string{"ca.crt"})
+
+	// The driver may not read the source just as the list narrows: the pod is told about the
+	// read, and the copy still loses what is no longer shared.
+	w.mayReadFile = false
+	setList(entry("ca.crt"))
+	rec4 := newRec(true, map[string]string{"ca.crt": "CA", "tls.crt": "LEAF"})
+	rec4.Shares[0].Exposed = exposure{{"ca.crt", "ca.crt"}, {"tls.crt", "tls.crt"}}
+	expect("narrowed while the source is unreadable", judge(rec4), changeRefreshFailed, []string{"ca.crt"})
+	w.mayReadFile = true
 
 	// A volume that does not refresh loses what is no longer shared and gains nothing.
 	setList(entry("ca.crt"), entry("tls.crt"))

@@ -67,6 +67,11 @@ func (e exposure) fingerprint() string {
 	return strings.Join(parts, ",")
 }
 
+// same says whether e and o expose the same keys under the same names, in any order.
+func (e exposure) same(o exposure) bool {
+	return e.all() == o.all() && e.fingerprint() == o.fingerprint()
+}
+
 // shares says whether the exposure shares the source's key under name.
 func (e exposure) shares(key, name string) bool {
 	if e.all() {
