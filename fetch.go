@@ -4,6 +4,10 @@ package main
 // its kind's resource, sharekinds.go; decoded by sourcedecode.go) and kept in a bounded LRU.
 // There is deliberately no informer over Secrets or ConfigMaps: the driver's memory must not
 // grow with the number of Secrets in the cluster. (The shares themselves: shares.go.)
+//
+// What is cached is a source as one share exposes it (sharekeys.go): the keys outside the
+// share's list are dropped right after the decode of the GET, before the object enters the cache,
+// so the cache is keyed by the source and the list.
 
 import (
 	"context"
@@ -26,12 +30,22 @@ type sourceKey struct {
 
 func (k sourceKey) String() string { return fmt.Sprintf("%s %s/%s", k.Kind, k.Namespace, k.Name) }
 
-// sourceData is a source object's files. It is shared between callers and never modified.
+// sourceData is a source object's files, as a share exposes them. It is shared between callers
+// and never modified.
 type sourceData struct {
 	Files           map[string][]byte
 	ResourceVersion string
 	UID             string // which object: a deleted and re-created one has another
 	Size            int64
+	// Missing are the keys the share lists that the source lacks (sorted): a share in that state
+	// cannot be mounted, and its volumes are not refreshed.
+	Missing []string
+}
+
+// cacheKey is a source seen through one share's list (exposure.fingerprint; "" for every key).
+type cacheKey struct {
+	sourceKey
+	exposed string
 }
 
 type cachedSource struct {
@@ -50,7 +64,7 @@ type sourceCache struct {
 	group    singleflight.Group
 
 	mu    sync.Mutex
-	lru   *lru.Cache[sourceKey, cachedSource]
+	lru   *lru.Cache[cacheKey, cachedSource]
 	bytes int64
 	stats cacheStats
 }
@@ -59,7 +73,7 @@ type cacheStats struct{ Hits, Misses, Evictions int64 }
 
 func newSourceCache(client sourceGetter, maxEntries int, maxBytes int64, ttl time.Duration) (*sourceCache, error) {
 	c := &sourceCache{client: client, ttl: ttl, maxBytes: maxBytes, now: time.Now}
-	l, err := lru.NewWithEvict(maxEntries, func(_ sourceKey, v cachedSource) {
+	l, err := lru.NewWithEvict(maxEntries, func(_ cacheKey, v cachedSource) {
 		// Called with c.mu held (from Add/Remove/RemoveOldest below).
 		c.bytes -= v.data.Size
 		c.stats.Evictions++
@@ -71,41 +85,44 @@ func newSourceCache(client sourceGetter, maxEntries int, maxBytes int64, ttl tim
 	return c, nil
 }
 
-// get returns the source, from the cache when fresh.
-func (c *sourceCache) get(ctx context.Context, key sourceKey) (*sourceData, error) {
+// get returns the source as shared exposes it, from the cache when fresh.
+func (c *sourceCache) get(ctx context.Context, key sourceKey, shared exposure) (*sourceData, error) {
 	c.mu.Lock()
-	if e, ok := c.lru.Get(key); ok && c.now().Sub(e.fetchedAt) < c.ttl {
+	if e, ok := c.lru.Get(cacheKey{key, shared.fingerprint()}); ok && c.now().Sub(e.fetchedAt) < c.ttl {
 		c.stats.Hits++
 		c.mu.Unlock()
 		return e.data, nil
 	}
 	c.stats.Misses++
 	c.mu.Unlock()
-	return c.fetch(ctx, key, metav1.GetOptions{})
+	return c.fetch(ctx, key, shared, metav1.GetOptions{})
 }
 
 // refresh GETs the source for the relist, from the API server's watch cache (resourceVersion
 // "0"): no quorum read of etcd, possibly a moment stale, which is right for periodic refresh and
 // wrong for a publish. The answer refreshes the cache.
-func (c *sourceCache) refresh(ctx context.Context, key sourceKey) (*sourceData, error) {
-	return c.fetch(ctx, key, metav1.GetOptions{ResourceVersion: "0"})
+func (c *sourceCache) refresh(ctx context.Context, key sourceKey, shared exposure) (*sourceData, error) {
+	return c.fetch(ctx, key, shared, metav1.GetOptions{ResourceVersion: "0"})
 }
 
-// fetch GETs the source with opts and caches it. Concurrent calls alike share one request.
-func (c *sourceCache) fetch(ctx context.Context, key sourceKey, opts metav1.GetOptions) (*sourceData, error) {
-	v, err, _ := c.group.Do(key.String()+"|"+opts.ResourceVersion, func() (any, error) {
+// fetch GETs the source with opts, keeps what shared exposes and caches that. Concurrent calls
+// alike share one request.
+func (c *sourceCache) fetch(ctx context.Context, key sourceKey, shared exposure, opts metav1.GetOptions) (*sourceData, error) {
+	ck := cacheKey{key, shared.fingerprint()}
+	v, err, _ := c.group.Do(key.String()+"|"+ck.exposed+"|"+opts.ResourceVersion, func() (any, error) {
 		d, err := c.client.getSource(ctx, key, opts)
 		if err != nil {
-			// Gone, or no longer readable by the driver: new publishes must not be served the
-			// cached copy either.
+			// Gone, or no longer readable by the driver: new publishes must not be served a
+			// cached copy either, through any share's list.
 			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-				c.mu.Lock()
-				c.lru.Remove(key)
-				c.mu.Unlock()
+				c.forget(key)
 			}
 			return nil, err
 		}
-		c.store(key, d)
+		// Here, right after the decode, and before anything keeps it: the keys the share does
+		// not expose go.
+		d = exposeOnly(d, shared)
+		c.store(ck, d)
 		return d, nil
 	})
 	if err != nil {
@@ -114,7 +131,31 @@ func (c *sourceCache) fetch(ctx context.Context, key sourceKey, opts metav1.GetO
 	return v.(*sourceData), nil
 }
 
-func (c *sourceCache) store(key sourceKey, d *sourceData) {
+// exposeOnly is d as shared exposes it: a new sourceData holding only the shared keys.
+func exposeOnly(d *sourceData, shared exposure) *sourceData {
+	if shared.all() {
+		return d
+	}
+	files, missing := shared.filter(d.Files)
+	out := &sourceData{Files: files, ResourceVersion: d.ResourceVersion, Missing: missing}
+	for k, v := range files {
+		out.Size += int64(len(k) + len(v))
+	}
+	return out
+}
+
+// forget drops every cached view of the source.
+func (c *sourceCache) forget(key sourceKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range c.lru.Keys() {
+		if k.sourceKey == key {
+			c.lru.Remove(k)
+		}
+	}
+}
+
+func (c *sourceCache) store(key cacheKey, d *sourceData) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lru.Remove(key)

@@ -65,7 +65,7 @@ func TestSourceCacheServesRepeatedGetsWithinTTL(t *testing.T) {
 	c.now = clock.now
 	key := sourceKey{Kind: kindSecret, Namespace: "p", Name: "a"}
 	for i := 0; i < 100; i++ {
-		if _, err := c.get(context.Background(), key); err != nil {
+		if _, err := c.get(context.Background(), key, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -73,7 +73,7 @@ func TestSourceCacheServesRepeatedGetsWithinTTL(t *testing.T) {
 		t.Errorf("%d GETs for 100 lookups within the TTL, want 1", gets.Load())
 	}
 	clock.t = clock.t.Add(time.Minute)
-	c.get(context.Background(), key)
+	c.get(context.Background(), key, nil)
 	if gets.Load() != 2 {
 		t.Errorf("after the TTL: %d GETs, want 2", gets.Load())
 	}
@@ -88,7 +88,7 @@ func TestSourceCacheBoundsEntriesAndBytes(t *testing.T) {
 	// At most 4 entries, at most 350 bytes (three 101-byte entries).
 	c, _ := newSourceCache(fakeSources{client}, 4, 350, time.Minute)
 	for i := 0; i < 10; i++ {
-		if _, err := c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: fmt.Sprint(i)}); err != nil {
+		if _, err := c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: fmt.Sprint(i)}, nil); err != nil {
 			t.Fatal(err)
 		}
 		entries, bytes, _ := c.snapshot()
@@ -105,7 +105,7 @@ func TestSourceCacheBoundsEntriesAndBytes(t *testing.T) {
 	}
 	// An object larger than the whole cache is served but not kept.
 	client.Tracker().Add(secretObj("p", "huge", 1000))
-	d, err := c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: "huge"})
+	d, err := c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: "huge"}, nil)
 	if err != nil || len(d.Files["k"]) != 1000 {
 		t.Fatalf("huge object: %v", err)
 	}
@@ -130,7 +130,7 @@ func TestSourceCacheCoalescesConcurrentMisses(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, err := c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: "a"})
+			d, err := c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: "a"}, nil)
 			if err == nil && (d.ResourceVersion != "1" || len(d.Files["k"]) != 10) {
 				err = fmt.Errorf("got %+v", d)
 			}
@@ -165,4 +165,39 @@ func fakeSARClient(allowed func() (bool, error)) (*fake.Clientset, *atomic.Int64
 		return true, sar, nil
 	})
 	return client, &n
+}
+
+// The cache holds a source as one share's list exposes it: the keys the list leaves out are
+// gone before the entry is stored, and a share of the same source with another list (or none)
+// gets its own entry, never the other's view.
+func TestSourceCacheKeepsOnlyWhatTheShareExposes(t *testing.T) {
+	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "tls", ResourceVersion: "1"},
+		Data: map[string][]byte{"ca.crt": []byte("CA"), "tls.key": []byte("PRIVATE")}})
+	gets := countGets(client)
+	c, _ := newSourceCache(fakeSources{client}, 10, 1<<20, time.Minute)
+	key := sourceKey{Kind: kindSecret, Namespace: "p", Name: "tls"}
+	ca := exposure{{"ca.crt", "ca.pem"}}
+	d, err := c.get(context.Background(), key, ca)
+	if err != nil || len(d.Files) != 1 || string(d.Files["ca.pem"]) != "CA" || d.Size != int64(len("ca.pem")+2) {
+		t.Fatalf("through the list: %+v, %v", d, err)
+	}
+	for _, k := range c.lru.Keys() {
+		e, _ := c.lru.Peek(k)
+		for name, v := range e.data.Files {
+			if name == "tls.key" || string(v) == "PRIVATE" {
+				t.Fatalf("the cache holds the unshared key (entry %v)", k)
+			}
+		}
+	}
+	if _, bytes, _ := c.snapshot(); bytes != d.Size {
+		t.Errorf("cache bytes %d, want %d", bytes, d.Size)
+	}
+	all, _ := c.get(context.Background(), key, nil)
+	if len(all.Files) != 2 || gets.Load() != 2 {
+		t.Errorf("a share without a list: %d files after %d GETs, want 2 and 2", len(all.Files), gets.Load())
+	}
+	again, _ := c.get(context.Background(), key, exposure{{"ca.crt", "ca.pem"}})
+	if again != d || gets.Load() != 2 {
+		t.Errorf("the same list again was not served from its entry (%d GETs)", gets.Load())
+	}
 }

@@ -1,8 +1,10 @@
 package main
 
-// Keys to files: how each share's source keys become files (the volume's items and modes), and
-// how the shares' files are composed into the one directory the pod sees. The same code runs at
-// publish, at every refresh and on restore, from what the record remembers.
+// Keys to files: how each share's source keys become files (the volume's items and modes), and how
+// the shares' files are composed into the one directory the pod sees. The same code runs at
+// publish, at every refresh and on restore, from what the record remembers. A share with a list
+// of keys (sharekeys.go) hands projection only the names it exposes: the pod's items pick among
+// those.
 
 import (
 	"fmt"
@@ -21,16 +23,60 @@ func (e *missingKeysError) Error() string {
 	return fmt.Sprintf("the source has no key %s selected by the volume's items", strings.Join(e.keys, ", "))
 }
 
-// projectFiles selects and names the files share number `share` contributes. Items that name
-// the share select its keys; a share no item names contributes every key under its own name.
-// Keys are validated either way before anything is written.
-func projectFiles(src map[string][]byte, items []item, share int, defaultMode os.FileMode) (map[string]atomicwriter.File, error) {
+// notSharedError says that the volume's items select keys the share does not expose. It names
+// the entries by position and the keys the share does expose, never a key it does not.
+type notSharedError struct {
+	entries []int    // 1-based positions in the volume's items
+	shared  []string // what the share exposes, sorted
+}
+
+func (e *notSharedError) Error() string {
+	pos := make([]string, len(e.entries))
+	for i, n := range e.entries {
+		pos[i] = fmt.Sprint(n)
+	}
+	return fmt.Sprintf("entry %s of the volume's items selects a key the share does not expose; it exposes only %s (select among those, or ask the share's owner to add the key to its spec.%s)",
+		strings.Join(pos, ", "), quoteAll(e.shared), sharedItemsField)
+}
+
+// missingSharedKeysError says which keys a share lists that its source lacks.
+type missingSharedKeysError struct {
+	share shareSpec
+	keys  []string
+}
+
+func (e *missingSharedKeysError) Error() string {
+	return fmt.Sprintf("%s %s/%s has no key %s, which %s %q lists in spec.%s: add it to the %s, or remove it from the share's list",
+		e.share.Kind, e.share.SourceNamespace, e.share.SourceName, quoteAll(e.keys), e.share.Kind.shareTypeName(), e.share.Name, sharedItemsField, e.share.Kind)
+}
+
+// quoteAll is names quoted and comma-separated, for messages.
+func quoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	return strings.Join(q, ", ")
+}
+
+// projectFiles selects and names the files share number `share` contributes, from src, the
+// source as the share exposes it (shared). Items that name the share select among the exposed
+// keys; a share no item names contributes every exposed key under its own name. Keys are
+// validated either way before anything is written.
+func projectFiles(src map[string][]byte, items []item, share int, defaultMode os.FileMode, shared exposure) (map[string]atomicwriter.File, error) {
 	out := map[string]atomicwriter.File{}
 	var mine []item
-	for _, it := range items {
+	var notShared []int
+	for n, it := range items {
 		if it.Share == share {
 			mine = append(mine, it)
+			if _, ok := shared.sourceKeyOf(it.Key); !ok {
+				notShared = append(notShared, n+1)
+			}
 		}
+	}
+	if len(notShared) > 0 {
+		return nil, &notSharedError{entries: notShared, shared: shared.names()}
 	}
 	if len(mine) == 0 {
 		for k, v := range src {
@@ -59,6 +105,31 @@ func projectFiles(src map[string][]byte, items []item, share int, defaultMode os
 		return nil, &missingKeysError{keys: missing}
 	}
 	return out, nil
+}
+
+// keepShared is the files of a share's copy (held, made through the list was) that the list
+// now still shares: a file stays when the key it was made from is exposed by now under the same
+// name. A file's name is what the volume's items select (KEY of KEY=PATH), or its path.
+func keepShared(held map[string]atomicwriter.File, items []item, share int, was, now exposure) map[string]atomicwriter.File {
+	nameOf := map[string]string{} // path -> exposed name, for the share's items
+	for _, it := range items {
+		if it.Share == share {
+			nameOf[it.Path] = it.Key
+		}
+	}
+	kept := make(map[string]atomicwriter.File, len(held))
+	for path, f := range held {
+		name := path
+		if n, ok := nameOf[path]; ok {
+			name = n
+		} else if len(nameOf) > 0 {
+			continue // the items select the share's files: one they do not name is none of its
+		}
+		if key, ok := was.sourceKeyOf(name); ok && now.shares(key, name) {
+			kept[path] = f
+		}
+	}
+	return kept
 }
 
 // pathConflict is one path that two shares both produce.

@@ -349,7 +349,7 @@ func (w *wiring) startStatusWriter(ctx context.Context, o *options, errs chan<- 
 	go func() {
 		defer close(done)
 		if err := runStatusWriter(sctx, statusConfig{
-			Leases: leaseClient{c: w.kube.coord, namespace: o.statusLeaseNS}, Dyn: w.kube.dyn, Meta: w.kube.meta, Shares: w.d.shares, NodeID: o.nodeID,
+			Leases: leaseClient{c: w.kube.coord, namespace: o.statusLeaseNS}, Dyn: w.kube.dyn, Meta: w.kube.meta, Sources: w.kube, Shares: w.d.shares, NodeID: o.nodeID,
 			LeaseNamespace: o.statusLeaseNS, LeaseDuration: o.statusLease, Interval: o.relistInterval, Account: w.d.account,
 		}); err != nil {
 			errs <- err

@@ -74,7 +74,7 @@ func TestMetricsVolumeChangesStartAtZero(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]float64{"revoked": 0, "restored": 0, "refreshed": 0}
+	want := map[string]float64{"revoked": 0, "restored": 0, "refreshed": 0, "keysChanged": 0}
 	if !maps.Equal(got, want) {
 		t.Errorf("volume_changes_total before any change: %v, want %v", got, want)
 	}

@@ -61,8 +61,11 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 			return volumeRecord{}, volumeView{}, err
 		}
 		rec.Shares = append(rec.Shares, shareState{shareRef: spec,
-			SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion})
-		if perShare[i], err = rec.project(i, src.Files); err != nil {
+			SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion, Exposed: sh.Items})
+		if perShare[i], err = sharedFiles(rec, i, sh, src); err != nil {
+			if errors.As(err, new(*notSharedError)) {
+				return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %q: %v", spec.Kind.shareTypeName(), spec.Name, err)
+			}
 			return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", spec.Kind, sh.SourceNamespace, sh.SourceName, err)
 		}
 		rec.Shares[i].Bytes = chargedBytes(perShare[i])
@@ -186,7 +189,7 @@ func (d *driver) admitShare(ctx context.Context, v *volumeRequest, spec shareRef
 	got := make(chan fetched, 1)
 	if shareErr == nil {
 		go func() {
-			src, err := d.sources.get(ctx, sh.sourceKey())
+			src, err := d.sources.get(ctx, sh.sourceKey(), sh.Items)
 			got <- fetched{src, err}
 		}()
 	} else {

@@ -23,6 +23,12 @@ package main
 //	exists    granted           another version (or revoked)   refreshed (restored if revoked): a new copy
 //	any API error                                              as it is; retried next cycle
 //
+// When the share's list of keys (spec.items, sharekeys.go) is not the one the volume shows, the
+// share is refreshed from the source (keysChanged: it gains and loses keys in one swap); where it
+// cannot be (refreshResource=false, the source lacks a listed key, the pod's items select a key
+// no longer shared) its copy keeps only the files the new list still shares, and gains none.
+// Keys that stopped being shared never stay: no error or setting keeps them.
+//
 // An outage must never revoke access: only an answer does.
 
 import (
@@ -48,6 +54,8 @@ const (
 	// The driver lost (and regained) read access to a source: the volume keeps its last data.
 	reasonRefreshFailed  = "SharedResourceRefreshFailed"
 	reasonRefreshResumed = "SharedResourceRefreshResumed"
+	// The share's list of keys changed: the volume gained or lost files.
+	reasonKeysChanged = "SharedResourceKeysChanged"
 )
 
 // changeKind is what a reconcile changed about one share of a volume. Its value is the metric
@@ -58,13 +66,15 @@ const (
 	changeRevoked   changeKind = "revoked"
 	changeRestored  changeKind = "restored"
 	changeRefreshed changeKind = "refreshed"
+	// The share's list of keys changed, and the volume with it.
+	changeKeys changeKind = "keysChanged"
 	// The driver lost, or regained, read on the source: the files stay as they are.
 	changeRefreshFailed  changeKind = "refreshFailed"
 	changeRefreshResumed changeKind = "refreshResumed"
 )
 
 // fileChangeKinds are the kinds that change the files a pod sees.
-var fileChangeKinds = []changeKind{changeRevoked, changeRestored, changeRefreshed}
+var fileChangeKinds = []changeKind{changeRevoked, changeRestored, changeRefreshed, changeKeys}
 
 // changesFiles says whether the change alters the files the pod sees (so the view is rebuilt).
 func (k changeKind) changesFiles() bool { return slices.Contains(fileChangeKinds, k) }
@@ -80,7 +90,7 @@ type shareChange struct {
 type cycleMemo struct {
 	d       *driver
 	access  map[accessKey]memoDecision
-	sources map[sourceKey]memoSource
+	sources map[cacheKey]memoSource
 	shares  map[shareRef]memoShare
 }
 
@@ -100,7 +110,7 @@ type memoSource struct {
 }
 
 func (d *driver) newCycleMemo() *cycleMemo {
-	return &cycleMemo{d: d, access: map[accessKey]memoDecision{}, sources: map[sourceKey]memoSource{}, shares: map[shareRef]memoShare{}}
+	return &cycleMemo{d: d, access: map[accessKey]memoDecision{}, sources: map[cacheKey]memoSource{}, shares: map[shareRef]memoShare{}}
 }
 
 // share reads the share from the informer, with a live GET when it is not cached, so that a
@@ -123,11 +133,13 @@ func (m *cycleMemo) decision(ctx context.Context, key accessKey) (decision, erro
 	return dec, err
 }
 
-func (m *cycleMemo) source(ctx context.Context, key sourceKey) (*sourceData, error) {
+// source is sh's source as sh exposes it.
+func (m *cycleMemo) source(ctx context.Context, sh shareSpec) (*sourceData, error) {
+	key := cacheKey{sh.sourceKey(), sh.Items.fingerprint()}
 	if r, ok := m.sources[key]; ok {
 		return r.data, r.err
 	}
-	data, err := m.d.sources.refresh(ctx, key)
+	data, err := m.d.sources.refresh(ctx, sh.sourceKey(), sh.Items)
 	m.sources[key] = memoSource{data, err}
 	return data, err
 }
@@ -158,8 +170,11 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 // record, which could show a pod files it lost just before the crash).
 func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error {
 	vol := d.store.dirOf(rec)
-	next, changes, dropped, errs := d.writeCopies(vol, rec, verdicts)
-	filesChanged := slices.ContainsFunc(changes, func(c shareChange) bool { return c.kind.changesFiles() })
+	w := d.writeCopies(vol, rec, verdicts)
+	next, changes, errs := w.next, w.changes, w.errs
+	// A share's copy rewritten changes the view, linked from the copies, even when the change is
+	// not one that is reported as changing files (a list narrowed where the source could not be read).
+	filesChanged := w.copied || slices.ContainsFunc(changes, func(c shareChange) bool { return c.kind.changesFiles() })
 	rebuild := filesChanged || len(errs) == 0 && d.store.viewUnverified(rec.VolumeID)
 	if len(changes) == 0 && !rebuild {
 		vol.dropRevokedCopies(rec)
@@ -188,43 +203,51 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 		d.crash.reached(stepReconcileRecord)
 	}
 	vol.dropRevokedCopies(next)
-	d.budget.give(dropped)
+	d.budget.give(w.dropped)
 	d.reportChanges(next, changes, conflicts)
 	return errors.Join(errs...)
 }
 
-// writeCopies writes the new copies the verdicts on rec's shares bring and returns the record
-// to save (rec with each share's new state), the changes to report, the bytes of the revoked
-// shares' copies that go once the record is saved, and the shares' errors (each left as it was).
-func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVerdict) (next volumeRecord, changes []shareChange, dropped int64, errs []error) {
-	next = rec.clone()
+// copiesWritten is what writeCopies did.
+type copiesWritten struct {
+	next    volumeRecord  // the record to save: rec with each share's new state
+	changes []shareChange // to report
+	copied  bool          // a share's copy was rewritten
+	dropped int64         // the bytes of revoked shares' copies, which go once the record is saved
+	errs    []error       // the shares' errors; each such share is left as it was
+}
+
+// writeCopies writes the new copies the verdicts on rec's shares bring.
+func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVerdict) (w copiesWritten) {
+	w.next = rec.clone()
 	for i, v := range verdicts {
 		if v.err != nil {
 			klog.ErrorS(v.err, "Checking a share of a volume failed; it is left as it was", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
-			errs = append(errs, v.err)
+			w.errs = append(w.errs, v.err)
 			continue
 		}
 		if v.files != nil {
 			var err error
 			if v, err = d.writeNewCopy(vol, rec.Shares[i], i, v); err != nil {
-				errs = append(errs, fmt.Errorf("writing the copy of %s: %w", rec.Shares[i], err))
+				w.errs = append(w.errs, fmt.Errorf("writing the copy of %s: %w", rec.Shares[i], err))
 				continue
 			}
+			w.copied = w.copied || v.files != nil // nil: it did not fit, and was not written
 		}
-		next.Shares[i] = v.state
+		w.next.Shares[i] = v.state
 		if v.change != nil {
-			changes = append(changes, *v.change)
+			w.changes = append(w.changes, *v.change)
 		}
 	}
 	// The copies of revoked shares of a refreshing volume are emptied once the record is saved:
 	// they stop counting.
-	for i, st := range next.Shares {
-		if next.Refresh && st.Revoked {
-			dropped += st.Bytes
-			next.Shares[i].Bytes = 0
+	for i, st := range w.next.Shares {
+		if w.next.Refresh && st.Revoked {
+			w.dropped += st.Bytes
+			w.next.Shares[i].Bytes = 0
 		}
 	}
-	return next, changes, dropped, errs
+	return w
 }
 
 // writeNewCopy writes the new copy of share i that verdict v brings, charged to the node's
@@ -267,6 +290,8 @@ func (d *driver) reportChanges(rec volumeRecord, changes []shareChange, conflict
 			d.event(rec, corev1.EventTypeWarning, reasonRefreshFailed, "%s %s", c.share, c.why)
 		case changeRefreshResumed:
 			d.event(rec, corev1.EventTypeNormal, reasonRefreshResumed, "The driver may read %s again; its files are refreshed again", c.why)
+		case changeKeys:
+			d.event(rec, corev1.EventTypeNormal, reasonKeysChanged, "The keys %s shares changed: %s", c.share, c.why)
 		}
 		klog.InfoS("Volume changed", "volumeID", rec.VolumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName), "share", c.share.String(), "change", c.kind)
 	}
@@ -292,11 +317,18 @@ func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *
 	case err != nil:
 		return shareVerdict{state: st, err: err}
 	case denied != "":
-		return revokeShare(st, denied)
+		v := revokeShare(st, denied)
+		if !rec.Refresh && sh.Name != "" && !st.Exposed.same(sh.Items) {
+			// A revoked refreshResource=false share keeps its copy for when access comes back;
+			// what the share no longer exposes leaves it now.
+			return d.narrowShare(rec, i, sh, v)
+		}
+		return v
 	case !rec.Refresh:
 		// refreshResource=false: the files published are the files shown, on every path; only
-		// access decides whether they are visible.
-		return restoreShare(st)
+		// access decides whether they are visible, and the share's list which of them may stay.
+		v := restoreShare(st)
+		return d.narrowIfListChanged(rec, i, sh, v)
 	}
 	return d.judgeSource(ctx, rec, i, sh, memo)
 }
@@ -323,7 +355,7 @@ func (d *driver) judgeAccess(ctx context.Context, rec volumeRecord, i int, memo 
 // judgeSource is the verdict on share i of a refreshing volume the pod may see, from its source.
 func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh shareSpec, memo *cycleMemo) shareVerdict {
 	st := rec.Shares[i]
-	src, err := memo.source(ctx, sh.sourceKey())
+	src, err := memo.source(ctx, sh)
 	switch {
 	case apierrors.IsNotFound(err):
 		// The source was deleted (or the share now points at a missing object). The share keeps
@@ -331,15 +363,20 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 		// Secret during a rotation must not blank every consumer. Revocation is RBAC's job.
 		klog.V(2).InfoS("Source of a share not found; keeping its last files", "volumeID", rec.VolumeID,
 			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
-		return shareVerdict{state: st}
+		return d.narrowIfListChanged(rec, i, sh, shareVerdict{state: st})
 	case apierrors.IsForbidden(err):
 		// The driver itself lost read on the source (an admin removed its RoleBinding). That
 		// is not the pod's access, which was just granted: the share keeps its last files, as
 		// on any API error, and the pod is warned once with what the admin must run.
 		klog.V(2).InfoS("The driver may not read the source of a share; keeping its last files", "volumeID", rec.VolumeID,
 			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
-		return d.readForbidden(st, sh)
+		return d.narrowIfListChanged(rec, i, sh, d.readForbidden(st, sh))
 	case err != nil:
+		if !st.Exposed.same(sh.Items) {
+			// The list is the share's, not the source's: what it no longer shares goes now.
+			klog.ErrorS(err, "Reading the source of a share failed; keeping only what its new list still shares", "volumeID", rec.VolumeID, "share", st.String())
+			return d.narrowShare(rec, i, sh, shareVerdict{state: st})
+		}
 		return shareVerdict{state: st, err: err}
 	}
 
@@ -349,24 +386,86 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	resumed := st.ReadForbidden
 	st.ReadForbidden, st.SourceReplaced = false, false
 	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
-	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion {
+	sameKeys := st.Exposed.same(sh.Items)
+	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion && sameKeys {
 		if resumed {
 			return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshResumed, why: sh.sourceKey().String()}}
 		}
 		return shareVerdict{state: st}
 	}
-	files, err := rec.project(i, src.Files)
+	files, err := sharedFiles(rec, i, sh, src)
 	if err != nil {
-		return shareVerdict{state: rec.Shares[i], err: fmt.Errorf("%s %s/%s: %w", st.Kind, sh.SourceNamespace, sh.SourceName, err)}
+		err = fmt.Errorf("%s %s/%s: %w", st.Kind, sh.SourceNamespace, sh.SourceName, err)
+		if !sameKeys {
+			// Not refreshed; the keys that stopped being shared still go.
+			klog.ErrorS(err, "A share's list of keys changed but its source cannot be shown through it; keeping only what it still shares", "volumeID", rec.VolumeID, "share", st.String())
+			return d.narrowShare(rec, i, sh, shareVerdict{state: rec.Shares[i]})
+		}
+		return shareVerdict{state: rec.Shares[i], err: err}
 	}
 	change := &shareChange{share: st.shareRef, kind: changeRefreshed,
 		why: fmt.Sprintf("%s %s/%s (resourceVersion %s)", st.Kind, sh.SourceNamespace, sh.SourceName, src.ResourceVersion)}
-	if st.Revoked {
+	switch {
+	case st.Revoked:
 		change.kind = changeRestored
+	case !sameKeys:
+		change.kind, change.why = changeKeys, exposureSummary(sh)+", from "+change.why
 	}
 	st.Revoked = false
 	st.SourceNamespace, st.SourceName, st.ResourceVersion = sh.SourceNamespace, sh.SourceName, src.ResourceVersion
+	st.Exposed = sh.Items
 	return shareVerdict{state: st, files: files, change: change}
+}
+
+// sharedFiles is the files share i of rec gets from src, the source as sh exposes it: an error
+// when the source lacks a listed key, or the pod's items select a key the share does not expose.
+func sharedFiles(rec volumeRecord, i int, sh shareSpec, src *sourceData) (map[string]atomicwriter.File, error) {
+	if len(src.Missing) > 0 {
+		return nil, &missingSharedKeysError{share: sh, keys: src.Missing}
+	}
+	return rec.project(i, src.Files, sh.Items)
+}
+
+// narrowShare is the verdict base becomes when the share's list changed and its source is not
+// shown through the new list: the copy keeps only the files the new list still shares (under
+// the same name, from the same key) and gains none. The volume then shows the new list, so the
+// next refresh of the source (or of the list) brings the rest. A change base already reports
+// (revoked, restored, refreshFailed) is kept; the rewritten copy alone makes applyVerdicts
+// rebuild the view.
+func (d *driver) narrowShare(rec volumeRecord, i int, sh shareSpec, base shareVerdict) shareVerdict {
+	st := base.state
+	held, err := atomicwriter.ReadFiles(d.store.dirOf(rec).shareDir(i))
+	if err != nil {
+		return shareVerdict{state: rec.Shares[i], err: fmt.Errorf("reading the copy of %s to drop keys no longer shared: %w", st.shareRef, err)}
+	}
+	kept := keepShared(held, rec.Items, i, st.Exposed, sh.Items)
+	st.Exposed = sh.Items
+	base.state = st
+	if len(kept) == len(held) {
+		return base // nothing the pod sees changes; the record notes the new list
+	}
+	base.files = kept
+	if base.change == nil {
+		base.change = &shareChange{share: st.shareRef, kind: changeKeys, why: exposureSummary(sh) + "; files no longer shared were removed"}
+	}
+	return base
+}
+
+// narrowIfListChanged is base, narrowed (narrowShare) when the share's list is not the one
+// share i of rec was made through.
+func (d *driver) narrowIfListChanged(rec volumeRecord, i int, sh shareSpec, base shareVerdict) shareVerdict {
+	if rec.Shares[i].Exposed.same(sh.Items) {
+		return base
+	}
+	return d.narrowShare(rec, i, sh, base)
+}
+
+// exposureSummary says what sh exposes, for an event: the names it shares, never others.
+func exposureSummary(sh shareSpec) string {
+	if sh.Items.all() {
+		return "it shares every key of its source"
+	}
+	return "it shares only " + quoteAll(sh.Items.names())
 }
 
 // revokeShare is the verdict on a share the pod may no longer see: revoked, reported once.

@@ -61,6 +61,10 @@ type shareState struct {
 	SourceReplaced bool `json:"sourceReplaced,omitempty"`
 	// Bytes is what the share's copy costs in memory (chargedBytes), counted in the budget.
 	Bytes int64 `json:"bytes,omitempty"`
+	// Exposed is the share's list of keys (spec.items) the files were made through; absent: every
+	// key (as in records written before shares had lists). A list change is applied when it
+	// differs from the share's.
+	Exposed exposure `json:"exposed,omitempty"`
 }
 
 func (r *volumeRecord) specs() []shareRef {
@@ -99,9 +103,10 @@ func (r *volumeRecord) sameRequest(v *volumeRequest) bool {
 		r.DefaultMode == v.DefaultMode && slices.Equal(r.Items, v.Items) && r.GID == v.GID && r.MountContext == v.MountContext
 }
 
-// project turns share i's source data into the files it contributes to this volume.
-func (r *volumeRecord) project(i int, src map[string][]byte) (map[string]atomicwriter.File, error) {
-	return projectFiles(src, r.Items, i, r.DefaultMode)
+// project turns share i's source data, as the share exposes it (shared), into the files it
+// contributes to this volume.
+func (r *volumeRecord) project(i int, src map[string][]byte, shared exposure) (map[string]atomicwriter.File, error) {
+	return projectFiles(src, r.Items, i, r.DefaultMode, shared)
 }
 
 func (r *volumeRecord) accessKey(i int) accessKey {

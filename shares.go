@@ -24,6 +24,8 @@ type shareSpec struct {
 	// The object the share was made for, and whether it follows a re-created one
 	// (sourcepin.go).
 	Pin sourcePin
+	// Items is what the share exposes of its source (spec.items, sharekeys.go): nil is every key.
+	Items exposure
 }
 
 // sourceKey names the share's source object.
@@ -31,7 +33,8 @@ func (s shareSpec) sourceKey() sourceKey {
 	return sourceKey{Kind: s.Kind, Namespace: s.SourceNamespace, Name: s.SourceName}
 }
 
-// shareFromObject reads spec.secretRef / spec.configMapRef; a share without a usable ref is an error.
+// shareFromObject reads spec.secretRef / spec.configMapRef and spec.items; a share without a
+// usable ref, or with a list that cannot be read, is an error (never "every key").
 func shareFromObject(k shareKind, u *unstructured.Unstructured) (shareSpec, error) {
 	refField := shareRefField(k)
 	ns, _, _ := unstructured.NestedString(u.Object, "spec", refField, "namespace")
@@ -40,6 +43,12 @@ func shareFromObject(k shareKind, u *unstructured.Unstructured) (shareSpec, erro
 	if !validLabel(ns) || !validName(name) {
 		return s, &badShareError{fmt.Sprintf("%s %q has an invalid spec.%s (namespace %q, name %q): fix the share", k.shareTypeName(), s.Name, refField, ns, name)}
 	}
+	raw, present, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", sharedItemsField)
+	items, err := parseExposure(raw, present)
+	if err != nil {
+		return s, &badShareError{fmt.Sprintf("%s %q: %v: fix the share", k.shareTypeName(), s.Name, err)}
+	}
+	s.Items = items
 	return s, nil
 }
 

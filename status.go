@@ -9,15 +9,25 @@ package main
 // others only campaign for the Lease; when the holder dies, one of them takes over within the
 // lease duration.
 //
-// The check is a GET of the source's metadata only (the metadata client): the status writer never
-// receives Secret data, and it does not go through the source cache, so shares that no volume on
-// this node uses cannot evict the sources that volumes here do use.
+// The check of a share without a list of keys is a GET of the source's metadata only (the
+// metadata client): the status writer receives no Secret data for it. A share with a list
+// (spec.items, sharekeys.go) is Ready only if its source has every listed key, and key names
+// come only with the data: its check GETs the whole source, keeps only which listed keys are
+// missing, and drops the rest at once (nothing is cached, logged or written). Neither goes
+// through the source cache, so shares that no volume on this node uses cannot evict the sources
+// that volumes here do use. The status also says what a share exposes (status.exposedKeys: the
+// names its list shares; absent, with no list, and the condition's message says every key).
+//
+// The status writer and the relist both read a share through the same filter, so a key the
+// share does not list reaches no status either.
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,6 +52,7 @@ const (
 	reasonSourceForbidden   = "SourceForbidden"   // False
 	reasonInvalidShare      = "InvalidShare"      // False: the spec's ref cannot be used
 	reasonSourceReplaced    = "SourceReplaced"    // False: another object than the pinned one (sourcepin.go)
+	reasonSourceKeyMissing  = "SourceKeyMissing"  // False: the source lacks a key the share lists
 	reasonSourceCheckFailed = "SourceCheckFailed" // Unknown: the API server could not answer
 )
 
@@ -55,8 +66,10 @@ const statusFieldManager = "shared-resource-csi"
 type statusConfig struct {
 	Leases leaseClient        // coordination.k8s.io/v1 in the Lease's namespace
 	Dyn    dynamic.Interface  // status writes
-	Meta   metadata.Interface // source checks (metadata only)
-	Shares *shareIndex        // the share informers; their caches must be synced or syncing
+	Meta   metadata.Interface // source checks of shares without a list (metadata only)
+	// Sources GETs whole sources: the checks of shares with a list (which keys the source has).
+	Sources sourceGetter
+	Shares  *shareIndex // the share informers; their caches must be synced or syncing
 	// NodeID prefixes the Lease holder identity, so `kubectl get lease` shows which node writes.
 	NodeID         string
 	LeaseNamespace string
@@ -199,7 +212,10 @@ func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
 	}
 	// lastTransitionTime moves only when the status does; reason, message and
 	// observedGeneration are updated in place.
-	if !meta.SetStatusCondition(&conds, cond) && pin == pinned.UID {
+	condChanged := meta.SetStatusCondition(&conds, cond)
+	exposed := exposedNames(ref.Kind, u)
+	had, _, _ := unstructured.NestedStringSlice(u.Object, "status", "exposedKeys")
+	if !condChanged && slices.Equal(had, exposed) && pin == pinned.UID {
 		return nil
 	}
 	u = u.DeepCopy()
@@ -207,6 +223,11 @@ func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
 		if err := unstructured.SetNestedField(u.Object, pin, "status", pinField); err != nil {
 			return err
 		}
+	}
+	if exposed == nil {
+		unstructured.RemoveNestedField(u.Object, "status", "exposedKeys")
+	} else if err := unstructured.SetNestedStringSlice(u.Object, exposed, "status", "exposedKeys"); err != nil {
+		return err
 	}
 	items := make([]any, 0, len(conds))
 	for i := range conds {
@@ -242,14 +263,44 @@ func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstruct
 	} else {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		m, err := w.cfg.Meta.Resource(sourceGVR(k)).Namespace(sh.SourceNamespace).Get(ctx, sh.SourceName, metav1.GetOptions{ResourceVersion: "0"})
-		if err == nil {
-			uid = string(m.GetUID())
-		}
-		cond = readyCondition(sh, uid, err, w.cfg.Account)
+		var problem error
+		uid, problem = w.sourceProblem(ctx, sh)
+		cond = readyCondition(sh, uid, problem, w.cfg.Account)
 	}
 	cond.ObservedGeneration = u.GetGeneration()
 	return cond, uid
+}
+
+// sourceProblem GETs the share's source, from the API server's watch cache, and says which
+// object it is (its UID, "" when it could not be read) and what is wrong with it for the share:
+// the GET's error, a *missingSharedKeysError, or nil.
+func (w *statusWriter) sourceProblem(ctx context.Context, sh shareSpec) (uid string, problem error) {
+	opts := metav1.GetOptions{ResourceVersion: "0"}
+	if sh.Items.all() {
+		m, err := w.cfg.Meta.Resource(sourceGVR(sh.Kind)).Namespace(sh.SourceNamespace).Get(ctx, sh.SourceName, opts)
+		if err != nil {
+			return "", err
+		}
+		return string(m.GetUID()), nil
+	}
+	d, err := w.cfg.Sources.getSource(ctx, sh.sourceKey(), opts)
+	if err != nil {
+		return "", err
+	}
+	if _, missing := sh.Items.filter(d.Files); len(missing) > 0 {
+		return d.UID, &missingSharedKeysError{share: sh, keys: missing}
+	}
+	return d.UID, nil
+}
+
+// exposedNames is status.exposedKeys for the share u: the names its list exposes, or nil (the
+// field absent) for a share without a list, or one that cannot be read.
+func exposedNames(k shareKind, u *unstructured.Unstructured) []string {
+	sh, err := shareFromObject(k, u)
+	if err != nil {
+		return nil
+	}
+	return sh.Items.names()
 }
 
 // readyCondition turns the answer to a GET of the share's source into the Ready condition. The
@@ -257,13 +308,23 @@ func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstruct
 func readyCondition(sh shareSpec, uid string, getErr error, account driverAccount) metav1.Condition {
 	src := fmt.Sprintf("%s %s/%s", sh.Kind, sh.SourceNamespace, sh.SourceName)
 	c := metav1.Condition{Type: conditionReady}
+	var missing *missingSharedKeysError
 	switch {
 	case getErr == nil && sh.Pin.refuses(uid):
 		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceReplaced
 		c.Message = replacedMessage(sh, uid)
 	case getErr == nil:
 		c.Status, c.Reason = metav1.ConditionTrue, reasonSourceAvailable
-		c.Message = src + " exists and the driver can read it"
+		c.Message = src + " exists and the driver can read it; the share exposes "
+		if sh.Items.all() {
+			c.Message += "every key of it"
+		} else {
+			c.Message += "only " + quoteAll(sh.Items.names())
+		}
+	case errors.As(getErr, &missing):
+		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceKeyMissing
+		c.Message = fmt.Sprintf("pods cannot mount %s %q, and volumes already using it are not refreshed: %v",
+			sh.Kind.shareTypeName(), sh.Name, missing)
 	case apierrors.IsNotFound(getErr):
 		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceNotFound
 		c.Message = fmt.Sprintf("%s does not exist: pods cannot mount %s %q until it is created (or spec.%s is corrected)",

@@ -75,3 +75,22 @@ func TestReadyConditionOfInvalidShare(t *testing.T) {
 		t.Errorf("got %+v", c)
 	}
 }
+
+// A share with a list: Ready says what it exposes, and a listed key the source lacks makes it
+// not Ready, naming that key.
+func TestReadyConditionOfAShareWithAList(t *testing.T) {
+	sh := shareSpec{Kind: kindSecret, Name: "corp-ca", SourceNamespace: "platform", SourceName: "tls", Items: exposure{{"ca.crt", "ca.pem"}, {"tls.crt", "tls.crt"}}}
+	c := readyCondition(sh, "", nil, "")
+	if c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, `the share exposes only "ca.pem", "tls.crt"`) {
+		t.Errorf("readable: %+v", c)
+	}
+	if c := readyCondition(shareSpec{Kind: kindSecret, Name: "all", SourceNamespace: "p", SourceName: "s"}, "", nil, ""); !strings.Contains(c.Message, "the share exposes every key") {
+		t.Errorf("no list: %q", c.Message)
+	}
+	c = readyCondition(sh, "", &missingSharedKeysError{share: sh, keys: []string{"tls.crt"}}, "")
+	if c.Status != metav1.ConditionFalse || c.Reason != reasonSourceKeyMissing ||
+		!strings.Contains(c.Message, `Secret platform/tls has no key "tls.crt", which SharedSecret "corp-ca" lists in spec.items`) ||
+		!strings.Contains(c.Message, `pods cannot mount SharedSecret "corp-ca"`) {
+		t.Errorf("missing key: %+v", c)
+	}
+}

@@ -216,18 +216,18 @@ func TestParsePublishRequestReadsFsGroupAndFileAttributes(t *testing.T) {
 
 func TestProjectFilesFollowsItemsAndReportsMissingKeys(t *testing.T) {
 	src := map[string][]byte{"ca.crt": []byte("ca"), "tls.key": []byte("key"), "unused": []byte("x")}
-	files, err := projectFiles(src, []item{{Key: "ca.crt", Path: "certs/ca.pem"}, {Key: "tls.key", Path: "tls.key", Mode: 0o400}}, 0, 0o440)
+	files, err := projectFiles(src, []item{{Key: "ca.crt", Path: "certs/ca.pem"}, {Key: "tls.key", Path: "tls.key", Mode: 0o400}}, 0, 0o440, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(files) != 2 || string(files["certs/ca.pem"].Data) != "ca" || files["certs/ca.pem"].Mode != 0o440 || files["tls.key"].Mode != 0o400 {
 		t.Errorf("got %+v", files)
 	}
-	_, err = projectFiles(src, []item{{Key: "absent", Path: "a"}}, 0, 0o644)
+	_, err = projectFiles(src, []item{{Key: "absent", Path: "a"}}, 0, 0o644, nil)
 	if err == nil || !strings.Contains(err.Error(), `"absent"`) {
 		t.Errorf("missing key: %v", err)
 	}
-	all, err := projectFiles(src, nil, 0, 0o600)
+	all, err := projectFiles(src, nil, 0, 0o600, nil)
 	if err != nil || len(all) != 3 || all["unused"].Mode != 0o600 {
 		t.Errorf("no items: %+v, %v", all, err)
 	}
