@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 func TestPodsShareKeepsToTheObjectItWasMadeFor(t *testing.T) {
@@ -142,16 +143,12 @@ func shareSourceUID(t *testing.T, e *kubeEnv, share string) string {
 	return uid
 }
 
+// setSourceRecreation sets the share's spec.sourceRecreation with a merge patch: the status
+// writer may be writing the share's status at the same moment.
 func setSourceRecreation(t *testing.T, e *kubeEnv, share, mode string) {
 	t.Helper()
-	u, err := e.dyn.Resource(shareGVR(kindSecret)).Get(context.Background(), share, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unstructured.SetNestedField(u.Object, mode, "spec", recreationField); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.dyn.Resource(shareGVR(kindSecret)).Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+	patch := []byte(fmt.Sprintf(`{"spec":{%q:%q}}`, recreationField, mode))
+	if _, err := e.dyn.Resource(shareGVR(kindSecret)).Patch(context.Background(), share, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
