@@ -108,6 +108,7 @@ func TestPodsExamplesWork(t *testing.T) {
 		{"examples/ca-bundle.yaml", "team-a", "corp-ca-reader", "/etc/corp-ca/ca.crt", "BEGIN CERTIFICATE"},
 		{"examples/configmap-share.yaml", "team-b", "flags-reader", "/etc/flags/flags.yaml", "newCheckout: true"},
 		{"examples/credentials-rotation.yaml", "team-ci", "build", "/creds/creds/token", "EXAMPLE-TOKEN-replace-me"},
+		{"examples/ca-without-key.yaml", "team-tls", "issuer-ca-reader", "/etc/issuer-ca/ca.crt", "BEGIN CERTIFICATE"},
 	} {
 		apply(t, ex.file, "apply")
 		t.Cleanup(func() { apply(t, ex.file, "delete") })

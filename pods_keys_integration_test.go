@@ -11,7 +11,8 @@ package main
 //   - a rename through the list (ca.crt shared as ca.pem), placed and moded by a pod's items;
 //   - the list widened to tls.crt, then narrowed back: running pods follow within the relist
 //     bound, with an event each time; a refreshResource: "false" pod loses the key too;
-//   - a listed key the source lacks: the share is not Ready and names it, and mounts fail with it.
+//   - a listed key the source lacks: the share is not Ready and names it, and mounts fail with it;
+//   - a SharedConfigMap's list, over data and binaryData.
 // The schema and the admission policy of the list, against the API server alone:
 // sharekeys_integration_test.go.
 
@@ -27,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -265,4 +267,32 @@ func TestPodsShareListingAKeyTheSourceLacks(t *testing.T) {
 	s.waitShareReady(t, f.share, metav1.ConditionTrue, reasonSourceAvailable, `the share exposes only "bundle.pem", "ca.crt"`)
 	s.waitRunning(t, ns, "app", 90*time.Second)
 	s.waitFiles(t, ns, "app", map[string][]byte{"ca.crt": data["ca.crt"], "bundle.pem": data["bundle.pem"]}, 10*time.Second)
+}
+
+// A SharedConfigMap's list picks among data and binaryData alike.
+func TestPodsSharedConfigMapListPicksDataAndBinaryData(t *testing.T) {
+	s := podsEnv(t, podsShared)
+	ctx := context.Background()
+	platform := s.sourceNamespace(t, "platform")
+	logo, internal := podsRandomBytes(256), "internal-"+randSuffix()
+	if _, err := s.kube.CoreV1().ConfigMaps(platform).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"},
+		Data:       map[string]string{"app.env": "MODE=prod\n", "internal.conf": internal},
+		BinaryData: map[string][]byte{"logo.png": logo}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	share := "settings-" + randSuffix()
+	if _, err := s.dyn.Resource(shareGVR(kindConfigMap)).Create(ctx,
+		listedShareObject(kindConfigMap, share, platform, "settings", sharedKeys("app.env=settings.env", "logo.png")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.deleteShare(t, kindConfigMap, share) })
+	ns := s.podNamespace(t, "keys-cm")
+	s.createServiceAccount(t, ns, "app")
+	s.grant(t, ns, kindConfigMap, share, serviceAccount(ns, "app"))
+	s.createPod(t, ns, "app", consumerSpec{sa: "app", attrs: map[string]string{attrSharedConfigMap: share}})
+	s.waitRunning(t, ns, "app", 60*time.Second)
+	s.waitFiles(t, ns, "app", map[string][]byte{"settings.env": []byte("MODE=prod\n"), "logo.png": logo}, 10*time.Second)
+	if got := filesHolding(t, filepath.Join(s.kubelet, "plugins", driverName, "volumes"), []byte(internal)); len(got) > 0 {
+		t.Errorf("internal.conf, not shared, is on the node: %v", got)
+	}
 }
