@@ -2,7 +2,8 @@ package main
 
 // The two kinds of share, SharedSecret and SharedConfigMap. Everything that differs between them
 // is one row of shareKindTable; the rest of the driver asks the row and never switches on the
-// kind, so a third kind is one more row (and its CRD in the chart).
+// kind, so a third kind is one more row here, and in the chart its CRD with its row beside it
+// (templates/crds.yaml: the chart's RBAC and admission policy take their resources from those).
 
 import (
 	"strings"
