@@ -1,6 +1,6 @@
 package main
 
-// Specification of how the relist judges one share of a volume (judgeShare, reconcile.go), with a
+// Specification of how the relist judges one share of a volume (judgeShare, judge.go), with a
 // fake API server: access decides whether the share is shown; the driver's own read on the source
 // decides whether it is refreshed. Losing read is never a revocation, is told once, and is told
 // again, truthfully, when access comes back to a revoked share the driver still may not read.

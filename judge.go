@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+)
+
+// Judging one share of a volume (step (1) of a reconcile, reconcile.go): what it should show now,
+// from the share, the pod's access and the source. Nothing here writes anything.
+//
+// A share's verdict, by what the API server says (refresh is the volume's refreshResource):
+//
+//	share     the pod's access  the source                     verdict
+//	deleted   -                 -                              revoked (its files leave the view)
+//	exists    denied            -                              revoked
+//	exists    granted           - (refresh off)                restored if revoked (the copy kept is what comes back), else as it is
+//	exists    granted           not found                      as it is: the last files stay, as kubelet secret volumes do
+//	exists    granted           the driver may not read it     refreshFailed, once: the last files stay
+//	exists    granted           another object (re-created)    refreshFailed, once: the last files stay (sourcepin.go)
+//	exists    granted           the version the volume shows   as it is (refreshResumed if it was refreshFailed)
+//	exists    granted           another version (or revoked)   refreshed (restored if revoked): a new copy
+//	any API error                                              as it is; retried next cycle
+//
+// When the share's list of keys (spec.items, sharekeys.go) is not the one the volume shows, the
+// share is refreshed from the source (keysChanged: it gains and loses keys in one swap); where it
+// cannot be (refreshResource=false, the source lacks a listed key, the pod's items select a key
+// no longer shared) its copy keeps only the files the new list still shares, and gains none.
+// Keys that stopped being shared never stay: no error or setting keeps them.
+//
+// An outage must never revoke access: only an answer does.
+
+// shareVerdict is what a reconcile decided for one share.
+type shareVerdict struct {
+	state  shareState                   // the share's next state, saved with the record
+	files  map[string]atomicwriter.File // its new copy; nil: the copy stays as it is
+	change *shareChange                 // what to report; nil: the share is as it was
+	err    error                        // the share could not be judged: it stays as it was
+}
+
+// judgeShare decides what share i of rec shows now (the table at the top of this file). It
+// changes nothing, on disk or in rec.
+func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) shareVerdict {
+	st := rec.Shares[i] // a copy: the next state is built on it
+	sh, denied, err := d.judgeAccess(ctx, rec, i, memo)
+	switch {
+	case err != nil:
+		return shareVerdict{state: st, err: err}
+	case denied != "":
+		v := revokeShare(st, denied)
+		if !rec.Refresh && sh.Name != "" && !st.Exposed.same(sh.Items) {
+			// A revoked refreshResource=false share keeps its copy for when access comes back;
+			// what the share no longer exposes leaves it now.
+			return d.narrowShare(rec, i, sh, v)
+		}
+		return v
+	case !rec.Refresh:
+		// refreshResource=false: the files published are the files shown, on every path; only
+		// access decides whether they are visible, and the share's list which of them may stay.
+		v := restoreShare(st)
+		return d.narrowIfListChanged(rec, i, sh, v)
+	}
+	return d.judgeSource(ctx, rec, i, sh, memo)
+}
+
+// judgeAccess says whether the pod may still see share i of rec: denied is why not ("" when it
+// may), and sh is the share as it is now.
+func (d *driver) judgeAccess(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) (sh shareSpec, denied string, err error) {
+	ref := rec.Shares[i].shareRef
+	sh, err = memo.share(ctx, ref)
+	if apierrors.IsNotFound(err) {
+		return sh, ref.Kind.shareTypeName() + " " + quote(ref.Name) + " was deleted", nil
+	}
+	if err != nil {
+		return sh, "", err
+	}
+	key := rec.accessKey(i)
+	dec, err := memo.decision(ctx, key)
+	if err != nil || dec.Allowed {
+		return sh, "", err
+	}
+	return sh, deniedMessage(key, dec.Reason), nil
+}
+
+// judgeSource is the verdict on share i of a refreshing volume the pod may see, from its source.
+func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh shareSpec, memo *cycleMemo) shareVerdict {
+	st := rec.Shares[i]
+	src, err := memo.source(ctx, sh)
+	switch {
+	case apierrors.IsNotFound(err):
+		// The source was deleted (or the share now points at a missing object). The share keeps
+		// its last good files, as the kubelet's own secret volumes do: deleting and re-creating a
+		// Secret during a rotation must not blank every consumer. Revocation is RBAC's job.
+		klog.V(2).InfoS("Source of a share not found; keeping its last files", "volumeID", rec.VolumeID,
+			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
+		return d.narrowIfListChanged(rec, i, sh, shareVerdict{state: st})
+	case apierrors.IsForbidden(err):
+		// The driver itself lost read on the source (an admin removed its RoleBinding). That
+		// is not the pod's access, which was just granted: the share keeps its last files, as
+		// on any API error, and the pod is warned once with what the admin must run.
+		klog.V(2).InfoS("The driver may not read the source of a share; keeping its last files", "volumeID", rec.VolumeID,
+			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
+		return d.narrowIfListChanged(rec, i, sh, d.readForbidden(st, sh))
+	case err != nil:
+		if !st.Exposed.same(sh.Items) {
+			// The list is the share's, not the source's: what it no longer shares goes now.
+			klog.ErrorS(err, "Reading the source of a share failed; keeping only what its new list still shares", "volumeID", rec.VolumeID, "share", st.String())
+			return d.narrowShare(rec, i, sh, shareVerdict{state: st})
+		}
+		return shareVerdict{state: st, err: err}
+	}
+
+	if sh.Pin.refuses(src.UID) {
+		return sourceReplaced(st, sh, src.UID)
+	}
+	resumed := st.ReadForbidden
+	st.ReadForbidden, st.SourceReplaced = false, false
+	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
+	sameKeys := st.Exposed.same(sh.Items)
+	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion && sameKeys {
+		if resumed {
+			return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshResumed, why: sh.sourceKey().String()}}
+		}
+		return shareVerdict{state: st}
+	}
+	files, err := sharedFiles(rec, i, sh, src)
+	if err != nil {
+		err = fmt.Errorf("%s %s/%s: %w", st.Kind, sh.SourceNamespace, sh.SourceName, err)
+		if !sameKeys {
+			// Not refreshed; the keys that stopped being shared still go.
+			klog.ErrorS(err, "A share's list of keys changed but its source cannot be shown through it; keeping only what it still shares", "volumeID", rec.VolumeID, "share", st.String())
+			return d.narrowShare(rec, i, sh, shareVerdict{state: rec.Shares[i]})
+		}
+		return shareVerdict{state: rec.Shares[i], err: err}
+	}
+	change := &shareChange{share: st.shareRef, kind: changeRefreshed,
+		why: fmt.Sprintf("%s %s/%s (resourceVersion %s)", st.Kind, sh.SourceNamespace, sh.SourceName, src.ResourceVersion)}
+	switch {
+	case st.Revoked:
+		change.kind = changeRestored
+	case !sameKeys:
+		change.kind, change.why = changeKeys, exposureSummary(sh)+", from "+change.why
+	}
+	st.Revoked = false
+	st.SourceNamespace, st.SourceName, st.ResourceVersion = sh.SourceNamespace, sh.SourceName, src.ResourceVersion
+	st.Exposed = sh.Items
+	return shareVerdict{state: st, files: files, change: change}
+}
+
+// sharedFiles is the files share i of rec gets from src, the source as sh exposes it: an error
+// when the source lacks a listed key, or the pod's items select a key the share does not expose.
+func sharedFiles(rec volumeRecord, i int, sh shareSpec, src *sourceData) (map[string]atomicwriter.File, error) {
+	if len(src.Missing) > 0 {
+		return nil, &missingSharedKeysError{share: sh, keys: src.Missing}
+	}
+	return rec.project(i, src.Files, sh.Items)
+}
+
+// narrowShare is the verdict base becomes when the share's list changed and its source is not
+// shown through the new list: the copy keeps only the files the new list still shares (under
+// the same name, from the same key) and gains none. The volume then shows the new list, so the
+// next refresh of the source (or of the list) brings the rest. A change base already reports
+// (revoked, restored, refreshFailed) is kept; the rewritten copy alone makes applyVerdicts
+// rebuild the view.
+func (d *driver) narrowShare(rec volumeRecord, i int, sh shareSpec, base shareVerdict) shareVerdict {
+	st := base.state
+	held, err := atomicwriter.ReadFiles(d.store.dirOf(rec).shareDir(i))
+	if err != nil {
+		return shareVerdict{state: rec.Shares[i], err: fmt.Errorf("reading the copy of %s to drop keys no longer shared: %w", st.shareRef, err)}
+	}
+	kept := keepShared(held, rec.Items, i, st.Exposed, sh.Items)
+	st.Exposed = sh.Items
+	base.state = st
+	if len(kept) == len(held) {
+		return base // nothing the pod sees changes; the record notes the new list
+	}
+	base.files = kept
+	if base.change == nil {
+		base.change = &shareChange{share: st.shareRef, kind: changeKeys, why: exposureSummary(sh) + "; files no longer shared were removed"}
+	}
+	return base
+}
+
+// narrowIfListChanged is base, narrowed (narrowShare) when the share's list is not the one
+// share i of rec was made through.
+func (d *driver) narrowIfListChanged(rec volumeRecord, i int, sh shareSpec, base shareVerdict) shareVerdict {
+	if rec.Shares[i].Exposed.same(sh.Items) {
+		return base
+	}
+	return d.narrowShare(rec, i, sh, base)
+}
+
+// exposureSummary says what sh exposes, for an event: the names it shares, never others.
+func exposureSummary(sh shareSpec) string {
+	if sh.Items.all() {
+		return "it shares every key of its source"
+	}
+	return "it shares only " + quoteAll(sh.Items.names())
+}
+
+// revokeShare is the verdict on a share the pod may no longer see: revoked, reported once.
+func revokeShare(st shareState, why string) shareVerdict {
+	if st.Revoked {
+		return shareVerdict{state: st}
+	}
+	// Whether the driver may read the source is judged again, and told again, when access
+	// comes back.
+	st.Revoked, st.ReadForbidden = true, false
+	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRevoked, why: why}}
+}
+
+// restoreShare is the verdict on a share of a volume that does not refresh, which the pod may
+// see: its copy, kept while it was revoked, is exactly what comes back.
+func restoreShare(st shareState) shareVerdict {
+	if !st.Revoked {
+		return shareVerdict{state: st}
+	}
+	st.Revoked = false
+	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRestored}}
+}
+
+// sourceReplaced is the verdict on a share whose source is another object than the one it was
+// made for: its files stay, and the pod is told once, with what an admin runs to accept it.
+func sourceReplaced(st shareState, sh shareSpec, uid string) shareVerdict {
+	if st.SourceReplaced {
+		return shareVerdict{state: st}
+	}
+	st.SourceReplaced = true
+	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshFailed, why: replacedMessage(sh, uid)}}
+}
+
+// readForbidden is the verdict on a share whose source the driver may no longer read: its
+// files stay, and the pod is told once, with what an admin must run.
+func (d *driver) readForbidden(st shareState, sh shareSpec) shareVerdict {
+	if st.ReadForbidden {
+		return shareVerdict{state: st}
+	}
+	st.ReadForbidden = true
+	// A revoked share has no files to keep: its access is back, but its files are not.
+	what := "keeps its last files and is not refreshed"
+	if st.Revoked {
+		what = "may be used again, but its files stay away until the driver may read its source"
+	}
+	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshFailed,
+		why: fmt.Sprintf("%s: the driver may not read %s; %s", what, sh.sourceKey(), d.account.grantReadHint(sh.sourceKey()))}}
+}
