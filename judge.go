@@ -1,14 +1,5 @@
 package main
 
-import (
-	"context"
-	"fmt"
-
-	"github.com/shared-resource/csi-driver/internal/atomicwriter"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/klog/v2"
-)
-
 // Judging one share of a volume (step (1) of a reconcile, reconcile.go): what it should show now,
 // from the share, the pod's access and the source. Nothing here writes anything.
 //
@@ -32,6 +23,16 @@ import (
 // Keys that stopped being shared never stay: no error or setting keeps them.
 //
 // An outage must never revoke access: only an answer does.
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+)
 
 // shareVerdict is what a reconcile decided for one share.
 type shareVerdict struct {
