@@ -136,12 +136,15 @@ func exposeOnly(d *sourceData, shared exposure) *sourceData {
 	if shared.all() {
 		return d
 	}
-	files, missing := shared.filter(d.Files)
-	out := &sourceData{Files: files, ResourceVersion: d.ResourceVersion, Missing: missing}
-	for k, v := range files {
+	// A copy of d, so that what says which object this is (its UID, which the share's pin
+	// checks, and its resourceVersion) comes along; only the files and their size change.
+	out := *d
+	out.Files, out.Missing = shared.filter(d.Files)
+	out.Size = 0
+	for k, v := range out.Files {
 		out.Size += int64(len(k) + len(v))
 	}
-	return out
+	return &out
 }
 
 // forget drops every cached view of the source.

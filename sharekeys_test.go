@@ -153,10 +153,19 @@ func TestExposureFilterKeepsOnlyListedKeys(t *testing.T) {
 // exposeOnly (fetch.go's step after the decode) recomputes the size from what is kept, so the
 // cache's byte bound counts only shared bytes.
 func TestExposeOnlyCountsSharedBytes(t *testing.T) {
-	d := &sourceData{Files: map[string][]byte{"ca.crt": []byte("CERT"), "tls.key": make([]byte, 1000)}, ResourceVersion: "7", Size: 1013}
+	d := &sourceData{Files: map[string][]byte{"ca.crt": []byte("CERT"), "tls.key": make([]byte, 1000)}, ResourceVersion: "7", UID: "uid-1", Size: 1013}
 	got := exposeOnly(d, exposure{{"ca.crt", "ca.crt"}})
 	if got.Size != int64(len("ca.crt")+4) || got.ResourceVersion != "7" || len(got.Files) != 1 {
 		t.Errorf("got %+v", got)
+	}
+	// The share's pin checks the UID of what it serves: a list must not lose it (it did, and a
+	// share with a list then served a source deleted and created again).
+	if got.UID != "uid-1" {
+		t.Errorf("UID %q after the filter, want uid-1", got.UID)
+	}
+	pin := sourcePin{UID: "uid-0"}
+	if !pin.refuses(got.UID) {
+		t.Error("a share pinned to another object must refuse the filtered source")
 	}
 	if exposeOnly(d, nil) != d {
 		t.Error("every key: the data itself is kept")
