@@ -48,7 +48,7 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
 		}),
 		volumeChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricsPrefix + "volume_changes_total", Help: "Volumes revoked, restored or refreshed.",
+			Name: metricsPrefix + "volume_changes_total", Help: "Changes of volumes' files, by change: revoked, restored, refreshed, keysChanged (the share's list of keys changed).",
 		}, []string{"change"}),
 		apiRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricsPrefix + "api_requests_total", Help: "Requests the driver sent to the API server, by verb, resource and HTTP code.",

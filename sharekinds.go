@@ -126,6 +126,19 @@ func shareAttributes() []string {
 	return out
 }
 
+// sourceKindsText names the kinds of source in the table's order, for messages: "Secret and
+// ConfigMap".
+func sourceKindsText() string {
+	var kinds []string
+	for _, row := range shareKindTable {
+		kinds = append(kinds, string(row.kind))
+	}
+	if len(kinds) < 2 {
+		return strings.Join(kinds, "")
+	}
+	return strings.Join(kinds[:len(kinds)-1], ", ") + " and " + kinds[len(kinds)-1]
+}
+
 // shareListForms are the forms of an entry of the shares attribute: secret/NAME, configmap/NAME.
 func shareListForms() []string {
 	var out []string

@@ -84,7 +84,7 @@ func newShareIndex(dyn dynamic.Interface, onChange func(shareKind, string)) *sha
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
-			if u, ok := obj.(*unstructured.Unstructured); ok && onChange != nil {
+			if u, ok := obj.(*unstructured.Unstructured); ok {
 				onChange(k, u.GetName())
 			}
 		}

@@ -54,8 +54,8 @@ func (a driverAccount) grantReadHint(key sourceKey) string {
 	return fmt.Sprintf("to let the driver (service account %s) read this object only, run: "+
 		"kubectl create role %s --namespace=%s --verb=get --resource=%s --resource-name=%s && "+
 		"kubectl create rolebinding %s --namespace=%s --role=%s --serviceaccount=%s "+
-		"(or, to let it read every Secret and ConfigMap of namespace %s: "+
+		"(or, to let it read every %s of namespace %s: "+
 		"kubectl create rolebinding %s --namespace=%s --clusterrole=%s --serviceaccount=%s)",
 		a, role, key.Namespace, resource, key.Name, role, key.Namespace, role, a,
-		key.Namespace, sourceReaderRole, key.Namespace, sourceReaderRole, a)
+		sourceKindsText(), key.Namespace, sourceReaderRole, key.Namespace, sourceReaderRole, a)
 }

@@ -90,7 +90,7 @@ func (e *kubeEnv) newSharer(t *testing.T) *sharer {
 	ctx := context.Background()
 	name := "sharer-" + randSuffix()
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{{
-		APIGroups: []string{shareGroup}, Resources: []string{"sharedsecrets", "sharedconfigmaps"},
+		APIGroups: []string{shareGroup}, Resources: []string{"sharedsecrets", "sharedconfigmaps", "sharedsecrets/status", "sharedconfigmaps/status"},
 		Verbs: []string{"get", "list", "create", "update", "patch", "delete"}}}}
 	if _, err := e.kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -264,6 +264,71 @@ func TestSharePolicyRequiresReadOnTheSource(t *testing.T) {
 		_, err := cms.Create(ctx, shareObject(kindConfigMap, cmShare, ns, "settings"), metav1.CreateOptions{})
 		return err
 	})
+}
+
+// A share's pin on the object it was made for (status.sourceUID, sourcepin.go) is guarded as its
+// ref is: a user who may update shares and their status, but not get the source, can neither
+// make the share follow re-creations nor move or clear its pin (either would let a namespace
+// re-created by someone else through to every consumer); the cluster admin can.
+func TestSharePolicyGuardsThePin(t *testing.T) {
+	e := e2e(t)
+	ctx := context.Background()
+	u := e.newSharer(t)
+	ns := e.namespace(t, "pinned")
+	e.createSecret(t, ns, "ca", map[string][]byte{"ca.crt": []byte("CA")})
+	src, err := e.kube.CoreV1().Secrets(ns).Get(ctx, "ca", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "policy-pin-" + randSuffix()
+	admin := e.dyn.Resource(shareGVR(kindSecret))
+	if _, err := admin.Create(ctx, shareObject(kindSecret, name, ns, "ca"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.deleteShare(t, kindSecret, name) })
+	// Pinned as the driver's status writer pins it: the source's UID (a first pin is not checked).
+	pin := func(dyn dynamic.Interface, uid string) error {
+		_, err := dyn.Resource(shareGVR(kindSecret)).Patch(ctx, name, types.MergePatchType,
+			[]byte(fmt.Sprintf(`{"status":{"sourceUID":%q}}`, uid)), metav1.PatchOptions{}, "status")
+		return err
+	}
+	if err := pin(e.dyn, string(src.UID)); err != nil {
+		t.Fatal(err)
+	}
+
+	shares := u.dyn.Resource(shareGVR(kindSecret))
+	follow := []byte(`{"spec":{"sourceRecreation":"Follow"}}`)
+	eventually(t, 30*time.Second, func() error { // the policy's new rules may take a moment to load
+		_, err := shares.Patch(ctx, name, types.MergePatchType, follow, metav1.PatchOptions{})
+		if err == nil {
+			return fmt.Errorf("setting spec.sourceRecreation: Follow admitted, want refused")
+		}
+		return refusedByPolicy(err, u.name, "secrets", ns, "ca")
+	})
+	_, err = shares.Patch(ctx, name, types.MergePatchType, follow, metav1.PatchOptions{})
+	if e := refusedByPolicy(err, u.name, "secrets", ns, "ca"); e != nil || !strings.Contains(err.Error(), "(spec.sourceRecreation)") {
+		t.Errorf("following re-creations: %v (%v)", e, err)
+	}
+	for _, uid := range []string{"00000000-0000-0000-0000-00000000beef", ""} {
+		err := pin(u.dyn, uid)
+		if e := refusedByPolicy(err, u.name, "secrets", ns, "ca"); e != nil || !strings.Contains(err.Error(), "(status.sourceUID)") {
+			t.Errorf("moving the pin to %q: %v (%v)", uid, e, err)
+		}
+	}
+	// Writing the pin it already has, and a label, are admitted.
+	if err := pin(u.dyn, string(src.UID)); err != nil {
+		t.Errorf("keeping the pin was refused: %v", err)
+	}
+	if _, err := shares.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"platform"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Errorf("a label change was refused: %v", err)
+	}
+	// The admin accepts another object, and may make the share follow.
+	if err := pin(e.dyn, "00000000-0000-0000-0000-00000000beef"); err != nil {
+		t.Errorf("the admin moving the pin was refused: %v", err)
+	}
+	if _, err := admin.Patch(ctx, name, types.MergePatchType, follow, metav1.PatchOptions{}); err != nil {
+		t.Errorf("the admin setting Follow was refused: %v", err)
+	}
 }
 
 // grantReadFix is what every message about a source the driver may not read tells an admin to

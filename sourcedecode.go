@@ -39,6 +39,10 @@ func (k *kubeClient) getInto(ctx context.Context, req *rest.Request, kind string
 	buf := bodyBuffers.Get().(*bytes.Buffer)
 	defer func() {
 		if buf.Cap() <= maxPooledBody {
+			// Zeroed before it is kept: the answer holds every key of the source, also those a
+			// share's list does not expose, and those must not outlive the decode (tens of
+			// microseconds for 1 MiB, on a cold GET only).
+			clear(buf.Bytes())
 			buf.Reset()
 			bodyBuffers.Put(buf)
 		}

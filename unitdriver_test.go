@@ -38,7 +38,7 @@ func newTestDriver(t *testing.T, sar sarCreator, src sourceGetter) *driver {
 		mounter:     &fakeMounter{},
 		store:       newVolumeStore(filepath.Join(root, "plugins", driverName)),
 		locks:       newVolumeLocks(),
-		shares:      newShareIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), nil),
+		shares:      newShareIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), func(shareKind, string) {}),
 		sources:     sources,
 		authz:       newAuthorizer(sar, time.Minute),
 		events:      &record.FakeRecorder{},
