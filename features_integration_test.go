@@ -190,10 +190,11 @@ func TestSeveralSharesInOneVolume(t *testing.T) {
 }
 
 // The health and metrics server, on the host network, cannot be made to hold connections: a
-// thousand clients that connect and send nothing cost the driver no memory to speak of (it
-// holds at most --health-max-connections at once and closes each silent one after the header
-// timeout), a client that idles after a request is disconnected after the idle timeout, and
-// once they are gone the probes are answered at once.
+// thousand clients of another host that connect and send nothing cost the driver no memory to
+// speak of (it holds at most --health-max-connections of theirs at once, closes the others at
+// once and each silent one after the header timeout), the kubelet's probes from the node's own
+// address are answered all the while, a client that idles after a request is disconnected
+// after the idle timeout, and once they are gone everyone is answered again.
 func TestHealthServerHoldsNoIdleConnections(t *testing.T) {
 	e := e2e(t)
 	addr := freeLocalAddr(t)
@@ -213,8 +214,11 @@ func TestHealthServerHoldsNoIdleConnections(t *testing.T) {
 	eventually(t, 10*time.Second, func() error { return get("/healthz") })
 	anon0, _ := rssOf(t, p.cmd.Process.Pid)
 
+	// The clients are another host: 127.0.0.2 reaches the driver's 127.0.0.1 but is not the
+	// address the driver was reached at (the node's own, which the kubelet probes from).
+	other := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
 	// One client sends a request and then idles on its keep-alive connection.
-	idler, err := net.Dial("tcp", addr)
+	idler, err := other.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,11 +244,20 @@ func TestHealthServerHoldsNoIdleConnections(t *testing.T) {
 		}
 	}()
 	for range silent {
-		c, err := net.Dial("tcp", addr)
+		c, err := other.Dial("tcp", addr)
 		if err != nil {
 			t.Fatalf("connection %d: %v", len(conns)+1, err)
 		}
 		conns = append(conns, c)
+	}
+	// The probes, from the node's own address, are answered while they are held.
+	for i := range 3 {
+		start := time.Now()
+		if err := get("/livez"); err != nil {
+			t.Errorf("probe %d while %d silent connections are held: %v", i, silent, err)
+		} else if i == 0 {
+			t.Logf("/livez answered in %v with %d silent connections held", time.Since(start).Round(time.Millisecond), silent)
+		}
 	}
 	time.Sleep(2 * time.Second)
 	anon1, _ := rssOf(t, p.cmd.Process.Pid)

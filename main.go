@@ -18,8 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/net/netutil"
-
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
@@ -81,7 +79,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.tmpfsSize, "tmpfs-size", "4Mi", "size limit of each volume's tmpfs (a quantity: 4Mi, 1Gi)")
 	fs.StringVar(&o.volumeBudget, "volume-bytes-budget", "", "most memory all volumes on the node may hold together (a quantity: 128Mi); their tmpfs pages are charged to the driver's container. Empty: the container's memory limit less --cache-max-bytes and 64Mi for the driver; 0: no budget")
 	fs.StringVar(&o.healthAddr, "health-address", ":9809", "address serving /healthz (ready), /livez (alive) and /metrics (Prometheus), e.g. $(HOST_IP):9809 for the node's own address only; empty disables it")
-	fs.IntVar(&o.healthMaxConns, "health-max-connections", 32, "most connections the health and metrics server holds at once; more wait to be accepted (at least 1)")
+	fs.IntVar(&o.healthMaxConns, "health-max-connections", 32, "most connections from other hosts (pods included) the health and metrics server holds at once; more are closed at once. Connections from the node's own address (the kubelet's probes) are not counted (at least 1)")
 	fs.StringVar(&o.statusLeaseNS, "status-lease-namespace", "", "namespace of the Lease that elects the one driver writing the shares' Ready condition; empty disables status writing")
 	fs.DurationVar(&o.statusLease, "status-lease-duration", 15*time.Second, "duration of the status writer's Lease (at least 1s): a crashed writer is replaced within about this plus two --relist-interval, the pace at which the other drivers look at the Lease")
 	fs.StringVar(&o.serviceAccount, "service-account", defaultServiceAccount(), "the driver's own service account as NAMESPACE:NAME (default: $POD_NAMESPACE:$SERVICE_ACCOUNT); only named in the command an admin runs to let the driver read a source")
@@ -298,7 +296,7 @@ func (w *wiring) serve(ctx context.Context, o *options) error {
 			return fmt.Errorf("listening on --health-address %s: %w", o.healthAddr, err)
 		}
 		hs := newHealthServer(d)
-		go func() { errs <- hs.Serve(netutil.LimitListener(lis, o.healthMaxConns)) }()
+		go func() { errs <- hs.Serve(newHealthListener(lis, o.healthMaxConns)) }()
 		defer hs.Close()
 	}
 
@@ -363,42 +361,6 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		return clientcmd.BuildConfigFromFlags("", kubeconfig)
 	}
 	return rest.InClusterConfig()
-}
-
-// newHealthServer serves /healthz, /livez and /metrics with a deadline on every part of a
-// connection's life. It listens on the host network, where any pod that reaches the node can
-// connect: a connection that sends nothing, sends slowly, reads slowly or idles between requests
-// is closed, and the listener (serve) holds at most --health-max-connections at once, so no
-// client can make the driver hold connections, or their memory, without bound. The kubelet's
-// probes and a Prometheus scrape each need one short request.
-func newHealthServer(d *driver) *http.Server {
-	return &http.Server{
-		Handler:           healthHandler(d),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       healthIdleTimeout,
-		MaxHeaderBytes:    16 << 10,
-	}
-}
-
-// healthIdleTimeout closes a keep-alive connection that waits this long for its next request
-// (a Prometheus scrape every 30 s reconnects: the cost of one TCP handshake).
-const healthIdleTimeout = 15 * time.Second
-
-func healthHandler(d *driver) http.Handler {
-	mux := http.NewServeMux()
-	// Liveness: the process serves requests. Readiness (/healthz) also needs the share caches.
-	mux.Handle("/metrics", d.metrics.handler())
-	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !d.ready() {
-			http.Error(w, "share caches not synced", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	return mux
 }
 
 // parseVolumeBudget reads --volume-bytes-budget: a quantity, 0 for none, or empty for the

@@ -1,0 +1,107 @@
+package main
+
+// The health and metrics server: /livez and /healthz for the kubelet's probes, /metrics for
+// Prometheus. It listens on the host network (--health-address), where any pod that can reach
+// the node can connect, so it must not let a client hold connections, or their memory, or keep
+// the kubelet's probes from being answered (a failed liveness probe restarts the driver).
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// newHealthServer serves /healthz, /livez and /metrics with a deadline on every part of a
+// connection's life. It listens on the host network, where any pod that reaches the node can
+// connect: a connection that sends nothing, sends slowly, reads slowly or idles between requests
+// is closed, and the listener (healthListener) holds at most --health-max-connections from other
+// hosts at once, so no client can make the driver hold connections, or their memory, without
+// bound. The kubelet's probes and a Prometheus scrape each need one short request.
+func newHealthServer(d *driver) *http.Server {
+	return &http.Server{
+		Handler:           healthHandler(d),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       healthIdleTimeout,
+		MaxHeaderBytes:    16 << 10,
+	}
+}
+
+// healthIdleTimeout closes a keep-alive connection that waits this long for its next request
+// (a Prometheus scrape every 30 s reconnects: the cost of one TCP handshake).
+const healthIdleTimeout = 15 * time.Second
+
+func healthHandler(d *driver) http.Handler {
+	mux := http.NewServeMux()
+	// Liveness: the process serves requests. Readiness (/healthz) also needs the share caches.
+	mux.Handle("/metrics", d.metrics.handler())
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !d.ready() {
+			http.Error(w, "share caches not synced", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// healthListener accepts every connection, and keeps at most max of those from other hosts
+// open at once: one over that is closed as soon as it is accepted, never queued. A listener that
+// stops accepting when full (netutil.LimitListener) would queue the kubelet's probes behind the
+// silent connections of any pod, minutes at the header timeout, and the kubelet would restart a
+// healthy driver. So connections from the node itself are not counted: the kubelet probes a
+// host-network pod at the node's address from the node, so the remote address is the
+// connection's own local address, which a pod with its own network cannot send from. (A
+// host-network pod shares the node's address, and with it this exemption, as it shares the
+// node's network in every other way.)
+type healthListener struct {
+	net.Listener
+	max  int64
+	open atomic.Int64
+}
+
+func newHealthListener(l net.Listener, max int) *healthListener {
+	return &healthListener{Listener: l, max: int64(max)}
+}
+
+func (l *healthListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if fromThisNode(c) {
+			return c, nil
+		}
+		if l.open.Add(1) > l.max {
+			l.open.Add(-1)
+			c.Close()
+			continue
+		}
+		return &countedConn{Conn: c, release: func() { l.open.Add(-1) }}, nil
+	}
+}
+
+// fromThisNode says whether c comes from the address it was accepted on.
+func fromThisNode(c net.Conn) bool {
+	local, ok1 := c.LocalAddr().(*net.TCPAddr)
+	remote, ok2 := c.RemoteAddr().(*net.TCPAddr)
+	return ok1 && ok2 && local.IP.Equal(remote.IP)
+}
+
+// countedConn gives its place back once, however often it is closed.
+type countedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(c.release)
+	return c.Conn.Close()
+}

@@ -1,0 +1,91 @@
+package main
+
+// Specification of the health server's listener (health.go): connections from other hosts are
+// capped and the one over the cap is closed at once, never queued; connections from the node's
+// own address (the kubelet's probes) are answered however many others are held open.
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+)
+
+func TestHealthListenerCapsOthersButNeverTheNode(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") }),
+		ReadHeaderTimeout: time.Minute, // the silent connections below stay open for the whole test
+	}
+	go srv.Serve(newHealthListener(lis, 2))
+	defer srv.Close()
+	addr := lis.Addr().String()
+	// Another host: 127.0.0.2, which reaches 127.0.0.1 but is not the address the server was
+	// reached at.
+	other := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, Timeout: time.Second}
+	node := &net.Dialer{Timeout: time.Second}
+	get := func(d *net.Dialer) (string, error) {
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := io.WriteString(c, "GET /livez HTTP/1.1\r\nHost: driver\r\nConnection: close\r\n\r\n"); err != nil {
+			return "", err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		return resp.Status, nil
+	}
+	if status, err := get(other); err != nil || status != "200 OK" {
+		t.Fatalf("a request from another host: %q %v", status, err)
+	}
+
+	// Two silent connections from another host fill the cap.
+	var silent []net.Conn
+	for range 2 {
+		c, err := other.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		silent = append(silent, c)
+	}
+	time.Sleep(100 * time.Millisecond) // accepted and counted
+	// The next one from another host is closed at once.
+	c, err := other.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("a connection over the cap: read %v, want EOF (closed by the server at once)", err)
+	}
+	c.Close()
+	// The node itself is answered, however many others are held.
+	for i := range 5 {
+		if status, err := get(node); err != nil || status != "200 OK" {
+			t.Errorf("probe %d from the node's own address while the cap is full: %q %v", i, status, err)
+		}
+	}
+	// A silent connection closed gives its place back.
+	silent[0].Close()
+	var status string
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if status, err = get(other); err == nil && status == "200 OK" {
+			break
+		}
+	}
+	if status != "200 OK" {
+		t.Errorf("after a silent connection closed, a request from another host: %q %v", status, err)
+	}
+}
