@@ -1,15 +1,22 @@
 # shared-resource-csi: see README.md.
 BINARY  := shared-resource-csi
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)
 OUT     := _output
 BIN     := $(OUT)/bin
+# REGISTRY: where releases are pushed and what the committed chart and deploy.yaml name (the one
+# place the registry path is set; `make manifests REGISTRY=...` re-points both). The owner is the
+# repository's owner on GitHub (ghcr.io/<owner>).
+REGISTRY ?= ghcr.io/shared-resource
+# IMAGE: the tag of `make image`'s tar, imported straight into a node (up.sh, e2e-kind.sh); it is
+# not pulled from anywhere.
 IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 
 .PHONY: build test unit vet image deploy up down tools deps e2e-kind bench clean manifests
 
 ## build: the static driver binary, version stamped, in _output/bin.
 build:
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/$(BINARY) .
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN)/$(BINARY) .
 
 ## vet: go vet of both test tiers (with and without the build tag integration), and gofmt.
 vet:
@@ -50,8 +57,10 @@ $(BIN)/mkimage: tools/mkimage/main.go
 
 ## manifests: deploy.yaml and deploy/cluster-wide-read.yaml rendered from the Helm chart
 ## (charts/shared-resource-csi): edit the chart, then run this. `make test` fails when they differ.
+## The chart's version, appVersion and image are stamped first from VERSION and REGISTRY
+## (hack/manifests.sh says how VERSION maps to a SemVer chart version).
 manifests: tools
-	hack/manifests.sh
+	VERSION=$(VERSION) REGISTRY=$(REGISTRY) hack/manifests.sh
 
 ## deploy: install into the cluster kubectl points at.
 deploy:
