@@ -12,7 +12,7 @@ REGISTRY ?= ghcr.io/shared-resource
 # not pulled from anywhere.
 IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 
-.PHONY: build test unit vet image deploy up down tools deps e2e-kind bench clean manifests
+.PHONY: build test unit vet image deploy up down tools deps tools-cluster deps-cluster helm e2e-kind bench clean manifests
 
 ## build: the static driver binary, version stamped, in _output/bin.
 build:
@@ -29,11 +29,19 @@ vet:
 unit:
 	go test ./...
 
-## deps, tools: apt packages and the cluster's binaries (built once, cached in _output/bin).
+## deps, tools: apt packages and binaries (built once, cached in _output/bin) for `make test`:
+## everything. deps-cluster, tools-cluster: only what `make up` runs (no e2e-storage.test, helm,
+## prometheus or jq). helm: helm alone (`make manifests`, `make release`).
 deps:
-	hack/install-deps.sh
+	hack/install-deps.sh all
 tools: deps
-	hack/build-tools.sh
+	hack/build-tools.sh all
+deps-cluster:
+	hack/install-deps.sh cluster
+tools-cluster: deps-cluster
+	hack/build-tools.sh cluster
+helm:
+	hack/build-tools.sh helm
 
 ## test: everything, as root: brings up the local cluster, runs every test (-tags integration:
 ## the unit tests and the cluster and root suites) against it, tears it down.
@@ -59,7 +67,7 @@ $(BIN)/mkimage: tools/mkimage/main.go
 ## (charts/shared-resource-csi): edit the chart, then run this. `make test` fails when they differ.
 ## The chart's version, appVersion and image are stamped first from VERSION and REGISTRY
 ## (hack/manifests.sh says how VERSION maps to a SemVer chart version).
-manifests: tools
+manifests: helm
 	VERSION=$(VERSION) REGISTRY=$(REGISTRY) hack/manifests.sh
 
 ## deploy: install into the cluster kubectl points at.
@@ -67,7 +75,7 @@ deploy:
 	kubectl apply -f deploy.yaml
 
 ## up: a local single-node cluster with the driver deployed from deploy.yaml and an example share.
-up: tools build image
+up: tools-cluster build image
 	hack/up.sh
 
 ## down: tear the local cluster down, leaving nothing behind.

@@ -10,7 +10,20 @@
 # Versions come from tools/go.mod (helm's from tools/helm/go.mod). Each binary has a stamp file (_output/bin/.NAME.stamp) recording
 # what it was built from; a binary is rebuilt only when it is missing or its stamp differs.
 # Cold build: ~4 min on 2 cores, and 3-5 min more for e2e-storage.test; warm: seconds; nothing to do: ~1 s.
+#
+#   hack/build-tools.sh          all of them (`make tools`, for `make test`)
+#   hack/build-tools.sh cluster  only what `make up` runs: the Kubernetes commands, etcd, mkimage, pause
+#   hack/build-tools.sh helm     helm alone (`make manifests`, `make release`)
 set -euo pipefail
+scope=${1:-all}
+case $scope in
+all) groups=" kube etcd e2e helm mkimage pause " ;;
+cluster) groups=" kube etcd mkimage pause " ;;
+helm) groups=" helm " ;;
+*) echo "usage: $0 [all|cluster|helm]" >&2; exit 2 ;;
+esac
+# want GROUP: true when this run builds GROUP.
+want() { [[ $groups == *" $1 "* ]]; }
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TOOLS=$ROOT/tools
@@ -32,6 +45,7 @@ stamp() { printf '%s\n' "$2" >"$BIN/.$1.stamp"; }
 kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 kube_stamp="kubernetes=$kube_version $goversion"
 todo=()
+want kube || kube_cmds=()
 for c in "${kube_cmds[@]}"; do
 	if stale "$c" "$kube_stamp"; then todo+=("$c"); fi
 done
@@ -57,7 +71,7 @@ fi
 # flags as the commands above, so it reuses their compiled packages. Rebuilt when the Kubernetes
 # version, Go or its own source changes.
 e2e_stamp="e2e-storage=kubernetes=$kube_version src=$(cat "$TOOLS"/e2e-storage/*.go | sha256sum | cut -c1-16) $goversion"
-if stale e2e-storage.test "$e2e_stamp"; then
+if want e2e && stale e2e-storage.test "$e2e_stamp"; then
 	echo "building e2e-storage.test ($kube_version)..."
 	(cd "$TOOLS" && go test -c -trimpath -ldflags "$kube_ldflags" -o "$BIN/e2e-storage.test" ./e2e-storage)
 	stamp e2e-storage.test "$e2e_stamp"
@@ -65,7 +79,7 @@ fi
 
 # --- etcd: the package go.etcd.io/etcd/server/v3 is itself the etcd main package.
 etcd_stamp="etcd=$etcd_version $goversion"
-if stale etcd "$etcd_stamp"; then
+if want etcd && stale etcd "$etcd_stamp"; then
 	echo "building etcd ($etcd_version)..."
 	(cd "$TOOLS" && go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3)
 	stamp etcd "$etcd_stamp"
@@ -74,7 +88,7 @@ fi
 # --- helm: its own module (tools/helm), so its Kubernetes libraries need not match the cluster's.
 helm_version=$(cd "$TOOLS/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v4)
 helm_stamp="helm=$helm_version $goversion"
-if stale helm "$helm_stamp"; then
+if want helm && stale helm "$helm_stamp"; then
 	echo "building helm ($helm_version)..."
 	(cd "$TOOLS/helm" && go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version" \
 		-o "$BIN/helm" helm.sh/helm/v4/cmd/helm)
@@ -83,7 +97,7 @@ fi
 
 # --- mkimage: rebuilt when its source changes.
 mk_stamp="mkimage=$(cat "$TOOLS"/mkimage/*.go | sha256sum | cut -c1-16) $goversion"
-if stale mkimage "$mk_stamp"; then
+if want mkimage && stale mkimage "$mk_stamp"; then
 	echo "building mkimage..."
 	(cd "$TOOLS" && go build -trimpath -o "$BIN/mkimage" ./mkimage)
 	stamp mkimage "$mk_stamp"
@@ -91,11 +105,11 @@ fi
 
 # --- pause: static so the image needs nothing but the binary.
 pause_stamp="pause=$(sha256sum <"$ROOT/hack/pause.c" | cut -c1-16)"
-if stale pause "$pause_stamp"; then
+if want pause && stale pause "$pause_stamp"; then
 	echo "building pause..."
 	gcc -static -Os -Wall -o "$BIN/pause" "$ROOT/hack/pause.c"
 	strip "$BIN/pause" 2>/dev/null || true
 	stamp pause "$pause_stamp"
 fi
 
-echo "tools up to date in $BIN"
+echo "tools ($scope) up to date in $BIN"
