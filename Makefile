@@ -12,7 +12,7 @@ REGISTRY ?= ghcr.io/shared-resource
 # not pulled from anywhere.
 IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 
-.PHONY: build test unit vet image deploy up down tools deps tools-cluster deps-cluster helm e2e-kind bench clean manifests
+.PHONY: build test unit vet image deploy up down tools deps tools-cluster deps-cluster helm release e2e-kind bench clean manifests
 
 ## build: the static driver binary, version stamped, in _output/bin.
 build:
@@ -69,6 +69,19 @@ $(BIN)/mkimage: tools/mkimage/main.go
 ## (hack/manifests.sh says how VERSION maps to a SemVer chart version).
 manifests: helm
 	VERSION=$(VERSION) REGISTRY=$(REGISTRY) hack/manifests.sh
+
+## release: VERSION=vX.Y.Z [REGISTRY=host/path]: the multi-platform OCI image index (layout),
+## SBOMs, deploy.yaml pinned by the index digest, the packaged chart, release notes from
+## CHANGELOG.md and SHA256SUMS in RELEASE_OUT (hack/release.sh). With REGISTRY on the command line
+## (or in the environment) the index and the chart are also pushed there; without, nothing is.
+RELEASE_OUT ?= $(OUT)/release
+PUSH := $(if $(filter command line environment,$(origin REGISTRY)),1,0)
+release: helm $(BIN)/ociimage
+	VERSION=$(VERSION) REGISTRY=$(REGISTRY) PUSH=$(PUSH) OUT=$(RELEASE_OUT) hack/release.sh
+
+# ociimage: the release's image builder (go-containerregistry, its own module under tools/).
+$(BIN)/ociimage: $(wildcard tools/ociimage/*.go) tools/ociimage/go.mod tools/ociimage/go.sum
+	cd tools/ociimage && CGO_ENABLED=0 go build -trimpath -o ../../$(BIN)/ociimage .
 
 ## deploy: install into the cluster kubectl points at.
 deploy:

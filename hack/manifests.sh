@@ -8,6 +8,10 @@
 #                              (`make manifests VERSION=... REGISTRY=...`)
 #   hack/manifests.sh --check  fail, with the diff, when the committed files differ (`make test`)
 #   hack/manifests.sh --chart-version V   print the chart version (semver) for the tree version V
+#   CHART=DIR hack/manifests.sh --render-to OUT   stamp the chart at DIR (a copy: `make release`)
+#                              and write OUT/deploy.yaml and OUT/cluster-wide-read.yaml from it
+# IMAGE_TAG, when set, is the image tag instead of VERSION (`make release`: VERSION@sha256:...,
+# the index digest, so a release's manifests pin the image they were released with).
 #
 # Stamping (the one place the version and the registry reach the chart): Chart.yaml's appVersion
 # and values.yaml's image.tag are VERSION as git describe wrote it (a valid image tag); the
@@ -46,7 +50,7 @@ stamp_chart() {
 		local cv
 		cv=$(chart_version "$VERSION")
 		sed -i -E "s|^version: .*|version: $cv|; s|^appVersion: .*|appVersion: \"$VERSION\"|" "$dir/Chart.yaml"
-		sed -i -E "0,/^  tag: /s|^  tag: .*|  tag: \"$VERSION\"|" "$dir/values.yaml"
+		sed -i -E "0,/^  tag: /s|^  tag: .*|  tag: \"${IMAGE_TAG:-$VERSION}\"|" "$dir/values.yaml"
 	fi
 	if [[ -n ${REGISTRY:-} ]]; then
 		[[ $REGISTRY =~ ^[a-z0-9][a-z0-9._:/-]*[a-z0-9]$ ]] || { echo "REGISTRY $REGISTRY is not a registry path" >&2; exit 2; }
@@ -83,11 +87,20 @@ case ${1:-} in
 	fi
 	exit "$status"
 	;;
+--render-to)
+	need_helm
+	out=${2:?usage: CHART=DIR hack/manifests.sh --render-to OUT}
+	[[ $CHART != charts/shared-resource-csi ]] || { echo "--render-to stamps the chart: give a copy in CHART" >&2; exit 2; }
+	stamp_chart "$CHART"
+	mkdir -p "$out"
+	render_deploy >"$out/deploy.yaml"
+	render_cluster_wide >"$out/cluster-wide-read.yaml"
+	;;
 --chart-version)
 	chart_version "${2:?usage: hack/manifests.sh --chart-version VERSION}"
 	;;
 *)
-	sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 	;;
 esac
