@@ -12,17 +12,20 @@ REGISTRY ?= ghcr.io/shared-resource
 # not pulled from anywhere.
 IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 
-.PHONY: build test unit vet image deploy up down tools deps tools-cluster deps-cluster helm release e2e-kind bench clean manifests
+.PHONY: build test unit vet image deploy up down tools deps tools-cluster deps-cluster helm actionlint release e2e-kind bench clean manifests
 
 ## build: the static driver binary, version stamped, in _output/bin.
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN)/$(BINARY) .
 
-## vet: go vet of both test tiers (with and without the build tag integration), and gofmt.
-vet:
+## vet: go vet of both test tiers (with and without the build tag integration), gofmt, and
+## actionlint on .github/workflows (shellcheck and pyflakes off: whether they ran would depend on
+## what the machine has installed, so a workflow could pass here and fail in CI).
+vet: actionlint
 	go vet ./...
 	go vet -tags integration ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
+	$(BIN)/actionlint -shellcheck= -pyflakes= .github/workflows/*.yaml
 
 ## unit: the tests that need neither root nor a cluster (a quick check while coding): every
 ## test not behind the build tag integration.
@@ -42,6 +45,8 @@ tools-cluster: deps-cluster
 	hack/build-tools.sh cluster
 helm:
 	hack/build-tools.sh helm
+actionlint:
+	hack/build-tools.sh actionlint
 
 ## test: everything, as root: brings up the local cluster, runs every test (-tags integration:
 ## the unit tests and the cluster and root suites) against it, tears it down.

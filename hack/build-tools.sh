@@ -3,6 +3,7 @@
 #   kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl  (k8s.io/kubernetes)
 #   etcd                                                                   (go.etcd.io/etcd/server/v3)
 #   helm                                                                   (helm.sh/helm/v4, tools/helm)
+#   actionlint                                                             (github.com/rhysd/actionlint, tools/actionlint)
 #   mkimage                                                                (tools/mkimage, stdlib only)
 #   pause                                                                  (hack/pause.c, gcc -static)
 #   e2e-storage.test                                                       (tools/e2e-storage: the e2e framework and
@@ -14,13 +15,15 @@
 #   hack/build-tools.sh          all of them (`make tools`, for `make test`)
 #   hack/build-tools.sh cluster  only what `make up` runs: the Kubernetes commands, etcd, mkimage, pause
 #   hack/build-tools.sh helm     helm alone (`make manifests`, `make release`)
+#   hack/build-tools.sh actionlint  actionlint alone (`make vet`)
 set -euo pipefail
 scope=${1:-all}
 case $scope in
-all) groups=" kube etcd e2e helm mkimage pause " ;;
+all) groups=" kube etcd e2e helm actionlint mkimage pause " ;;
 cluster) groups=" kube etcd mkimage pause " ;;
 helm) groups=" helm " ;;
-*) echo "usage: $0 [all|cluster|helm]" >&2; exit 2 ;;
+actionlint) groups=" actionlint " ;;
+*) echo "usage: $0 [all|cluster|helm|actionlint]" >&2; exit 2 ;;
 esac
 # want GROUP: true when this run builds GROUP.
 want() { [[ $groups == *" $1 "* ]]; }
@@ -93,6 +96,16 @@ if want helm && stale helm "$helm_stamp"; then
 	(cd "$TOOLS/helm" && go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version" \
 		-o "$BIN/helm" helm.sh/helm/v4/cmd/helm)
 	stamp helm "$helm_stamp"
+fi
+
+# --- actionlint: its own module (tools/actionlint); `make vet` checks .github/workflows with it.
+al_version=$(cd "$TOOLS/actionlint" && go list -m -f '{{.Version}}' github.com/rhysd/actionlint)
+al_stamp="actionlint=$al_version $goversion"
+if want actionlint && stale actionlint "$al_stamp"; then
+	echo "building actionlint ($al_version)..."
+	(cd "$TOOLS/actionlint" && go build -trimpath -ldflags "-s -w" \
+		-o "$BIN/actionlint" github.com/rhysd/actionlint/cmd/actionlint)
+	stamp actionlint "$al_stamp"
 fi
 
 # --- mkimage: rebuilt when its source changes.
