@@ -12,7 +12,7 @@ REGISTRY ?= ghcr.io/shared-resource
 # not pulled from anywhere.
 IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 
-.PHONY: build test unit vet image deploy up down tools deps tools-cluster deps-cluster helm actionlint release e2e-kind bench clean manifests
+.PHONY: build test unit vet image deploy up down tools deps tools-cluster deps-cluster helm actionlint cosign release e2e-kind bench clean manifests
 
 ## build: the static driver binary, version stamped, in _output/bin.
 build:
@@ -47,6 +47,8 @@ helm:
 	hack/build-tools.sh helm
 actionlint:
 	hack/build-tools.sh actionlint
+cosign:
+	hack/build-tools.sh cosign
 
 ## test: everything, as root: brings up the local cluster, runs every test (-tags integration:
 ## the unit tests and the cluster and root suites) against it, tears it down.
@@ -81,8 +83,10 @@ manifests: helm
 ## (or in the environment) the index and the chart are also pushed there; without, nothing is.
 RELEASE_OUT ?= $(OUT)/release
 PUSH := $(if $(filter command line environment,$(origin REGISTRY)),1,0)
-release: helm $(BIN)/ociimage
-	VERSION=$(VERSION) REGISTRY=$(REGISTRY) PUSH=$(PUSH) OUT=$(RELEASE_OUT) hack/release.sh
+## COSIGN_KEY=cosign.key (COSIGN_PASSWORD its password): also sign the index and SHA256SUMS
+## with that key pair, offline (signature files in RELEASE_OUT).
+release: helm $(BIN)/ociimage $(if $(COSIGN_KEY),cosign)
+	VERSION=$(VERSION) REGISTRY=$(REGISTRY) PUSH=$(PUSH) OUT=$(RELEASE_OUT) COSIGN_KEY=$(COSIGN_KEY) hack/release.sh
 
 # ociimage: the release's image builder (go-containerregistry, its own module under tools/).
 $(BIN)/ociimage: $(wildcard tools/ociimage/*.go) tools/ociimage/go.mod tools/ociimage/go.sum

@@ -4,6 +4,7 @@
 #   etcd                                                                   (go.etcd.io/etcd/server/v3)
 #   helm                                                                   (helm.sh/helm/v4, tools/helm)
 #   actionlint                                                             (github.com/rhysd/actionlint, tools/actionlint)
+#   cosign       only with `cosign`: for `make release COSIGN_KEY=...`    (github.com/sigstore/cosign/v2, tools/cosign)
 #   mkimage                                                                (tools/mkimage, stdlib only)
 #   pause                                                                  (hack/pause.c, gcc -static)
 #   e2e-storage.test                                                       (tools/e2e-storage: the e2e framework and
@@ -16,6 +17,8 @@
 #   hack/build-tools.sh cluster  only what `make up` runs: the Kubernetes commands, etcd, mkimage, pause
 #   hack/build-tools.sh helm     helm alone (`make manifests`, `make release`)
 #   hack/build-tools.sh actionlint  actionlint alone (`make vet`)
+#   hack/build-tools.sh cosign   cosign alone (`make release COSIGN_KEY=...`; ~10 min cold on 2 cores,
+#                                so not part of `all`: no test needs it)
 set -euo pipefail
 scope=${1:-all}
 case $scope in
@@ -23,7 +26,8 @@ all) groups=" kube etcd e2e helm actionlint mkimage pause " ;;
 cluster) groups=" kube etcd mkimage pause " ;;
 helm) groups=" helm " ;;
 actionlint) groups=" actionlint " ;;
-*) echo "usage: $0 [all|cluster|helm|actionlint]" >&2; exit 2 ;;
+cosign) groups=" cosign " ;;
+*) echo "usage: $0 [all|cluster|helm|actionlint|cosign]" >&2; exit 2 ;;
 esac
 # want GROUP: true when this run builds GROUP.
 want() { [[ $groups == *" $1 "* ]]; }
@@ -106,6 +110,20 @@ if want actionlint && stale actionlint "$al_stamp"; then
 	(cd "$TOOLS/actionlint" && go build -trimpath -ldflags "-s -w" \
 		-o "$BIN/actionlint" github.com/rhysd/actionlint/cmd/actionlint)
 	stamp actionlint "$al_stamp"
+fi
+
+# --- cosign: its own module (tools/cosign); key-pair signing in `make release COSIGN_KEY=...`.
+if want cosign; then
+	cosign_version=$(cd "$TOOLS/cosign" && go list -m -f '{{.Version}}' github.com/sigstore/cosign/v2)
+	cosign_stamp="cosign=$cosign_version $goversion"
+	if stale cosign "$cosign_stamp"; then
+		echo "building cosign ($cosign_version)..."
+		# cosign reports its version from sigs.k8s.io/release-utils/version, set by its own Makefile.
+		(cd "$TOOLS/cosign" && go build -trimpath \
+			-ldflags "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=$cosign_version" \
+			-o "$BIN/cosign" github.com/sigstore/cosign/v2/cmd/cosign)
+		stamp cosign "$cosign_stamp"
+	fi
 fi
 
 # --- mkimage: rebuilt when its source changes.

@@ -11,6 +11,11 @@
 #   OUT/RELEASE_NOTES.md             CHANGELOG.md's section for VERSION
 #   OUT/chart-digest                 with PUSH=1: the pushed chart's digest
 #   OUT/SHA256SUMS                   of every file above
+#   with COSIGN_KEY (a cosign key pair's private key; COSIGN_PASSWORD its password):
+#   OUT/cosign.pub                   the public key
+#   OUT/index.sig                    signature of the image index (its manifest blob, whose digest
+#                                    is the index digest), listed in SHA256SUMS
+#   OUT/SHA256SUMS.sig               signature of SHA256SUMS
 #
 # PUSH=1 (make sets it when REGISTRY is given on its command line): also push the index to
 # REGISTRY/shared-resource-csi:VERSION and the chart to oci://REGISTRY/charts (credentials from
@@ -19,7 +24,8 @@
 # the image in deploy.yaml and the chart (the Makefile's default).
 #
 # Environment: VERSION, REGISTRY, OUT (default _output/release), PUSH, SOURCE_DATE_EPOCH (default:
-# the commit's time), SOURCE_URL (annotation org.opencontainers.image.source), HELM, OCIIMAGE.
+# the commit's time), SOURCE_URL (annotation org.opencontainers.image.source), HELM, OCIIMAGE,
+# COSIGN_KEY, COSIGN (default _output/bin/cosign).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -99,5 +105,20 @@ fi
 	printf 'Image: `%s:%s@%s` (linux/%s)\n' "$image" "$VERSION" "$digest" "$(IFS=,; echo "${ARCHES[*]}" | sed 's|,|, linux/|g')"
 } >"$OUT/RELEASE_NOTES.md"
 
+# Key-pair signing, offline: there may be no registry to hold a signature and no transparency
+# log to reach, so the signatures are files beside what they sign (cosign verify-blob --key
+# cosign.pub --insecure-ignore-tlog). The release workflow signs keylessly in the registry instead.
+if [[ -n ${COSIGN_KEY:-} ]]; then
+	COSIGN=${COSIGN:-$ROOT/_output/bin/cosign}
+	[[ -x $COSIGN ]] || die "no $COSIGN: run \`make cosign\`"
+	"$COSIGN" public-key --key "$COSIGN_KEY" >"$OUT/cosign.pub"
+	"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false \
+		--output-signature "$OUT/index.sig" "$OUT/oci/blobs/sha256/${digest#sha256:}" >/dev/null
+fi
+
 (cd "$OUT" && find . -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
+if [[ -n ${COSIGN_KEY:-} ]]; then
+	"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false \
+		--output-signature "$OUT/SHA256SUMS.sig" "$OUT/SHA256SUMS" >/dev/null
+fi
 echo "release: $VERSION in $OUT, image $image:$VERSION@$digest${push:+ (pushed)}"

@@ -3,11 +3,13 @@ package main
 // Specification of `make release VERSION=v0.1.0` without REGISTRY (hack/release.sh), run from
 // the repository's root into a temporary RELEASE_OUT: the release directory is complete, its
 // manifests and chart pin the image by the layout's index digest, the SBOMs and SHA256SUMS match
-// the files, and the amd64 image's binary says it is v0.1.0. Skipped with -short: it
-// cross-compiles the driver four times (minutes cold, seconds from Go's build cache).
+// the files, and the host platform's image binary says it is v0.1.0; with COSIGN_KEY the index and
+// SHA256SUMS are signed. Skipped with -short: it cross-compiles the driver four times (minutes
+// cold, seconds from Go's build cache).
 
 import (
 	"archive/tar"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
@@ -26,20 +28,7 @@ func TestMakeReleaseWritesACompleteRelease(t *testing.T) {
 	if _, err := os.Stat("../../_output/bin/helm"); err != nil {
 		t.Skip("no _output/bin/helm: run `make helm` first (the release packages the chart with it)")
 	}
-	out := t.TempDir()
-	cmd := exec.Command("make", "-C", "../..", "release", "VERSION=v0.1.0", "RELEASE_OUT="+out)
-	cmd.Env = os.Environ()
-	// REGISTRY from the environment would make it push.
-	for i, e := range cmd.Env {
-		if strings.HasPrefix(e, "REGISTRY=") {
-			cmd.Env[i] = "REGISTRY_UNSET_BY_TEST="
-		}
-	}
-	b, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("make release: %v\n%s", err, b)
-	}
-	t.Logf("make release:\n%s", b)
+	out := makeRelease(t)
 
 	for _, f := range []string{"oci/oci-layout", "oci/index.json", "index-digest", "deploy.yaml", "cluster-wide-read.yaml",
 		"shared-resource-csi-0.1.0.tgz", "RELEASE_NOTES.md", "SHA256SUMS"} {
@@ -170,5 +159,74 @@ func TestMakeReleaseWritesACompleteRelease(t *testing.T) {
 		if err != nil || !strings.HasPrefix(string(v), "shared-resource-csi v0.1.0\n") {
 			t.Errorf("the %s image's binary --version: %q, %v", runtime.GOARCH, v, err)
 		}
+	}
+}
+
+// makeRelease runs `make release VERSION=v0.1.0` into a new directory, with the environment's
+// REGISTRY (it would push) and COSIGN_* removed and extra added, and returns the directory.
+func makeRelease(t *testing.T, extra ...string) string {
+	t.Helper()
+	out := t.TempDir()
+	cmd := exec.Command("make", "-C", "../..", "release", "VERSION=v0.1.0", "RELEASE_OUT="+out)
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "REGISTRY=") && !strings.HasPrefix(e, "COSIGN_") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	cmd.Env = append(cmd.Env, extra...)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make release: %v\n%s", err, b)
+	}
+	t.Logf("make release:\n%s", b)
+	return out
+}
+
+// With COSIGN_KEY, the index and SHA256SUMS are signed with that key, and the signatures verify
+// with the public key the release ships, and only for what they sign.
+func TestMakeReleaseSignsWithAKeyPair(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a whole release")
+	}
+	cosign, err := filepath.Abs("../../_output/bin/cosign")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(cosign); err != nil {
+		t.Skip("no _output/bin/cosign: run `make cosign` (a long build, so no test builds it)")
+	}
+	keys := t.TempDir()
+	gen := exec.Command(cosign, "generate-key-pair")
+	gen.Dir = keys
+	gen.Env = append(os.Environ(), "COSIGN_PASSWORD=test-password")
+	if b, err := gen.CombinedOutput(); err != nil {
+		t.Fatalf("cosign generate-key-pair: %v\n%s", err, b)
+	}
+	out := makeRelease(t, "COSIGN_KEY="+filepath.Join(keys, "cosign.key"), "COSIGN_PASSWORD=test-password")
+
+	digest, err := os.ReadFile(filepath.Join(out, "index-digest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexBlob := filepath.Join(out, "oci", "blobs", "sha256", strings.TrimPrefix(strings.TrimSpace(string(digest)), "sha256:"))
+	verify := func(sig, blob string) error {
+		return exec.Command(cosign, "verify-blob", "--key", filepath.Join(out, "cosign.pub"), "--insecure-ignore-tlog",
+			"--signature", filepath.Join(out, sig), blob).Run()
+	}
+	if err := verify("index.sig", indexBlob); err != nil {
+		t.Errorf("index.sig does not verify the index %s: %v", digest, err)
+	}
+	if err := verify("SHA256SUMS.sig", filepath.Join(out, "SHA256SUMS")); err != nil {
+		t.Errorf("SHA256SUMS.sig does not verify SHA256SUMS: %v", err)
+	}
+	if err := verify("index.sig", filepath.Join(out, "SHA256SUMS")); err == nil {
+		t.Error("index.sig verified SHA256SUMS too")
+	}
+	pub, err := os.ReadFile(filepath.Join(keys, "cosign.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shipped, _ := os.ReadFile(filepath.Join(out, "cosign.pub")); !bytes.Equal(shipped, pub) {
+		t.Error("the release's cosign.pub is not the key pair's public key")
 	}
 }
