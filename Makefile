@@ -12,7 +12,7 @@ REGISTRY ?= ghcr.io/shared-resource
 # not pulled from anywhere.
 IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 
-.PHONY: build test unit vet image deploy up down tools deps tools-cluster deps-cluster helm actionlint cosign release e2e-kind bench clean manifests
+.PHONY: build test unit vet image deploy up down tools deps tools-cluster deps-cluster helm actionlint cosign registry release e2e-kind bench clean manifests
 
 ## build: the static driver binary, version stamped, in _output/bin.
 build:
@@ -49,6 +49,9 @@ actionlint:
 	hack/build-tools.sh actionlint
 cosign:
 	hack/build-tools.sh cosign
+# registry: distribution's registry binary (nothing uses it yet: the cluster's registry is to come).
+registry:
+	hack/build-tools.sh registry
 
 ## test: everything, as root: brings up the local cluster, runs every test (-tags integration:
 ## the unit tests and the cluster and root suites) against it, tears it down.

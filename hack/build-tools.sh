@@ -5,6 +5,7 @@
 #   helm                                                                   (helm.sh/helm/v4, tools/helm)
 #   actionlint                                                             (github.com/rhysd/actionlint, tools/actionlint)
 #   cosign       only with `cosign`: for `make release COSIGN_KEY=...`    (github.com/sigstore/cosign/v2, tools/cosign)
+#   registry     only with `registry`: distribution's registry             (github.com/distribution/distribution/v3, tools/registry)
 #   mkimage                                                                (tools/mkimage, stdlib only)
 #   pause                                                                  (hack/pause.c, gcc -static)
 #   e2e-storage.test                                                       (tools/e2e-storage: the e2e framework and
@@ -19,6 +20,8 @@
 #   hack/build-tools.sh actionlint  actionlint alone (`make vet`)
 #   hack/build-tools.sh cosign   cosign alone (`make release COSIGN_KEY=...`; ~10 min cold on 2 cores,
 #                                so not part of `all`: no test needs it)
+#   hack/build-tools.sh registry distribution's registry alone (a registry for the local cluster to pull
+#                                from; nothing uses it yet, so not part of `all`)
 set -euo pipefail
 scope=${1:-all}
 case $scope in
@@ -27,7 +30,8 @@ cluster) groups=" kube etcd mkimage pause " ;;
 helm) groups=" helm " ;;
 actionlint) groups=" actionlint " ;;
 cosign) groups=" cosign " ;;
-*) echo "usage: $0 [all|cluster|helm|actionlint|cosign]" >&2; exit 2 ;;
+registry) groups=" registry " ;;
+*) echo "usage: $0 [all|cluster|helm|actionlint|cosign|registry]" >&2; exit 2 ;;
 esac
 # want GROUP: true when this run builds GROUP.
 want() { [[ $groups == *" $1 "* ]]; }
@@ -123,6 +127,19 @@ if want cosign; then
 			-ldflags "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=$cosign_version" \
 			-o "$BIN/cosign" github.com/sigstore/cosign/v2/cmd/cosign)
 		stamp cosign "$cosign_stamp"
+	fi
+fi
+
+# --- registry: distribution's registry, its own module (tools/registry).
+if want registry; then
+	registry_version=$(cd "$TOOLS/registry" && go list -m -f '{{.Version}}' github.com/distribution/distribution/v3)
+	registry_stamp="registry=$registry_version $goversion"
+	if stale registry "$registry_stamp"; then
+		echo "building registry ($registry_version)..."
+		(cd "$TOOLS/registry" && go build -trimpath \
+			-ldflags "-s -w -X github.com/distribution/distribution/v3/version.version=$registry_version" \
+			-o "$BIN/registry" github.com/distribution/distribution/v3/cmd/registry)
+		stamp registry "$registry_stamp"
 	fi
 fi
 
