@@ -12,7 +12,7 @@ REGISTRY ?= ghcr.io/shared-resource
 # not pulled from anywhere.
 IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 
-.PHONY: build test unit vet image deploy up down tools deps tools-cluster deps-cluster helm actionlint cosign registry release e2e-kind bench clean manifests
+.PHONY: build test unit tools-test vet image deploy up down tools deps tools-cluster deps-cluster helm actionlint cosign registry release e2e-kind bench clean manifests
 
 ## build: the static driver binary, version stamped, in _output/bin.
 build:
@@ -31,6 +31,11 @@ vet: actionlint
 ## test not behind the build tag integration.
 unit:
 	go test ./...
+
+## tools-test: the release tools' own tests (tools/ociimage: reproducibility, SBOMs, static
+## binaries, push, and `make release` itself); no root, no cluster.
+tools-test: helm
+	cd tools/ociimage && go test ./...
 
 ## deps, tools: apt packages and binaries (built once, cached in _output/bin) for `make test`:
 ## everything. deps-cluster, tools-cluster: only what `make up` runs (no e2e-storage.test, helm,
