@@ -33,8 +33,9 @@ unit:
 	go test ./...
 
 ## tools-test: the release tools' own tests (tools/ociimage: reproducibility, SBOMs, static
-## binaries, push, and `make release` itself); no root, no cluster.
-tools-test: helm
+## binaries, push, `make release` itself and its cosign signatures); no root, no cluster. Part of
+## `make test`.
+tools-test: helm cosign
 	cd tools/ociimage && go test ./...
 
 ## deps, tools: apt packages and binaries (built once, cached in _output/bin) for `make test`:
@@ -58,9 +59,10 @@ cosign:
 registry:
 	hack/build-tools.sh registry
 
-## test: everything, as root: brings up the local cluster, runs every test (-tags integration:
-## the unit tests and the cluster and root suites) against it, tears it down.
-test: vet tools build
+## test: everything, as root: the release tools' tests (tools-test), then brings up the local
+## cluster, runs every test (-tags integration: the unit tests and the cluster and root suites)
+## against it, tears it down.
+test: vet tools build tools-test
 	hack/test.sh
 
 ## bench: benchmarks against a local control plane (root); writes BENCHMARKS.md.
