@@ -1,6 +1,6 @@
 # Container image for the shared-resource-csi node plugin.
 #
-#   docker build -t shared-resource-csi:latest --build-arg VERSION=$(git describe --always --dirty) .
+#   docker build -t shared-resource-csi:latest --build-arg VERSION=$(git describe --tags --always --dirty) --build-arg COMMIT=$(git rev-parse HEAD) .
 #
 # The result is a static binary on an empty (scratch) base: no shell, no
 # package manager, nothing to patch. The driver makes its mounts with direct
@@ -14,6 +14,7 @@ FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 ARG TARGETOS
 ARG TARGETARCH
 ARG VERSION=dev
+ARG COMMIT=
 WORKDIR /src
 
 # Dependencies first, so source edits do not invalidate the module download layer.
@@ -25,7 +26,7 @@ COPY . .
 # the build context holds no usable .git (e.g. a git worktree).
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
     go build -trimpath -buildvcs=false \
-      -ldflags "-s -w -X main.version=${VERSION}" \
+      -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
       -o /shared-resource-csi .
 
 FROM scratch

@@ -1,36 +1,68 @@
 # shared-resource-csi: see README.md.
 BINARY  := shared-resource-csi
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)
 OUT     := _output
 BIN     := $(OUT)/bin
+# REGISTRY: where releases are pushed and what the committed chart and deploy.yaml name (the one
+# place the registry path is set; `make manifests REGISTRY=...` re-points both). The owner is the
+# repository's owner on GitHub (ghcr.io/<owner>).
+REGISTRY ?= ghcr.io/shared-resource
+# IMAGE: the tag of `make image`'s tar, imported straight into a node (up.sh, e2e-kind.sh); it is
+# not pulled from anywhere.
 IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 
-.PHONY: build test unit vet image deploy up down tools deps e2e-kind bench clean manifests
+.PHONY: build test unit tools-test vet image deploy up down tools deps tools-cluster deps-cluster helm actionlint cosign registry release e2e-kind bench clean manifests
 
 ## build: the static driver binary, version stamped, in _output/bin.
 build:
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/$(BINARY) .
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN)/$(BINARY) .
 
-## vet: go vet of both test tiers (with and without the build tag integration), and gofmt.
-vet:
+## vet: go vet of both test tiers (with and without the build tag integration), gofmt, and
+## actionlint on .github/workflows (shellcheck and pyflakes off: whether they ran would depend on
+## what the machine has installed, so a workflow could pass here and fail in CI).
+vet: actionlint
 	go vet ./...
 	go vet -tags integration ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
+	$(BIN)/actionlint -shellcheck= -pyflakes= .github/workflows/*.yaml
 
 ## unit: the tests that need neither root nor a cluster (a quick check while coding): every
 ## test not behind the build tag integration.
 unit:
 	go test ./...
 
-## deps, tools: apt packages and the cluster's binaries (built once, cached in _output/bin).
-deps:
-	hack/install-deps.sh
-tools: deps
-	hack/build-tools.sh
+## tools-test: the release tools' own tests (tools/ociimage: reproducibility, SBOMs, static
+## binaries, push, `make release` itself and its cosign signatures); no root, no cluster. Part of
+## `make test`.
+tools-test: helm cosign
+	cd tools/ociimage && go test ./...
 
-## test: everything, as root: brings up the local cluster, runs every test (-tags integration:
-## the unit tests and the cluster and root suites) against it, tears it down.
-test: vet tools build
+## deps, tools: apt packages and binaries (built once, cached in _output/bin) for `make test`:
+## everything. deps-cluster, tools-cluster: only what `make up` runs (no e2e-storage.test, helm,
+## prometheus or jq). helm: helm alone (`make manifests`, `make release`).
+deps:
+	hack/install-deps.sh all
+tools: deps
+	hack/build-tools.sh all
+deps-cluster:
+	hack/install-deps.sh cluster
+tools-cluster: deps-cluster
+	hack/build-tools.sh cluster
+helm:
+	hack/build-tools.sh helm
+actionlint:
+	hack/build-tools.sh actionlint
+cosign:
+	hack/build-tools.sh cosign
+# registry: distribution's registry binary (nothing uses it yet: the cluster's registry is to come).
+registry:
+	hack/build-tools.sh registry
+
+## test: everything, as root: the release tools' tests (tools-test), then brings up the local
+## cluster, runs every test (-tags integration: the unit tests and the cluster and root suites)
+## against it, tears it down.
+test: vet tools build tools-test
 	hack/test.sh
 
 ## bench: benchmarks against a local control plane (root); writes BENCHMARKS.md.
@@ -50,15 +82,32 @@ $(BIN)/mkimage: tools/mkimage/main.go
 
 ## manifests: deploy.yaml and deploy/cluster-wide-read.yaml rendered from the Helm chart
 ## (charts/shared-resource-csi): edit the chart, then run this. `make test` fails when they differ.
-manifests: tools
-	hack/manifests.sh
+## The chart's version, appVersion and image are stamped first from VERSION and REGISTRY
+## (hack/manifests.sh says how VERSION maps to a SemVer chart version).
+manifests: helm
+	VERSION=$(VERSION) REGISTRY=$(REGISTRY) hack/manifests.sh
+
+## release: VERSION=vX.Y.Z [REGISTRY=host/path]: the multi-platform OCI image index (layout),
+## SBOMs, deploy.yaml pinned by the index digest, the packaged chart, release notes from
+## CHANGELOG.md and SHA256SUMS in RELEASE_OUT (hack/release.sh). With REGISTRY on the command line
+## (or in the environment) the index and the chart are also pushed there; without, nothing is.
+RELEASE_OUT ?= $(OUT)/release
+PUSH := $(if $(filter command line environment,$(origin REGISTRY)),1,0)
+## COSIGN_KEY=cosign.key (COSIGN_PASSWORD its password): also sign the index and SHA256SUMS
+## with that key pair, offline (signature files in RELEASE_OUT).
+release: helm $(BIN)/ociimage $(if $(COSIGN_KEY),cosign)
+	VERSION=$(VERSION) REGISTRY=$(REGISTRY) PUSH=$(PUSH) OUT=$(RELEASE_OUT) COSIGN_KEY=$(COSIGN_KEY) hack/release.sh
+
+# ociimage: the release's image builder (go-containerregistry, its own module under tools/).
+$(BIN)/ociimage: $(wildcard tools/ociimage/*.go) tools/ociimage/go.mod tools/ociimage/go.sum
+	cd tools/ociimage && CGO_ENABLED=0 go build -trimpath -o ../../$(BIN)/ociimage .
 
 ## deploy: install into the cluster kubectl points at.
 deploy:
 	kubectl apply -f deploy.yaml
 
 ## up: a local single-node cluster with the driver deployed from deploy.yaml and an example share.
-up: tools build image
+up: tools-cluster build image
 	hack/up.sh
 
 ## down: tear the local cluster down, leaving nothing behind.

@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,8 +33,35 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
-// version is stamped at build time: -ldflags "-X main.version=..."
-var version = "dev"
+// version and commit are stamped at build time (`make build`: -ldflags "-X main.version=$(git
+// describe --tags --always --dirty) -X main.commit=$(git rev-parse HEAD)"). An unstamped build
+// (plain `go build`) still names its commit when Go recorded it (vcs.revision, see vcsRevision).
+var (
+	version = "dev"
+	commit  = ""
+)
+
+// vcsRevision is the commit Go's build info recorded (go build in a git checkout, without
+// -buildvcs=false), or "unknown".
+func vcsRevision() string {
+	if commit != "" {
+		return commit
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return "unknown"
+}
+
+// versionText is what --version prints: what a bug report needs to name the build exactly.
+func versionText() string {
+	return fmt.Sprintf("shared-resource-csi %s\ncommit: %s\ngo: %s %s/%s\ndriver: %s\n", version,
+		vcsRevision(), runtime.Version(), runtime.GOOS, runtime.GOARCH, driverName)
+}
 
 type options struct {
 	endpoint        string
@@ -151,7 +180,7 @@ func main() {
 		os.Exit(2)
 	}
 	if o.showVersion {
-		fmt.Println(driverName, version)
+		fmt.Print(versionText())
 		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

@@ -3,6 +3,9 @@
 #   kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl  (k8s.io/kubernetes)
 #   etcd                                                                   (go.etcd.io/etcd/server/v3)
 #   helm                                                                   (helm.sh/helm/v4, tools/helm)
+#   actionlint                                                             (github.com/rhysd/actionlint, tools/actionlint)
+#   cosign       only with `cosign`: for `make release COSIGN_KEY=...`    (github.com/sigstore/cosign/v2, tools/cosign)
+#   registry     only with `registry`: distribution's registry             (github.com/distribution/distribution/v3, tools/registry)
 #   mkimage                                                                (tools/mkimage, stdlib only)
 #   pause                                                                  (hack/pause.c, gcc -static)
 #   e2e-storage.test                                                       (tools/e2e-storage: the e2e framework and
@@ -10,7 +13,28 @@
 # Versions come from tools/go.mod (helm's from tools/helm/go.mod). Each binary has a stamp file (_output/bin/.NAME.stamp) recording
 # what it was built from; a binary is rebuilt only when it is missing or its stamp differs.
 # Cold build: ~4 min on 2 cores, and 3-5 min more for e2e-storage.test; warm: seconds; nothing to do: ~1 s.
+#
+#   hack/build-tools.sh          all of them (`make tools`, for `make test`)
+#   hack/build-tools.sh cluster  only what `make up` runs: the Kubernetes commands, etcd, mkimage, pause
+#   hack/build-tools.sh helm     helm alone (`make manifests`, `make release`)
+#   hack/build-tools.sh actionlint  actionlint alone (`make vet`)
+#   hack/build-tools.sh cosign   cosign alone (`make release COSIGN_KEY=...`; ~10 min cold on 2 cores,
+#                                so not part of `all`: no test needs it)
+#   hack/build-tools.sh registry distribution's registry alone (a registry for the local cluster to pull
+#                                from; nothing uses it yet, so not part of `all`)
 set -euo pipefail
+scope=${1:-all}
+case $scope in
+all) groups=" kube etcd e2e helm actionlint mkimage pause " ;;
+cluster) groups=" kube etcd mkimage pause " ;;
+helm) groups=" helm " ;;
+actionlint) groups=" actionlint " ;;
+cosign) groups=" cosign " ;;
+registry) groups=" registry " ;;
+*) echo "usage: $0 [all|cluster|helm|actionlint|cosign|registry]" >&2; exit 2 ;;
+esac
+# want GROUP: true when this run builds GROUP.
+want() { [[ $groups == *" $1 "* ]]; }
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TOOLS=$ROOT/tools
@@ -32,6 +56,7 @@ stamp() { printf '%s\n' "$2" >"$BIN/.$1.stamp"; }
 kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 kube_stamp="kubernetes=$kube_version $goversion"
 todo=()
+want kube || kube_cmds=()
 for c in "${kube_cmds[@]}"; do
 	if stale "$c" "$kube_stamp"; then todo+=("$c"); fi
 done
@@ -57,7 +82,7 @@ fi
 # flags as the commands above, so it reuses their compiled packages. Rebuilt when the Kubernetes
 # version, Go or its own source changes.
 e2e_stamp="e2e-storage=kubernetes=$kube_version src=$(cat "$TOOLS"/e2e-storage/*.go | sha256sum | cut -c1-16) $goversion"
-if stale e2e-storage.test "$e2e_stamp"; then
+if want e2e && stale e2e-storage.test "$e2e_stamp"; then
 	echo "building e2e-storage.test ($kube_version)..."
 	(cd "$TOOLS" && go test -c -trimpath -ldflags "$kube_ldflags" -o "$BIN/e2e-storage.test" ./e2e-storage)
 	stamp e2e-storage.test "$e2e_stamp"
@@ -65,7 +90,7 @@ fi
 
 # --- etcd: the package go.etcd.io/etcd/server/v3 is itself the etcd main package.
 etcd_stamp="etcd=$etcd_version $goversion"
-if stale etcd "$etcd_stamp"; then
+if want etcd && stale etcd "$etcd_stamp"; then
 	echo "building etcd ($etcd_version)..."
 	(cd "$TOOLS" && go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3)
 	stamp etcd "$etcd_stamp"
@@ -74,16 +99,53 @@ fi
 # --- helm: its own module (tools/helm), so its Kubernetes libraries need not match the cluster's.
 helm_version=$(cd "$TOOLS/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v4)
 helm_stamp="helm=$helm_version $goversion"
-if stale helm "$helm_stamp"; then
+if want helm && stale helm "$helm_stamp"; then
 	echo "building helm ($helm_version)..."
 	(cd "$TOOLS/helm" && go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version" \
 		-o "$BIN/helm" helm.sh/helm/v4/cmd/helm)
 	stamp helm "$helm_stamp"
 fi
 
+# --- actionlint: its own module (tools/actionlint); `make vet` checks .github/workflows with it.
+al_version=$(cd "$TOOLS/actionlint" && go list -m -f '{{.Version}}' github.com/rhysd/actionlint)
+al_stamp="actionlint=$al_version $goversion"
+if want actionlint && stale actionlint "$al_stamp"; then
+	echo "building actionlint ($al_version)..."
+	(cd "$TOOLS/actionlint" && go build -trimpath -ldflags "-s -w" \
+		-o "$BIN/actionlint" github.com/rhysd/actionlint/cmd/actionlint)
+	stamp actionlint "$al_stamp"
+fi
+
+# --- cosign: its own module (tools/cosign); key-pair signing in `make release COSIGN_KEY=...`.
+if want cosign; then
+	cosign_version=$(cd "$TOOLS/cosign" && go list -m -f '{{.Version}}' github.com/sigstore/cosign/v2)
+	cosign_stamp="cosign=$cosign_version $goversion"
+	if stale cosign "$cosign_stamp"; then
+		echo "building cosign ($cosign_version)..."
+		# cosign reports its version from sigs.k8s.io/release-utils/version, set by its own Makefile.
+		(cd "$TOOLS/cosign" && go build -trimpath \
+			-ldflags "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=$cosign_version" \
+			-o "$BIN/cosign" github.com/sigstore/cosign/v2/cmd/cosign)
+		stamp cosign "$cosign_stamp"
+	fi
+fi
+
+# --- registry: distribution's registry, its own module (tools/registry).
+if want registry; then
+	registry_version=$(cd "$TOOLS/registry" && go list -m -f '{{.Version}}' github.com/distribution/distribution/v3)
+	registry_stamp="registry=$registry_version $goversion"
+	if stale registry "$registry_stamp"; then
+		echo "building registry ($registry_version)..."
+		(cd "$TOOLS/registry" && go build -trimpath \
+			-ldflags "-s -w -X github.com/distribution/distribution/v3/version.version=$registry_version" \
+			-o "$BIN/registry" github.com/distribution/distribution/v3/cmd/registry)
+		stamp registry "$registry_stamp"
+	fi
+fi
+
 # --- mkimage: rebuilt when its source changes.
 mk_stamp="mkimage=$(cat "$TOOLS"/mkimage/*.go | sha256sum | cut -c1-16) $goversion"
-if stale mkimage "$mk_stamp"; then
+if want mkimage && stale mkimage "$mk_stamp"; then
 	echo "building mkimage..."
 	(cd "$TOOLS" && go build -trimpath -o "$BIN/mkimage" ./mkimage)
 	stamp mkimage "$mk_stamp"
@@ -91,11 +153,11 @@ fi
 
 # --- pause: static so the image needs nothing but the binary.
 pause_stamp="pause=$(sha256sum <"$ROOT/hack/pause.c" | cut -c1-16)"
-if stale pause "$pause_stamp"; then
+if want pause && stale pause "$pause_stamp"; then
 	echo "building pause..."
 	gcc -static -Os -Wall -o "$BIN/pause" "$ROOT/hack/pause.c"
 	strip "$BIN/pause" 2>/dev/null || true
 	stamp pause "$pause_stamp"
 fi
 
-echo "tools up to date in $BIN"
+echo "tools ($scope) up to date in $BIN"

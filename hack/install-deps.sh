@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the local test cluster (hack/cluster.sh) needs. Idempotent: when
 # everything is already installed it only runs dpkg-query and exits (well under a second).
+#
+#   hack/install-deps.sh          everything `make test` needs
+#   hack/install-deps.sh cluster  only what the local cluster itself needs (`make up`)
 set -euo pipefail
+scope=${1:-all}
+[[ $scope == all || $scope == cluster ]] || { echo "usage: $0 [all|cluster]" >&2; exit 2; }
 
 pkgs=(
 	containerd                  # container runtime (CRI) for the kubelet
@@ -15,10 +20,15 @@ pkgs=(
 	openssl                     # cluster PKI
 	gcc libc6-dev               # static pause binary (hack/pause.c)
 	procps psmisc               # ps/pkill used by `cluster.sh down`
-	prometheus                  # for its promtool: the tests check the chart's alerts and dashboard with it
-	jq                          # the README's commands for moving from OpenShift's driver (openshift_integration_test.go)
 	ca-certificates
 )
+# Only the tests use these: `make up` does not install them.
+if [[ $scope == all ]]; then
+	pkgs+=(
+		prometheus # for its promtool: the tests check the chart's alerts and dashboard with it
+		jq         # the README's commands for moving from OpenShift's driver (openshift_integration_test.go)
+	)
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -29,7 +39,7 @@ for p in "${pkgs[@]}"; do
 done
 
 if ((${#missing[@]} == 0)); then
-	echo "install-deps: all packages present"
+	echo "install-deps: all packages present ($scope)"
 	exit 0
 fi
 

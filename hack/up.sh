@@ -9,7 +9,7 @@
 #      reference changes), then wait for the DaemonSet's pod to be Ready and registered
 #   4. examples/ca-bundle.yaml applied (its pod's image swapped for the locally imported busybox)
 #
-# Needs root. `make up` builds everything first (tools, binary, image); to run this script alone:
+# Needs root. `make up` builds what it runs first (tools-cluster, binary, image); to run this script alone:
 #   make image && hack/up.sh
 # Environment: IMAGE_TAR (default _output/shared-resource-csi-image.tar), IMAGE (default: the tag
 # inside IMAGE_TAR), RELIST_INTERVAL (default: deploy.yaml's).

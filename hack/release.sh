@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# `make release VERSION=vX.Y.Z [REGISTRY=host/path]`: everything a release ships, without Docker.
+#
+#   OUT/oci/                         OCI image layout: one index, linux/amd64, arm64, ppc64le, s390x
+#                                    (tools/ociimage; the same commit gives the same index digest)
+#   OUT/index-digest                 that index's digest
+#   OUT/sbom/*.spdx.json             an SPDX SBOM per image (the Go modules of its binary)
+#   OUT/deploy.yaml                  the chart rendered, its image pinned: REGISTRY/shared-resource-csi:VERSION@sha256:...
+#   OUT/cluster-wide-read.yaml       the opt-in cluster-wide read binding
+#   OUT/shared-resource-csi-X.Y.Z.tgz  the chart (helm package), stamped and pinned the same way
+#   OUT/RELEASE_NOTES.md             CHANGELOG.md's section for VERSION
+#   OUT/chart-digest                 with PUSH=1: the pushed chart's digest
+#   OUT/SHA256SUMS                   of every file above
+#   with COSIGN_KEY (a cosign key pair's private key; COSIGN_PASSWORD its password):
+#   OUT/cosign.pub                   the public key
+#   OUT/index.sig                    signature of the image index (its manifest blob, whose digest
+#                                    is the index digest), listed in SHA256SUMS
+#   OUT/SHA256SUMS.sig               signature of SHA256SUMS
+#
+# PUSH=1 (make sets it when REGISTRY is given on its command line): also push the index to
+# REGISTRY/shared-resource-csi:VERSION and the chart to oci://REGISTRY/charts (credentials from
+# `docker login`/`helm registry login`; REGISTRY_INSECURE=1 for a plain-HTTP registry,
+# REGISTRY_CA_FILE for a private CA). Without it nothing leaves the machine; REGISTRY still names
+# the image in deploy.yaml and the chart (the Makefile's default).
+#
+# Environment: VERSION, REGISTRY, OUT (default _output/release), PUSH, SOURCE_DATE_EPOCH (default:
+# the commit's time), SOURCE_URL (annotation org.opencontainers.image.source), HELM, OCIIMAGE,
+# COSIGN_KEY, COSIGN (default _output/bin/cosign).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+die() { echo "release: $*" >&2; exit 1; }
+
+: "${VERSION:?VERSION=vX.Y.Z}" "${REGISTRY:?REGISTRY=host/path}"
+[[ $VERSION =~ ^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$ ]] ||
+	die "VERSION=$VERSION: a release is vX.Y.Z (or vX.Y.Z-pre)"
+OUT=${OUT:-_output/release}
+HELM=${HELM:-$ROOT/_output/bin/helm}
+OCIIMAGE=${OCIIMAGE:-$ROOT/_output/bin/ociimage}
+PUSH=${PUSH:-0}
+BINARY=shared-resource-csi
+ARCHES=(amd64 arm64 ppc64le s390x)
+[[ -x $HELM && -x $OCIIMAGE ]] || die "no $HELM or $OCIIMAGE: run it through \`make release\`"
+
+# Release notes first: a version without a CHANGELOG entry is not released.
+notes=$(awk -v v="${VERSION#v}" '
+	$0 ~ "^## \\[" v "\\]" { on = 1; next }
+	on && /^## \[/ { exit }
+	on { print }
+' CHANGELOG.md)
+[[ -n ${notes//[[:space:]]/} ]] || die "CHANGELOG.md has no section \"## [${VERSION#v}]\""
+
+commit=$(git rev-parse HEAD)
+if [[ $(git describe --tags --exact-match 2>/dev/null) != "$VERSION" || -n $(git status --porcelain) ]]; then
+	echo "release: warning: the tree is not the clean tag $VERSION ($(git describe --tags --always --dirty))" >&2
+fi
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)}
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# The binaries: static (CGO_ENABLED=0: the image has no libc), stamped as `make build` stamps;
+# -trimpath and the commit's VCS stamp keep them the same on every machine for the same commit.
+binflags=()
+for arch in "${ARCHES[@]}"; do
+	echo "release: building linux/$arch..."
+	CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath \
+		-ldflags "-s -w -X main.version=$VERSION -X main.commit=$commit" \
+		-o "$work/bin/linux-$arch/$BINARY" .
+	binflags+=(-binary "linux/$arch=$work/bin/linux-$arch/$BINARY")
+done
+
+image=$REGISTRY/$BINARY
+push=()
+if [[ $PUSH == 1 ]]; then
+	push=(-push "$image:$VERSION")
+	[[ ${REGISTRY_INSECURE:-0} == 1 ]] && push+=(-insecure)
+	[[ -n ${REGISTRY_CA_FILE:-} ]] && push+=(-ca-file "$REGISTRY_CA_FILE")
+fi
+"$OCIIMAGE" -out "$OUT/oci" -sbom-dir "$OUT/sbom" -digest-file "$OUT/index-digest" -name "$BINARY" \
+	-version "$VERSION" -revision "$commit" ${SOURCE_URL:+-source "$SOURCE_URL"} "${binflags[@]}" "${push[@]}"
+digest=$(<"$OUT/index-digest")
+
+# The chart and the manifests, stamped in a copy (the tree is left as it is) and pinned by digest.
+cp -r charts/shared-resource-csi "$work/chart"
+VERSION=$VERSION REGISTRY=$REGISTRY IMAGE_TAG="$VERSION@$digest" CHART=$work/chart \
+	hack/manifests.sh --render-to "$OUT"
+"$HELM" lint --strict "$work/chart" >/dev/null
+"$HELM" package "$work/chart" --destination "$OUT" >/dev/null
+if [[ $PUSH == 1 ]]; then
+	helm_push=()
+	[[ ${REGISTRY_INSECURE:-0} == 1 ]] && helm_push+=(--plain-http)
+	[[ -n ${REGISTRY_CA_FILE:-} ]] && helm_push+=(--ca-file "$REGISTRY_CA_FILE")
+	# helm push prints "Digest: sha256:..."; the workflow signs the chart by that digest.
+	"$HELM" push "$OUT"/$BINARY-*.tgz "oci://$REGISTRY/charts" "${helm_push[@]}" 2>&1 | tee "$work/helm-push"
+	sed -n 's/^Digest: \(sha256:[0-9a-f]*\)$/\1/p' "$work/helm-push" >"$OUT/chart-digest"
+	[[ -s $OUT/chart-digest ]] || die "helm push printed no digest"
+fi
+
+{
+	printf '# %s %s\n\n' "$BINARY" "$VERSION"
+	printf '%s\n\n' "$notes"
+	printf 'Image: `%s:%s@%s` (linux/%s)\n' "$image" "$VERSION" "$digest" "$(IFS=,; echo "${ARCHES[*]}" | sed 's|,|, linux/|g')"
+} >"$OUT/RELEASE_NOTES.md"
+
+# Key-pair signing, offline: there may be no registry to hold a signature and no transparency
+# log to reach, so the signatures are files beside what they sign (cosign verify-blob --key
+# cosign.pub --insecure-ignore-tlog). The release workflow signs keylessly in the registry instead.
+if [[ -n ${COSIGN_KEY:-} ]]; then
+	COSIGN=${COSIGN:-$ROOT/_output/bin/cosign}
+	[[ -x $COSIGN ]] || die "no $COSIGN: run \`make cosign\`"
+	"$COSIGN" public-key --key "$COSIGN_KEY" >"$OUT/cosign.pub"
+	"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false \
+		--output-signature "$OUT/index.sig" "$OUT/oci/blobs/sha256/${digest#sha256:}" >/dev/null
+fi
+
+(cd "$OUT" && find . -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
+if [[ -n ${COSIGN_KEY:-} ]]; then
+	"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false \
+		--output-signature "$OUT/SHA256SUMS.sig" "$OUT/SHA256SUMS" >/dev/null
+fi
+echo "release: $VERSION in $OUT, image $image:$VERSION@$digest${push:+ (pushed)}"

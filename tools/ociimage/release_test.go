@@ -1,0 +1,243 @@
+package main
+
+// Specification of `make release VERSION=v0.1.0` without REGISTRY (hack/release.sh), run from
+// the repository's root into a temporary RELEASE_OUT: the release directory is complete, its
+// manifests and chart pin the image by the layout's index digest, the SBOMs and SHA256SUMS match
+// the files, and the host platform's image binary says it is v0.1.0; with COSIGN_KEY the index and
+// SHA256SUMS are signed. Skipped with -short: it cross-compiles the driver four times (minutes
+// cold, seconds from Go's build cache).
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+func TestMakeReleaseWritesACompleteRelease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a whole release")
+	}
+	if _, err := os.Stat("../../_output/bin/helm"); err != nil {
+		missingTool(t, "no _output/bin/helm: run `make helm` first (the release packages the chart with it)")
+	}
+	out := makeRelease(t)
+
+	for _, f := range []string{"oci/oci-layout", "oci/index.json", "index-digest", "deploy.yaml", "cluster-wide-read.yaml",
+		"shared-resource-csi-0.1.0.tgz", "RELEASE_NOTES.md", "SHA256SUMS"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("release lacks %s: %v", f, err)
+		}
+	}
+	for _, p := range platforms {
+		if _, err := os.Stat(filepath.Join(out, "sbom", sbomFileName("shared-resource-csi", p))); err != nil {
+			t.Errorf("release lacks the SBOM of %s: %v", p, err)
+		}
+	}
+
+	idx := layoutIndex(t, filepath.Join(out, "oci"))
+	digest, err := idx.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "index-digest")); strings.TrimSpace(string(b)) != digest.String() {
+		t.Errorf("index-digest %q, layout's index %s", b, digest)
+	}
+	pinned := "image: ghcr.io/shared-resource/shared-resource-csi:v0.1.0@" + digest.String() + "\n"
+	if b, _ := os.ReadFile(filepath.Join(out, "deploy.yaml")); !strings.Contains(string(b), pinned) {
+		t.Errorf("deploy.yaml does not pin %q", pinned)
+	}
+	chart, err := exec.Command("tar", "-xzOf", filepath.Join(out, "shared-resource-csi-0.1.0.tgz"),
+		"shared-resource-csi/Chart.yaml", "shared-resource-csi/values.yaml").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// helm package rewrites Chart.yaml (its own key order and quoting); values.yaml is as stamped.
+	fields := map[string]string{}
+	for _, line := range strings.Split(string(chart), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ": "); ok {
+			if _, dup := fields[k]; !dup {
+				fields[k] = strings.Trim(v, `"'`)
+			}
+		}
+	}
+	for k, want := range map[string]string{"version": "0.1.0", "appVersion": "v0.1.0", "tag": "v0.1.0@" + digest.String(),
+		"repository": "ghcr.io/shared-resource/shared-resource-csi"} {
+		if fields[k] != want {
+			t.Errorf("the packaged chart's %s is %q, want %q", k, fields[k], want)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "RELEASE_NOTES.md")); !strings.Contains(string(b), "### Not yet supported") {
+		t.Errorf("RELEASE_NOTES.md is not CHANGELOG.md's v0.1.0 section:\n%s", b)
+	}
+
+	// SHA256SUMS lists every other file, with its sum.
+	sums, err := os.ReadFile(filepath.Join(out, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(sums)), "\n") {
+		sum, name, ok := strings.Cut(line, "  ")
+		if !ok {
+			t.Fatalf("SHA256SUMS line %q", line)
+		}
+		listed[name] = sum
+	}
+	err = filepath.Walk(out, func(path string, fi os.FileInfo, err error) error {
+		if err != nil || fi.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(out, path)
+		if rel == "SHA256SUMS" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		h := sha256.Sum256(b)
+		if listed[rel] != hex.EncodeToString(h[:]) {
+			t.Errorf("SHA256SUMS: %s listed %q, is %x", rel, listed[rel], h)
+		}
+		delete(listed, rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) > 0 {
+		t.Errorf("SHA256SUMS lists files the release lacks: %v", listed)
+	}
+
+	// The host's image runs: its binary prints the release's version.
+	if runtime.GOOS != "linux" {
+		return
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, desc := range m.Manifests {
+		if desc.Platform.Architecture != runtime.GOARCH {
+			continue
+		}
+		img, err := idx.Image(desc.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layers, err := img.Layers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := layers[0].Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(rc)
+		if _, err := tr.Next(); err != nil {
+			t.Fatal(err)
+		}
+		bin := filepath.Join(t.TempDir(), "shared-resource-csi")
+		f, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(f, tr); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		rc.Close()
+		v, err := exec.Command(bin, "--version").Output()
+		if err != nil || !strings.HasPrefix(string(v), "shared-resource-csi v0.1.0\n") {
+			t.Errorf("the %s image's binary --version: %q, %v", runtime.GOARCH, v, err)
+		}
+	}
+}
+
+// makeRelease runs `make release VERSION=v0.1.0` into a new directory, with the environment's
+// REGISTRY (it would push) and COSIGN_* removed and extra added, and returns the directory.
+func makeRelease(t *testing.T, extra ...string) string {
+	t.Helper()
+	out := t.TempDir()
+	cmd := exec.Command("make", "-C", "../..", "release", "VERSION=v0.1.0", "RELEASE_OUT="+out)
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "REGISTRY=") && !strings.HasPrefix(e, "COSIGN_") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	cmd.Env = append(cmd.Env, extra...)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make release: %v\n%s", err, b)
+	}
+	t.Logf("make release:\n%s", b)
+	return out
+}
+
+// With COSIGN_KEY, the index and SHA256SUMS are signed with that key, and the signatures verify
+// with the public key the release ships, and only for what they sign.
+func TestMakeReleaseSignsWithAKeyPair(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a whole release")
+	}
+	cosign, err := filepath.Abs("../../_output/bin/cosign")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(cosign); err != nil {
+		missingTool(t, "no _output/bin/cosign: run `make cosign` (a long build, so no test builds it)")
+	}
+	keys := t.TempDir()
+	gen := exec.Command(cosign, "generate-key-pair")
+	gen.Dir = keys
+	gen.Env = append(os.Environ(), "COSIGN_PASSWORD=test-password")
+	if b, err := gen.CombinedOutput(); err != nil {
+		t.Fatalf("cosign generate-key-pair: %v\n%s", err, b)
+	}
+	out := makeRelease(t, "COSIGN_KEY="+filepath.Join(keys, "cosign.key"), "COSIGN_PASSWORD=test-password")
+
+	digest, err := os.ReadFile(filepath.Join(out, "index-digest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexBlob := filepath.Join(out, "oci", "blobs", "sha256", strings.TrimPrefix(strings.TrimSpace(string(digest)), "sha256:"))
+	verify := func(sig, blob string) error {
+		return exec.Command(cosign, "verify-blob", "--key", filepath.Join(out, "cosign.pub"), "--insecure-ignore-tlog",
+			"--signature", filepath.Join(out, sig), blob).Run()
+	}
+	if err := verify("index.sig", indexBlob); err != nil {
+		t.Errorf("index.sig does not verify the index %s: %v", digest, err)
+	}
+	if err := verify("SHA256SUMS.sig", filepath.Join(out, "SHA256SUMS")); err != nil {
+		t.Errorf("SHA256SUMS.sig does not verify SHA256SUMS: %v", err)
+	}
+	if err := verify("index.sig", filepath.Join(out, "SHA256SUMS")); err == nil {
+		t.Error("index.sig verified SHA256SUMS too")
+	}
+	pub, err := os.ReadFile(filepath.Join(keys, "cosign.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shipped, _ := os.ReadFile(filepath.Join(out, "cosign.pub")); !bytes.Equal(shipped, pub) {
+		t.Error("the release's cosign.pub is not the key pair's public key")
+	}
+}
+
+// missingTool skips a test whose tool is not built, on a developer's machine; in CI (CI set, as
+// .ci/run and the workflows have it) it fails: `make test` builds the tools first, so a missing
+// one is a broken build, never a reason to pass without the test.
+func missingTool(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
+}
