@@ -95,6 +95,9 @@ RELEASE_OUT ?= $(OUT)/release
 PUSH := $(if $(filter command line environment,$(origin REGISTRY)),1,0)
 ## COSIGN_KEY=cosign.key (COSIGN_PASSWORD its password): also sign the index and SHA256SUMS
 ## with that key pair, offline (signature files in RELEASE_OUT).
+## From the environment too: REGISTRY_CA_FILE (a private registry's CA) or REGISTRY_INSECURE=1,
+## PLATFORMS (default: linux/amd64 linux/arm64 linux/ppc64le linux/s390x), CHANGELOG (default
+## CHANGELOG.md): see hack/release.sh.
 release: helm $(BIN)/ociimage $(if $(COSIGN_KEY),cosign)
 	VERSION=$(VERSION) REGISTRY=$(REGISTRY) PUSH=$(PUSH) OUT=$(RELEASE_OUT) COSIGN_KEY=$(COSIGN_KEY) hack/release.sh
 
