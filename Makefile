@@ -55,14 +55,15 @@ actionlint:
 	hack/build-tools.sh actionlint
 cosign:
 	hack/build-tools.sh cosign
-# registry: distribution's registry binary (nothing uses it yet: the cluster's registry is to come).
+# registry: distribution's registry binary, the local cluster's registry (also in tools, tools-cluster).
 registry:
 	hack/build-tools.sh registry
 
 ## test: everything, as root: the release tools' tests (tools-test), then brings up the local
 ## cluster, runs every test (-tags integration: the unit tests and the cluster and root suites)
-## against it, tears it down.
-test: vet tools build tools-test
+## against it, tears it down. The pod suite runs `make release` into the cluster's registry, so
+## ociimage and cosign are built here, outside the cluster's network namespace (no network there).
+test: vet tools build tools-test $(BIN)/ociimage cosign
 	hack/test.sh
 
 ## bench: benchmarks against a local control plane (root); writes BENCHMARKS.md.
