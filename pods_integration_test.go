@@ -879,6 +879,10 @@ func TestPodsDriverRecreated(t *testing.T) {
 	s.waitRunning(t, ns, "app", 60*time.Second)
 	s.waitFiles(t, ns, "app", data, 10*time.Second)
 
+	upgrade, err := s.prepareUpgrade()
+	if err != nil {
+		t.Fatal(err)
+	}
 	// The driver pod is replaced twice: deleted (a crash, an eviction), then rolled by an upgrade
 	// (`helm upgrade`: to a newer release from the cluster's registry, or, without one, with a
 	// changed value, as a new deploy.yaml would).
@@ -890,7 +894,7 @@ func TestPodsDriverRecreated(t *testing.T) {
 			return s.kube.CoreV1().Pods(podsDriverNS).Delete(context.Background(), old.Name, metav1.DeleteOptions{})
 		}},
 		{"helm upgrade", func(*corev1.Pod) error {
-			return s.upgradeDriver()
+			return upgrade()
 		}},
 	} {
 		s.replaceDriverWhileReading(t, ns, "app", data, replacement.how, replacement.replace)

@@ -138,23 +138,27 @@ func releaseToRegistry(reg, ca, base string) (*testRelease, error) {
 	return rel, nil
 }
 
-// upgradeDriver rolls the driver with `helm upgrade`: from the registry, to a newer release
-// (another version, so another binary and index digest), as a user upgrades; without the registry,
-// with a changed value of this tree's chart.
-func (s *podSuite) upgradeDriver() error {
+// prepareUpgrade readies a `helm upgrade` that rolls the driver, and returns it: from the
+// registry, to a newer release (another version, so another binary and index digest), pushed
+// here so the upgrade itself is only Helm's, as a user upgrades; without the registry, a changed
+// value of this tree's chart.
+func (s *podSuite) prepareUpgrade() (func() error, error) {
 	if s.release == nil {
-		return s.helmUpgrade("--set", "driver.logLevel=3")
+		return func() error { return s.helmUpgrade("--set", "driver.logLevel=3") }, nil
 	}
 	reg, ca := os.Getenv("SRCSI_REGISTRY"), os.Getenv("SRCSI_REGISTRY_CA")
 	rel, err := releaseToRegistry(reg, ca, "v0.1.1")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if rel.indexDigest == s.release.indexDigest {
-		return fmt.Errorf("release %s has the index digest of %s (%s): the upgrade would change nothing", rel.version, s.release.version, rel.indexDigest)
+		return nil, fmt.Errorf("release %s has the index digest of %s (%s): the upgrade would change nothing", rel.version, s.release.version, rel.indexDigest)
 	}
-	s.release, s.image, s.chart = rel, rel.image(), rel.chartArgs(reg, ca)
-	return s.helmUpgrade()
+	fmt.Printf("pods suite: %s released to %s in %v for the upgrade\n", rel.version, rel.repo, rel.took.Round(100*time.Millisecond))
+	return func() error {
+		s.release, s.image, s.chart = rel, rel.image(), rel.chartArgs(reg, ca)
+		return s.helmUpgrade()
+	}, nil
 }
 
 // helmUpgrade upgrades the release to s.chart, keeping the values set so far and adding values.
@@ -192,6 +196,9 @@ func TestPodsInstalledFromTheRegistry(t *testing.T) {
 	}
 	s := podsEnv(t, podsShared)
 	rel, ca := s.release, os.Getenv("SRCSI_REGISTRY_CA")
+	if rel == nil {
+		t.Fatal("the suite did not install the driver from the registry (SRCSI_DRIVER_IMAGE set?)")
+	}
 	pod, err := s.driverPod(context.Background())
 	if err != nil {
 		t.Fatal(err)
