@@ -55,14 +55,15 @@ actionlint:
 	hack/build-tools.sh actionlint
 cosign:
 	hack/build-tools.sh cosign
-# registry: distribution's registry binary (nothing uses it yet: the cluster's registry is to come).
+# registry: distribution's registry binary, the local cluster's registry (also in tools, tools-cluster).
 registry:
 	hack/build-tools.sh registry
 
 ## test: everything, as root: the release tools' tests (tools-test), then brings up the local
 ## cluster, runs every test (-tags integration: the unit tests and the cluster and root suites)
-## against it, tears it down.
-test: vet tools build tools-test
+## against it, tears it down. The pod suite runs `make release` into the cluster's registry, so
+## ociimage and cosign are built here, outside the cluster's network namespace (no network there).
+test: vet tools build tools-test $(BIN)/ociimage cosign
 	hack/test.sh
 
 ## bench: benchmarks against a local control plane (root); writes BENCHMARKS.md.
@@ -95,6 +96,9 @@ RELEASE_OUT ?= $(OUT)/release
 PUSH := $(if $(filter command line environment,$(origin REGISTRY)),1,0)
 ## COSIGN_KEY=cosign.key (COSIGN_PASSWORD its password): also sign the index and SHA256SUMS
 ## with that key pair, offline (signature files in RELEASE_OUT).
+## From the environment too: REGISTRY_CA_FILE (a private registry's CA) or REGISTRY_INSECURE=1,
+## PLATFORMS (default: linux/amd64 linux/arm64 linux/ppc64le linux/s390x), CHANGELOG (default
+## CHANGELOG.md): see hack/release.sh.
 release: helm $(BIN)/ociimage $(if $(COSIGN_KEY),cosign)
 	VERSION=$(VERSION) REGISTRY=$(REGISTRY) PUSH=$(PUSH) OUT=$(RELEASE_OUT) COSIGN_KEY=$(COSIGN_KEY) hack/release.sh
 

@@ -41,7 +41,7 @@ func TestPodsVolumeBudgetKeepsTheDriverAlive(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.helm(append([]string{"upgrade", "shared-resource-csi", chartDir, "--reset-then-reuse-values"}, values...)...); err != nil {
+		if err := s.helmUpgrade(values...); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.waitDriver(ctx, before.UID, 2*time.Minute); err != nil {

@@ -66,9 +66,15 @@ type podSuite struct {
 	node     string
 	nodeIP   string
 	busybox  string
-	image    string // the driver image the overlay deployed
+	image    string // the driver image the chart deployed
 	auditLog string
 	kubelet  string // kubelet root dir on this node
+	// chart names the installed chart for `helm upgrade`: the released chart in the cluster's
+	// registry (oci://..., --version, --ca-file), or the chart in this tree.
+	chart []string
+	// release is the test release the driver was installed from, when it came from the cluster's
+	// registry (SRCSI_REGISTRY); nil when the image was imported.
+	release *testRelease
 }
 
 var (
@@ -117,9 +123,12 @@ func podsEnv(t *testing.T, mode podsMode) *podSuite {
 	return podSuiteVal
 }
 
-// deployDriver builds the driver's image (the static binary alone, written by mkimage, no
-// Docker), imports it into the node's containerd, applies deploy.yaml through the test overlay
-// and waits until the DaemonSet's pod is Ready and registered with the kubelet.
+// deployDriver installs the driver with Helm and waits until the DaemonSet's pod is Ready and
+// registered with the kubelet. In the local cluster (SRCSI_REGISTRY set by hack/cluster.sh) it is
+// installed as a user installs a release: `make release` pushes the image index and the chart to
+// the cluster's registry, and the chart is installed from there, its image (pinned by digest)
+// pulled by the node. Otherwise (hack/e2e-kind.sh, no registry) the image is the static binary
+// alone, written by mkimage (no Docker) and imported into the node, and the chart is this tree's.
 func deployDriver(e *kubeEnv) (*podSuite, error) {
 	s := &podSuite{
 		kubeEnv:  e,
@@ -145,6 +154,9 @@ func deployDriver(e *kubeEnv) (*podSuite, error) {
 	if m := os.Getenv("SRCSI_MODE"); m != "full" {
 		return nil, fmt.Errorf("the cluster runs in mode %q; pods need a node (hack/cluster.sh up without --control-plane-only)", m)
 	}
+	if reg := os.Getenv("SRCSI_REGISTRY"); reg != "" && s.image == "" {
+		return deployFromRegistry(s, reg)
+	}
 	if s.image == "" {
 		var err error
 		if s.image, err = buildAndImportImage(e.binary, binDir); err != nil {
@@ -166,6 +178,7 @@ func deployDriver(e *kubeEnv) (*podSuite, error) {
 	if out, err := install.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("helm upgrade --install: %v\n%s", err, out)
 	}
+	s.chart = []string{chartDir}
 	if _, err := s.waitDriver(context.Background(), "", 2*time.Minute); err != nil {
 		return nil, err
 	}
@@ -866,8 +879,13 @@ func TestPodsDriverRecreated(t *testing.T) {
 	s.waitRunning(t, ns, "app", 60*time.Second)
 	s.waitFiles(t, ns, "app", data, 10*time.Second)
 
+	upgrade, err := s.prepareUpgrade()
+	if err != nil {
+		t.Fatal(err)
+	}
 	// The driver pod is replaced twice: deleted (a crash, an eviction), then rolled by an upgrade
-	// (`helm upgrade` with a changed value, as a new release or a new deploy.yaml would).
+	// (`helm upgrade`: to a newer release from the cluster's registry, or, without one, with a
+	// changed value, as a new deploy.yaml would).
 	for _, replacement := range []struct {
 		how     string
 		replace func(old *corev1.Pod) error
@@ -876,10 +894,20 @@ func TestPodsDriverRecreated(t *testing.T) {
 			return s.kube.CoreV1().Pods(podsDriverNS).Delete(context.Background(), old.Name, metav1.DeleteOptions{})
 		}},
 		{"helm upgrade", func(*corev1.Pod) error {
-			return s.helm("upgrade", "shared-resource-csi", chartDir, "--reset-then-reuse-values", "--set", "driver.logLevel=3")
+			return upgrade()
 		}},
 	} {
 		s.replaceDriverWhileReading(t, ns, "app", data, replacement.how, replacement.replace)
+	}
+	if s.release != nil {
+		// The upgraded driver runs the newer release, pulled from the registry.
+		pod, err := s.driverPod(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.checkPulledFromRelease(pod); err != nil {
+			t.Error(err)
+		}
 	}
 
 	// Refresh still works for the pod published by the old driver...

@@ -5,7 +5,7 @@
 #   helm                                                                   (helm.sh/helm/v4, tools/helm)
 #   actionlint                                                             (github.com/rhysd/actionlint, tools/actionlint)
 #   cosign       only with `cosign`: for `make release COSIGN_KEY=...`    (github.com/sigstore/cosign/v2, tools/cosign)
-#   registry     only with `registry`: distribution's registry             (github.com/distribution/distribution/v3, tools/registry)
+#   registry     distribution's registry: the local cluster's OCI registry (github.com/distribution/distribution/v3, tools/registry)
 #   mkimage                                                                (tools/mkimage, stdlib only)
 #   pause                                                                  (hack/pause.c, gcc -static)
 #   e2e-storage.test                                                       (tools/e2e-storage: the e2e framework and
@@ -15,18 +15,17 @@
 # Cold build: ~4 min on 2 cores, and 3-5 min more for e2e-storage.test; warm: seconds; nothing to do: ~1 s.
 #
 #   hack/build-tools.sh          all of them (`make tools`, for `make test`)
-#   hack/build-tools.sh cluster  only what `make up` runs: the Kubernetes commands, etcd, mkimage, pause
+#   hack/build-tools.sh cluster  only what `make up` runs: the Kubernetes commands, etcd, registry, mkimage, pause
 #   hack/build-tools.sh helm     helm alone (`make manifests`, `make release`)
 #   hack/build-tools.sh actionlint  actionlint alone (`make vet`)
 #   hack/build-tools.sh cosign   cosign alone (`make release COSIGN_KEY=...`; ~10 min cold on 2 cores,
 #                                so not part of `all`: no test needs it)
-#   hack/build-tools.sh registry distribution's registry alone (a registry for the local cluster to pull
-#                                from; nothing uses it yet, so not part of `all`)
+#   hack/build-tools.sh registry distribution's registry alone (hack/cluster.sh up starts it)
 set -euo pipefail
 scope=${1:-all}
 case $scope in
-all) groups=" kube etcd e2e helm actionlint mkimage pause " ;;
-cluster) groups=" kube etcd mkimage pause " ;;
+all) groups=" kube etcd registry e2e helm actionlint mkimage pause " ;;
+cluster) groups=" kube etcd registry mkimage pause " ;;
 helm) groups=" helm " ;;
 actionlint) groups=" actionlint " ;;
 cosign) groups=" cosign " ;;

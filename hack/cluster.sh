@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A real single-node Kubernetes cluster on this machine, without Docker or a registry, for the
-# driver's e2e tests. Everything runs inside a network namespace created for the run, so no
-# packet leaves the machine (and no other process's network is touched).
+# A real single-node Kubernetes cluster on this machine, without Docker, for the driver's e2e
+# tests, with its own OCI registry (distribution's, on the node IP) for images and charts.
+# Everything runs inside a network namespace created for the run, so no packet leaves the machine
+# (and no other process's network is touched).
 #
 #   hack/cluster.sh up [--control-plane-only]   start a fresh cluster (runs `down` first)
 #   hack/cluster.sh exec -- CMD [ARGS...]        run CMD inside the netns with the cluster env
@@ -12,7 +13,8 @@
 #
 # Binaries: hack/build-tools.sh (_output/bin). Packages: hack/install-deps.sh.
 # State: _output/cluster (logs in _output/cluster/logs survive `down` for post-mortems).
-# Env for tests: _output/cluster/env (KUBECONFIG, SRCSI_NETNS, SRCSI_KUBECTL, CONTAINERD_ADDRESS...).
+# Env for tests: _output/cluster/env (KUBECONFIG, SRCSI_NETNS, SRCSI_KUBECTL, SRCSI_REGISTRY,
+# CONTAINERD_ADDRESS...).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,6 +39,9 @@ CNI_BRIDGE=srcsi0
 CNI_NETWORK=srcsi
 PAUSE_IMAGE=docker.io/library/pause:local
 BUSYBOX_IMAGE=docker.io/library/busybox:local
+# The cluster's registry: distribution's registry on the node IP, TLS with a cert of the cluster CA.
+REGISTRY=$NODE_IP:5000
+REGISTRY_DIR=$CL/registry
 
 # shellcheck source=hack/lib/cluster-pki.sh
 source "$ROOT/hack/lib/cluster-pki.sh"
@@ -223,7 +228,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   path = "$CTRD/opt"
 
 [plugins."io.containerd.grpc.v1.cri"]
-  # Imported locally (no registry); pods use imagePullPolicy: Never.
+  # Imported locally (never pulled); so is busybox, which pods use with imagePullPolicy: Never.
   sandbox_image = "$PAUSE_IMAGE"
   # This VM lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj below ours, and without
   # this every sandbox fails with "can't get final child's PID from pipe".
@@ -239,6 +244,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         SystemdCgroup = false
         # runc's state under our dir too (default /run/containerd/runc).
         Root = "$CTRD/runc"
+  # Registry hosts (certs.d/HOST:PORT/hosts.toml): how the node reaches the cluster's registry.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$CTRD/certs.d"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$CL/cni/net.d"
@@ -267,8 +275,47 @@ EOF
   ]
 }
 EOF
+	# The node trusts the cluster's registry by the cluster CA, as a node trusts a private registry.
+	mkdir -p "$CTRD/certs.d/$REGISTRY"
+	cat >"$CTRD/certs.d/$REGISTRY/hosts.toml" <<EOF
+server = "https://$REGISTRY"
+
+[host."https://$REGISTRY"]
+  capabilities = ["pull", "resolve"]
+  ca = "$PKI/ca.crt"
+EOF
 	start containerd /usr/bin/containerd --config "$CTRD/config.toml"
 }
+
+# start_registry: distribution's registry on the node IP, storage under the cluster dir (gone at
+# `down`). TLS, not plain HTTP: a user's registry is reached over TLS, with a certificate the node
+# and the release tools must trust (here the cluster CA's, for containerd's hosts.toml, helm's and
+# ociimage's --ca-file); plain HTTP would let an insecure-registry path pass the tests that a real
+# installation never takes.
+start_registry() {
+	mkdir -p "$REGISTRY_DIR"
+	cat >"$CL/registry.yaml" <<EOF
+version: 0.1
+log:
+  level: info
+  accesslog:
+    disabled: false
+storage:
+  filesystem:
+    rootdirectory: $REGISTRY_DIR
+http:
+  addr: $REGISTRY
+  # Signs the upload state; a fixed value keeps the registry from warning about a random one.
+  secret: srcsi-local-registry
+  tls:
+    certificate: $PKI/registry.crt
+    key: $PKI/registry.key
+EOF
+	# OTEL_TRACES_EXPORTER=none: distribution exports traces by default, to nowhere reachable here.
+	start registry env OTEL_TRACES_EXPORTER=none "$BIN/registry" serve "$CL/registry.yaml"
+}
+
+registry_ready() { in_netns curl -fsS --cacert "$PKI/ca.crt" "https://$REGISTRY/v2/"; }
 
 # build_images: the pause and busybox images (docker-archives written by mkimage; ms each).
 build_images() {
@@ -367,6 +414,12 @@ export SRCSI_PAUSE_IMAGE=$PAUSE_IMAGE
 export SRCSI_BUSYBOX_IMAGE=$BUSYBOX_IMAGE
 EOF
 	[[ $mode == full ]] && cat >>"$CL/env" <<EOF
+# The cluster's OCI registry (host:port, TLS) and the CA its certificate chains to: push with
+# \`make release REGISTRY=\$SRCSI_REGISTRY/PATH REGISTRY_CA_FILE=\$SRCSI_REGISTRY_CA\`; the node pulls from it.
+export SRCSI_REGISTRY=$REGISTRY
+export SRCSI_REGISTRY_CA=$PKI/ca.crt
+EOF
+	[[ $mode == full ]] && cat >>"$CL/env" <<EOF
 # ctr reads these two directly: \`ctr images ls\` talks to the cluster's containerd.
 export CONTAINERD_ADDRESS=$CTRD_SOCK
 export CONTAINERD_NAMESPACE=k8s.io
@@ -398,7 +451,7 @@ cmd_up() {
 		[[ -x $BIN/$b ]] || die "missing $BIN/$b: run hack/build-tools.sh"
 	done
 	if [[ $mode == full ]]; then
-		for b in kubelet kube-scheduler mkimage pause; do
+		for b in kubelet kube-scheduler mkimage pause registry; do
 			[[ -x $BIN/$b ]] || die "missing $BIN/$b: run hack/build-tools.sh"
 		done
 		for b in /usr/bin/containerd /usr/bin/ctr /usr/sbin/runc /usr/lib/cni/bridge /bin/busybox; do
@@ -418,9 +471,11 @@ cmd_up() {
 	start_control_plane
 	if [[ $mode == full ]]; then
 		start_scheduler
+		start_registry
 		start_containerd
 		build_images
 		wait_for "containerd is serving" 20 ctr version
+		wait_for "registry serving on https://$REGISTRY" 20 registry_ready
 		import_image "$IMAGES/pause.tar"
 		import_image "$IMAGES/busybox.tar"
 		log "images imported"
@@ -663,7 +718,8 @@ cmd_import_image() {
 
 # import-busybox NAME: the cluster's busybox, also under NAME. For test suites that name their
 # image themselves (Kubernetes' e2e suites want registry.k8s.io/e2e-test-images/busybox:TAG):
-# there is no registry to pull from, and an image present under that exact name is never pulled.
+# they are in no registry the node can reach, and an image present under that exact name is never
+# pulled.
 cmd_import_busybox() {
 	(($# == 1)) || die "usage: cluster.sh import-busybox NAME"
 	[[ -S $CTRD_SOCK ]] || die "containerd is not running (hack/cluster.sh up, not --control-plane-only)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make release VERSION=vX.Y.Z [REGISTRY=host/path]`: everything a release ships, without Docker.
 #
-#   OUT/oci/                         OCI image layout: one index, linux/amd64, arm64, ppc64le, s390x
+#   OUT/oci/                         OCI image layout: one index: PLATFORMS (all four by default)
 #                                    (tools/ociimage; the same commit gives the same index digest)
 #   OUT/index-digest                 that index's digest
 #   OUT/sbom/*.spdx.json             an SPDX SBOM per image (the Go modules of its binary)
@@ -25,7 +25,11 @@
 #
 # Environment: VERSION, REGISTRY, OUT (default _output/release), PUSH, SOURCE_DATE_EPOCH (default:
 # the commit's time), SOURCE_URL (annotation org.opencontainers.image.source), HELM, OCIIMAGE,
-# COSIGN_KEY, COSIGN (default _output/bin/cosign).
+# COSIGN_KEY, COSIGN (default _output/bin/cosign), REGISTRY_INSECURE, REGISTRY_CA_FILE,
+# PLATFORMS (default "linux/amd64 linux/arm64 linux/ppc64le linux/s390x": what a release ships;
+# the pod suite's test releases into the local cluster build only the node's platform, to keep
+# its setup short), CHANGELOG (default CHANGELOG.md: where the release notes come from; the pod
+# suite's test versions have their own).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -39,7 +43,14 @@ HELM=${HELM:-$ROOT/_output/bin/helm}
 OCIIMAGE=${OCIIMAGE:-$ROOT/_output/bin/ociimage}
 PUSH=${PUSH:-0}
 BINARY=shared-resource-csi
-ARCHES=(amd64 arm64 ppc64le s390x)
+PLATFORMS=${PLATFORMS:-linux/amd64 linux/arm64 linux/ppc64le linux/s390x}
+CHANGELOG=${CHANGELOG:-CHANGELOG.md}
+ARCHES=()
+for p in $PLATFORMS; do
+	[[ $p =~ ^linux/[a-z0-9]+$ ]] || die "PLATFORMS: $p is not linux/ARCH (the image is a Linux image)"
+	ARCHES+=("${p#linux/}")
+done
+((${#ARCHES[@]})) || die "PLATFORMS is empty"
 [[ -x $HELM && -x $OCIIMAGE ]] || die "no $HELM or $OCIIMAGE: run it through \`make release\`"
 
 # Release notes first: a version without a CHANGELOG entry is not released.
@@ -47,8 +58,8 @@ notes=$(awk -v v="${VERSION#v}" '
 	$0 ~ "^## \\[" v "\\]" { on = 1; next }
 	on && /^## \[/ { exit }
 	on { print }
-' CHANGELOG.md)
-[[ -n ${notes//[[:space:]]/} ]] || die "CHANGELOG.md has no section \"## [${VERSION#v}]\""
+' "$CHANGELOG")
+[[ -n ${notes//[[:space:]]/} ]] || die "$CHANGELOG has no section \"## [${VERSION#v}]\""
 
 commit=$(git rev-parse HEAD)
 if [[ $(git describe --tags --exact-match 2>/dev/null) != "$VERSION" || -n $(git status --porcelain) ]]; then

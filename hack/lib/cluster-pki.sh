@@ -35,6 +35,8 @@ pki_all() {
 	# Service (10.0.0.1 = first IP of --service-cluster-ip-range, and its DNS names).
 	pki_cert "$d" apiserver "/CN=kube-apiserver" serverAuth \
 		"IP:$ip,IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:$node,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+	# The cluster's registry (hack/cluster.sh start_registry), reached as the node IP.
+	pki_cert "$d" registry "/CN=srcsi-registry" serverAuth "IP:$ip"
 	# O=system:masters: full access, no RBAC bindings needed.
 	pki_cert "$d" admin "/O=system:masters/CN=srcsi-admin" clientAuth
 	# Used by the API server for logs/exec/port-forward on the kubelet (kubelet webhook authz
