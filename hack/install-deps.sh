@@ -21,6 +21,7 @@ pkgs=(
 	gcc libc6-dev               # static pause binary (hack/pause.c)
 	procps psmisc               # ps/pkill used by `cluster.sh down`
 	ca-certificates
+	curl                        # cluster.sh waits for the registry with it (https, the cluster CA)
 )
 # Only the tests use these: `make up` does not install them.
 if [[ $scope == all ]]; then
