@@ -15,6 +15,7 @@
 #   OUT/cosign.pub                   the public key
 #   OUT/index.sig                    signature of the image index (its manifest blob, whose digest
 #                                    is the index digest), listed in SHA256SUMS
+#   OUT/shared-resource-csi-X.Y.Z.tgz.sig  signature of the packaged chart, likewise
 #   OUT/SHA256SUMS.sig               signature of SHA256SUMS
 #
 # PUSH=1 (make sets it when REGISTRY is given on its command line): also push the index to
@@ -125,6 +126,12 @@ if [[ -n ${COSIGN_KEY:-} ]]; then
 	"$COSIGN" public-key --key "$COSIGN_KEY" >"$OUT/cosign.pub"
 	"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false \
 		--output-signature "$OUT/index.sig" "$OUT/oci/blobs/sha256/${digest#sha256:}" >/dev/null
+	# The chart too: what `helm install` runs is what names the image, so it is signed itself,
+	# not only through SHA256SUMS.
+	for chart in "$OUT"/$BINARY-*.tgz; do
+		"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false \
+			--output-signature "$chart.sig" "$chart" >/dev/null
+	done
 fi
 
 (cd "$OUT" && find . -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)

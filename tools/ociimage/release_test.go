@@ -183,7 +183,7 @@ func makeRelease(t *testing.T, extra ...string) string {
 }
 
 // With COSIGN_KEY, the index and SHA256SUMS are signed with that key, and the signatures verify
-// with the public key the release ships, and only for what they sign.
+// with the public key the release ships, and only for what they sign; so is the packaged chart.
 func TestMakeReleaseSignsWithAKeyPair(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a whole release")
@@ -215,6 +215,16 @@ func TestMakeReleaseSignsWithAKeyPair(t *testing.T) {
 	}
 	if err := verify("index.sig", indexBlob); err != nil {
 		t.Errorf("index.sig does not verify the index %s: %v", digest, err)
+	}
+	charts, _ := filepath.Glob(filepath.Join(out, "shared-resource-csi-*.tgz"))
+	if len(charts) != 1 {
+		t.Fatalf("packaged charts: %v, want one", charts)
+	}
+	if err := verify(filepath.Base(charts[0])+".sig", charts[0]); err != nil {
+		t.Errorf("the chart's signature does not verify it: %v", err)
+	}
+	if err := verify(filepath.Base(charts[0])+".sig", indexBlob); err == nil {
+		t.Error("the chart's signature verified the index too")
 	}
 	if err := verify("SHA256SUMS.sig", filepath.Join(out, "SHA256SUMS")); err != nil {
 		t.Errorf("SHA256SUMS.sig does not verify SHA256SUMS: %v", err)
