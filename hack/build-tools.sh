@@ -95,52 +95,32 @@ if want etcd && stale etcd "$etcd_stamp"; then
 	stamp etcd "$etcd_stamp"
 fi
 
-# --- helm: its own module (tools/helm), so its Kubernetes libraries need not match the cluster's.
-helm_version=$(cd "$TOOLS/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v4)
-helm_stamp="helm=$helm_version $goversion"
-if want helm && stale helm "$helm_stamp"; then
-	echo "building helm ($helm_version)..."
-	(cd "$TOOLS/helm" && go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version" \
-		-o "$BIN/helm" helm.sh/helm/v4/cmd/helm)
-	stamp helm "$helm_stamp"
-fi
+# module_tool NAME DIR MODULE PKG [SYMBOL]: a tool in its own module (tools/DIR, which pins
+# MODULE's version, so its dependencies need not match the cluster's or each other's), built from
+# PKG into $BIN/NAME when wanted and missing or built from another version; SYMBOL, when given, is
+# the variable the tool reports its version from, set to MODULE's version.
+module_tool() {
+	local name=$1 dir=$2 module=$3 pkg=$4 symbol=${5:-} version ldflags="-s -w"
+	want "$name" || return 0
+	version=$(cd "$TOOLS/$dir" && go list -m -f '{{.Version}}' "$module")
+	stale "$name" "$name=$version $goversion" || return 0
+	[[ -z $symbol ]] || ldflags+=" -X $symbol=$version"
+	echo "building $name ($version)..."
+	(cd "$TOOLS/$dir" && go build -trimpath -ldflags "$ldflags" -o "$BIN/$name" "$pkg")
+	stamp "$name" "$name=$version $goversion"
+}
 
-# --- actionlint: its own module (tools/actionlint); `make vet` checks .github/workflows with it.
-al_version=$(cd "$TOOLS/actionlint" && go list -m -f '{{.Version}}' github.com/rhysd/actionlint)
-al_stamp="actionlint=$al_version $goversion"
-if want actionlint && stale actionlint "$al_stamp"; then
-	echo "building actionlint ($al_version)..."
-	(cd "$TOOLS/actionlint" && go build -trimpath -ldflags "-s -w" \
-		-o "$BIN/actionlint" github.com/rhysd/actionlint/cmd/actionlint)
-	stamp actionlint "$al_stamp"
-fi
-
-# --- cosign: its own module (tools/cosign); key-pair signing in `make release COSIGN_KEY=...`.
-if want cosign; then
-	cosign_version=$(cd "$TOOLS/cosign" && go list -m -f '{{.Version}}' github.com/sigstore/cosign/v2)
-	cosign_stamp="cosign=$cosign_version $goversion"
-	if stale cosign "$cosign_stamp"; then
-		echo "building cosign ($cosign_version)..."
-		# cosign reports its version from sigs.k8s.io/release-utils/version, set by its own Makefile.
-		(cd "$TOOLS/cosign" && go build -trimpath \
-			-ldflags "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=$cosign_version" \
-			-o "$BIN/cosign" github.com/sigstore/cosign/v2/cmd/cosign)
-		stamp cosign "$cosign_stamp"
-	fi
-fi
-
-# --- registry: distribution's registry, its own module (tools/registry).
-if want registry; then
-	registry_version=$(cd "$TOOLS/registry" && go list -m -f '{{.Version}}' github.com/distribution/distribution/v3)
-	registry_stamp="registry=$registry_version $goversion"
-	if stale registry "$registry_stamp"; then
-		echo "building registry ($registry_version)..."
-		(cd "$TOOLS/registry" && go build -trimpath \
-			-ldflags "-s -w -X github.com/distribution/distribution/v3/version.version=$registry_version" \
-			-o "$BIN/registry" github.com/distribution/distribution/v3/cmd/registry)
-		stamp registry "$registry_stamp"
-	fi
-fi
+# helm: `make manifests`, `make release` and the pod suite's installs.
+module_tool helm helm helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm helm.sh/helm/v4/internal/version.version
+# actionlint: `make vet` checks .github/workflows with it.
+module_tool actionlint actionlint github.com/rhysd/actionlint github.com/rhysd/actionlint/cmd/actionlint
+# cosign: key-pair signing in `make release COSIGN_KEY=...` (it reports its version from
+# sigs.k8s.io/release-utils/version, which its own Makefile sets).
+module_tool cosign cosign github.com/sigstore/cosign/v2 github.com/sigstore/cosign/v2/cmd/cosign \
+	sigs.k8s.io/release-utils/version.gitVersion
+# registry: distribution's registry, the local cluster's (hack/cluster.sh).
+module_tool registry registry github.com/distribution/distribution/v3 \
+	github.com/distribution/distribution/v3/cmd/registry github.com/distribution/distribution/v3/version.version
 
 # --- mkimage: rebuilt when its source changes.
 mk_stamp="mkimage=$(cat "$TOOLS"/mkimage/*.go | sha256sum | cut -c1-16) $goversion"

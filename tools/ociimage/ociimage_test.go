@@ -226,7 +226,7 @@ func TestStaticCheckRefusesDynamicOrForeignBinaries(t *testing.T) {
 	bins, _ := fixtures(t)
 	ls, err := exec.LookPath("ls")
 	if err != nil {
-		t.Skip("no ls to serve as a dynamically linked binary")
+		missingTool(t, "no ls to serve as a dynamically linked binary")
 	}
 	b, err := os.ReadFile(ls)
 	if err != nil {
