@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# A real single-node Kubernetes cluster on this machine, without Docker, for the driver's e2e
-# tests, with its own OCI registry (distribution's, on the node IP) for images and charts.
-# Everything runs inside a network namespace created for the run, so no packet leaves the machine
-# (and no other process's network is touched).
+# A real Kubernetes cluster of one or more nodes on this machine, without Docker, for the
+# driver's e2e tests, with its own OCI registry (distribution's, on the first node's IP) for
+# images and charts. Everything runs inside network namespaces created for the run, so no packet
+# leaves the machine (and no other process's network is touched).
 #
-#   hack/cluster.sh up [--control-plane-only]   start a fresh cluster (runs `down` first)
-#   hack/cluster.sh exec -- CMD [ARGS...]        run CMD inside the netns with the cluster env
-#   hack/cluster.sh import-image TAR             load a docker-archive into the node's containerd
+#   [NODES=N] hack/cluster.sh up [--control-plane-only]   start a fresh cluster (runs `down` first)
+#   hack/cluster.sh exec -- CMD [ARGS...]        run CMD inside the first node's netns with the cluster env
+#   hack/cluster.sh node-exec NODE -- CMD...     run CMD in that node's network and mount namespaces
+#   hack/cluster.sh import-image TAR             load a docker-archive into every node's containerd
 #   hack/cluster.sh import-busybox NAME          the busybox image, also under the reference NAME
 #   hack/cluster.sh status                       show what is running
 #   hack/cluster.sh down                         stop and clean up everything (idempotent)
+#   hack/cluster.sh check-down                   fail, listing them, if `down` left anything behind
+#
+# Nodes (NODES=1 by default): one control plane (etcd, API server, controller manager, scheduler,
+# registry) in the first node's network namespace, and per node its own kubelet and containerd
+# in a network namespace of its own (node k: 10.200.0.<k+1>, pods 10.<87+k>.0.0/16, all nodes on
+# one bridge, routes between them), the first in the machine's mount namespace (/var/lib/kubelet
+# is its kubelet root), every further one in a mount namespace of its own where /var/lib/kubelet
+# is its own directory: each node's driver pod sees only its node's paths, as on real machines.
 #
 # Binaries: hack/build-tools.sh (_output/bin). Packages: hack/install-deps.sh.
 # State: _output/cluster (logs in _output/cluster/logs survive `down` for post-mortems).
@@ -28,14 +37,20 @@ CTRD=$CL/containerd
 CTRD_SOCK=$CTRD/containerd.sock
 KUBELET_ROOT=/var/lib/kubelet   # the production path: the driver's default paths work unchanged
 
+# The first node: the control plane and the registry share its network namespace.
 NETNS=srcsi
 NETNS_PATH=/run/netns/$NETNS
 NODE_NAME=srcsi-node
 NODE_IP=10.200.0.2
 APISERVER=https://$NODE_IP:6443
 SERVICE_CIDR=10.0.0.0/24 # the `kubernetes` Service gets 10.0.0.1
-POD_CIDR=10.88.0.0/16
 CNI_BRIDGE=srcsi0
+# The bridge in the first node's netns that links the nodes' network namespaces (one L2 segment).
+NODE_BRIDGE=srcsinodes
+# Persisted mount namespaces of the nodes after the first (a private mount, as unshare needs).
+MNTNS_DIR=/run/srcsi-mnt
+# How many nodes `up` starts; `down` reads what `up` recorded ($CL/nodes.list).
+NODES=${NODES:-1}
 CNI_NETWORK=srcsi
 PAUSE_IMAGE=docker.io/library/pause:local
 BUSYBOX_IMAGE=docker.io/library/busybox:local
@@ -57,15 +72,38 @@ in_netns() { nsenter --net="$NETNS_PATH" -- "$@"; }
 
 kubectl() { in_netns "$BIN/kubectl" --kubeconfig "$CL/admin.kubeconfig" "$@"; }
 
-# start NAME CMD...: start a daemon in the netns, log to logs/NAME.log, record its PID.
+# Node k (1..NODES): its name, IP, network namespace, mount namespace (none: the machine's), the
+# directory of its containerd, CNI and pod logs, its pod CIDR, and the suffix of its daemons' log
+# and PID files. The first node keeps the single-node names, so NODES=1 is the cluster as it was.
+node_name() { if (($1 == 1)); then echo "$NODE_NAME"; else echo "$NODE_NAME-$1"; fi; }
+node_ip() { echo "10.200.0.$(($1 + 1))"; }
+node_netns() { if (($1 == 1)); then echo "$NETNS"; else echo "$NETNS-$1"; fi; }
+node_mntns() { if (($1 == 1)); then echo ""; else echo "$MNTNS_DIR/$(node_name "$1")"; fi; }
+node_dir() { if (($1 == 1)); then echo "$CL"; else echo "$CL/nodes/$(node_name "$1")"; fi; }
+node_cidr() { echo "10.$((87 + $1)).0.0/16"; }
+node_sfx() { if (($1 == 1)); then echo ""; else echo "-$1"; fi; }
+
+# on_node K CMD...: run CMD in node K's network namespace (and mount namespace, after the first).
+on_node() {
+	local k=$1 mnt
+	shift
+	mnt=$(node_mntns "$k")
+	nsenter --net="/run/netns/$(node_netns "$k")" ${mnt:+--mount="$mnt"} -- "$@"
+}
+
+# start NAME CMD...: start a daemon in the first node's netns, log to logs/NAME.log, record its PID.
+start() { start_on 1 "$@"; }
+
+# start_on K NAME CMD...: start a daemon on node K (its namespaces).
 # setsid: its own session, so it outlives the caller's process group and terminal.
 # 9>&-: do not inherit the lock on fd 9 (a daemon holding it would block the next `down`).
 # nsenter and setsid both exec (no fork) here, so $! is the daemon's own PID.
-start() {
-	local name=$1
-	shift
-	# Not via in_netns: a backgrounded shell function would fork a subshell and $! would be its PID.
-	nsenter --net="$NETNS_PATH" -- setsid "$@" </dev/null >"$LOGS/$name.log" 2>&1 9>&- &
+start_on() {
+	local k=$1 name=$2 mnt
+	shift 2
+	mnt=$(node_mntns "$k")
+	# Not via on_node: a backgrounded shell function would fork a subshell and $! would be its PID.
+	nsenter --net="/run/netns/$(node_netns "$k")" ${mnt:+--mount="$mnt"} -- setsid "$@" </dev/null >"$LOGS/$name.log" 2>&1 9>&- &
 	echo $! >"$PIDS/$name.pid"
 }
 
@@ -109,25 +147,86 @@ lock() {
 # up
 
 setup_netns() {
-	ip netns add "$NETNS"
-	# Both ends of the veth pair live in the netns: the node gets a real, non-loopback address
-	# (the kubelet refuses a loopback node IP), and the default route leads nowhere outside.
-	# (The kernel here has no `dummy` link type.)
+	local k j ns
+	for ((k = 1; k <= NODES; k++)); do
+		ns=$(node_netns "$k")
+		ip netns add "$ns"
+		ip -n "$ns" link set lo up
+	done
+	# The first node: both ends of a veth pair live in its netns, one with the node IP (the kubelet
+	# refuses a loopback node IP), the other on the bridge that links the nodes. (The kernel here
+	# has no `dummy` link type.)
 	ip -n "$NETNS" link add veth0 type veth peer name veth1
-	ip -n "$NETNS" addr add "$NODE_IP/24" dev veth0
-	ip -n "$NETNS" link set lo up
-	ip -n "$NETNS" link set veth0 up
+	ip -n "$NETNS" link add "$NODE_BRIDGE" type bridge
+	ip -n "$NETNS" link set veth1 master "$NODE_BRIDGE"
+	# Every further node: a veth pair from its netns to the bridge.
+	for ((k = 2; k <= NODES; k++)); do
+		ip -n "$(node_netns "$k")" link add veth0 type veth peer name "node$k" netns "$NETNS"
+		ip -n "$NETNS" link set "node$k" master "$NODE_BRIDGE"
+		ip -n "$NETNS" link set "node$k" up
+	done
 	ip -n "$NETNS" link set veth1 up
-	# Components need a default route to pick their address; nothing answers beyond it.
-	ip -n "$NETNS" route add default dev veth0
-	# No kube-proxy: make the `kubernetes` Service (10.0.0.1:443, what in-cluster clients use)
-	# reach the API server with one DNAT rule, for host-network processes (OUTPUT) and pods
-	# (PREROUTING on the CNI bridge).
-	in_netns iptables -t nat -N SRCSI-KUBERNETES
-	in_netns iptables -t nat -A SRCSI-KUBERNETES -d 10.0.0.1/32 -p tcp --dport 443 \
-		-j DNAT --to-destination "$NODE_IP:6443"
-	in_netns iptables -t nat -A OUTPUT -j SRCSI-KUBERNETES
-	in_netns iptables -t nat -A PREROUTING -j SRCSI-KUBERNETES
+	ip -n "$NETNS" link set "$NODE_BRIDGE" up
+	for ((k = 1; k <= NODES; k++)); do
+		ns=$(node_netns "$k")
+		ip -n "$ns" addr add "$(node_ip "$k")/24" dev veth0
+		ip -n "$ns" link set veth0 up
+		# Components need a default route to pick their address; nothing answers beyond it.
+		ip -n "$ns" route add default dev veth0
+		# Pods of the other nodes: through that node (the CNI bridge plugin forwards, isGateway).
+		for ((j = 1; j <= NODES; j++)); do
+			((j == k)) || ip -n "$ns" route add "$(node_cidr "$j")" via "$(node_ip "$j")" dev veth0
+		done
+		# No kube-proxy: make the `kubernetes` Service (10.0.0.1:443, what in-cluster clients use)
+		# reach the API server with one DNAT rule, for host-network processes (OUTPUT) and pods
+		# (PREROUTING on the CNI bridge).
+		nsenter --net="/run/netns/$ns" -- iptables -t nat -N SRCSI-KUBERNETES
+		nsenter --net="/run/netns/$ns" -- iptables -t nat -A SRCSI-KUBERNETES -d 10.0.0.1/32 -p tcp --dport 443 \
+			-j DNAT --to-destination "$NODE_IP:6443"
+		nsenter --net="/run/netns/$ns" -- iptables -t nat -A OUTPUT -j SRCSI-KUBERNETES
+		nsenter --net="/run/netns/$ns" -- iptables -t nat -A PREROUTING -j SRCSI-KUBERNETES
+	done
+}
+
+# setup_mntns: a mount namespace for every node after the first, persisted in $MNTNS_DIR, where
+# the node's own directory is bind-mounted on /var/lib/kubelet. Made before any node mounts
+# anything: a copy of the machine's mount table taken later would hold the first node's volume
+# mounts (a tmpfs in two namespaces lives until both unmount it). Propagation slave: mounts made
+# on the machine reach the node (none under its /var/lib/kubelet, which is covered), and none of
+# the node's own ever reach the machine.
+setup_mntns() {
+	((NODES > 1)) || return 0
+	mkdir -p "$MNTNS_DIR" "$KUBELET_ROOT"
+	mount --bind "$MNTNS_DIR" "$MNTNS_DIR"
+	mount --make-private "$MNTNS_DIR"
+	local k mnt dir
+	for ((k = 2; k <= NODES; k++)); do
+		mnt=$(node_mntns "$k")
+		dir=$(node_dir "$k")
+		mkdir -p "$dir/kubelet"
+		touch "$mnt"
+		unshare --mount="$mnt" --propagation slave true
+		# The copy of $MNTNS_DIR holds the earlier nodes' namespaces: nothing for this node.
+		nsenter --mount="$mnt" -- umount -l "$MNTNS_DIR"
+		nsenter --mount="$mnt" -- mount --bind "$dir/kubelet" "$KUBELET_ROOT"
+	done
+}
+
+# setup_cgroups: the cgroup parent of each further node's pods (its kubelet's cgroupRoot), so the
+# kubelets do not share /kubepods. In every hierarchy the machine mounts (cgroup v1 and the
+# unified one); cpuset needs its CPUs and memory nodes set before anything can join.
+setup_cgroups() {
+	local k d
+	for ((k = 2; k <= NODES; k++)); do
+		for d in /sys/fs/cgroup/*/; do
+			[[ -L ${d%/} ]] && continue # cpu -> cpu,cpuacct: the same hierarchy
+			mkdir -p "$d$(node_name "$k")"
+			if [[ -e ${d}cpuset.cpus ]]; then
+				cat "${d}cpuset.cpus" >"$d$(node_name "$k")/cpuset.cpus"
+				cat "${d}cpuset.mems" >"$d$(node_name "$k")/cpuset.mems"
+			fi
+		done
+	done
 }
 
 write_configs() {
@@ -138,6 +237,15 @@ write_configs() {
 		"$PKI/controller-manager.crt" "$PKI/controller-manager.key"
 	kubeconfig "$CL/scheduler.kubeconfig" "$APISERVER" "$PKI/ca.crt" "$PKI/scheduler.crt" "$PKI/scheduler.key"
 	kubeconfig "$CL/kubelet.kubeconfig" "$APISERVER" "$PKI/ca.crt" "$PKI/kubelet.crt" "$PKI/kubelet.key"
+	# Each further node's kubelet has its own identity (the Node authorizer and NodeRestriction
+	# let a kubelet touch only its own node's objects).
+	local k name
+	for ((k = 2; k <= NODES; k++)); do
+		name=$(node_name "$k")
+		pki_cert "$PKI" "kubelet-$name" "/O=system:nodes/CN=system:node:$name" clientAuth
+		mkdir -p "$(node_dir "$k")"
+		kubeconfig "$(node_dir "$k")/kubelet.kubeconfig" "$APISERVER" "$PKI/ca.crt" "$PKI/kubelet-$name.crt" "$PKI/kubelet-$name.key"
+	done
 
 	# One audit event per request (RequestReceived omitted) at Metadata level: user, verb,
 	# resource, response code. Tests count these to measure the driver's API load.
@@ -181,6 +289,8 @@ start_control_plane() {
 	# nodelifecycle must stay on: it removes the node's not-ready taint (else DaemonSets get no
 	# pods). The cloud and IPAM controllers have nothing to do here (no cloud, CNI does IPAM).
 	# --node-monitor-period 1s: the not-ready taint goes ~1 s after the node is Ready, not 5 s.
+	# --node-monitor-grace-period 20s (default 50s): a node whose kubelet stopped is NotReady
+	# sooner; the kubelets renew their Lease every 5 s (nodeLeaseDurationSeconds: 20).
 	# --secure-port 0: nothing scrapes it; saves generating a self-signed serving cert.
 	# --kube-api-qps/burst: with per-controller service-account credentials, start-up makes a few
 	# requests per controller; the default 20 qps spreads that over ~6 s.
@@ -194,6 +304,7 @@ start_control_plane() {
 		--cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
 		--controllers '*,-node-ipam-controller,-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller' \
 		--node-monitor-period 1s \
+		--node-monitor-grace-period 20s \
 		--kube-api-qps 200 --kube-api-burst 400 \
 		--v 1
 }
@@ -207,25 +318,30 @@ start_scheduler() {
 		--v 1
 }
 
+# start_containerd K: node K's containerd, with its own root, state, socket, CNI config (its own pod
+# CIDR) and registry hosts.
 start_containerd() {
-	mkdir -p "$CTRD" "$CL/cni/net.d" "$CL/pod-logs"
-	cat >"$CTRD/config.toml" <<EOF
+	local k=$1 dir ctrd
+	dir=$(node_dir "$k")
+	ctrd=$dir/containerd
+	mkdir -p "$ctrd" "$dir/cni/net.d" "$dir/pod-logs"
+	cat >"$ctrd/config.toml" <<EOF
 # containerd for the local test cluster: own root/state/socket so it never meets another
 # containerd on the machine. (Shim sockets still land in /run/containerd/s; names are hashed
 # from this socket path, so they do not collide.)
 version = 2
-root = "$CTRD/root"
-state = "$CTRD/state"
+root = "$ctrd/root"
+state = "$ctrd/state"
 # Plugins that only probe and fail here; skipping them saves start-up time and log noise.
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
   "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
 
 [grpc]
-  address = "$CTRD_SOCK"
+  address = "$ctrd/containerd.sock"
 
 [plugins."io.containerd.internal.v1.opt"]
-  path = "$CTRD/opt"
+  path = "$ctrd/opt"
 
 [plugins."io.containerd.grpc.v1.cri"]
   # Imported locally (never pulled); so is busybox, which pods use with imagePullPolicy: Never.
@@ -243,18 +359,18 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         # The kubelet uses cgroupDriver: cgroupfs; both must agree.
         SystemdCgroup = false
         # runc's state under our dir too (default /run/containerd/runc).
-        Root = "$CTRD/runc"
+        Root = "$ctrd/runc"
   # Registry hosts (certs.d/HOST:PORT/hosts.toml): how the node reaches the cluster's registry.
   [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = "$CTRD/certs.d"
+    config_path = "$ctrd/certs.d"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "$CL/cni/net.d"
+    conf_dir = "$dir/cni/net.d"
     max_conf_num = 1
 EOF
 	# A plain bridge network for pods. ipMasq off: nothing outside the netns to reach anyway,
 	# and it keeps iptables free of NAT rules. IPAM state under our dir, not /var/lib/cni.
-	cat >"$CL/cni/net.d/10-$CNI_NETWORK.conflist" <<EOF
+	cat >"$dir/cni/net.d/10-$CNI_NETWORK.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
   "name": "$CNI_NETWORK",
@@ -267,24 +383,24 @@ EOF
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
-        "ranges": [[{"subnet": "$POD_CIDR"}]],
+        "ranges": [[{"subnet": "$(node_cidr "$k")"}]],
         "routes": [{"dst": "0.0.0.0/0"}],
-        "dataDir": "$CL/cni/ipam"
+        "dataDir": "$dir/cni/ipam"
       }
     }
   ]
 }
 EOF
 	# The node trusts the cluster's registry by the cluster CA, as a node trusts a private registry.
-	mkdir -p "$CTRD/certs.d/$REGISTRY"
-	cat >"$CTRD/certs.d/$REGISTRY/hosts.toml" <<EOF
+	mkdir -p "$ctrd/certs.d/$REGISTRY"
+	cat >"$ctrd/certs.d/$REGISTRY/hosts.toml" <<EOF
 server = "https://$REGISTRY"
 
 [host."https://$REGISTRY"]
   capabilities = ["pull", "resolve"]
   ca = "$PKI/ca.crt"
 EOF
-	start containerd /usr/bin/containerd --config "$CTRD/config.toml"
+	start_on "$k" "containerd$(node_sfx "$k")" /usr/bin/containerd --config "$ctrd/config.toml"
 }
 
 # start_registry: distribution's registry on the node IP, storage under the cluster dir (gone at
@@ -346,18 +462,37 @@ busybox_tar() {
 		-dir /tmp:1777 -dir /root:0700 -dir /var -dir /dev -dir /proc -dir /sys
 }
 
-ctr() { /usr/bin/ctr --address "$CTRD_SOCK" --namespace k8s.io "$@"; }
+ctr() { ctr_on 1 "$@"; }
+# ctr_on K ARGS...: ctr against node K's containerd (in the node's namespaces: its paths).
+ctr_on() {
+	local k=$1
+	shift
+	on_node "$k" /usr/bin/ctr --address "$(node_dir "$k")/containerd/containerd.sock" --namespace k8s.io "$@"
+}
 
-import_image() { ctr images import "$1" >/dev/null; }
+# import_image TAR: into every node's containerd.
+import_image() {
+	local k
+	for ((k = 1; k <= NODES; k++)); do ctr_on "$k" images import "$1" >/dev/null; done
+}
 
+# start_kubelet K: node K's kubelet. Its root is /var/lib/kubelet in the node's mount namespace.
 start_kubelet() {
+	local k=$1 dir cgroup_root=/ kubeconfig=$CL/kubelet.kubeconfig
+	dir=$(node_dir "$k")
+	if ((k > 1)); then
+		cgroup_root=/$(node_name "$k")
+		kubeconfig=$dir/kubelet.kubeconfig
+	fi
 	mkdir -p "$KUBELET_ROOT"
-	cat >"$CL/kubelet-config.yaml" <<EOF
+	cat >"$dir/kubelet-config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-containerRuntimeEndpoint: unix://$CTRD_SOCK
+containerRuntimeEndpoint: unix://$dir/containerd/containerd.sock
 # The machine uses cgroup v1 (hybrid) and no systemd; the kubelet must not refuse v1.
 cgroupDriver: cgroupfs
+# Each node's pods under a cgroup of its own (the first node's: /kubepods, as on a real machine).
+cgroupRoot: "$cgroup_root"
 failCgroupV1: false
 failSwapOn: false
 # Authn/authz like a real node: client certs from the cluster CA, everything else asked of the
@@ -378,18 +513,20 @@ imageGCLowThresholdPercent: 99
 # No cluster DNS and no host resolv.conf: pods have no reason to resolve names outside.
 resolvConf: ""
 clusterDomain: cluster.local
-podLogsDir: "$CL/pod-logs"
+podLogsDir: "$dir/pod-logs"
 # Faster reaction in tests (defaults are 10s / 1m).
 nodeStatusUpdateFrequency: 2s
+# Renewed every 5 s (a quarter of it): the controller manager's grace period is 20 s.
+nodeLeaseDurationSeconds: 20
 syncFrequency: 10s
 fileCheckFrequency: 5s
 EOF
-	start kubelet "$BIN/kubelet" \
-		--config "$CL/kubelet-config.yaml" \
-		--kubeconfig "$CL/kubelet.kubeconfig" \
+	start_on "$k" "kubelet$(node_sfx "$k")" "$BIN/kubelet" \
+		--config "$dir/kubelet-config.yaml" \
+		--kubeconfig "$kubeconfig" \
 		--root-dir "$KUBELET_ROOT" \
-		--hostname-override "$NODE_NAME" \
-		--node-ip "$NODE_IP" \
+		--hostname-override "$(node_name "$k")" \
+		--node-ip "$(node_ip "$k")" \
 		--v 2
 }
 
@@ -412,6 +549,10 @@ export SRCSI_NODE_IP=$NODE_IP
 export SRCSI_KUBELET_DIR=$KUBELET_ROOT
 export SRCSI_PAUSE_IMAGE=$PAUSE_IMAGE
 export SRCSI_BUSYBOX_IMAGE=$BUSYBOX_IMAGE
+# The nodes (SRCSI_NODE_NAME is the first); per node in \$SRCSI_NODES_FILE: name, IP, network
+# namespace, mount namespace ("-": the machine's) and the suffix of its daemons' pids/ and logs/ files.
+export SRCSI_NODES="$(for ((k = 1; k <= NODES; k++)); do printf '%s ' "$(node_name "$k")"; done)"
+export SRCSI_NODES_FILE=$CL/nodes.list
 EOF
 	[[ $mode == full ]] && cat >>"$CL/env" <<EOF
 # The cluster's OCI registry (host:port, TLS) and the CA its certificate chains to: push with
@@ -427,6 +568,20 @@ EOF
 	return 0
 }
 
+# write_nodes: the nodes file (what `down`, `import-image` and the tests read).
+write_nodes() {
+	local k
+	for ((k = 1; k <= NODES; k++)); do
+		printf '%s %s /run/netns/%s %s %s\n' "$(node_name "$k")" "$(node_ip "$k")" "$(node_netns "$k")" \
+			"$(node_mntns "$k" | sed 's/^$/-/')" "$(node_sfx "$k" | sed 's/^$/-/')"
+	done >"$CL/nodes.list"
+}
+
+# read_nodes: NODES as `up` recorded it (1 when there is no record).
+read_nodes() {
+	if [[ -s $CL/nodes.list ]]; then NODES=$(wc -l <"$CL/nodes.list"); else NODES=1; fi
+}
+
 apiserver_ready() { [[ "$(kubectl get --raw /readyz 2>/dev/null)" == ok ]]; }
 
 default_sa_exists() { kubectl -n default get serviceaccount default; }
@@ -435,7 +590,7 @@ default_sa_exists() { kubectl -n default get serviceaccount default; }
 # (until then new pods stay Pending).
 node_ready() {
 	local out
-	out=$(kubectl get node "$NODE_NAME" \
+	out=$(kubectl get node "$1" \
 		-o 'jsonpath={.status.conditions[?(@.type=="Ready")].status} {.spec.taints[*].key}') || return 1
 	[[ $out == True* && $out != *node.kubernetes.io/not-ready* ]]
 }
@@ -464,28 +619,38 @@ cmd_up() {
 	mkdir -p "$LOGS" "$PIDS"
 	rm -f "$LOGS"/*.log "$CL/audit.log"
 
+	[[ $NODES =~ ^[1-9][0-9]?$ && $NODES -le 20 ]] || die "NODES=$NODES: want 1 to 20 nodes"
+	[[ $mode == full || $NODES == 1 ]] || die "--control-plane-only has no nodes (NODES=$NODES)"
+	local k
 	setup_netns
+	setup_mntns
+	setup_cgroups
 	write_configs
-	log "netns $NETNS and PKI ready"
+	write_nodes
+	log "$NODES node(s): netns, mount namespaces and PKI ready"
 
 	start_control_plane
 	if [[ $mode == full ]]; then
 		start_scheduler
 		start_registry
-		start_containerd
+		for ((k = 1; k <= NODES; k++)); do start_containerd "$k"; done
 		build_images
-		wait_for "containerd is serving" 20 ctr version
+		for ((k = 1; k <= NODES; k++)); do
+			wait_for "containerd of $(node_name "$k") is serving" 20 ctr_on "$k" version
+		done
 		wait_for "registry serving on https://$REGISTRY" 20 registry_ready
 		import_image "$IMAGES/pause.tar"
 		import_image "$IMAGES/busybox.tar"
 		log "images imported"
-		start_kubelet
+		for ((k = 1; k <= NODES; k++)); do start_kubelet "$k"; done
 	fi
 	write_env "$mode"
 
 	wait_for "kube-apiserver /readyz ok" 60 apiserver_ready
 	if [[ $mode == full ]]; then
-		wait_for "node $NODE_NAME Ready" 60 node_ready
+		for ((k = 1; k <= NODES; k++)); do
+			wait_for "node $(node_name "$k") Ready" 60 node_ready "$(node_name "$k")"
+		done
 	fi
 	wait_for "ServiceAccount default/default exists" 60 default_sa_exists
 	log "cluster up ($mode); env: $CL/env"
@@ -625,12 +790,12 @@ remove_cgroups() {
 	local d i
 	# Deepest first (rmdir only removes empty cgroups); retry while the kernel frees them.
 	for ((i = 0; i < 20; i++)); do
-		mapfile -t dirs < <(find /sys/fs/cgroup/*/kubepods* -depth -type d 2>/dev/null)
+		mapfile -t dirs < <(find /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/*/"$NODE_NAME"-* -depth -type d 2>/dev/null)
 		((${#dirs[@]})) || return 0
 		for d in "${dirs[@]}"; do rmdir "$d" 2>/dev/null || true; done
 		sleep 0.05
 	done
-	log "warning: cgroups remain: $(find /sys/fs/cgroup/*/kubepods* -maxdepth 0 2>/dev/null | tr '\n' ' ')"
+	log "warning: cgroups remain: $(find /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/*/"$NODE_NAME"-* -maxdepth 0 2>/dev/null | tr '\n' ' ')"
 }
 
 teardown() {
@@ -638,7 +803,8 @@ teardown() {
 
 	# Sockets of our shims (in /run/containerd/s) are named in each task bundle's address file.
 	local f a id
-	for f in "$CTRD"/state/io.containerd.runtime.v2.task/*/*/address; do
+	for f in "$CTRD"/state/io.containerd.runtime.v2.task/*/*/address \
+		"$CL"/nodes/*/containerd/state/io.containerd.runtime.v2.task/*/*/address; do
 		[[ -e $f ]] || continue
 		a=$(cat "$f")
 		a=${a#unix://}
@@ -646,20 +812,34 @@ teardown() {
 	done
 	# libcni's result cache (/var/lib/cni/results, not configurable in containerd 1.6) has
 	# NETWORK-SANDBOXID-IFNAME entries for our sandboxes.
-	for f in "$CTRD"/state/io.containerd.grpc.v1.cri/sandboxes/*; do
+	for f in "$CTRD"/state/io.containerd.grpc.v1.cri/sandboxes/* \
+		"$CL"/nodes/*/containerd/state/io.containerd.grpc.v1.cri/sandboxes/*; do
 		[[ -e $f ]] || continue
 		id=$(basename "$f")
 		rm -f /var/lib/cni/results/*-"$id"-*
 	done
 
+	# The further nodes' mount namespaces: with their processes gone, unmounting the file that
+	# holds each one ends it, and every mount in it (volumes, pod netns, /var/lib/kubelet) with it.
+	local mnt
+	for mnt in "$MNTNS_DIR"/*; do
+		[[ -e $mnt ]] || continue
+		umount "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
+		rm -f "$mnt"
+	done
+	if mountpoint -q "$MNTNS_DIR" 2>/dev/null; then umount "$MNTNS_DIR" || umount -l "$MNTNS_DIR" || true; fi
+	rmdir "$MNTNS_DIR" 2>/dev/null || true
+
 	local unmounted=true
 	unmount_all || unmounted=false
 	rm -f /run/netns/cni-* 2>/dev/null || true
 
-	if [[ -e $NETNS_PATH ]] || ip netns list 2>/dev/null | grep -qw "$NETNS"; then
-		ip netns delete "$NETNS" || umount -l "$NETNS_PATH" 2>/dev/null || true
-		rm -f "$NETNS_PATH"
-	fi
+	local ns
+	for ns in /run/netns/"$NETNS" /run/netns/"$NETNS"-*; do
+		[[ -e $ns ]] || continue
+		ip netns delete "$(basename "$ns")" || umount -l "$ns" 2>/dev/null || true
+		rm -f "$ns"
+	done
 	# `ip netns add` turned /run/netns into a (shared) mount point; undo that once no network
 	# namespace is left in it, so the mount table is as before.
 	if [[ -d /run/netns ]] && [[ -z "$(ls -A /run/netns)" ]]; then
@@ -696,6 +876,35 @@ cmd_down() {
 	log "down"
 }
 
+# check-down: what `down` must leave behind is nothing but the logs: no process of ours, no mount
+# (in any mount namespace: every process's mount table is read), no network or mount namespace,
+# no cgroup, no kubelet dir, no CNI state of ours. Prints each leftover and fails if there is one.
+cmd_check_down() {
+	local left=() p f
+	mapfile -t p < <(harness_pids)
+	((${#p[@]} == 0)) || left+=("processes: ${p[*]}")
+	mapfile -t p < <(pod_pids)
+	((${#p[@]} == 0)) || left+=("pod processes: ${p[*]}")
+	mapfile -t p < <(mounts_under "$KUBELET_ROOT" "$CL" "$MNTNS_DIR")
+	((${#p[@]} == 0)) || left+=("mounts: ${p[*]}")
+	# A mount namespace of a node that outlived `down` shows in its processes' mount tables, or,
+	# held by a file alone, in the machine's (above).
+	mapfile -t p < <(grep -lsE -- "$CL/| $KUBELET_ROOT(/| )" /proc/[0-9]*/mountinfo | grep -v "^/proc/$$/")
+	((${#p[@]} == 0)) || left+=("processes with our mounts: ${p[*]}")
+	mapfile -t p < <(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^($NETNS|$NETNS-[0-9]+|cni-.*)$")
+	((${#p[@]} == 0)) || left+=("network namespaces: ${p[*]}")
+	for f in "$MNTNS_DIR" "$KUBELET_ROOT" /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/*/"$NODE_NAME"-* \
+		/run/containerd/s /var/lib/cni/results "$CL"/nodes "$CL"/containerd; do
+		[[ -e $f ]] && left+=("left: $f")
+	done
+	ip link show "$CNI_BRIDGE" >/dev/null 2>&1 && left+=("link: $CNI_BRIDGE")
+	if ((${#left[@]})); then
+		printf 'down left behind: %s\n' "${left[@]}" >&2
+		return 1
+	fi
+	log "nothing left behind"
+}
+
 # ---------------------------------------------------------------------------------------------
 
 cmd_exec() {
@@ -713,7 +922,29 @@ cmd_exec() {
 cmd_import_image() {
 	(($# == 1)) || die "usage: cluster.sh import-image TAR"
 	[[ -S $CTRD_SOCK ]] || die "containerd is not running (hack/cluster.sh up, not --control-plane-only)"
-	ctr images import "$1"
+	read_nodes
+	import_image "$1"
+}
+
+# node-exec NODE -- CMD...: run CMD on node NODE (its network and mount namespaces: its
+# /var/lib/kubelet, its containerd), with the cluster env.
+cmd_node_exec() {
+	local name=${1:-} k
+	shift || true
+	[[ ${1:-} == -- ]] && shift
+	[[ -n $name ]] && (($#)) || die "usage: cluster.sh node-exec NODE -- CMD [ARGS...]"
+	read_nodes
+	for ((k = 1; k <= NODES; k++)); do
+		[[ $(node_name "$k") == "$name" ]] || continue
+		set -a
+		# shellcheck disable=SC1091
+		source "$CL/env"
+		set +a
+		export PATH=$BIN:$PATH
+		on_node "$k" "$@"
+		return
+	done
+	die "no node $name (nodes: $(awk '{printf "%s ", $1}' "$CL/nodes.list" 2>/dev/null))"
 }
 
 # import-busybox NAME: the cluster's busybox, also under NAME. For test suites that name their
@@ -726,6 +957,7 @@ cmd_import_busybox() {
 	local tar
 	tar=$IMAGES/busybox-$(printf '%s' "$1" | sha256sum | cut -c1-12).tar
 	busybox_tar "$1" "$tar"
+	read_nodes
 	import_image "$tar"
 	rm -f "$tar"
 	log "imported busybox as $1"
@@ -745,12 +977,14 @@ cmd_status() {
 case ${1:-} in
 up) shift; cmd_up "$@" ;;
 down) cmd_down ;;
+check-down) cmd_check_down ;;
+node-exec) shift; cmd_node_exec "$@" ;;
 exec) shift; cmd_exec "$@" ;;
 import-image) shift; cmd_import_image "$@" ;;
 import-busybox) shift; cmd_import_busybox "$@" ;;
 status) cmd_status ;;
 *)
-	sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 	;;
 esac
