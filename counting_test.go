@@ -138,6 +138,8 @@ type auditEvent struct {
 	Stage     string `json:"stage"`
 	Verb      string `json:"verb"`
 	UserAgent string `json:"userAgent"`
+	// Where the request came from (the driver's pod is on the host network: its node's address).
+	SourceIPs []string `json:"sourceIPs"`
 	User      struct {
 		Username string `json:"username"`
 	} `json:"user"`

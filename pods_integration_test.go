@@ -63,8 +63,9 @@ const (
 type podSuite struct {
 	*kubeEnv
 	kubectl  string
-	node     string
+	node     string // the first node: where the single-node tests' pods run
 	nodeIP   string
+	nodes    []string // every node, the first first: the DaemonSet runs a driver pod on each
 	busybox  string
 	image    string // the driver image the chart deployed
 	auditLog string
@@ -139,6 +140,10 @@ func deployDriver(e *kubeEnv) (*podSuite, error) {
 		auditLog: os.Getenv("SRCSI_AUDIT_LOG"), // optional: without it, requests are counted by /metrics only
 		kubelet:  os.Getenv("SRCSI_KUBELET_DIR"),
 		image:    os.Getenv("SRCSI_DRIVER_IMAGE"), // set: already on the node (hack/e2e-kind.sh); unset: built here
+		nodes:    strings.Fields(os.Getenv("SRCSI_NODES")),
+	}
+	if len(s.nodes) == 0 { // a cluster without the list (hack/e2e-kind.sh): the one node
+		s.nodes = []string{s.node}
 	}
 	binDir := os.Getenv("SRCSI_BIN_DIR")
 	required := map[string]string{"SRCSI_KUBECTL": s.kubectl, "HELM": os.Getenv("HELM"), "SRCSI_NODE_NAME": s.node, "SRCSI_NODE_IP": s.nodeIP,
@@ -262,9 +267,10 @@ func runTool(name string, args ...string) error {
 	return nil
 }
 
-// waitDriver waits until the DaemonSet runs one up-to-date, Ready driver pod with our image
-// (not the pod notUID), the kubelet lists the driver in the node's CSINode, and the pod's log
-// says the kubelet accepted its registration (CSINode alone can be stale after a restart).
+// waitDriver waits until the DaemonSet runs an up-to-date, Ready driver pod with our image on
+// every node (on the first node not the pod notUID), each node's kubelet lists the driver in its
+// CSINode, and each pod's log says the kubelet accepted its registration (CSINode alone can be
+// stale after a restart). It returns the first node's driver pod.
 func (s *podSuite) waitDriver(ctx context.Context, notUID types.UID, timeout time.Duration) (*corev1.Pod, error) {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -284,48 +290,69 @@ func (s *podSuite) driverReady(ctx context.Context, notUID types.UID) (*corev1.P
 	if err != nil {
 		return nil, err
 	}
-	st := ds.Status
-	if st.ObservedGeneration < ds.Generation || st.DesiredNumberScheduled != 1 || st.UpdatedNumberScheduled != 1 ||
-		st.NumberReady != 1 || st.NumberAvailable != 1 {
-		return nil, fmt.Errorf("DaemonSet status: %+v", st)
+	st, n := ds.Status, int32(len(s.nodes))
+	if st.ObservedGeneration < ds.Generation || st.DesiredNumberScheduled != n || st.UpdatedNumberScheduled != n ||
+		st.NumberReady != n || st.NumberAvailable != n {
+		return nil, fmt.Errorf("DaemonSet status: %+v (want %d nodes)", st, n)
 	}
-	pod, err := s.driverPod(ctx)
-	if err != nil {
-		return nil, err
+	var first *corev1.Pod
+	for _, node := range s.nodes {
+		pod, err := s.driverPodOn(ctx, node)
+		if err != nil {
+			return nil, err
+		}
+		if node == s.node {
+			if pod.UID == notUID {
+				return nil, fmt.Errorf("still the old driver pod %s", pod.Name)
+			}
+			first = pod
+		}
+		if err := s.driverPodReady(ctx, node, pod); err != nil {
+			return nil, err
+		}
 	}
-	if pod.UID == notUID {
-		return nil, fmt.Errorf("still the old driver pod %s", pod.Name)
-	}
+	return first, nil
+}
+
+// driverPodReady: the driver pod on node runs our image, is Ready, and is registered with the
+// node's kubelet.
+func (s *podSuite) driverPodReady(ctx context.Context, node string, pod *corev1.Pod) error {
 	if img := pod.Spec.Containers[0].Image; img != s.image {
-		return nil, fmt.Errorf("driver pod %s runs %s, want %s", pod.Name, img, s.image)
+		return fmt.Errorf("driver pod %s runs %s, want %s", pod.Name, img, s.image)
 	}
 	if !podReady(pod) {
-		return nil, fmt.Errorf("driver pod %s not Ready", pod.Name)
+		return fmt.Errorf("driver pod %s not Ready", pod.Name)
 	}
-	csiNode, err := s.kube.StorageV1().CSINodes().Get(ctx, s.node, metav1.GetOptions{})
+	csiNode, err := s.kube.StorageV1().CSINodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	listed := false
 	for _, d := range csiNode.Spec.Drivers {
 		listed = listed || d.Name == driverName
 	}
 	if !listed {
-		return nil, fmt.Errorf("CSINode %s does not list %s", s.node, driverName)
+		return fmt.Errorf("CSINode %s does not list %s", node, driverName)
 	}
 	log, err := s.podLog(ctx, podsDriverNS, pod.Name)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if !strings.Contains(log, "Registered with the kubelet") {
-		return nil, fmt.Errorf("driver pod %s has not registered with the kubelet yet", pod.Name)
+		return fmt.Errorf("driver pod %s has not registered with the kubelet yet", pod.Name)
 	}
-	return pod, nil
+	return nil
 }
 
-// driverPod returns the DaemonSet's one pod that is not terminating.
+// driverPod returns the first node's driver pod (the one not terminating).
 func (s *podSuite) driverPod(ctx context.Context) (*corev1.Pod, error) {
-	list, err := s.kube.CoreV1().Pods(podsDriverNS).List(ctx, metav1.ListOptions{LabelSelector: driverSelector})
+	return s.driverPodOn(ctx, s.node)
+}
+
+// driverPodOn returns the DaemonSet's one pod on node that is not terminating.
+func (s *podSuite) driverPodOn(ctx context.Context, node string) (*corev1.Pod, error) {
+	list, err := s.kube.CoreV1().Pods(podsDriverNS).List(ctx, metav1.ListOptions{LabelSelector: driverSelector,
+		FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		return nil, err
 	}
@@ -336,7 +363,7 @@ func (s *podSuite) driverPod(ctx context.Context) (*corev1.Pod, error) {
 		}
 	}
 	if len(live) != 1 {
-		return nil, fmt.Errorf("%d driver pods not terminating, want 1", len(live))
+		return nil, fmt.Errorf("%d driver pods on node %s not terminating, want 1", len(live), node)
 	}
 	return &live[0], nil
 }

@@ -12,6 +12,9 @@
 #   hack/cluster.sh status                       show what is running
 #   hack/cluster.sh down                         stop and clean up everything (idempotent)
 #   hack/cluster.sh check-down                   fail, listing them, if `down` left anything behind
+#   hack/cluster.sh node-kill NODE               a power loss of NODE's daemons: SIGKILL to its kubelet,
+#                                                its containerd and its driver (the pods' other processes run on)
+#   hack/cluster.sh node-start NODE              start NODE's containerd and kubelet again (its state kept)
 #
 # Nodes (NODES=1 by default): one control plane (etcd, API server, controller manager, scheduler,
 # registry) in the first node's network namespace, and per node its own kubelet and containerd
@@ -103,7 +106,7 @@ start_on() {
 	shift 2
 	mnt=$(node_mntns "$k")
 	# Not via on_node: a backgrounded shell function would fork a subshell and $! would be its PID.
-	nsenter --net="/run/netns/$(node_netns "$k")" ${mnt:+--mount="$mnt"} -- setsid "$@" </dev/null >"$LOGS/$name.log" 2>&1 9>&- &
+	nsenter --net="/run/netns/$(node_netns "$k")" ${mnt:+--mount="$mnt"} -- setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
 	echo $! >"$PIDS/$name.pid"
 }
 
@@ -876,6 +879,50 @@ cmd_down() {
 	log "down"
 }
 
+# node_index NAME: k of the node named NAME (from the nodes file), or die.
+node_index() {
+	local k
+	read_nodes
+	for ((k = 1; k <= NODES; k++)); do
+		[[ $(node_name "$k") == "$1" ]] && { echo "$k"; return; }
+	done
+	die "no node $1 (nodes: $(awk '{printf "%s ", $1}' "$CL/nodes.list" 2>/dev/null))"
+}
+
+# node-kill NODE: SIGKILL to the node's kubelet, containerd and driver process, at once, as a
+# power loss would stop them (nothing gets to clean up or to say goodbye to the API server). The
+# driver is found as the process named shared-resource-csi in the node's pod cgroups. The
+# containers' shims and the other pods' processes are left running, as the tests want a node
+# whose pods come back with it.
+cmd_node_kill() {
+	(($# == 1)) || die "usage: cluster.sh node-kill NODE"
+	local k pids=() f p parent
+	k=$(node_index "$1")
+	if ((k == 1)); then parent=kubepods; else parent=$(node_name "$k")/kubepods; fi
+	for f in "$PIDS/kubelet$(node_sfx "$k").pid" "$PIDS/containerd$(node_sfx "$k").pid"; do
+		[[ -e $f ]] && pids+=("$(cat "$f")")
+	done
+	while read -r p; do
+		[[ "$(cat "/proc/$p/comm" 2>/dev/null)" == shared-resourc* ]] && pids+=("$p")
+	done < <(find "/sys/fs/cgroup/pids/$parent" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un)
+	((${#pids[@]} >= 3)) || die "node $1: found only these of its kubelet, containerd and driver to kill: ${pids[*]}"
+	kill_wait KILL 3 "${pids[@]}" || die "node $1: processes survive SIGKILL: ${pids[*]}"
+	rm -f "$PIDS/kubelet$(node_sfx "$k").pid" "$PIDS/containerd$(node_sfx "$k").pid"
+	log "node $1: killed kubelet, containerd and driver (pids ${pids[*]})"
+}
+
+# node-start NODE: the node's containerd and kubelet again, on the state they left.
+cmd_node_start() {
+	(($# == 1)) || die "usage: cluster.sh node-start NODE"
+	local k
+	k=$(node_index "$1")
+	[[ -e $PIDS/kubelet$(node_sfx "$k").pid ]] && die "node $1: its kubelet runs (node-kill it first)"
+	start_containerd "$k"
+	wait_for "containerd of $1 is serving" 20 ctr_on "$k" version
+	start_kubelet "$k"
+	wait_for "node $1 Ready" 60 node_ready "$1"
+}
+
 # check-down: what `down` must leave behind is nothing but the logs: no process of ours, no mount
 # (in any mount namespace: every process's mount table is read), no network or mount namespace,
 # no cgroup, no kubelet dir, no CNI state of ours. Prints each leftover and fails if there is one.
@@ -979,12 +1026,14 @@ up) shift; cmd_up "$@" ;;
 down) cmd_down ;;
 check-down) cmd_check_down ;;
 node-exec) shift; cmd_node_exec "$@" ;;
+node-kill) shift; cmd_node_kill "$@" ;;
+node-start) shift; lock; cmd_node_start "$@" ;;
 exec) shift; cmd_exec "$@" ;;
 import-image) shift; cmd_import_image "$@" ;;
 import-busybox) shift; cmd_import_busybox "$@" ;;
 status) cmd_status ;;
 *)
-	sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 	;;
 esac

@@ -1,42 +1,77 @@
 #!/usr/bin/env bash
-# Runs the whole test suite against a local cluster that it brings up and always tears down.
-# Called by `make test` (after build and tools); needs root.
+# Runs the whole test suite against local clusters that it brings up and always tears down.
+# Called by `make test` (after build and tools); needs root. Two phases, each on a cluster of its own:
+#   1. one node: every test but the multi-node suite, then Kubernetes' storage e2e suite;
+#   2. three nodes (NODES=3): the multi-node suite (nodes_integration_test.go, TestNodes*), then
+#      `down`, checked to leave nothing behind (hack/cluster.sh check-down).
+# TEST_ARGS: more `go test` flags for both phases (a -run that names no TestNodes test skips the
+# second phase, and then the storage e2e suite is skipped too). TEST_NODES: the phases to run,
+# "1 3" by default.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 [[ $(id -u) == 0 ]] || { echo "make test needs root (it mounts file systems and runs a kubelet)" >&2; exit 1; }
+TEST_NODES=${TEST_NODES:-1 3}
+if [[ -n ${TEST_ARGS:-} && $TEST_ARGS != *TestNodes* ]]; then TEST_NODES=${TEST_NODES/3/}; fi
 
 # A run killed earlier may have left a cluster behind.
 hack/cluster.sh down >/dev/null 2>&1 || true
 trap 'hack/cluster.sh down' EXIT
 start=$(date +%s)
-hack/cluster.sh up
-echo "cluster up in $(( $(date +%s) - start )) s"
 
 # The crash tests run the driver's test build, with its crash points compiled in (crashsteps.go).
 CGO_ENABLED=0 go build -trimpath -tags crashpoints -o _output/bin/shared-resource-csi-crashpoints .
-
-# The tests run inside the cluster's network namespace, where the API server is reachable.
-# Modules are downloaded first: there is no route out of the namespace. -tags integration: the
-# suites that need the cluster or root, besides the unit tests (which alone are `go test ./...`).
+# Modules are downloaded first: there is no route out of the cluster's network namespace.
 go mod download
-set +e
-hack/cluster.sh exec -- env \
-	DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi" \
-	CRASH_DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi-crashpoints" \
-	KUBECTL="$ROOT/_output/bin/kubectl" \
-	HELM="$ROOT/_output/bin/helm" \
-	go test -tags integration -count=1 -timeout 40m -parallel 4 -v ${TEST_ARGS:-} . ./internal/... 2>&1 | tee _output/test.log
-status=${PIPESTATUS[0]}
 
-# Kubernetes' storage e2e suite (External Storage, CSI ephemeral in-line) against the driver the
-# pod suite deployed. Not when TEST_ARGS picks tests: the pod suite may not have run.
-if [[ -z ${TEST_ARGS:-} ]]; then
-	hack/cluster.sh exec -- hack/e2e-storage.sh
-	e2e_status=$?
-	((status != 0)) || status=$e2e_status
-else
-	echo "TEST_ARGS set: not running the storage e2e suite (hack/e2e-storage.sh)"
+# gotest LOG ARGS...: the package's tests inside the cluster's network namespace, where the API
+# server is reachable. -tags integration: the suites that need the cluster or root, besides the
+# unit tests (which alone are `go test ./...`).
+gotest() {
+	local log=$1
+	shift
+	hack/cluster.sh exec -- env \
+		DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi" \
+		CRASH_DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi-crashpoints" \
+		KUBECTL="$ROOT/_output/bin/kubectl" \
+		HELM="$ROOT/_output/bin/helm" \
+		SRCSI_NODES_API_OUT="$ROOT/_output/nodes-api.txt" \
+		go test -tags integration -count=1 -timeout 40m -parallel 4 -v "$@" 2>&1 | tee "$log"
+	return "${PIPESTATUS[0]}"
+}
+
+status=0
+set +e
+if [[ $TEST_NODES == *1* ]]; then
+	NODES=1 hack/cluster.sh up || exit 1
+	echo "cluster of 1 node up in $(($(date +%s) - start)) s"
+	# shellcheck disable=SC2086 # TEST_ARGS is a list of flags
+	gotest _output/test.log -skip '^TestNodes' ${TEST_ARGS:-} . ./internal/...
+	status=$?
+	# Kubernetes' storage e2e suite (External Storage, CSI ephemeral in-line) against the driver
+	# the pod suite deployed. Not when TEST_ARGS picks tests: the pod suite may not have run.
+	if [[ -z ${TEST_ARGS:-} ]]; then
+		hack/cluster.sh exec -- hack/e2e-storage.sh
+		e2e_status=$?
+		((status != 0)) || status=$e2e_status
+	else
+		echo "TEST_ARGS set: not running the storage e2e suite (hack/e2e-storage.sh)"
+	fi
+	echo "one-node phase finished after $(($(date +%s) - start)) s"
 fi
-echo "tests finished in $(( $(date +%s) - start )) s"
+if [[ $TEST_NODES == *3* ]]; then
+	phase=$(date +%s)
+	NODES=3 hack/cluster.sh up || exit 1
+	echo "cluster of 3 nodes up in $(($(date +%s) - phase)) s"
+	# shellcheck disable=SC2086
+	gotest _output/test-nodes.log -run '^TestNodes' ${TEST_ARGS:-} .
+	nodes_status=$?
+	((status != 0)) || status=$nodes_status
+	# `down` must leave nothing behind of three nodes either: a test of the harness itself.
+	hack/cluster.sh down && hack/cluster.sh check-down
+	down_status=$?
+	((status != 0)) || status=$down_status
+	echo "three-node phase took $(($(date +%s) - phase)) s"
+fi
+echo "tests finished in $(($(date +%s) - start)) s"
 exit "$status"
