@@ -212,6 +212,9 @@ setup_mntns() {
 		# The copy of $MNTNS_DIR holds the earlier nodes' namespaces: nothing for this node.
 		nsenter --mount="$mnt" -- umount -l "$MNTNS_DIR"
 		nsenter --mount="$mnt" -- mount --bind "$dir/kubelet" "$KUBELET_ROOT"
+		# Shared, as the kubelet makes it on a machine: the driver's Bidirectional hostPath needs it
+		# (and the runtime refuses one on a mount that is not shared).
+		nsenter --mount="$mnt" -- mount --make-rshared "$KUBELET_ROOT"
 	done
 }
 
