@@ -110,11 +110,14 @@ $(BIN)/ociimage: $(wildcard tools/ociimage/*.go) tools/ociimage/go.mod tools/oci
 deploy:
 	kubectl apply -f deploy.yaml
 
-## up: a local single-node cluster with the driver deployed from deploy.yaml and an example share.
+## up: a local cluster with the driver deployed from deploy.yaml and an example share; one node,
+## or NODES of them (`make up NODES=3`: each its own kubelet, containerd, network and mount namespace).
+NODES ?= 1
 up: tools-cluster build image
-	hack/up.sh
+	NODES=$(NODES) hack/up.sh
 
-## down: tear the local cluster down, leaving nothing behind.
+## down: tear the local cluster down (any number of nodes), leaving nothing behind
+## (`hack/cluster.sh check-down` lists anything left).
 down:
 	hack/cluster.sh down
 

@@ -476,10 +476,12 @@ ctr_on() {
 	on_node "$k" /usr/bin/ctr --address "$(node_dir "$k")/containerd/containerd.sock" --namespace k8s.io "$@"
 }
 
-# import_image TAR: into every node's containerd.
+# import_image TAR: into every node's containerd. (An absolute path: nsenter --mount leaves the
+# working directory at the node's root.)
 import_image() {
-	local k
-	for ((k = 1; k <= NODES; k++)); do ctr_on "$k" images import "$1" >/dev/null; done
+	local k tar
+	tar=$(realpath "$1")
+	for ((k = 1; k <= NODES; k++)); do ctr_on "$k" images import "$tar" >/dev/null; done
 }
 
 # start_kubelet K: node K's kubelet. Its root is /var/lib/kubelet in the node's mount namespace.

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# `make up`: a local single-node cluster with the driver installed from deploy.yaml and an example
-# share, left running for you to look around. `make down` removes all of it.
+# `make up`: a local cluster (one node; `make up NODES=3` for three) with the driver installed from
+# deploy.yaml and an example share, left running for you to look around. `make down` removes all of it.
 #
 #   1. hack/cluster.sh up                      (kube-apiserver, etcd, kubelet, containerd... in a netns)
-#   2. the driver's image (`make image`: _output/shared-resource-csi-image.tar) imported into the
-#      node's containerd (there is no registry)
+#   2. the driver's image (`make image`: _output/shared-resource-csi-image.tar) imported into every
+#      node's containerd (the tests release to the cluster's registry instead)
 #   3. deploy.yaml applied through the test overlay (hack/deploy-overlay.sh: only the image
-#      reference changes), then wait for the DaemonSet's pod to be Ready and registered
+#      reference changes), then wait for the DaemonSet's pods to be Ready and registered
 #   4. examples/ca-bundle.yaml applied (its pod's image swapped for the locally imported busybox)
 #
 # Needs root. `make up` builds what it runs first (tools-cluster, binary, image); to run this script alone:
 #   make image && hack/up.sh
 # Environment: IMAGE_TAR (default _output/shared-resource-csi-image.tar), IMAGE (default: the tag
-# inside IMAGE_TAR), RELIST_INTERVAL (default: deploy.yaml's).
+# inside IMAGE_TAR), RELIST_INTERVAL (default: deploy.yaml's), NODES (default 1).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -32,7 +32,7 @@ fi
 
 start=$(date +%s)
 hack/cluster.sh up
-source _output/cluster/env # SRCSI_NODE_NAME, SRCSI_BUSYBOX_IMAGE
+source _output/cluster/env # SRCSI_NODES, SRCSI_BUSYBOX_IMAGE
 
 log "importing $IMAGE"
 hack/cluster.sh import-image "$IMAGE_TAR" >/dev/null
@@ -44,9 +44,11 @@ log "waiting for the driver's DaemonSet"
 k -n csi-sharedresource rollout status daemonset/shared-resource-csi-driver --timeout=120s
 # Ready means /healthz answered; the kubelet must also have taken the registration.
 deadline=$(($(date +%s) + 60))
-until [[ " $(k get csinode "$SRCSI_NODE_NAME" -o 'jsonpath={.spec.drivers[*].name}' 2>/dev/null) " == *" csi.sharedresource.openshift.io "* ]]; do
-	(($(date +%s) < deadline)) || die "the kubelet did not register the driver (kubelet log: _output/cluster/logs/kubelet.log)"
-	sleep 0.5
+for node in $SRCSI_NODES; do
+	until [[ " $(k get csinode "$node" -o 'jsonpath={.spec.drivers[*].name}' 2>/dev/null) " == *" csi.sharedresource.openshift.io "* ]]; do
+		(($(date +%s) < deadline)) || die "the kubelet of $node did not register the driver (kubelet logs: _output/cluster/logs/kubelet*.log)"
+		sleep 0.5
+	done
 done
 
 # The example's pod image (busybox:latest) would have to be pulled; this cluster has no way out,
@@ -62,12 +64,13 @@ cat <<EOF
 
 The cluster runs inside the network namespace $SRCSI_NETNS; reach it with hack/cluster.sh exec:
 
-  hack/cluster.sh exec -- kubectl get pods -A
+  hack/cluster.sh exec -- kubectl get nodes,pods -A -o wide
   hack/cluster.sh exec -- kubectl get sharedsecrets
   hack/cluster.sh exec -- kubectl -n team-a exec corp-ca-reader -- ls -la /etc/corp-ca
   hack/cluster.sh exec -- kubectl -n csi-sharedresource logs ds/shared-resource-csi-driver
   hack/cluster.sh exec -- busybox wget -qO- http://$SRCSI_NODE_IP:9809/metrics   # the driver's metrics
   hack/cluster.sh exec -- bash                                                  # a shell with KUBECONFIG set
+  hack/cluster.sh node-exec $(echo "$SRCSI_NODES" | awk '{print $NF}') -- ls /var/lib/kubelet/plugins    # a node's own view (its mount namespace)
 
 Try revoking access: delete the ClusterRoleBinding use-corp-ca and, within --relist-interval (60s in
 deploy.yaml; \`RELIST_INTERVAL=5s make up\` for a shorter one), /etc/corp-ca in the pod is empty and
