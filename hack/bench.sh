@@ -71,7 +71,8 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 command="make bench" smoke=false
 [[ -n ${BENCH_SMOKE:-} ]] && command="BENCH_SMOKE=1 make bench" smoke=true
 "$OUT/benchtable" -in "$OUT/raw.txt" -out "$OUT/BENCHMARKS.md" -commit "$commit" \
-	-wall "$((wall / 60)) min $((wall % 60)) s" -command "$command" -smoke="$smoke" -load "$load"
+	-wall "$((wall / 60)) min $((wall % 60)) s" -command "$command" -smoke="$smoke" -load "$load" \
+	-nodes "$ROOT/_output/nodes-api.txt"
 if ((status == 0)) && [[ -z ${BENCH_SMOKE:-} && $filter == . ]]; then
 	cp "$OUT/BENCHMARKS.md" BENCHMARKS.md
 	echo "wrote BENCHMARKS.md"

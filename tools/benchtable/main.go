@@ -31,7 +31,15 @@ func main() {
 	command := flag.String("command", "make bench", "the command that produced the output")
 	load := flag.String("load", "", "the machine's load averages around the run (/proc/loadavg), for the record")
 	smoke := flag.Bool("smoke", false, "the output is from a smoke run (BENCH_SMOKE=1): scenarios shrunk, figures not comparable")
+	nodes := flag.String("nodes", "", "the three real nodes' API requests against the model (TestNodesAPIRequestsMatchTheModel's line, written by `make test`); shown beside the fleet when the file exists")
 	flag.Parse()
+	var threeNodes string
+	if *nodes != "" {
+		if b, err := os.ReadFile(*nodes); err == nil {
+			st, _ := os.Stat(*nodes)
+			threeNodes = strings.TrimSpace(string(b)) + " (measured " + st.ModTime().UTC().Format("2006-01-02 15:04 MST") + ")"
+		}
+	}
 
 	var r io.Reader = os.Stdin
 	measured := time.Now() // when the run ended: the input's modification time, when it is a file
@@ -63,7 +71,7 @@ func main() {
 		w = f
 	}
 	bw := bufio.NewWriter(w)
-	render(bw, res, meta{commit: *commit, wall: *wall, command: *command, load: *load, smoke: *smoke, date: measured})
+	render(bw, res, meta{commit: *commit, wall: *wall, command: *command, load: *load, smoke: *smoke, date: measured, threeNodes: threeNodes})
 	if err := bw.Flush(); err != nil {
 		fatal(err)
 	}
@@ -470,7 +478,11 @@ type meta struct {
 	commit, wall, command, load string
 	smoke                       bool
 	date                        time.Time
+	threeNodes                  string // the multi-node suite's API figure, "" when there is none
 }
+
+// threeNodesIntro introduces the multi-node suite's figure under the fleet's table.
+const threeNodesIntro = "Three real nodes (kubelet, containerd and the deployed DaemonSet each; `make test`'s TestNodesAPIRequestsMatchTheModel in nodes_integration_test.go, relist interval 3 s, on each node pods of 2 service accounts on 2 shares): the drivers' requests in the API server's audit log (by node address) over 8 relist intervals, per node per cycle, against docs/scale.md's model A + S + 1 + (shares + interval/2s)/nodes:"
 
 func render(w io.Writer, r *results, m meta) {
 	runs := 0
@@ -526,6 +538,9 @@ func render(w io.Writer, r *results, m meta) {
 				fmt.Sprintf(f.format, st.median), fmt.Sprintf(f.format, st.min), fmt.Sprintf(f.format, st.max), len(v), f.target, met)
 		}
 		fmt.Fprintln(w)
+		if strings.HasPrefix(s.title, "Fleet: many nodes") && m.threeNodes != "" {
+			fmt.Fprintf(w, "%s\n\n    %s\n\n", threeNodesIntro, m.threeNodes)
+		}
 	}
 
 	fmt.Fprintf(w, "## Targets missed\n\n")
