@@ -730,7 +730,7 @@ func TestNodesRollingUpgradeNeverFailsARead(t *testing.T) {
 	var order []string
 	for _, n := range nodes {
 		order = append(order, fmt.Sprintf("%s: old pod deleted at %v, new Ready at %v (%v down)", n.name,
-			gone[n.name].Round(100*time.Millisecond), ready[n.name].Round(100*time.Millisecond), (ready[n.name] - gone[n.name]).Round(100*time.Millisecond)))
+			gone[n.name].Round(100*time.Millisecond), ready[n.name].Round(100*time.Millisecond), (ready[n.name]-gone[n.name]).Round(100*time.Millisecond)))
 	}
 	t.Logf("helm upgrade to %s rolled all %d nodes in %v; %s", s.release.version, len(nodes), rolled.Round(100*time.Millisecond), strings.Join(order, "; "))
 	if maxDown > 1 {
