@@ -53,7 +53,8 @@ const (
 	nodesWanted = 3
 	// nodesStatusLease is the chart's --status-lease-duration (the driver's default).
 	nodesStatusLease = 15 * time.Second
-	// nodesMonitorGrace is the controller manager's --node-monitor-grace-period in hack/cluster.sh.
+	// nodesMonitorGrace is the controller manager's --node-monitor-grace-period in hack/cluster.sh
+	// with several nodes.
 	nodesMonitorGrace = 20 * time.Second
 )
 
