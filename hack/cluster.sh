@@ -19,9 +19,9 @@
 # Nodes (NODES=1 by default): one control plane (etcd, API server, controller manager, scheduler,
 # registry) in the first node's network namespace, and per node its own kubelet and containerd
 # in a network namespace of its own (node k: 10.200.0.<k+1>, pods 10.<87+k>.0.0/16, all nodes on
-# one bridge, routes between them), the first in the machine's mount namespace (/var/lib/kubelet
-# is its kubelet root), every further one in a mount namespace of its own where /var/lib/kubelet
-# is its own directory: each node's driver pod sees only its node's paths, as on real machines.
+# one bridge, routes between them) and, with several nodes, a mount namespace of its own where
+# /var/lib/kubelet is its own directory: each node's driver pod sees only its node's paths, as on
+# real machines. (A single node uses the machine's mount namespace and /var/lib/kubelet.)
 #
 # Binaries: hack/build-tools.sh (_output/bin). Packages: hack/install-deps.sh.
 # State: _output/cluster (logs in _output/cluster/logs survive `down` for post-mortems).
@@ -75,13 +75,14 @@ in_netns() { nsenter --net="$NETNS_PATH" -- "$@"; }
 
 kubectl() { in_netns "$BIN/kubectl" --kubeconfig "$CL/admin.kubeconfig" "$@"; }
 
-# Node k (1..NODES): its name, IP, network namespace, mount namespace (none: the machine's), the
-# directory of its containerd, CNI and pod logs, its pod CIDR, and the suffix of its daemons' log
-# and PID files. The first node keeps the single-node names, so NODES=1 is the cluster as it was.
+# Node k (1..NODES): its name, IP, network namespace, mount namespace (none: the machine's, when
+# it is the only node), the directory of its containerd, CNI, pod logs and kubelet dir, its pod
+# CIDR, and the suffix of its daemons' log and PID files. The first node keeps the single-node
+# names, so NODES=1 is the cluster as it was.
 node_name() { if (($1 == 1)); then echo "$NODE_NAME"; else echo "$NODE_NAME-$1"; fi; }
 node_ip() { echo "10.200.0.$(($1 + 1))"; }
 node_netns() { if (($1 == 1)); then echo "$NETNS"; else echo "$NETNS-$1"; fi; }
-node_mntns() { if (($1 == 1)); then echo ""; else echo "$MNTNS_DIR/$(node_name "$1")"; fi; }
+node_mntns() { if ((NODES == 1)); then echo ""; else echo "$MNTNS_DIR/$(node_name "$1")"; fi; }
 node_dir() { if (($1 == 1)); then echo "$CL"; else echo "$CL/nodes/$(node_name "$1")"; fi; }
 node_cidr() { echo "10.$((87 + $1)).0.0/16"; }
 node_sfx() { if (($1 == 1)); then echo ""; else echo "-$1"; fi; }
@@ -94,19 +95,26 @@ on_node() {
 	nsenter --net="/run/netns/$(node_netns "$k")" ${mnt:+--mount="$mnt"} -- "$@"
 }
 
-# start NAME CMD...: start a daemon in the first node's netns, log to logs/NAME.log, record its PID.
-start() { start_on 1 "$@"; }
+# start NAME CMD...: start a control-plane daemon: in the first node's netns, the machine's mount
+# namespace. Logs to logs/NAME.log, records its PID in pids/NAME.pid.
+start() { start_in "$NETNS_PATH" "" "$@"; }
 
-# start_on K NAME CMD...: start a daemon on node K (its namespaces).
+# start_on K NAME CMD...: start a daemon of node K (in its network and mount namespaces).
+start_on() {
+	local k=$1
+	shift
+	start_in "/run/netns/$(node_netns "$k")" "$(node_mntns "$k")" "$@"
+}
+
+# start_in NETNS MNTNS NAME CMD...: MNTNS "" is the machine's.
 # setsid: its own session, so it outlives the caller's process group and terminal.
 # 9>&-: do not inherit the lock on fd 9 (a daemon holding it would block the next `down`).
 # nsenter and setsid both exec (no fork) here, so $! is the daemon's own PID.
-start_on() {
-	local k=$1 name=$2 mnt
-	shift 2
-	mnt=$(node_mntns "$k")
+start_in() {
+	local net=$1 mnt=$2 name=$3
+	shift 3
 	# Not via on_node: a backgrounded shell function would fork a subshell and $! would be its PID.
-	nsenter --net="/run/netns/$(node_netns "$k")" ${mnt:+--mount="$mnt"} -- setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
+	nsenter --net="$net" ${mnt:+--mount="$mnt"} -- setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
 	echo $! >"$PIDS/$name.pid"
 }
 
@@ -191,24 +199,26 @@ setup_netns() {
 	done
 }
 
-# setup_mntns: a mount namespace for every node after the first, persisted in $MNTNS_DIR, where
-# the node's own directory is bind-mounted on /var/lib/kubelet. Made before any node mounts
-# anything: a copy of the machine's mount table taken later would hold the first node's volume
-# mounts (a tmpfs in two namespaces lives until both unmount it). Propagation slave: mounts made
-# on the machine reach the node (none under its /var/lib/kubelet, which is covered), and none of
-# the node's own ever reach the machine.
+# setup_mntns: with several nodes, a mount namespace for every node, persisted in $MNTNS_DIR,
+# where the node's own directory is bind-mounted on /var/lib/kubelet. (A single node keeps the
+# machine's: /var/lib/kubelet is its own, and the single-node tests look at it from outside.)
+# Made before any node mounts anything: a copy of the machine's mount table taken later would
+# hold another node's volume mounts (a tmpfs in two namespaces lives until both unmount it).
+# Propagation private: nothing the machine mounts reaches a node (on a host whose / is shared, as
+# under systemd, a slave would receive them), and nothing a node mounts reaches the machine or
+# another node.
 setup_mntns() {
 	((NODES > 1)) || return 0
 	mkdir -p "$MNTNS_DIR" "$KUBELET_ROOT"
 	mount --bind "$MNTNS_DIR" "$MNTNS_DIR"
 	mount --make-private "$MNTNS_DIR"
 	local k mnt dir
-	for ((k = 2; k <= NODES; k++)); do
+	for ((k = 1; k <= NODES; k++)); do
 		mnt=$(node_mntns "$k")
 		dir=$(node_dir "$k")
 		mkdir -p "$dir/kubelet"
 		touch "$mnt"
-		unshare --mount="$mnt" --propagation slave true
+		unshare --mount="$mnt" --propagation private true
 		# The copy of $MNTNS_DIR holds the earlier nodes' namespaces: nothing for this node.
 		nsenter --mount="$mnt" -- umount -l "$MNTNS_DIR"
 		nsenter --mount="$mnt" -- mount --bind "$dir/kubelet" "$KUBELET_ROOT"
@@ -558,6 +568,7 @@ export SRCSI_CA_FILE=$PKI/ca.crt
 export SRCSI_AUDIT_LOG=$CL/audit.log
 export SRCSI_NODE_NAME=$NODE_NAME
 export SRCSI_NODE_IP=$NODE_IP
+# The kubelet dir as the node sees it (with several nodes, each node's own, in its mount namespace).
 export SRCSI_KUBELET_DIR=$KUBELET_ROOT
 export SRCSI_PAUSE_IMAGE=$PAUSE_IMAGE
 export SRCSI_BUSYBOX_IMAGE=$BUSYBOX_IMAGE
@@ -905,16 +916,18 @@ node_index() {
 # whose pods come back with it.
 cmd_node_kill() {
 	(($# == 1)) || die "usage: cluster.sh node-kill NODE"
-	local k pids=() f p parent
+	local k pids=() f p parent drivers=0
+	read_nodes
 	k=$(node_index "$1")
 	if ((k == 1)); then parent=kubepods; else parent=$(node_name "$k")/kubepods; fi
 	for f in "$PIDS/kubelet$(node_sfx "$k").pid" "$PIDS/containerd$(node_sfx "$k").pid"; do
-		[[ -e $f ]] && pids+=("$(cat "$f")")
+		[[ -e $f ]] && kill -0 "$(cat "$f")" 2>/dev/null || die "node $1: $(basename "$f" .pid) is not running"
+		pids+=("$(cat "$f")")
 	done
 	while read -r p; do
-		[[ "$(cat "/proc/$p/comm" 2>/dev/null)" == shared-resourc* ]] && pids+=("$p")
+		[[ "$(cat "/proc/$p/comm" 2>/dev/null)" == shared-resourc* ]] && pids+=("$p") && drivers=$((drivers + 1))
 	done < <(find "/sys/fs/cgroup/pids/$parent" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un)
-	((${#pids[@]} >= 3)) || die "node $1: found only these of its kubelet, containerd and driver to kill: ${pids[*]}"
+	((drivers == 1)) || die "node $1: found $drivers driver processes in its pod cgroups, want 1"
 	kill_wait KILL 3 "${pids[@]}" || die "node $1: processes survive SIGKILL: ${pids[*]}"
 	rm -f "$PIDS/kubelet$(node_sfx "$k").pid" "$PIDS/containerd$(node_sfx "$k").pid"
 	log "node $1: killed kubelet, containerd and driver (pids ${pids[*]})"
@@ -924,6 +937,7 @@ cmd_node_kill() {
 cmd_node_start() {
 	(($# == 1)) || die "usage: cluster.sh node-start NODE"
 	local k
+	read_nodes
 	k=$(node_index "$1")
 	[[ -e $PIDS/kubelet$(node_sfx "$k").pid ]] && die "node $1: its kubelet runs (node-kill it first)"
 	start_containerd "$k"
@@ -947,13 +961,21 @@ cmd_check_down() {
 	# held by a file alone, in the machine's (above).
 	mapfile -t p < <(grep -lsE -- "$CL/| $KUBELET_ROOT(/| )" /proc/[0-9]*/mountinfo | grep -v "^/proc/$$/")
 	((${#p[@]} == 0)) || left+=("processes with our mounts: ${p[*]}")
-	mapfile -t p < <(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^($NETNS|$NETNS-[0-9]+|cni-.*)$")
+	mapfile -t p < <(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^($NETNS|$NETNS-[0-9]+)$")
 	((${#p[@]} == 0)) || left+=("network namespaces: ${p[*]}")
+	# (kubepods cgroups: teardown removes any, as the one kubelet machine this harness assumes.)
 	for f in "$MNTNS_DIR" "$KUBELET_ROOT" /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/*/"$NODE_NAME"-* \
-		/run/containerd/s /var/lib/cni/results "$CL"/nodes "$CL"/containerd; do
+		"$CL"/nodes "$CL"/containerd "$CL"/kubelet; do
 		[[ -e $f ]] && left+=("left: $f")
 	done
+	for f in /var/log/containers/*; do
+		[[ -L $f && "$(readlink "$f")" == "$CL/"* ]] && left+=("log link: $f")
+	done
 	ip link show "$CNI_BRIDGE" >/dev/null 2>&1 && left+=("link: $CNI_BRIDGE")
+	for f in iptables ip6tables; do
+		command -v "$f-save" >/dev/null || continue
+		"$f-save" 2>/dev/null | grep -qE '^:(KUBE-|SRCSI-)' && left+=("$f chains: $("$f-save" 2>/dev/null | grep -oE '^:(KUBE-|SRCSI-)[^ ]+' | tr '\n' ' ')")
+	done
 	if ((${#left[@]})); then
 		printf 'down left behind: %s\n' "${left[@]}" >&2
 		return 1

@@ -4,15 +4,19 @@
 #   1. one node: every test but the multi-node suite, then Kubernetes' storage e2e suite;
 #   2. three nodes (NODES=3): the multi-node suite (nodes_integration_test.go, TestNodes*), then
 #      `down`, checked to leave nothing behind (hack/cluster.sh check-down).
-# TEST_ARGS: more `go test` flags for both phases (a -run that names no TestNodes test skips the
-# second phase, and then the storage e2e suite is skipped too). TEST_NODES: the phases to run,
-# "1 3" by default.
+# TEST_ARGS: more `go test` flags for the phases (with TEST_ARGS the storage e2e suite is skipped).
+# A -run in it picks the phase: the three-node one if it names TestNodes, else the one-node one.
+# TEST_NODES: the phases to run ("1 3" by default, or as the -run picks).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 [[ $(id -u) == 0 ]] || { echo "make test needs root (it mounts file systems and runs a kubelet)" >&2; exit 1; }
-TEST_NODES=${TEST_NODES:-1 3}
-if [[ -n ${TEST_ARGS:-} && $TEST_ARGS != *TestNodes* ]]; then TEST_NODES=${TEST_NODES/3/}; fi
+if [[ -z ${TEST_NODES:-} ]]; then
+	TEST_NODES="1 3"
+	if [[ ${TEST_ARGS:-} == *-run* ]]; then
+		if [[ $TEST_ARGS == *TestNodes* ]]; then TEST_NODES=3; else TEST_NODES=1; fi
+	fi
+fi
 
 # A run killed earlier may have left a cluster behind.
 hack/cluster.sh down >/dev/null 2>&1 || true
@@ -57,6 +61,10 @@ if [[ $TEST_NODES == *1* ]]; then
 	else
 		echo "TEST_ARGS set: not running the storage e2e suite (hack/e2e-storage.sh)"
 	fi
+	# Nothing may be left behind of one node either.
+	hack/cluster.sh down && hack/cluster.sh check-down
+	down_status=$?
+	((status != 0)) || status=$down_status
 	echo "one-node phase finished after $(($(date +%s) - start)) s"
 fi
 if [[ $TEST_NODES == *3* ]]; then

@@ -36,8 +36,10 @@ func main() {
 	var threeNodes string
 	if *nodes != "" {
 		if b, err := os.ReadFile(*nodes); err == nil {
-			st, _ := os.Stat(*nodes)
-			threeNodes = strings.TrimSpace(string(b)) + " (measured " + st.ModTime().UTC().Format("2006-01-02 15:04 MST") + ")"
+			threeNodes = strings.TrimSpace(string(b))
+			if st, err := os.Stat(*nodes); err == nil {
+				threeNodes += " (measured " + st.ModTime().UTC().Format("2006-01-02 15:04 MST") + ")"
+			}
 		}
 	}
 
