@@ -346,25 +346,30 @@ func TestNodesPodsReachEachOtherAndTheAPIServer(t *testing.T) {
 // and a revocation empties every node's volume, each within the relist bound, with an event
 // on each pod. Each node holds the volume of its own pod only.
 
+// readersOnEveryNode shares data and starts, on each node, a pod "reader-<node>" of service
+// account "app" mounting the share and running script; it returns the share, the pods'
+// namespace, the pods (in the nodes' order) and the function that revokes their grant.
+func (s *podSuite) readersOnEveryNode(t *testing.T, nodes []clusterNode, prefix string, data map[string][]byte, script string) (f *shareFixture, ns string, pods []string, revoke func()) {
+	t.Helper()
+	f = s.newShare(t, data)
+	ns = s.podNamespace(t, prefix)
+	s.createServiceAccount(t, ns, "app")
+	revoke = s.grant(t, ns, kindSecret, f.share, serviceAccount(ns, "app"))
+	for _, n := range nodes {
+		name := "reader-" + n.name
+		s.createPodOn(t, ns, name, n.name, consumerSpec{sa: "app", attrs: f.attrs(), script: script})
+		pods = append(pods, name)
+	}
+	for _, p := range pods {
+		s.waitRunning(t, ns, p, 90*time.Second)
+	}
+	return f, ns, pods, revoke
+}
+
 func TestNodesShareReadOnEveryNode(t *testing.T) {
 	s, nodes := nodesEnv(t)
 	data := map[string][]byte{"ca.crt": []byte("ca-" + randSuffix())}
-	f := s.newShare(t, data)
-	ns := s.podNamespace(t, "every-node")
-	s.createServiceAccount(t, ns, "app")
-	revoke := s.grant(t, ns, kindSecret, f.share, serviceAccount(ns, "app"))
-	var pods []string
-	for _, n := range nodes {
-		name := "reader-" + n.name
-		s.createPodOn(t, ns, name, n.name, consumerSpec{sa: "app", attrs: f.attrs()})
-		pods = append(pods, name)
-	}
-	for i, p := range pods {
-		pod := s.waitRunning(t, ns, p, 90*time.Second)
-		if pod.Spec.NodeName != nodes[i].name {
-			t.Fatalf("pod %s runs on %s, want %s", p, pod.Spec.NodeName, nodes[i].name)
-		}
-	}
+	f, ns, pods, revoke := s.readersOnEveryNode(t, nodes, "every-node", data, "")
 	s.waitAllFiles(t, ns, pods, data, 10*time.Second)
 	for i, n := range nodes {
 		st, err := n.state()
@@ -706,20 +711,7 @@ func TestNodesRollingUpgradeNeverFailsARead(t *testing.T) {
 	s, nodes := nodesEnv(t)
 	ctx := context.Background()
 	want := "ca-" + randSuffix()
-	data := map[string][]byte{"ca.crt": []byte(want)}
-	f := s.newShare(t, data)
-	ns := s.podNamespace(t, "rolling")
-	s.createServiceAccount(t, ns, "app")
-	revoke := s.grant(t, ns, kindSecret, f.share, serviceAccount(ns, "app"))
-	var pods []string
-	for _, n := range nodes {
-		name := "reader-" + n.name
-		s.createPodOn(t, ns, name, n.name, consumerSpec{sa: "app", attrs: f.attrs(), script: "WANT=" + want + "\n" + rollReaderScript})
-		pods = append(pods, name)
-	}
-	for _, p := range pods {
-		s.waitRunning(t, ns, p, 90*time.Second)
-	}
+	f, ns, pods, revoke := s.readersOnEveryNode(t, nodes, "rolling", map[string][]byte{"ca.crt": []byte(want)}, "WANT="+want+"\n"+rollReaderScript)
 	old := map[string]*corev1.Pod{}
 	for _, n := range nodes {
 		p, err := s.driverPodOn(ctx, n.name)
