@@ -61,7 +61,8 @@ registry:
 
 ## test: everything, as root: the release tools' tests (tools-test), then brings up the local
 ## cluster, runs every test (-tags integration: the unit tests and the cluster and root suites)
-## against it, tears it down. The pod suite runs `make release` into the cluster's registry, so
+## against it, tears it down; on the newest supported Kubernetes minor, then the matrix of the
+## older ones (hack/test.sh says which tests). KUBE_VERSION=1.NN: the whole suite on that minor only. The pod suite runs `make release` into the cluster's registry, so
 ## ociimage and cosign are built here, outside the cluster's network namespace (no network there).
 test: vet tools build tools-test $(BIN)/ociimage cosign
 	hack/test.sh
@@ -112,6 +113,7 @@ deploy:
 
 ## up: a local cluster with the driver deployed from deploy.yaml and an example share; one node,
 ## or NODES of them (`make up NODES=3`: each its own kubelet, containerd, network and mount namespace).
+## KUBE_VERSION=1.NN picks the Kubernetes minor (default the newest; hack/lib/versions.sh).
 NODES ?= 1
 up: tools-cluster build image
 	NODES=$(NODES) hack/up.sh
@@ -121,7 +123,8 @@ up: tools-cluster build image
 down:
 	hack/cluster.sh down
 
-## e2e-kind: for users with Docker and kind (cannot run on machines without Docker).
+## e2e-kind: for users with Docker and kind (cannot run on machines without Docker); KUBE_VERSION
+## picks the minor's node image.
 e2e-kind: image
 	hack/e2e-kind.sh
 

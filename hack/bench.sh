@@ -13,8 +13,12 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 [[ $(id -u) == 0 ]] || { echo "make bench needs root (the driver mounts file systems)" >&2; exit 1; }
-[[ -x _output/bin/shared-resource-csi && -x _output/bin/kubectl ]] || {
-	echo "missing _output/bin/shared-resource-csi or kubectl: run make build tools (make bench does)" >&2
+# shellcheck source=hack/lib/versions.sh
+source hack/lib/versions.sh
+# The control plane of KUBE_VERSION's minor (default the newest), as `make up` and `make test`.
+KBIN=$(kube_bin_dir "$ROOT" "$(kube_minor)")
+[[ -x _output/bin/shared-resource-csi && -x $KBIN/kubectl ]] || {
+	echo "missing _output/bin/shared-resource-csi or $KBIN/kubectl: run make build tools (make bench does)" >&2
 	exit 1
 }
 
@@ -43,7 +47,7 @@ bench() {
 	local args=(-test.run '^$' -test.benchtime 1x -test.timeout 60m "$@")
 	hack/cluster.sh exec -- env \
 		DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi" \
-		KUBECTL="$ROOT/_output/bin/kubectl" \
+		KUBECTL="$KBIN/kubectl" \
 		BENCH_SMOKE="${BENCH_SMOKE:-}" \
 		"$OUT/bench.test" "${args[@]}"
 }

@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
 # Builds the binaries of the local test cluster into _output/bin (gitignored):
-#   kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl  (k8s.io/kubernetes)
-#   etcd                                                                   (go.etcd.io/etcd/server/v3)
-#   helm                                                                   (helm.sh/helm/v4, tools/helm)
-#   actionlint                                                             (github.com/rhysd/actionlint, tools/actionlint)
-#   cosign       only with `cosign`: for `make release COSIGN_KEY=...`    (github.com/sigstore/cosign/v2, tools/cosign)
-#   registry     distribution's registry: the local cluster's OCI registry (github.com/distribution/distribution/v3, tools/registry)
-#   mkimage                                                                (tools/mkimage, stdlib only)
-#   pause                                                                  (hack/pause.c, gcc -static)
-#   e2e-storage.test                                                       (tools/e2e-storage: the e2e framework and
-#                                                                           the External Storage suite, k8s.io/kubernetes)
-# Versions come from tools/go.mod (helm's from tools/helm/go.mod). Each binary has a stamp file (_output/bin/.NAME.stamp) recording
-# what it was built from; a binary is rebuilt only when it is missing or its stamp differs.
-# Cold build: ~4 min on 2 cores, and 3-5 min more for e2e-storage.test; warm: seconds; nothing to do: ~1 s.
+#   k8s-1.NN/{kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,kubectl}
+#                  one directory per supported minor (k8s.io/kubernetes, pinned in the module that
+#                  hack/lib/versions.sh names for it: tools/ for the newest, tools/kube-1.NN)
+#   k8s-1.NN/etcd  the etcd that minor is tested with (go.etcd.io/etcd/server/v3, same module)
+#   containerd containerd-shim-runc-v2 ctr  containerd 2 (tools/containerd)
+#   runc           (github.com/opencontainers/runc, tools/runc; cgo with libseccomp)
+#   cni/{bridge,host-local,loopback,portmap}  CNI plugins (tools/cni)
+#   helm           (helm.sh/helm/v4, tools/helm)
+#   actionlint     (github.com/rhysd/actionlint, tools/actionlint)
+#   cosign         only with `cosign`: for `make release COSIGN_KEY=...` (github.com/sigstore/cosign/v2, tools/cosign)
+#   registry       distribution's registry: the local cluster's OCI registry (tools/registry)
+#   mkimage        (tools/mkimage, stdlib only)
+#   pause          (hack/pause.c, gcc -static)
+#   e2e-storage.test  the e2e framework and the External Storage suite at the newest minor
+#                  (tools/e2e-storage, k8s.io/kubernetes)
+# Each binary has a stamp file (.NAME.stamp beside it) recording what it was built from; a binary
+# is rebuilt only when it is missing or its stamp differs. Cold, on 2 cores: ~4 min per Kubernetes
+# minor, 3-5 min for e2e-storage.test, ~2 min for containerd, runc and CNI; warm: seconds.
 #
-#   hack/build-tools.sh          all of them (`make tools`, for `make test`)
-#   hack/build-tools.sh cluster  only what `make up` runs: the Kubernetes commands, etcd, registry, mkimage, pause
+#   hack/build-tools.sh          all of them, every supported minor (`make tools`, for `make test`)
+#   hack/build-tools.sh cluster  only what `make up` runs, for the minor KUBE_VERSION picks
+#                                (default the newest): Kubernetes, etcd, containerd, runc, CNI,
+#                                registry, mkimage, pause
 #   hack/build-tools.sh helm     helm alone (`make manifests`, `make release`)
 #   hack/build-tools.sh actionlint  actionlint alone (`make vet`)
 #   hack/build-tools.sh cosign   cosign alone (`make release COSIGN_KEY=...`; ~10 min cold on 2 cores,
@@ -24,8 +31,8 @@
 set -euo pipefail
 scope=${1:-all}
 case $scope in
-all) groups=" kube etcd registry e2e helm actionlint mkimage pause " ;;
-cluster) groups=" kube etcd registry mkimage pause " ;;
+all) groups=" kube etcd registry e2e helm actionlint mkimage pause node " ;;
+cluster) groups=" kube etcd registry mkimage pause node " ;;
 helm) groups=" helm " ;;
 actionlint) groups=" actionlint " ;;
 cosign) groups=" cosign " ;;
@@ -43,56 +50,72 @@ mkdir -p "$BIN"
 export CGO_ENABLED=0   # static binaries: no dependency on the host's libc
 export GOTOOLCHAIN=local
 goversion=$(go env GOVERSION)
-modver() { (cd "$TOOLS" && go list -m -f '{{.Version}}' "$1"); }
-kube_version=$(modver k8s.io/kubernetes)   # e.g. v1.34.4
-etcd_version=$(modver go.etcd.io/etcd/server/v3)
+# shellcheck source=hack/lib/versions.sh
+. "$ROOT/hack/lib/versions.sh"
 
-# stale NAME WANT: true when NAME is missing or was built from something else.
-stale() { [[ ! -x $BIN/$1 ]] || [[ "$(cat "$BIN/.$1.stamp" 2>/dev/null)" != "$2" ]]; }
-stamp() { printf '%s\n' "$2" >"$BIN/.$1.stamp"; }
+# stale NAME WANT [DIR]: true when DIR/NAME (default $BIN) is missing or was built from something else.
+stale() { local d=${3:-$BIN}; [[ ! -x $d/$1 ]] || [[ "$(cat "$d/.$1.stamp" 2>/dev/null)" != "$2" ]]; }
+stamp() { local d=${3:-$BIN}; printf '%s\n' "$2" >"$d/.$1.stamp"; }
 
-# --- Kubernetes: one `go build` for all stale commands, so they share the compile work.
-kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
-kube_stamp="kubernetes=$kube_version $goversion"
-todo=()
-want kube || kube_cmds=()
-for c in "${kube_cmds[@]}"; do
-	if stale "$c" "$kube_stamp"; then todo+=("$c"); fi
-done
-# Without these the binaries report v0.0.0-master and the kubelet/apiserver version skew
-# checks and `kubectl version` are meaningless.
-major=${kube_version#v}; major=${major%%.*}
-minor=${kube_version#v*.}; minor=${minor%%.*}
-kube_ldflags="-s -w"
-for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	kube_ldflags+=" -X $p.gitVersion=$kube_version -X $p.gitMajor=$major -X $p.gitMinor=$minor"
-	kube_ldflags+=" -X $p.gitTreeState=clean"
-done
-if ((${#todo[@]})); then
-	echo "building ${todo[*]} ($kube_version)..."
-	pkgs=()
-	for c in "${todo[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-	(cd "$TOOLS" && go build -trimpath -ldflags "$kube_ldflags" -o "$BIN/" "${pkgs[@]}")
-	for c in "${todo[@]}"; do stamp "$c" "$kube_stamp"; done
+# kube_ldflags VERSION: without these the binaries report v0.0.0-master and the kubelet/apiserver
+# version skew checks and `kubectl version` are meaningless.
+kube_ldflags() {
+	local v=$1 major minor flags="-s -w" p
+	major=${v#v}; major=${major%%.*}
+	minor=${v#v*.}; minor=${minor%%.*}
+	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		flags+=" -X $p.gitVersion=$v -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+	done
+	echo "$flags"
+}
+
+# build_minor MINOR: the Kubernetes commands and etcd of MINOR into $BIN/k8s-MINOR, from its module.
+# One `go build` for all stale commands, so they share the compile work.
+build_minor() {
+	local m=$1 mod dir kube_version etcd_version kube_stamp etcd_stamp c todo=() pkgs=()
+	mod=$ROOT/$(kube_module_dir "$m")
+	dir=$(kube_bin_dir "$ROOT" "$m")
+	mkdir -p "$dir"
+	kube_version=$(cd "$mod" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
+	etcd_version=$(cd "$mod" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
+	[[ $kube_version == "v$m."* ]] || { echo "$mod pins Kubernetes $kube_version, not $m" >&2; return 1; }
+	if want kube; then
+		kube_stamp="kubernetes=$kube_version $goversion"
+		for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
+			if stale "$c" "$kube_stamp" "$dir"; then todo+=("$c"); fi
+		done
+		if ((${#todo[@]})); then
+			echo "building ${todo[*]} ($kube_version)..."
+			for c in "${todo[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+			(cd "$mod" && go build -trimpath -ldflags "$(kube_ldflags "$kube_version")" -o "$dir/" "${pkgs[@]}")
+			for c in "${todo[@]}"; do stamp "$c" "$kube_stamp" "$dir"; done
+		fi
+	fi
+	# etcd: the package go.etcd.io/etcd/server/v3 is itself the etcd main package.
+	etcd_stamp="etcd=$etcd_version $goversion"
+	if want etcd && stale etcd "$etcd_stamp" "$dir"; then
+		echo "building etcd ($etcd_version, for $m)..."
+		(cd "$mod" && go build -trimpath -ldflags "-s -w" -o "$dir/etcd" go.etcd.io/etcd/server/v3)
+		stamp etcd "$etcd_stamp" "$dir"
+	fi
+}
+
+# The minors: every supported one for `all` (make test runs the matrix), else KUBE_VERSION's.
+if [[ $scope == all ]]; then minors=("${KUBE_MINORS[@]}"); else minors=("$(kube_minor)"); fi
+if want kube || want etcd; then
+	for m in "${minors[@]}"; do build_minor "$m"; done
 fi
 
-# --- e2e-storage.test: the e2e framework and the External Storage suite at the cluster's version
+# --- e2e-storage.test: the e2e framework and the External Storage suite at the newest minor
 # (hack/e2e-storage.sh runs it). A test binary, as upstream's e2e.test is (`go test -c`); the same
 # flags as the commands above, so it reuses their compiled packages. Rebuilt when the Kubernetes
 # version, Go or its own source changes.
+kube_version=$(cd "$TOOLS" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 e2e_stamp="e2e-storage=kubernetes=$kube_version src=$(cat "$TOOLS"/e2e-storage/*.go | sha256sum | cut -c1-16) $goversion"
 if want e2e && stale e2e-storage.test "$e2e_stamp"; then
 	echo "building e2e-storage.test ($kube_version)..."
-	(cd "$TOOLS" && go test -c -trimpath -ldflags "$kube_ldflags" -o "$BIN/e2e-storage.test" ./e2e-storage)
+	(cd "$TOOLS" && go test -c -trimpath -ldflags "$(kube_ldflags "$kube_version")" -o "$BIN/e2e-storage.test" ./e2e-storage)
 	stamp e2e-storage.test "$e2e_stamp"
-fi
-
-# --- etcd: the package go.etcd.io/etcd/server/v3 is itself the etcd main package.
-etcd_stamp="etcd=$etcd_version $goversion"
-if want etcd && stale etcd "$etcd_stamp"; then
-	echo "building etcd ($etcd_version)..."
-	(cd "$TOOLS" && go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3)
-	stamp etcd "$etcd_stamp"
 fi
 
 # module_tool NAME DIR MODULE PKG [SYMBOL]: a tool in its own module (tools/DIR, which pins
@@ -121,6 +144,43 @@ module_tool cosign cosign github.com/sigstore/cosign/v2 github.com/sigstore/cosi
 # registry: distribution's registry, the local cluster's (hack/cluster.sh).
 module_tool registry registry github.com/distribution/distribution/v3 \
 	github.com/distribution/distribution/v3/cmd/registry github.com/distribution/distribution/v3/version.version
+
+# --- The node's runtime: containerd 2 (with its runc shim and ctr), runc and the CNI plugins, each
+# from its own module. containerd and the shim are static (no cgo: the btrfs snapshotter, the only
+# part that needs it, is left out as in upstream's static builds); runc needs cgo for seccomp.
+if want node; then
+	v=$(cd "$TOOLS/containerd" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)
+	todo=()
+	for c in containerd containerd-shim-runc-v2 ctr; do
+		if stale "$c" "containerd=$v $goversion"; then todo+=("github.com/containerd/containerd/v2/cmd/$c"); fi
+	done
+	if ((${#todo[@]})); then
+		echo "building containerd ($v)..."
+		(cd "$TOOLS/containerd" && go build -trimpath -tags "no_btrfs urfave_cli_no_docs osusergo netgo static_build" \
+			-ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$v -X github.com/containerd/containerd/v2/version.Package=github.com/containerd/containerd/v2" \
+			-o "$BIN/" "${todo[@]}")
+		for c in containerd containerd-shim-runc-v2 ctr; do stamp "$c" "containerd=$v $goversion"; done
+	fi
+	v=$(cd "$TOOLS/runc" && go list -m -f '{{.Version}}' github.com/opencontainers/runc)
+	if stale runc "runc=$v $goversion"; then
+		echo "building runc ($v)..."
+		(cd "$TOOLS/runc" && CGO_ENABLED=1 go build -trimpath -tags seccomp \
+			-ldflags "-s -w -X main.version=${v#v}" -o "$BIN/runc" github.com/opencontainers/runc)
+		stamp runc "runc=$v $goversion"
+	fi
+	v=$(cd "$TOOLS/cni" && go list -m -f '{{.Version}}' github.com/containernetworking/plugins)
+	mkdir -p "$BIN/cni"
+	todo=()
+	for p in main/bridge main/loopback meta/portmap ipam/host-local; do
+		if stale "${p#*/}" "cni=$v $goversion" "$BIN/cni"; then todo+=("github.com/containernetworking/plugins/plugins/$p"); fi
+	done
+	if ((${#todo[@]})); then
+		echo "building CNI plugins ($v)..."
+		(cd "$TOOLS/cni" && go build -trimpath -ldflags "-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$v" \
+			-o "$BIN/cni/" "${todo[@]}")
+		for p in bridge loopback portmap host-local; do stamp "$p" "cni=$v $goversion" "$BIN/cni"; done
+	fi
+fi
 
 # --- mkimage: rebuilt when its source changes.
 mk_stamp="mkimage=$(cat "$TOOLS"/mkimage/*.go | sha256sum | cut -c1-16) $goversion"

@@ -63,6 +63,16 @@ REGISTRY_DIR=$CL/registry
 
 # shellcheck source=hack/lib/cluster-pki.sh
 source "$ROOT/hack/lib/cluster-pki.sh"
+# shellcheck source=hack/lib/versions.sh
+source "$ROOT/hack/lib/versions.sh"
+# The Kubernetes minor: KUBE_VERSION (e.g. 1.36) for `up`, the newest by default; the other
+# commands act on the cluster that is up, so they take the minor `up` recorded.
+if [[ -z ${KUBE_VERSION:-} && ${1:-} != up && -s $CL/kube-minor ]]; then KUBE_VERSION=$(cat "$CL/kube-minor"); fi
+KUBE_MINOR=$(kube_minor)
+kube_module_dir "$KUBE_MINOR" >/dev/null
+# Its binaries (hack/build-tools.sh): kube-apiserver, kube-controller-manager, kube-scheduler,
+# kubelet, kubectl and etcd. The node's runtime (containerd 2, runc, CNI) is the same for every minor.
+KBIN=$(kube_bin_dir "$ROOT" "$KUBE_MINOR")
 
 log() { printf '[cluster %5.1fs] %s\n' "$(($(date +%s%N) - T0))e-9" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -73,7 +83,7 @@ T0=$(date +%s%N)
 # detection ("failed to find cgroup mounts").
 in_netns() { nsenter --net="$NETNS_PATH" -- "$@"; }
 
-kubectl() { in_netns "$BIN/kubectl" --kubeconfig "$CL/admin.kubeconfig" "$@"; }
+kubectl() { in_netns "$KBIN/kubectl" --kubeconfig "$CL/admin.kubeconfig" "$@"; }
 
 # Node k (1..NODES): its name, IP, network namespace, mount namespace (none: the machine's, when
 # it is the only node), the directory of its containerd, CNI, pod logs and kubelet dir, its pod
@@ -228,6 +238,19 @@ setup_mntns() {
 	done
 }
 
+# check_cgroups: the node's cgroup handling here is cgroup v1 (hybrid) without systemd: the kubelet
+# and runc use cgroupfs, the kubelet is told not to refuse v1 (failCgroupV1: false, its default
+# since 1.35 refuses it), and the harness finds pods' processes in the v1 hierarchies. A cgroup v2
+# host (every systemd distribution today, GitHub's runners) is refused with what to run instead:
+# the same suites run there on kind (`make e2e-kind`), whose nodes bring their own cgroup setup.
+check_cgroups() {
+	if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+		die "this host uses cgroup v2 (unified); hack/cluster.sh runs nodes on cgroup v1 hosts only. On this host run the suites on kind instead: make e2e-kind KUBE_VERSION=$KUBE_MINOR"
+	fi
+	[[ -d /sys/fs/cgroup/pids && -d /sys/fs/cgroup/memory ]] ||
+		die "no cgroup v1 pids and memory hierarchies under /sys/fs/cgroup: hack/cluster.sh needs them (or use make e2e-kind)"
+}
+
 # setup_cgroups: the cgroup parent of each further node's pods (its kubelet's cgroupRoot), so the
 # kubelets do not share /kubepods. In every hierarchy the machine mounts (cgroup v1 and the
 # unified one); cpuset needs its CPUs and memory nodes set before anything can join.
@@ -275,14 +298,14 @@ EOF
 }
 
 start_control_plane() {
-	start etcd "$BIN/etcd" --name srcsi --data-dir "$CL/etcd" \
+	start etcd "$KBIN/etcd" --name srcsi --data-dir "$CL/etcd" \
 		--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
 		--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
 		--initial-cluster srcsi=http://127.0.0.1:2380 \
 		--quota-backend-bytes 4294967296 \
 		--unsafe-no-fsync # disposable test data: skipping fsync makes every write much faster
 
-	start kube-apiserver "$BIN/kube-apiserver" \
+	start kube-apiserver "$KBIN/kube-apiserver" \
 		--etcd-servers http://127.0.0.1:2379 \
 		--bind-address 0.0.0.0 --secure-port 6443 --advertise-address "$NODE_IP" \
 		--service-cluster-ip-range "$SERVICE_CIDR" \
@@ -309,12 +332,16 @@ start_control_plane() {
 	# stopped is NotReady sooner (the multi-node suite loses one); the kubelets renew their Lease
 	# every 5 s (nodeLeaseDurationSeconds: 20). One node keeps the default: under the heaviest
 	# single-node tests a slow renewal must not make the only node NotReady.
-	local grace=()
+	local grace=() controllers='*,-node-ipam-controller'
 	((NODES == 1)) || grace=(--node-monitor-grace-period 20s)
+	# The cloud controllers left kube-controller-manager in 1.37 (naming them is then an error);
+	# before, they are turned off here.
+	((${KUBE_MINOR#1.} >= 37)) ||
+		controllers+=',-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller'
 	# --secure-port 0: nothing scrapes it; saves generating a self-signed serving cert.
 	# --kube-api-qps/burst: with per-controller service-account credentials, start-up makes a few
 	# requests per controller; the default 20 qps spreads that over ~6 s.
-	start kube-controller-manager "$BIN/kube-controller-manager" \
+	start kube-controller-manager "$KBIN/kube-controller-manager" \
 		--kubeconfig "$CL/controller-manager.kubeconfig" \
 		--leader-elect=false \
 		--secure-port 0 \
@@ -322,7 +349,7 @@ start_control_plane() {
 		--service-account-private-key-file "$PKI/sa.key" \
 		--root-ca-file "$PKI/ca.crt" \
 		--cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
-		--controllers '*,-node-ipam-controller,-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller' \
+		--controllers "$controllers" \
 		--node-monitor-period 1s \
 		"${grace[@]}" \
 		--kube-api-qps 200 --kube-api-burst 400 \
@@ -331,7 +358,7 @@ start_control_plane() {
 
 start_scheduler() {
 	# --secure-port 0: nothing scrapes it (and then it needs no authn/authz kubeconfigs).
-	start kube-scheduler "$BIN/kube-scheduler" \
+	start kube-scheduler "$KBIN/kube-scheduler" \
 		--kubeconfig "$CL/scheduler.kubeconfig" \
 		--leader-elect=false \
 		--secure-port 0 \
@@ -341,15 +368,15 @@ start_scheduler() {
 # start_containerd K: node K's containerd, with its own root, state, socket, CNI config (its own pod
 # CIDR) and registry hosts.
 start_containerd() {
-	local k=$1 dir ctrd
+	local k=$1 dir ctrd systemd_cgroup=false
 	dir=$(node_dir "$k")
 	ctrd=$dir/containerd
 	mkdir -p "$ctrd" "$dir/cni/net.d" "$dir/pod-logs"
 	cat >"$ctrd/config.toml" <<EOF
-# containerd for the local test cluster: own root/state/socket so it never meets another
-# containerd on the machine. (Shim sockets still land in /run/containerd/s; names are hashed
-# from this socket path, so they do not collide.)
-version = 2
+# containerd 2 for the local test cluster (config version 3): own root/state/socket so it never
+# meets another containerd on the machine. (Shim sockets still land in /run/containerd/s; names
+# are hashed from this socket path, so they do not collide.)
+version = 3
 root = "$ctrd/root"
 state = "$ctrd/state"
 # Plugins that only probe and fail here; skipping them saves start-up time and log noise.
@@ -363,28 +390,32 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [plugins."io.containerd.internal.v1.opt"]
   path = "$ctrd/opt"
 
-[plugins."io.containerd.grpc.v1.cri"]
-  # Imported locally (never pulled); so is busybox, which pods use with imagePullPolicy: Never.
-  sandbox_image = "$PAUSE_IMAGE"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    # Imported locally (never pulled); so is busybox, which pods use with imagePullPolicy: Never.
+    sandbox = "$PAUSE_IMAGE"
+  # Registry hosts (certs.d/HOST:PORT/hosts.toml): how the node reaches the cluster's registry.
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "$ctrd/certs.d"
+
+[plugins."io.containerd.cri.v1.runtime"]
   # This VM lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj below ours, and without
   # this every sandbox fails with "can't get final child's PID from pipe".
   restrict_oom_score_adj = true
   enable_selinux = false
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         # The kubelet uses cgroupDriver: cgroupfs; both must agree.
-        SystemdCgroup = false
-        # runc's state under our dir too (default /run/containerd/runc).
+        SystemdCgroup = $systemd_cgroup
+        # Our runc (hack/build-tools.sh), and its state under our dir (default /run/containerd/runc).
+        BinaryName = "$BIN/runc"
         Root = "$ctrd/runc"
-  # Registry hosts (certs.d/HOST:PORT/hosts.toml): how the node reaches the cluster's registry.
-  [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = "$ctrd/certs.d"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["$BIN/cni"]
     conf_dir = "$dir/cni/net.d"
     max_conf_num = 1
 EOF
@@ -420,7 +451,8 @@ server = "https://$REGISTRY"
   capabilities = ["pull", "resolve"]
   ca = "$PKI/ca.crt"
 EOF
-	start_on "$k" "containerd$(node_sfx "$k")" /usr/bin/containerd --config "$ctrd/config.toml"
+	# PATH: containerd starts its shim (containerd-shim-runc-v2) by name, from beside itself.
+	start_on "$k" "containerd$(node_sfx "$k")" env PATH="$BIN:$PATH" "$BIN/containerd" --config "$ctrd/config.toml"
 }
 
 # start_registry: distribution's registry on the node IP, storage under the cluster dir (gone at
@@ -487,7 +519,7 @@ ctr() { ctr_on 1 "$@"; }
 ctr_on() {
 	local k=$1
 	shift
-	on_node "$k" /usr/bin/ctr --address "$(node_dir "$k")/containerd/containerd.sock" --namespace k8s.io "$@"
+	on_node "$k" "$BIN/ctr" --address "$(node_dir "$k")/containerd/containerd.sock" --namespace k8s.io "$@"
 }
 
 # import_image TAR: into every node's containerd. (An absolute path: nsenter --mount leaves the
@@ -543,7 +575,7 @@ nodeLeaseDurationSeconds: 20
 syncFrequency: 10s
 fileCheckFrequency: 5s
 EOF
-	start_on "$k" "kubelet$(node_sfx "$k")" "$BIN/kubelet" \
+	start_on "$k" "kubelet$(node_sfx "$k")" "$KBIN/kubelet" \
 		--config "$dir/kubelet-config.yaml" \
 		--kubeconfig "$kubeconfig" \
 		--root-dir "$KUBELET_ROOT" \
@@ -559,7 +591,7 @@ write_env() {
 # The API server is reachable only from inside the network namespace \$SRCSI_NETNS.
 export KUBECONFIG=$CL/admin.kubeconfig
 export SRCSI_NETNS=$NETNS_PATH
-export SRCSI_KUBECTL=$BIN/kubectl
+export SRCSI_KUBECTL=$KBIN/kubectl
 export SRCSI_BIN_DIR=$BIN
 export SRCSI_CLUSTER_DIR=$CL
 export SRCSI_MODE=$mode
@@ -626,20 +658,23 @@ cmd_up() {
 	*) die "unknown flag for up: $1" ;;
 	esac
 	for b in etcd kube-apiserver kube-controller-manager kubectl; do
-		[[ -x $BIN/$b ]] || die "missing $BIN/$b: run hack/build-tools.sh"
+		[[ -x $KBIN/$b ]] || die "missing $KBIN/$b: run KUBE_VERSION=$KUBE_MINOR hack/build-tools.sh cluster"
 	done
 	if [[ $mode == full ]]; then
-		for b in kubelet kube-scheduler mkimage pause registry; do
-			[[ -x $BIN/$b ]] || die "missing $BIN/$b: run hack/build-tools.sh"
+		check_cgroups
+		[[ -x $KBIN/kubelet && -x $KBIN/kube-scheduler ]] ||
+			die "missing $KBIN/kubelet or kube-scheduler: run KUBE_VERSION=$KUBE_MINOR hack/build-tools.sh cluster"
+		for b in mkimage pause registry containerd containerd-shim-runc-v2 ctr runc cni/bridge; do
+			[[ -x $BIN/$b ]] || die "missing $BIN/$b: run hack/build-tools.sh cluster"
 		done
-		for b in /usr/bin/containerd /usr/bin/ctr /usr/sbin/runc /usr/lib/cni/bridge /bin/busybox; do
-			[[ -x $b ]] || die "missing $b: run hack/install-deps.sh"
-		done
+		[[ -x /bin/busybox ]] || die "missing /bin/busybox: run hack/install-deps.sh"
 	fi
 
 	lock
 	teardown # a fresh cluster every time, whatever a previous run left behind
 	mkdir -p "$LOGS" "$PIDS"
+	echo "$KUBE_MINOR" >"$CL/kube-minor"
+	log "Kubernetes $("$KBIN/kube-apiserver" --version | awk '{print $2}'), $("$BIN/containerd" --version | awk '{print $1, $3}')"
 	rm -f "$LOGS"/*.log "$CL/audit.log"
 
 	[[ $NODES =~ ^[1-9][0-9]?$ && $NODES -le 20 ]] || die "NODES=$NODES: want 1 to 20 nodes"
@@ -993,7 +1028,7 @@ cmd_exec() {
 	# shellcheck disable=SC1091
 	source "$CL/env"
 	set +a
-	export PATH=$BIN:$PATH # `kubectl` is the cluster's own, not /usr/bin/kubectl
+	export PATH=$KBIN:$BIN:$PATH # `kubectl` is the cluster's own, not /usr/bin/kubectl
 	exec nsenter --net="$NETNS_PATH" -- "$@"
 }
 

@@ -11,7 +11,8 @@
 #      deploy.yaml through the overlay (image and --relist-interval only), waits for the
 #      DaemonSet, runs the pods, and looks at the node's mounts and dirs itself.
 #
-# Environment: KIND_CLUSTER (default srcsi-e2e), KEEP_CLUSTER=1 (do not delete it afterwards),
+# Environment: KUBE_VERSION (the minor, default the newest: its node image pinned by digest in
+# hack/lib/versions.sh), KIND_CLUSTER (default srcsi-e2e), KEEP_CLUSTER=1 (do not delete it afterwards),
 # IMAGE_TAR (default _output/shared-resource-csi-image.tar), BUSYBOX (default busybox:1.36),
 # TEST_ARGS (extra `go test` flags, e.g. -test.run=TestPodsReadCABundle).
 # API requests (scenario 8) are counted from the driver's /metrics: kind has no audit log here.
@@ -19,6 +20,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
+# shellcheck source=hack/lib/versions.sh
+source hack/lib/versions.sh
+NODE_IMAGE=$(kind_node_image "$(kube_minor)")
 CLUSTER=${KIND_CLUSTER:-srcsi-e2e}
 IMAGE_TAR=${IMAGE_TAR:-_output/shared-resource-csi-image.tar}
 BUSYBOX=${BUSYBOX:-busybox:1.36}
@@ -34,7 +38,7 @@ IMAGE=$(tar -xOf "$IMAGE_TAR" manifest.json | sed -n 's/.*"RepoTags":\["\([^"]*\
 [[ -n $IMAGE ]] || { echo "cannot read the image's tag from $IMAGE_TAR" >&2; exit 1; }
 
 if ! kind get clusters | grep -qx "$CLUSTER"; then
-	kind create cluster --name "$CLUSTER" --wait 120s
+	kind create cluster --name "$CLUSTER" --image "$NODE_IMAGE" --wait 120s
 fi
 if [[ ${KEEP_CLUSTER:-} != 1 ]]; then
 	trap 'kind delete cluster --name "$CLUSTER"' EXIT

@@ -31,7 +31,8 @@ TIMEOUT_MIN=${E2E_STORAGE_TIMEOUT_MINUTES:-15}
 
 log() { printf '[e2e-storage] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
-k() { "$BIN/kubectl" "$@"; }
+# The cluster's own kubectl (its minor's, from the env file `hack/cluster.sh exec` reads).
+k() { "${SRCSI_KUBECTL:?run through hack/cluster.sh exec}" "$@"; }
 
 # The tests that must pass, by their full names: the CSI ephemeral in-line pattern, with the
 # driver file's volume (ReadOnly: false, Shared: true).

@@ -9,9 +9,9 @@ scope=${1:-all}
 [[ $scope == all || $scope == cluster ]] || { echo "usage: $0 [all|cluster]" >&2; exit 2; }
 
 pkgs=(
-	containerd                  # container runtime (CRI) for the kubelet
-	runc                        # OCI runtime used by containerd
-	containernetworking-plugins # CNI bridge/host-local/loopback/portmap in /usr/lib/cni
+	# containerd 2, runc and the CNI plugins are built from the Go module proxy (hack/build-tools.sh):
+	# Debian 12's containerd 1.6 is end of life and Kubernetes 1.36 and later need containerd 2.
+	libseccomp-dev pkg-config   # runc is built with cgo against libseccomp (its seccomp filters)
 	busybox-static              # the busybox test image is built from /bin/busybox
 	iptables                    # kubelet and the CNI bridge plugin program iptables
 	conntrack                   # CNI portmap / kubelet cleanups
@@ -51,12 +51,11 @@ apt-get update -qq
 # node exporter); keeps the install small.
 apt-get install -y -qq --no-install-recommends "${missing[@]}"
 
-# The containerd and prometheus packages ship system services. Some hosts start them on install
-# (others are prevented by policy-rc.d); our cluster runs its own containerd with its own
-# socket/root, and a second one is only confusing, and only promtool is wanted from prometheus
-# (not a server on :9090), so stop them if they were started here.
+# The prometheus package ships a system service. Some hosts start it on install (others are
+# prevented by policy-rc.d); only promtool is wanted from prometheus (not a server on :9090), so
+# stop it if it was started here.
 if command -v systemctl >/dev/null && [[ -d /run/systemd/system ]]; then
-	for unit in containerd.service prometheus.service; do
+	for unit in prometheus.service; do
 		systemctl disable --now "$unit" >/dev/null 2>&1 || true
 	done
 fi

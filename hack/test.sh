@@ -1,15 +1,32 @@
 #!/usr/bin/env bash
 # Runs the whole test suite against local clusters that it brings up and always tears down.
-# Called by `make test` (after build and tools); needs root. Two phases, each on a cluster of its own:
-#   1. one node: every test but the multi-node suite, then Kubernetes' storage e2e suite;
-#   2. three nodes (NODES=3): the multi-node suite (nodes_integration_test.go, TestNodes*), then
-#      `down`, checked to leave nothing behind (hack/cluster.sh check-down).
-# TEST_ARGS: more `go test` flags for the phases (with TEST_ARGS the storage e2e suite is skipped).
-# A -run in it picks the phase: the three-node one if it names TestNodes, else the one-node one.
-# TEST_NODES: the phases to run ("1 3" by default, or as the -run picks).
+# Called by `make test` (after build and tools); needs root. Phases, each on a cluster of its own:
+#   1. the newest supported minor, one node: every test but the multi-node suite, then Kubernetes'
+#      storage e2e suite;
+#   2. the newest minor, three nodes (NODES=3): the multi-node suite (nodes_integration_test.go,
+#      TestNodes*);
+#   3. each older supported minor (hack/lib/versions.sh), one node: the tests that prove a user's
+#      install works there (MATRIX_TESTS below).
+# After each phase `down` must leave nothing behind (hack/cluster.sh check-down).
+# KUBE_VERSION=1.NN: phases 1 and 2 on that minor only, no matrix.
+# TEST_ARGS: more `go test` flags for the phases (with TEST_ARGS the storage e2e suite and the
+# matrix are skipped). A -run in it picks the phase: the three-node one if it names TestNodes,
+# else the one-node one.
+# TEST_NODES: the phases to run on the main minor ("1 3" by default, or as the -run picks).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=hack/lib/versions.sh
+source hack/lib/versions.sh
+main_minor=$(kube_minor)
+# The older minors' phase: the matrix, unless one minor was asked for or tests were picked.
+matrix=()
+if [[ -z ${KUBE_VERSION:-} && -z ${TEST_ARGS:-} ]]; then matrix=("${KUBE_MINORS[@]:1}"); fi
+# What proves a user's install works on a minor: the install from the registry with helm, a share
+# read, revoked and regranted, refreshed, the driver killed and restarted and upgraded between two
+# pushed releases, pods deleted leaving nothing, the read-only view, the CRD schema and the
+# admission policy against that API server, OpenShift's documented objects.
+MATRIX_TESTS='^(TestPodsInstalledFromTheRegistry|TestPodsReadCABundleSharedFromPlatformNamespace|TestPodsWithoutUseGrantStayContainerCreating|TestPodsRevokedWhileRunningThenRegranted|TestPodsSeeSourceUpdatesAtomicallyUnlessRefreshFalse|TestPodsDriverRecreated|TestPodsDeletedLeaveNothingOnTheNode|TestDriverKilledAndRestartedKeepsServingItsVolumes|TestReadOnlyInTheMountNamespaceThePodSees|TestShareItemsSchema|TestSharePolicyGuardsTheListOfKeys|TestSharePolicyRequiresReadOnTheSource|TestSharePolicyGuardsThePin|TestOpenShiftCRDSchemaAgainstOurs|TestOpenShiftDocumentedObjectsAreAccepted)$'
 [[ $(id -u) == 0 ]] || { echo "make test needs root (it mounts file systems and runs a kubelet)" >&2; exit 1; }
 if [[ -z ${TEST_NODES:-} ]]; then
 	TEST_NODES="1 3"
@@ -28,16 +45,16 @@ CGO_ENABLED=0 go build -trimpath -tags crashpoints -o _output/bin/shared-resourc
 # Modules are downloaded first: there is no route out of the cluster's network namespace.
 go mod download
 
-# gotest LOG ARGS...: the package's tests inside the cluster's network namespace, where the API
-# server is reachable. -tags integration: the suites that need the cluster or root, besides the
-# unit tests (which alone are `go test ./...`).
+# gotest MINOR LOG ARGS...: the package's tests inside the network namespace of the cluster of
+# MINOR, where the API server is reachable. -tags integration: the suites that need the cluster or
+# root, besides the unit tests (which alone are `go test ./...`).
 gotest() {
-	local log=$1
-	shift
-	hack/cluster.sh exec -- env \
+	local minor=$1 log=$2
+	shift 2
+	KUBE_VERSION=$minor hack/cluster.sh exec -- env \
 		DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi" \
 		CRASH_DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi-crashpoints" \
-		KUBECTL="$ROOT/_output/bin/kubectl" \
+		KUBECTL="$(kube_bin_dir "$ROOT" "$minor")/kubectl" \
 		HELM="$ROOT/_output/bin/helm" \
 		SRCSI_NODES_API_OUT="$ROOT/_output/nodes-api.txt" \
 		go test -tags integration -count=1 -timeout 40m -parallel 4 -v "$@" 2>&1 | tee "$log"
@@ -47,10 +64,10 @@ gotest() {
 status=0
 set +e
 if [[ $TEST_NODES == *1* ]]; then
-	NODES=1 hack/cluster.sh up || exit 1
-	echo "cluster of 1 node up in $(($(date +%s) - start)) s"
+	KUBE_VERSION=$main_minor NODES=1 hack/cluster.sh up || exit 1
+	echo "cluster of 1 node (Kubernetes $main_minor) up in $(($(date +%s) - start)) s"
 	# shellcheck disable=SC2086 # TEST_ARGS is a list of flags
-	gotest _output/test.log -skip '^TestNodes' ${TEST_ARGS:-} . ./internal/...
+	gotest "$main_minor" _output/test.log -skip '^TestNodes' ${TEST_ARGS:-} . ./internal/...
 	status=$?
 	# Kubernetes' storage e2e suite (External Storage, CSI ephemeral in-line) against the driver
 	# the pod suite deployed. Not when TEST_ARGS picks tests: the pod suite may not have run.
@@ -69,10 +86,10 @@ if [[ $TEST_NODES == *1* ]]; then
 fi
 if [[ $TEST_NODES == *3* ]]; then
 	phase=$(date +%s)
-	NODES=3 hack/cluster.sh up || exit 1
-	echo "cluster of 3 nodes up in $(($(date +%s) - phase)) s"
+	KUBE_VERSION=$main_minor NODES=3 hack/cluster.sh up || exit 1
+	echo "cluster of 3 nodes (Kubernetes $main_minor) up in $(($(date +%s) - phase)) s"
 	# shellcheck disable=SC2086
-	gotest _output/test-nodes.log -run '^TestNodes' ${TEST_ARGS:-} .
+	gotest "$main_minor" _output/test-nodes.log -run '^TestNodes' ${TEST_ARGS:-} .
 	nodes_status=$?
 	((status != 0)) || status=$nodes_status
 	# `down` must leave nothing behind of three nodes either: a test of the harness itself.
@@ -81,5 +98,19 @@ if [[ $TEST_NODES == *3* ]]; then
 	((status != 0)) || status=$down_status
 	echo "three-node phase took $(($(date +%s) - phase)) s"
 fi
+# The older minors, one after another: each cluster takes the machine's /var/lib/kubelet, its
+# ports and network namespace, so two cannot run side by side here.
+for minor in "${matrix[@]}"; do
+	phase=$(date +%s)
+	KUBE_VERSION=$minor NODES=1 hack/cluster.sh up || exit 1
+	echo "cluster of 1 node (Kubernetes $minor) up in $(($(date +%s) - phase)) s"
+	gotest "$minor" "_output/test-$minor.log" -run "$MATRIX_TESTS" .
+	minor_status=$?
+	((status != 0)) || status=$minor_status
+	hack/cluster.sh down && hack/cluster.sh check-down
+	down_status=$?
+	((status != 0)) || status=$down_status
+	echo "Kubernetes $minor phase took $(($(date +%s) - phase)) s"
+done
 echo "tests finished in $(($(date +%s) - start)) s"
 exit "$status"
