@@ -12,20 +12,25 @@ REGISTRY ?= ghcr.io/shared-resource
 # not pulled from anywhere.
 IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 
-.PHONY: build test unit tools-test vet image deploy up down tools deps tools-cluster deps-cluster helm actionlint cosign registry release e2e-kind bench clean manifests
+.PHONY: build test unit tools-test vet image deploy up down tools deps tools-cluster deps-cluster helm actionlint check-workflows cosign registry release e2e-kind bench clean manifests
 
 ## build: the static driver binary, version stamped, in _output/bin.
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN)/$(BINARY) .
 
-## vet: go vet of both test tiers (with and without the build tag integration), gofmt, and
-## actionlint on .github/workflows (shellcheck and pyflakes off: whether they ran would depend on
-## what the machine has installed, so a workflow could pass here and fail in CI).
-vet: actionlint
+## vet: go vet of both test tiers (with and without the build tag integration), gofmt,
+## check-workflows, and actionlint on .github/workflows (shellcheck and pyflakes off: whether they
+## ran would depend on what the machine has installed, so a workflow could pass here and fail in CI).
+vet: actionlint check-workflows
 	go vet ./...
 	go vet -tags integration ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 	$(BIN)/actionlint -shellcheck= -pyflakes= .github/workflows/*.yaml
+
+## check-workflows: every action .github/workflows uses is pinned by a full commit SHA with a
+## `# vX.Y.Z` comment (a tag can be moved to other code); hack/pinnedactions.
+check-workflows:
+	go test -count=1 ./hack/pinnedactions
 
 ## unit: the tests that need neither root nor a cluster (a quick check while coding): every
 ## test not behind the build tag integration.

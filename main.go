@@ -6,8 +6,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -120,17 +122,21 @@ func parseFlags(args []string) (*options, error) {
 			fs.Var(f.Value, f.Name, f.Usage)
 		}
 	})
-	if err := fs.Parse(args); err != nil {
+	// The flag package's own messages would go to stderr without klog; parseFlags returns them
+	// (see flagcheck.go) and only --help prints, to stdout.
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(os.Stdout)
+		fs.PrintDefaults()
 		return nil, err
+	} else if err != nil {
+		return nil, explainParseError(fs, err)
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+		return nil, fmt.Errorf("unexpected argument %q: %w", fs.Arg(0), errNoArguments)
 	}
-	if o.healthMaxConns < 1 {
-		return nil, fmt.Errorf("--health-max-connections %d must be at least 1", o.healthMaxConns)
-	}
-	if o.relistSpread < 0 || o.relistSpread > 1 {
-		return nil, fmt.Errorf("--relist-spread %v must be between 0 and 1", o.relistSpread)
+	if err := checkOptions(o); err != nil {
+		return nil, err
 	}
 	// client-go logs request and response bodies (Secret data among them) at verbosity 8 and
 	// above, and it shares klog's global verbosity with us; the driver's own most detailed logs
@@ -176,8 +182,11 @@ const maxVerbosity = 5
 
 func main() {
 	o, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
 	if err != nil {
-		os.Exit(2)
+		refuseFlags(err)
 	}
 	if o.showVersion {
 		fmt.Print(versionText())
