@@ -4,7 +4,8 @@ package main
 
 // BenchmarkFleet: what many nodes cost one API server. K driver processes, each a node of its
 // own (node id, kubelet root, socket, state dir, metrics port), run against the one
-// kube-apiserver + etcd of `make bench`, with deploy.yaml's flags (the status Lease included) but
+// kube-apiserver + etcd of `make bench`, with deploy.yaml's node plugin flags (status is the
+// status controller's, not the nodes': none runs here) but
 // a 10 s relist interval, so that several cycles fit in a minute: every rate scales with
 // 1/interval (docs/scale.md turns the figures into a cost model).
 //
@@ -195,8 +196,7 @@ func (fl *fleetNodes) launch(b *testing.B, n int, extra ...string) []*fleetNode 
 		}
 		fl.ports[addr] = true
 		i := len(fl.nodes)
-		args := append([]string{"--health-address=" + addr, "--v=2", fmt.Sprintf("--node-id=fleet-%03d", i),
-			"--status-lease-namespace=" + driverNamespace}, extra...)
+		args := append([]string{"--health-address=" + addr, "--v=2", fmt.Sprintf("--node-id=fleet-%03d", i)}, extra...)
 		p := fl.c.env.prepareDriver(b, asDeployed(), withArgs(args...))
 		node := &fleetNode{benchDriver: &benchDriver{driverProc: p, metricsURL: "http://" + addr + "/metrics"}, index: i}
 		node.abortedBackoff = 5 * time.Millisecond
@@ -334,8 +334,7 @@ type fleetLoad struct {
 	dur         time.Duration
 	byKind      map[string]float64 // "verb/resource" -> requests
 	all, relist float64            // relist: SubjectAccessReviews and GETs of sources
-	// startup: requests a driver makes once per start (LIST and WATCH of the share CRDs, the
-	// first read of the Lease), per node
+	// startup: requests a driver makes once per start (LIST and WATCH of the share CRDs), per node
 	startup             float64
 	peakAll, peakRelist float64 // the most requests received in any 1 s
 	sarLatency          []time.Duration

@@ -126,6 +126,7 @@ driver:
   healthMaxConnections: 8
   volumeBytesBudget: 32Mi
   extraArgs: [--status-lease-duration=30s]
+statusController: {replicas: 3, resources: {requests: {cpu: 5m, memory: 16Mi}, limits: {memory: 64Mi}}}
 kubeletDir: /var/lib/k0s/kubelet
 resources: {requests: {cpu: 20m, memory: 32Mi}, limits: {memory: 128Mi}}
 tolerations: [{key: dedicated, operator: Equal, value: storage, effect: NoSchedule}]
@@ -154,7 +155,9 @@ func TestChartValuesReachTheObjects(t *testing.T) {
 	for _, ns := range []string{"default", "kube-public"} {
 		var rb rbacv1.RoleBinding
 		fromObject(t, objs, "RoleBinding", "", &rb, func(o *unstructured.Unstructured) bool { return o.GetNamespace() == ns })
-		if rb.RoleRef.Name != sourceReaderRole || len(rb.Subjects) != 1 || rb.Subjects[0].Namespace != "srcsi-chart-test" {
+		// Both accounts that read sources: the node plugins' and the status controller's.
+		if rb.RoleRef.Name != sourceReaderRole || len(rb.Subjects) != 2 || rb.Subjects[0].Name != driverServiceAccount ||
+			rb.Subjects[1].Name != statusServiceAccount || rb.Subjects[0].Namespace != "srcsi-chart-test" || rb.Subjects[1].Namespace != "srcsi-chart-test" {
 			t.Errorf("source RoleBinding in %s: %+v", ns, rb)
 		}
 	}
@@ -202,16 +205,20 @@ func TestChartValuesReachTheObjects(t *testing.T) {
 		}
 	}
 	wantArgs := []string{
+		"--role=node",
 		"--endpoint=unix:///var/lib/k0s/kubelet/plugins/csi.sharedresource.openshift.io/csi.sock",
 		"--state-dir=/var/lib/k0s/kubelet/plugins/csi.sharedresource.openshift.io",
 		"--kubelet-root-dir=/var/lib/k0s/kubelet", "--registration-dir=/var/lib/k0s/kubelet/plugins_registry",
 		"--health-address=$(HOST_IP):9810", "--health-max-connections=8", "--relist-interval=2m", "--relist-spread=0.25", "--tmpfs-size=16Mi", "--volume-bytes-budget=32Mi", "--cache-max-entries=50",
 		"--cache-max-bytes=1048576", "--cache-ttl=3s", "--authz-cache-ttl=4s", "--kube-api-qps=7.5",
-		"--kube-api-burst=15", "--v=4", "--status-lease-namespace=srcsi-chart-test", "--status-lease-duration=30s",
+		"--kube-api-burst=15", "--v=4",
+		"--service-account=srcsi-chart-test:shared-resource-csi-driver,srcsi-chart-test:shared-resource-csi-status",
+		"--status-lease-duration=30s",
 	}
 	if !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("driver args\n got %q\nwant %q", c.Args, wantArgs)
 	}
+	checkStatusController(t, objs)
 	// flowControl's level, rendered with its share changed.
 	plc := renderedObjects(t, runHelm(t, "template", "r", chartDir, "--set", "flowControl.nominalConcurrencyShares=5",
 		"--show-only", "templates/flowcontrol.yaml"))
@@ -225,6 +232,48 @@ func TestChartValuesReachTheObjects(t *testing.T) {
 		t.Errorf("the driver refuses the chart's args: %v", err)
 	}
 	checkMonitoringObjects(t, objs)
+}
+
+// checkStatusController: the status controller's Deployment takes the image, the namespace, its
+// replicas and resources, and the shared driver values; on OpenShift (nonDefaultValues) it leaves
+// the user to the restricted SCC; its args are accepted by the binary.
+func checkStatusController(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	var dep appsv1.Deployment
+	fromObject(t, objs, "Deployment", "shared-resource-csi-status", &dep, nil)
+	spec := dep.Spec.Template.Spec
+	c := spec.Containers[0]
+	for _, check := range []struct{ what, got, want string }{
+		{"namespace", dep.Namespace, "srcsi-chart-test"},
+		{"service account", spec.ServiceAccountName, statusServiceAccount},
+		{"replicas", fmt.Sprint(*dep.Spec.Replicas), "3"},
+		{"image", c.Image, "registry.example.com/team/shared-resource-csi:v9.8.7"},
+		{"pull policy", string(c.ImagePullPolicy), "Always"},
+		{"memory limit", c.Resources.Limits.Memory().String(), "64Mi"},
+		{"cpu request", c.Resources.Requests.Cpu().String(), "5m"},
+		{"health port", fmt.Sprint(c.Ports[0].ContainerPort), "9810"},
+		{"host network", fmt.Sprint(spec.HostNetwork), "false"},
+		{"volumes", fmt.Sprint(len(spec.Volumes)), "0"},
+		{"run as user (OpenShift assigns one)", fmt.Sprint(spec.SecurityContext.RunAsUser), "<nil>"},
+		{"non-root", fmt.Sprint(*spec.SecurityContext.RunAsNonRoot), "true"},
+		{"read-only root", fmt.Sprint(*c.SecurityContext.ReadOnlyRootFilesystem), "true"},
+		{"privileged", fmt.Sprint(*c.SecurityContext.Privileged), "false"},
+		{"privilege escalation", fmt.Sprint(*c.SecurityContext.AllowPrivilegeEscalation), "false"},
+	} {
+		if check.got != check.want {
+			t.Errorf("status controller %s: %q, want %q", check.what, check.got, check.want)
+		}
+	}
+	wantArgs := []string{"--role=status", "--status-lease-namespace=srcsi-chart-test", "--relist-interval=2m", "--health-address=:9810",
+		"--kube-api-qps=7.5", "--kube-api-burst=15", "--v=4",
+		"--service-account=srcsi-chart-test:shared-resource-csi-driver,srcsi-chart-test:shared-resource-csi-status",
+		"--status-lease-duration=30s"}
+	if !slices.Equal(c.Args, wantArgs) {
+		t.Errorf("status controller args\n got %q\nwant %q", c.Args, wantArgs)
+	}
+	if o, err := parseFlags(c.Args); err != nil || o.role != roleStatus {
+		t.Errorf("the binary refuses the status controller's args, or takes them for another role: %v", err)
+	}
 }
 
 // checkMonitoringObjects: the monitoring values of nonDefaultValues reach the PodMonitor, the
@@ -381,7 +430,7 @@ func valueKeys(t *testing.T) []string {
 	var keys []string
 	var walk func(prefix string, v any)
 	walk = func(prefix string, v any) {
-		if sub, ok := v.(map[string]any); ok && len(sub) > 0 && prefix != "resources" && prefix != "updateStrategy" {
+		if sub, ok := v.(map[string]any); ok && len(sub) > 0 && !strings.HasSuffix("."+prefix, ".resources") && prefix != "updateStrategy" {
 			for k, vv := range sub {
 				walk(strings.TrimPrefix(prefix+"."+k, "."), vv)
 			}

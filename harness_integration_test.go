@@ -56,9 +56,14 @@ type kubeEnv struct {
 	// driver the tests start has exactly deploy.yaml's RBAC: no read of any Secret or ConfigMap
 	// but where a test grants it, as an admin would (sourceNamespace).
 	driverKubeconfig string
-	kube             kubernetes.Interface
-	dyn              dynamic.Interface
-	binary           string // the production build
+	// statusKubeconfig authenticates as deploy.yaml's status controller ServiceAccount (the
+	// only one that may write share status), made on first use (statusKubeconfigFor).
+	statusOnce          sync.Once
+	statusKubeconfig    string
+	statusKubeconfigErr error
+	kube                kubernetes.Interface
+	dyn                 dynamic.Interface
+	binary              string // the production build
 
 	crashOnce   sync.Once
 	crashBin    string // built with the tag crashpoints (crashsteps.go), for the crash tests
@@ -94,8 +99,12 @@ const (
 	driverNamespace      = "csi-sharedresource"
 	driverServiceAccount = "shared-resource-csi-driver"
 	driverUser           = "system:serviceaccount:" + driverNamespace + ":" + driverServiceAccount
-	// driverAccountFlag is how --service-account names it (kubectl's --serviceaccount form).
-	driverAccountFlag = driverNamespace + ":" + driverServiceAccount
+	// The status controller's ServiceAccount in deploy.yaml (--role=status).
+	statusServiceAccount = "shared-resource-csi-status"
+	statusUser           = "system:serviceaccount:" + driverNamespace + ":" + statusServiceAccount
+	// driverAccountFlag is how --service-account names both accounts that read sources
+	// (kubectl's --serviceaccount form), as the chart gives it.
+	driverAccountFlag = driverNamespace + ":" + driverServiceAccount + "," + driverNamespace + ":" + statusServiceAccount
 )
 
 var (
@@ -139,7 +148,7 @@ func setupKubeEnv() (*kubeEnv, error) {
 	if err := installDeployObjects(kc); err != nil {
 		return nil, err
 	}
-	driverKC, err := writeDriverKubeconfig(kube, cfg)
+	driverKC, err := writeServiceAccountKubeconfig(kube, cfg, driverServiceAccount)
 	if err != nil {
 		return nil, err
 	}
@@ -166,9 +175,10 @@ func kubectlBinary() string {
 	return "kubectl"
 }
 
-// installDeployObjects applies deploy.yaml as users do, but for its DaemonSet (the driver runs as
-// a subprocess here; the pod suite deploys the DaemonSet itself), and waits until the CRDs are
-// served: the same CRDs, RBAC and admission policy the product installs.
+// installDeployObjects applies deploy.yaml as users do, but for its DaemonSet and Deployment (the
+// node plugin and the status controller run as subprocesses here; the pod suite deploys them
+// itself), and waits until the CRDs are served: the same CRDs, RBAC and admission policy the
+// product installs.
 func installDeployObjects(kubeconfig string) error {
 	docs, err := os.ReadFile("deploy.yaml")
 	if err != nil {
@@ -176,7 +186,7 @@ func installDeployObjects(kubeconfig string) error {
 	}
 	var objs []string
 	for _, doc := range strings.Split(string(docs), "\n---") {
-		if !strings.Contains(doc, "\nkind: DaemonSet\n") {
+		if !strings.Contains(doc, "\nkind: DaemonSet\n") && !strings.Contains(doc, "\nkind: Deployment\n") {
 			objs = append(objs, doc)
 		}
 	}
@@ -193,15 +203,33 @@ func installDeployObjects(kubeconfig string) error {
 	return nil
 }
 
-// writeDriverKubeconfig writes a kubeconfig that authenticates as deploy.yaml's ServiceAccount
-// with a token from the TokenRequest API (as the DaemonSet's pods do), valid for longer than any
-// test run.
-func writeDriverKubeconfig(kube kubernetes.Interface, admin *rest.Config) (string, error) {
+// statusKubeconfigFor returns a kubeconfig that authenticates as the status controller's
+// ServiceAccount, or fails the test.
+func (e *kubeEnv) statusKubeconfigFor(t testing.TB) string {
+	t.Helper()
+	e.statusOnce.Do(func() {
+		cfg, err := clientcmd.BuildConfigFromFlags("", e.kubeconfig)
+		if err != nil {
+			e.statusKubeconfigErr = err
+			return
+		}
+		e.statusKubeconfig, e.statusKubeconfigErr = writeServiceAccountKubeconfig(e.kube, cfg, statusServiceAccount)
+	})
+	if e.statusKubeconfigErr != nil {
+		t.Fatal(e.statusKubeconfigErr)
+	}
+	return e.statusKubeconfig
+}
+
+// writeServiceAccountKubeconfig writes a kubeconfig that authenticates as one of deploy.yaml's
+// ServiceAccounts (in the driver's namespace) with a token from the TokenRequest API (as the
+// pods do), valid for longer than any test run.
+func writeServiceAccountKubeconfig(kube kubernetes.Interface, admin *rest.Config, sa string) (string, error) {
 	expiry := int64(6 * 3600)
-	tr, err := kube.CoreV1().ServiceAccounts(driverNamespace).CreateToken(context.Background(), driverServiceAccount,
+	tr, err := kube.CoreV1().ServiceAccounts(driverNamespace).CreateToken(context.Background(), sa,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
 	if err != nil {
-		return "", fmt.Errorf("requesting a token for the driver's service account: %v", err)
+		return "", fmt.Errorf("requesting a token for service account %s/%s: %v", driverNamespace, sa, err)
 	}
 	dir, err := os.MkdirTemp("", "srcsi-driver-kubeconfig")
 	if err != nil {
@@ -244,35 +272,47 @@ func (e *kubeEnv) namespace(t testing.TB, prefix string) string {
 }
 
 // sourceNamespace creates a namespace for a test's sources and lets the driver read them, as an
-// admin does (deploy.yaml's header): a RoleBinding to the source-reader ClusterRole.
+// admin does (deploy.yaml's header): a RoleBinding to the source-reader ClusterRole for each of
+// its accounts, the node plugin's and the status controller's.
 func (e *kubeEnv) sourceNamespace(t testing.TB, prefix string) string {
 	t.Helper()
 	ns := e.namespace(t, prefix)
-	e.grantSourceRead(t, ns, serviceAccount(driverNamespace, driverServiceAccount))
+	e.grantSourceRead(t, ns, sourceReaders()...)
 	return ns
 }
 
-// grantSourceRead binds deploy.yaml's source-reader ClusterRole to a driver's service account in
-// ns and waits until the authorizer applies it; it returns a function that takes it away again.
-func (e *kubeEnv) grantSourceRead(t testing.TB, ns string, driver rbacv1.Subject) (revoke func()) {
+// grantSourceRead binds deploy.yaml's source-reader ClusterRole to a driver's service accounts in
+// ns (one RoleBinding naming them all, as the command the driver prints does) and waits until the
+// authorizer applies it; it returns a function that takes it away again.
+func (e *kubeEnv) grantSourceRead(t testing.TB, ns string, driver ...rbacv1.Subject) (revoke func()) {
 	t.Helper()
 	ctx := context.Background()
 	name := sourceReaderRole + "-" + randSuffix()
 	rb := &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: sourceReaderRole},
-		Subjects:   []rbacv1.Subject{driver},
+		Subjects:   driver,
 	}
 	if _, err := e.kube.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("letting the driver read namespace %s: %v", ns, err)
 	}
-	e.waitMayGet(t, driver, ns, "secrets", "", true)
+	for _, sa := range driver {
+		e.waitMayGet(t, sa, ns, "secrets", "", true)
+	}
 	return func() {
 		if err := e.kube.RbacV1().RoleBindings(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		e.waitMayGet(t, driver, ns, "secrets", "", false)
+		for _, sa := range driver {
+			e.waitMayGet(t, sa, ns, "secrets", "", false)
+		}
 	}
+}
+
+// sourceReaders are the driver's accounts that read sources: the node plugins' and the status
+// controller's.
+func sourceReaders() []rbacv1.Subject {
+	return []rbacv1.Subject{serviceAccount(driverNamespace, driverServiceAccount), serviceAccount(driverNamespace, statusServiceAccount)}
 }
 
 // waitMayGet waits until the authorizer says whether the service account sa may get resource
@@ -463,6 +503,31 @@ func withOwnMountNamespace() driverOption {
 // withArgs adds flags; a flag given twice takes its last value.
 func withArgs(args ...string) driverOption {
 	return func(p *driverProc) { p.args = append(p.args, args...) }
+}
+
+// asStatusController runs the process as the status controller (--role=status) under the status
+// controller's ServiceAccount, with its Lease in the driver's namespace. It serves no CSI socket:
+// start it with startStatusController.
+func asStatusController() driverOption {
+	return func(p *driverProc) {
+		p.args = append(p.args, "--role=status", "--kubeconfig="+p.kube.statusKubeconfigFor(p.t),
+			"--status-lease-namespace="+driverNamespace)
+	}
+}
+
+// startStatusController starts a status controller (asStatusController) and waits until its
+// share caches synced; it stops it, checking its log for secrets, when t ends.
+func (e *kubeEnv) startStatusController(t testing.TB, opts ...driverOption) *driverProc {
+	t.Helper()
+	p := e.prepareDriver(t, append([]driverOption{asStatusController()}, opts...)...)
+	p.launch()
+	eventually(t, 30*time.Second, func() error {
+		if b, _ := os.ReadFile(p.logPath); !bytes.Contains(b, []byte(`"Share caches synced"`)) {
+			return fmt.Errorf("the status controller has not synced its share caches yet")
+		}
+		return nil
+	})
+	return p
 }
 
 // asDeployed starts the driver with the flags' defaults (deploy.yaml's settings, which the

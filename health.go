@@ -20,9 +20,10 @@ import (
 // is closed, and the listener (healthListener) holds at most --health-max-connections from other
 // hosts at once, so no client can make the driver hold connections, or their memory, without
 // bound. The kubelet's probes and a Prometheus scrape each need one short request.
-func newHealthServer(d *driver) *http.Server {
+// ready is what /healthz answers (the node plugin's and the status controller's share caches).
+func newHealthServer(ready func() bool, m *metrics) *http.Server {
 	return &http.Server{
-		Handler:           healthHandler(d),
+		Handler:           healthHandler(ready, m),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -35,13 +36,13 @@ func newHealthServer(d *driver) *http.Server {
 // (a Prometheus scrape every 30 s reconnects: the cost of one TCP handshake).
 const healthIdleTimeout = 15 * time.Second
 
-func healthHandler(d *driver) http.Handler {
+func healthHandler(ready func() bool, m *metrics) http.Handler {
 	mux := http.NewServeMux()
 	// Liveness: the process serves requests. Readiness (/healthz) also needs the share caches.
-	mux.Handle("/metrics", d.metrics.handler())
+	mux.Handle("/metrics", m.handler())
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !d.ready() {
+		if !ready() {
 			http.Error(w, "share caches not synced", http.StatusServiceUnavailable)
 			return
 		}

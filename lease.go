@@ -1,7 +1,7 @@
 package main
 
-// Leader election over one coordination.k8s.io/v1 Lease, so that exactly one driver in the
-// cluster writes share status. It follows client-go's leaderelection protocol (the same Lease
+// Leader election over one coordination.k8s.io/v1 Lease, so that exactly one status controller
+// replica (--role=status, roles.go) in the cluster writes share status. It follows client-go's leaderelection protocol (the same Lease
 // fields, the same timing rules, interoperable with it), written here because that package pulls
 // in the generated clientset (see kube.go). Two differences, both on purpose: a term's work is
 // waited for before the next campaign or the release, so no write of an old term can land after
@@ -28,10 +28,9 @@ type leaseElector struct {
 	// (shorter) is how long the holder keeps leading without a successful renewal; retry is the
 	// interval between the holder's renewals and between attempts after an error.
 	duration, renewDeadline, retry time.Duration
-	// candidatePoll is how often a driver looks at a Lease another driver holds, varied by
-	// ±10% so that the fleet's reads do not line up. Every node but one is such a candidate: at
-	// client-go's 2 s retry, 5,000 nodes would read the Lease 2,500 times a second, more than
-	// all their relists together. Polled this slowly, a dead holder is replaced within about
+	// candidatePoll is how often a replica looks at a Lease another one holds, varied by ±10%
+	// so that their reads do not line up. (When every node campaigned, at client-go's 2 s retry
+	// 5,000 nodes would have read the Lease 2,500 times a second.) Polled this slowly, a dead holder is replaced within about
 	// duration + 2 x candidatePoll; a holder that exits cleanly releases the Lease, and the next
 	// candidate to look takes it. Zero: retry.
 	candidatePoll time.Duration

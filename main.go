@@ -66,6 +66,7 @@ func versionText() string {
 }
 
 type options struct {
+	role            string
 	endpoint        string
 	stateDir        string
 	kubeletRoot     string
@@ -93,6 +94,7 @@ type options struct {
 func parseFlags(args []string) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("shared-resource-csi", flag.ContinueOnError)
+	fs.StringVar(&o.role, "role", roleNode, "what this process is (roles.go): node, the CSI node plugin, one per node (the DaemonSet); status, the controller that alone writes the shares' status, under a service account of its own (the Deployment)")
 	fs.StringVar(&o.endpoint, "endpoint", "unix:///var/lib/kubelet/plugins/"+driverName+"/csi.sock", "CSI endpoint (unix socket) the kubelet calls")
 	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/kubelet/plugins/"+driverName, "directory for the volumes' tmpfs mounts and records; must be under the kubelet root so mounts propagate")
 	fs.StringVar(&o.kubeletRoot, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root dir; every target path must be a CSI volume path under it")
@@ -111,9 +113,9 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.volumeBudget, "volume-bytes-budget", "", "most memory all volumes on the node may hold together (a quantity: 128Mi); their tmpfs pages are charged to the driver's container. Empty: the container's memory limit less --cache-max-bytes and 64Mi for the driver; 0: no budget")
 	fs.StringVar(&o.healthAddr, "health-address", ":9809", "address serving /healthz (ready), /livez (alive) and /metrics (Prometheus), e.g. $(HOST_IP):9809 for the node's own address only; empty disables it")
 	fs.IntVar(&o.healthMaxConns, "health-max-connections", 32, "most connections from other hosts (pods included) the health and metrics server holds at once; more are closed at once. Connections from the node's own address (the kubelet's probes) are not counted (at least 1)")
-	fs.StringVar(&o.statusLeaseNS, "status-lease-namespace", "", "namespace of the Lease that elects the one driver writing the shares' Ready condition; empty disables status writing")
-	fs.DurationVar(&o.statusLease, "status-lease-duration", 15*time.Second, "duration of the status writer's Lease (at least 1s): a crashed writer is replaced within about this plus two --relist-interval, the pace at which the other drivers look at the Lease")
-	fs.StringVar(&o.serviceAccount, "service-account", defaultServiceAccount(), "the driver's own service account as NAMESPACE:NAME (default: $POD_NAMESPACE:$SERVICE_ACCOUNT); only named in the command an admin runs to let the driver read a source")
+	fs.StringVar(&o.statusLeaseNS, "status-lease-namespace", "", "--role=status: namespace of the Lease that elects the one status controller replica writing the shares' status (required); --role=node ignores it")
+	fs.DurationVar(&o.statusLease, "status-lease-duration", 15*time.Second, "duration of the status writer's Lease (at least 1s): a crashed writer is replaced within about this plus two --relist-interval, the pace at which the other replicas look at the Lease")
+	fs.StringVar(&o.serviceAccount, "service-account", defaultServiceAccount(), "the service accounts that read sources, as NAMESPACE:NAME, comma-separated: the node plugin's and the status controller's (default: $POD_NAMESPACE:$SERVICE_ACCOUNT); only named in the command an admin runs to let the driver read a source")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -134,6 +136,9 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q: %w", fs.Arg(0), errNoArguments)
+	}
+	if err := checkRole(o); err != nil {
+		return nil, err
 	}
 	if err := checkOptions(o); err != nil {
 		return nil, err
@@ -202,10 +207,21 @@ func main() {
 	klog.Flush()
 }
 
-// run wires the driver from the options, resumes the volumes of the previous run and serves
-// until ctx ends or a server fails.
+// run runs the process in its role (roles.go) until ctx ends or a server fails.
 func run(ctx context.Context, o *options) error {
+	if o.role == roleStatus {
+		return runStatusController(ctx, o)
+	}
+	return runNode(ctx, o)
+}
+
+// runNode wires the node plugin from the options, resumes the volumes of the previous run and
+// serves until ctx ends or a server fails.
+func runNode(ctx context.Context, o *options) error {
 	klog.InfoS("Starting", "driver", driverName, "version", version, "node", o.nodeID)
+	for _, f := range nodeRoleIgnored(o) {
+		klog.InfoS("Warning: the node plugin ignores this flag; share status is written by the status controller (--role=status, the chart's Deployment shared-resource-csi-status)", "flag", f)
+	}
 	w, err := wire(ctx, o)
 	if err != nil {
 		return err
@@ -312,8 +328,9 @@ func newKube(o *options, m *metrics) (*kubeClient, error) {
 }
 
 // serve runs the CSI server, the health server, the share informers, the relist and share-event
-// loops, the status writer and the kubelet registration, until ctx ends (nil) or one of them
-// fails (its error). On return it stops them in the reverse order.
+// loops and the kubelet registration, until ctx ends (nil) or one of them fails (its error). On
+// return it stops them in the reverse order. Never the status writer: that is the status
+// controller's (roles.go).
 func (w *wiring) serve(ctx context.Context, o *options) error {
 	d := w.d
 	grpcServer := grpc.NewServer(grpc.UnaryInterceptor(observeCalls(d.metrics)))
@@ -333,7 +350,7 @@ func (w *wiring) serve(ctx context.Context, o *options) error {
 		if err != nil {
 			return fmt.Errorf("listening on --health-address %s: %w", o.healthAddr, err)
 		}
-		hs := newHealthServer(d)
+		hs := newHealthServer(d.ready, d.metrics)
 		go func() { errs <- hs.Serve(newHealthListener(lis, o.healthMaxConns)) }()
 		defer hs.Close()
 	}
@@ -347,12 +364,6 @@ func (w *wiring) serve(ctx context.Context, o *options) error {
 	// look deleted.
 	go d.runShareEvents(ctx, w.shareEvents)
 	go d.runRelist(ctx, o.relistInterval, o.relistSpread)
-
-	if o.statusLeaseNS != "" {
-		stopStatus := w.startStatusWriter(ctx, o, errs)
-		// On return, release the Lease (so another driver takes over at once) before exiting.
-		defer stopStatus()
-	}
 
 	if o.registrationDir != "" {
 		regServer := grpc.NewServer()
@@ -374,24 +385,6 @@ func (w *wiring) serve(ctx context.Context, o *options) error {
 	case err := <-errs:
 		return err
 	}
-}
-
-// startStatusWriter runs the share status writer until ctx ends or the returned stop is called;
-// stop returns once the writer has released its Lease. If the writer fails, its error is sent
-// to errs.
-func (w *wiring) startStatusWriter(ctx context.Context, o *options, errs chan<- error) (stop func()) {
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := runStatusWriter(sctx, statusConfig{
-			Leases: leaseClient{c: w.kube.coord, namespace: o.statusLeaseNS}, Dyn: w.kube.dyn, Meta: w.kube.meta, Sources: w.kube, Shares: w.d.shares, NodeID: o.nodeID,
-			LeaseNamespace: o.statusLeaseNS, LeaseDuration: o.statusLease, Interval: o.relistInterval, Account: w.d.account,
-		}); err != nil {
-			errs <- err
-		}
-	}()
-	return func() { cancel(); <-done }
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

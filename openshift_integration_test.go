@@ -282,7 +282,7 @@ func TestOpenShiftDocumentedObjectsAreAccepted(t *testing.T) {
 const (
 	readmeSourceNamespaces = `kubectl get sharedsecrets,sharedconfigmaps -o json | jq -r '.items[].spec | (.secretRef // .configMapRef).namespace' | sort -u`
 	readmeFindBindings     = `kubectl get rolebindings -A -o json | jq -r '.items[] | select(any(.subjects[]?; .kind == "ServiceAccount" and .name == "csi-driver-shared-resource")) | "\(.metadata.namespace) \(.metadata.name)"'`
-	readmePatchBinding     = `kubectl patch rolebinding NAME -n NAMESPACE --type=json -p '[{"op":"add","path":"/subjects/-","value":{"kind":"ServiceAccount","name":"shared-resource-csi-driver","namespace":"csi-sharedresource"}}]'`
+	readmePatchBinding     = `kubectl patch rolebinding NAME -n NAMESPACE --type=json -p '[{"op":"add","path":"/subjects/-","value":{"kind":"ServiceAccount","name":"shared-resource-csi-driver","namespace":"csi-sharedresource"}},{"op":"add","path":"/subjects/-","value":{"kind":"ServiceAccount","name":"shared-resource-csi-status","namespace":"csi-sharedresource"}}]'`
 	readmeBackup           = `kubectl get sharedsecrets,sharedconfigmaps -o json | jq '{apiVersion: "v1", kind: "List", items: [.items[] |
      {apiVersion, kind, metadata: (.metadata | {name, labels, annotations} | with_entries(select(.value != null))), spec}]}' >shares.json`
 	readmeRestore = `kubectl create -f shares.json`
@@ -315,10 +315,11 @@ func TestMovingFromOpenShiftREADMECommands(t *testing.T) {
 		t.Errorf("RoleBindings of OpenShift's driver:\n%s\nwant a line %q", got, binding)
 	}
 	e.shell(t, dir, strings.NewReplacer("NAMESPACE", s.src, "NAME", "share-entitlement-key").Replace(readmePatchBinding))
-	driverSA := serviceAccount(driverNamespace, driverServiceAccount)
-	e.waitMayGet(t, driverSA, s.src, "secrets", "entitlement-key", true)
-	e.waitMayGet(t, driverSA, s.src, "secrets", "another-secret", false)
-	e.waitMayGet(t, driverSA, s.src, "configmaps", "shared-config", false)
+	for _, sa := range sourceReaders() {
+		e.waitMayGet(t, sa, s.src, "secrets", "entitlement-key", true)
+		e.waitMayGet(t, sa, s.src, "secrets", "another-secret", false)
+		e.waitMayGet(t, sa, s.src, "configmaps", "shared-config", false)
+	}
 
 	before := map[shareKind]*unstructured.Unstructured{}
 	names := map[shareKind]string{kindSecret: s.secretShare, kindConfigMap: s.configShare}

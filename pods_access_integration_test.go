@@ -140,9 +140,8 @@ func TestPodsSourceReadGrantedWithTheCommandTheEventGives(t *testing.T) {
 // source again.
 func TestPodsDriverLosesReadWhileRunningKeepsData(t *testing.T) {
 	s := podsEnv(t, podsShared)
-	driverSA := serviceAccount(driverNamespace, driverServiceAccount)
 	src := s.namespace(t, "platform")
-	revokeRead := s.grantSourceRead(t, src, driverSA)
+	revokeRead := s.grantSourceRead(t, src, sourceReaders()...)
 	v1 := map[string][]byte{"ca.crt": []byte("v1-" + randSuffix())}
 	share, ns := s.sharedToNewPod(t, src, v1)
 	s.waitRunning(t, ns, "app", 60*time.Second)
@@ -173,7 +172,7 @@ func TestPodsDriverLosesReadWhileRunningKeepsData(t *testing.T) {
 	}
 	s.assertStillRunning(t, ns, "app")
 
-	s.grantSourceRead(t, src, driverSA)
+	s.grantSourceRead(t, src, sourceReaders()...)
 	s.waitFiles(t, ns, "app", v2, podsRelist+podsRelistSlack)
 	s.waitEvent(t, ns, "app", reasonRefreshed, 10*time.Second)
 	s.waitShareReady(t, share, metav1.ConditionTrue, reasonSourceAvailable, fmt.Sprintf("Secret %s/ca-bundle", src))

@@ -37,6 +37,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 )
 
 const (
@@ -52,6 +53,9 @@ const (
 	podsDriverNS    = driverNamespace
 	driverDaemonSet = "shared-resource-csi-driver"
 	driverSelector  = "app.kubernetes.io/name=shared-resource-csi,app.kubernetes.io/component=node-plugin"
+	// The status controller (--role=status), the chart's Deployment: the only writer of status.
+	statusDeployment = "shared-resource-csi-status"
+	statusSelector   = "app.kubernetes.io/name=shared-resource-csi,app.kubernetes.io/component=status-controller"
 	// driverMetricsPort is deploy.yaml's --health-address; the driver pod is on the host network.
 	driverMetricsPort = "9809"
 
@@ -269,8 +273,9 @@ func runTool(name string, args ...string) error {
 
 // waitDriver waits until the DaemonSet runs an up-to-date, Ready driver pod with our image on
 // every node (on the first node not the pod notUID), each node's kubelet lists the driver in its
-// CSINode, and each pod's log says the kubelet accepted its registration (CSINode alone can be
-// stale after a restart). It returns the first node's driver pod.
+// CSINode, each pod's log says the kubelet accepted its registration (CSINode alone can be
+// stale after a restart), and the status controller's Deployment has all its replicas up to
+// date with our image and Ready. It returns the first node's driver pod.
 func (s *podSuite) waitDriver(ctx context.Context, notUID types.UID, timeout time.Duration) (*corev1.Pod, error) {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -295,6 +300,9 @@ func (s *podSuite) driverReady(ctx context.Context, notUID types.UID) (*corev1.P
 		st.NumberReady != n || st.NumberAvailable != n {
 		return nil, fmt.Errorf("DaemonSet status: %+v (want %d nodes)", st, n)
 	}
+	if err := s.statusControllerReady(ctx); err != nil {
+		return nil, err
+	}
 	var first *corev1.Pod
 	for _, node := range s.nodes {
 		pod, err := s.driverPodOn(ctx, node)
@@ -312,6 +320,23 @@ func (s *podSuite) driverReady(ctx context.Context, notUID types.UID) (*corev1.P
 		}
 	}
 	return first, nil
+}
+
+// statusControllerReady: the status controller's Deployment runs our image in every replica,
+// all up to date and Ready (its readiness probe: the share caches synced).
+func (s *podSuite) statusControllerReady(ctx context.Context) error {
+	dep, err := s.kube.AppsV1().Deployments(podsDriverNS).Get(ctx, statusDeployment, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if img := dep.Spec.Template.Spec.Containers[0].Image; img != s.image {
+		return fmt.Errorf("the status controller's Deployment runs %s, want %s", img, s.image)
+	}
+	st, n := dep.Status, ptr.Deref(dep.Spec.Replicas, 1)
+	if st.ObservedGeneration < dep.Generation || st.Replicas != n || st.UpdatedReplicas != n || st.ReadyReplicas != n || st.AvailableReplicas != n {
+		return fmt.Errorf("the status controller's Deployment status: %+v (want %d replicas)", st, n)
+	}
+	return nil
 }
 
 // driverPodReady: the driver pod on node runs our image, is Ready, and is registered with the
@@ -1274,8 +1299,9 @@ func (s *podSuite) runningVolumes() (int, error) {
 }
 
 // podsWindow counts the driver's API requests between two points in time, from the API server's
-// audit log (independent of the driver) and from the driver's own /metrics. Lease requests
-// (share status leader election) are left out of the totals: they tick with time, not volumes.
+// audit log (independent of the driver) and from the driver's own /metrics: the node plugins'
+// account only. (The status Lease and share status are the status controller's, under its own
+// account: they tick with time, not volumes.)
 type podsWindow struct {
 	s       *podSuite
 	start   time.Time

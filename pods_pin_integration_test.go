@@ -67,7 +67,7 @@ func TestPodsShareKeepsToTheObjectItWasMadeFor(t *testing.T) {
 	if _, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: pinned.platform}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	s.grantSourceRead(t, pinned.platform, serviceAccount(driverNamespace, driverServiceAccount))
+	s.grantSourceRead(t, pinned.platform, sourceReaders()...)
 	s.createSecret(t, pinned.platform, pinned.secret, v2)
 	replacement, err := s.kube.CoreV1().Secrets(pinned.platform).Get(ctx, pinned.secret, metav1.GetOptions{})
 	if err != nil {

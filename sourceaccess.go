@@ -21,18 +21,23 @@ import (
 // a namespace, it lets the driver read that namespace's sources.
 const sourceReaderRole = "shared-resource-csi-source-reader"
 
-// driverAccount is the driver's own service account, as kubectl's --serviceaccount takes it
-// (NAMESPACE:NAME). It only names the account in messages; empty when unknown.
+// driverAccount names the service accounts that read sources, as kubectl's --serviceaccount
+// takes each (NAMESPACE:NAME), comma-separated: the node plugin's, and the status controller's
+// (--role=status checks the same sources for the shares' Ready condition, under an identity of
+// its own), so the commands that grant read name both and one grant serves both. It only names
+// them in messages; empty when unknown.
 type driverAccount string
 
-// parseDriverAccount checks a --service-account value: empty, or NAMESPACE:NAME.
+// parseDriverAccount checks a --service-account value: empty, or NAMESPACE:NAME[,NAMESPACE:NAME...].
 func parseDriverAccount(s string) (driverAccount, error) {
 	if s == "" {
 		return "", nil
 	}
-	ns, name, ok := strings.Cut(s, ":")
-	if !ok || !validLabel(ns) || !validName(name) {
-		return "", fmt.Errorf("--service-account %q must be NAMESPACE:NAME, the driver's own service account", s)
+	for _, one := range strings.Split(s, ",") {
+		ns, name, ok := strings.Cut(one, ":")
+		if !ok || !validLabel(ns) || !validName(name) {
+			return "", fmt.Errorf("--service-account %q must be NAMESPACE:NAME, or several separated by commas: the driver's service accounts (node plugin, status controller)", s)
+		}
 	}
 	return driverAccount(s), nil
 }
@@ -41,7 +46,19 @@ func (a driverAccount) String() string {
 	if a == "" {
 		return "<driver namespace>:<driver service account>"
 	}
-	return string(a)
+	return strings.ReplaceAll(string(a), ",", ", ")
+}
+
+// serviceAccountFlags is kubectl's --serviceaccount for each account.
+func (a driverAccount) serviceAccountFlags() string {
+	if a == "" {
+		return "--serviceaccount=" + a.String()
+	}
+	accounts := strings.Split(string(a), ",")
+	for i := range accounts {
+		accounts[i] = "--serviceaccount=" + accounts[i]
+	}
+	return strings.Join(accounts, " ")
 }
 
 // grantReadHint says what to run so that the driver may read key: first the narrowest grant, a
@@ -51,11 +68,15 @@ func (a driverAccount) String() string {
 func (a driverAccount) grantReadHint(key sourceKey) string {
 	resource := sourceGVR(key.Kind).Resource
 	role := "shared-resource-csi-read-" + key.Name
-	return fmt.Sprintf("to let the driver (service account %s) read this object only, run: "+
+	accounts := "service account " + a.String()
+	if strings.Contains(string(a), ",") {
+		accounts = "service accounts " + a.String()
+	}
+	return fmt.Sprintf("to let the driver (%s) read this object only, run: "+
 		"kubectl create role %s --namespace=%s --verb=get --resource=%s --resource-name=%s && "+
-		"kubectl create rolebinding %s --namespace=%s --role=%s --serviceaccount=%s "+
+		"kubectl create rolebinding %s --namespace=%s --role=%s %s "+
 		"(or, to let it read every %s of namespace %s: "+
-		"kubectl create rolebinding %s --namespace=%s --clusterrole=%s --serviceaccount=%s)",
-		a, role, key.Namespace, resource, key.Name, role, key.Namespace, role, a,
-		sourceKindsText(), key.Namespace, sourceReaderRole, key.Namespace, sourceReaderRole, a)
+		"kubectl create rolebinding %s --namespace=%s --clusterrole=%s %s)",
+		accounts, role, key.Namespace, resource, key.Name, role, key.Namespace, role, a.serviceAccountFlags(),
+		sourceKindsText(), key.Namespace, sourceReaderRole, key.Namespace, sourceReaderRole, a.serviceAccountFlags())
 }

@@ -335,7 +335,8 @@ func TestSharePolicyGuardsThePin(t *testing.T) {
 // run, for the tests' driver (deploy.yaml's account).
 func grantReadFix(ns string) string {
 	return "kubectl create rolebinding shared-resource-csi-source-reader --namespace=" + ns +
-		" --clusterrole=shared-resource-csi-source-reader --serviceaccount=" + driverAccountFlag
+		" --clusterrole=shared-resource-csi-source-reader --serviceaccount=" + driverNamespace + ":" + driverServiceAccount +
+		" --serviceaccount=" + driverNamespace + ":" + statusServiceAccount
 }
 
 // A publish of a source the driver may not read fails FailedPrecondition with the command that
@@ -392,9 +393,8 @@ func (e *kubeEnv) runFix(t testing.TB, msg string) {
 func TestDriverLosingReadKeepsDataAndWarnsOnce(t *testing.T) {
 	e := e2e(t)
 	p := e.startDriver(t)
-	driverSA := serviceAccount(driverNamespace, driverServiceAccount)
 	src, consumer := e.namespace(t, "platform"), e.namespace(t, "consumer")
-	revokeRead := e.grantSourceRead(t, src, driverSA)
+	revokeRead := e.grantSourceRead(t, src, sourceReaders()...)
 	data := map[string][]byte{"ca.crt": p.secret("ca")}
 	e.createSecret(t, src, "ca-bundle", data)
 	share := "corp-ca-" + randSuffix()
@@ -436,7 +436,7 @@ func TestDriverLosingReadKeepsDataAndWarnsOnce(t *testing.T) {
 	}
 
 	// Read granted again: the pod is told, and the volume follows the source again.
-	e.grantSourceRead(t, src, driverSA)
+	e.grantSourceRead(t, src, sourceReaders()...)
 	eventually(t, relist+relistSlack, func() error {
 		evs, err := e.podEvents(v.podNS, v.podName, reasonRefreshResumed)
 		if err != nil || len(evs) == 0 {

@@ -30,7 +30,23 @@ func TestGrantReadHintNamesTheCommandToRun(t *testing.T) {
 	if h := driverAccount("").grantReadHint(sourceKey{Kind: kindSecret, Namespace: "n", Name: "s"}); !strings.Contains(h, "--serviceaccount=<driver namespace>:<driver service account>") {
 		t.Errorf("an unknown account is not shown as a placeholder: %q", h)
 	}
-	for _, bad := range []string{"noseparator", "ns:", ":name", "NS:name", "ns:name:extra"} {
+	// The node plugin's and the status controller's accounts: one grant serves both, since the
+	// status controller checks the same sources under its own identity.
+	both, err := parseDriverAccount("csi-sharedresource:shared-resource-csi-driver,csi-sharedresource:shared-resource-csi-status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hint = both.grantReadHint(sourceKey{Kind: kindSecret, Namespace: "platform", Name: "ca"})
+	for _, want := range []string{
+		"service accounts csi-sharedresource:shared-resource-csi-driver, csi-sharedresource:shared-resource-csi-status",
+		"kubectl create rolebinding shared-resource-csi-source-reader --namespace=platform --clusterrole=shared-resource-csi-source-reader --serviceaccount=csi-sharedresource:shared-resource-csi-driver --serviceaccount=csi-sharedresource:shared-resource-csi-status)",
+		"--role=shared-resource-csi-read-ca --serviceaccount=csi-sharedresource:shared-resource-csi-driver --serviceaccount=csi-sharedresource:shared-resource-csi-status (or",
+	} {
+		if !strings.Contains(hint, want) {
+			t.Errorf("hint %q does not contain %q", hint, want)
+		}
+	}
+	for _, bad := range []string{"noseparator", "ns:", ":name", "NS:name", "ns:name:extra", "ns:a,", "ns:a,,ns:b", "ns:a,b"} {
 		if _, err := parseDriverAccount(bad); err == nil {
 			t.Errorf("--service-account %q accepted", bad)
 		}

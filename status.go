@@ -4,10 +4,11 @@ package main
 // source Secret/ConfigMap exists and the driver can read it, so an admin sees a broken share in
 // `kubectl get sharedsecrets` (the CRDs' Ready column) before a pod fails to mount it.
 //
-// Every node runs a driver, but only one writes status at a time: the holder of a Lease. N
-// writers would send N times the traffic for the same answer and race each other's writes. The
-// others only campaign for the Lease; when the holder dies, one of them takes over within the
-// lease duration.
+// Status is written by the status controller (--role=status, roles.go: a Deployment with a
+// service account of its own), never by the node plugins, whose service account may not write
+// it. Of its replicas only one writes at a time: the holder of a Lease. N writers would send N
+// times the traffic for the same answer and race each other's writes. The others only campaign
+// for the Lease; when the holder dies, one of them takes over within the lease duration.
 //
 // The check of a share without a list of keys is a GET of the source's metadata only (the
 // metadata client): the status writer receives no Secret data for it. A share with a list
@@ -70,8 +71,9 @@ type statusConfig struct {
 	// Sources GETs whole sources: the checks of shares with a list (which keys the source has).
 	Sources sourceGetter
 	Shares  *shareIndex // the share informers; their caches must be synced or syncing
-	// NodeID prefixes the Lease holder identity, so `kubectl get lease` shows which node writes.
-	NodeID         string
+	// Holder prefixes the Lease holder identity, so `kubectl get lease` shows which replica
+	// writes: the status controller's pod name.
+	Holder         string
 	LeaseNamespace string
 	// LeaseDuration is how long a dead leader blocks the others; the renew deadline and retry
 	// period are derived from it in client-go's usual proportions (15s/10s/2s).
@@ -90,13 +92,13 @@ func runStatusWriter(ctx context.Context, cfg statusConfig) error {
 	if cfg.LeaseDuration < time.Second || cfg.Interval <= 0 {
 		return fmt.Errorf("status writer: the lease duration (%v) must be at least 1s and the interval (%v) positive", cfg.LeaseDuration, cfg.Interval)
 	}
-	// Unique per process, not just per node: two drivers on one node (a surge rollout, a manual
-	// second run) must never both believe they hold the Lease.
+	// Unique per process, not just per pod name: two processes under one name (a manual second
+	// run) must never both believe they hold the Lease.
 	suffix := make([]byte, 4)
 	if _, err := rand.Read(suffix); err != nil {
 		return err
 	}
-	identity := cfg.NodeID + "_" + hex.EncodeToString(suffix)
+	identity := cfg.Holder + "_" + hex.EncodeToString(suffix)
 	w := &statusWriter{cfg: cfg, identity: identity}
 	klog.InfoS("Share status writer campaigning", "lease", cfg.LeaseNamespace+"/"+statusLeaseName, "identity", identity)
 	elector := &leaseElector{

@@ -4,12 +4,15 @@ package main
 
 // Specification of share status (status.go): each SharedSecret/SharedConfigMap carries a Ready
 // condition telling whether its source exists and the driver can read it, shown in
-// `kubectl get`'s Ready column and written by exactly one driver at a time, the holder of a Lease.
+// `kubectl get`'s Ready column and written by exactly one status controller replica at a time
+// (--role=status, roles.go), the holder of a Lease; never by a node plugin.
 //
-// The drivers here run, as every driver the tests start, as the ServiceAccount deploy.yaml
-// creates, with deploy.yaml's RBAC, so the test also proves that RBAC is enough. The condition's
-// wording for each answer about the source is specified without a cluster in
-// status_test.go.
+// The replicas here run as the status controller's ServiceAccount deploy.yaml creates, with
+// deploy.yaml's RBAC, so the test also proves that RBAC is enough; the node plugin beside them
+// runs as the node plugins' account, which may not write status (leastprivilege_integration_test.go).
+// The condition's wording for each answer about the source is specified without a cluster in
+// status_test.go. The chart's Deployment writing status in a real cluster:
+// TestPodsStatusWrittenByTheStatusController.
 
 import (
 	"context"
@@ -39,26 +42,34 @@ const statusTakeover = statusLease + 2*relist*11/10 + time.Second
 
 func TestShareStatusReadyConditionWrittenByOneLeader(t *testing.T) {
 	e := e2e(t)
-	statusArgs := func(node string) driverOption {
-		return withArgs("--node-id="+node,
-			"--status-lease-namespace="+driverNamespace, "--status-lease-duration="+statusLease.String())
-	}
+	// A node plugin given the status flags an older manifest gave every node: it must not
+	// campaign, nor write.
+	nodePlugin := e.startDriver(t, withArgs("--status-lease-namespace="+driverNamespace, "--status-lease-duration="+statusLease.String()))
+	leaseArg := withArgs("--status-lease-duration=" + statusLease.String())
 	drivers := map[string]*driverProc{
-		"node-a": e.startDriver(t, statusArgs("node-a")),
-		"node-b": e.startDriver(t, statusArgs("node-b")),
+		"replica-a": e.startStatusController(t, leaseArg),
+		"replica-b": e.startStatusController(t, leaseArg),
 	}
 
-	// Each driver campaigns under its own identity: its node name and a random suffix.
+	// Each replica campaigns under its own identity: its host name (in a pod, the pod's name)
+	// and a random suffix.
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
 	identities := map[string]string{}
 	for node, p := range drivers {
 		eventually(t, 10*time.Second, func() error {
 			id := leaseIdentity(readLog(t, p))
-			if !strings.HasPrefix(id, node+"_") {
-				return fmt.Errorf("driver %s logged no status writer identity starting with %q (got %q)", node, node+"_", id)
+			if !strings.HasPrefix(id, host+"_") {
+				return fmt.Errorf("replica %s logged no status writer identity starting with %q (got %q)", node, host+"_", id)
 			}
 			identities[node] = id
 			return nil
 		})
+	}
+	if identities["replica-a"] == identities["replica-b"] {
+		t.Fatalf("both replicas campaign as %q", identities["replica-a"])
 	}
 	// Exactly one of them holds the Lease. (A driver of an earlier, killed test run may still
 	// hold it until its own lease duration, 15s by default, runs out.)
@@ -76,9 +87,9 @@ func TestShareStatusReadyConditionWrittenByOneLeader(t *testing.T) {
 		}
 		return fmt.Errorf("the Lease is held by %q, not by %v", holder, identities)
 	})
-	followerNode := "node-a"
-	if leaderNode == "node-a" {
-		followerNode = "node-b"
+	followerNode := "replica-a"
+	if leaderNode == "replica-a" {
+		followerNode = "replica-b"
 	}
 	leader, follower := drivers[leaderNode], drivers[followerNode]
 	t.Logf("leader %s, follower %s", leaderNode, followerNode)
@@ -172,6 +183,11 @@ func TestShareStatusReadyConditionWrittenByOneLeader(t *testing.T) {
 		return nil
 	})
 
+	// The node plugin neither campaigned nor wrote: it warned that it ignores the flag.
+	if log := readLog(t, nodePlugin); strings.Contains(log, `"Share status writer campaigning"`) || strings.Contains(log, `"Share status updated"`) ||
+		!strings.Contains(log, `flag="--status-lease-namespace"`) {
+		t.Errorf("the node plugin campaigned or wrote status, or did not warn that it ignores --status-lease-namespace:\n%s", tail([]byte(log), 30))
+	}
 	// Only the leader wrote; the follower only campaigned.
 	if n := strings.Count(readLog(t, leader), `"Share status updated"`); n < 4 {
 		t.Errorf("the leader logged %d status writes, want at least 4", n)

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The test overlay: deploy.yaml exactly as users apply it, with only these overridden:
-#   - the DaemonSet's image reference (an image imported into the node's containerd, since the
-#     local cluster has no registry; imagePullPolicy stays IfNotPresent, which finds it there);
-#   - optionally the driver's --relist-interval (tests use a short one, so revocation and refresh
-#     are seen in seconds rather than the production minute).
-# Everything else (CRDs, RBAC, CSIDriver, the DaemonSet's flags, probes, mounts) is deploy.yaml's.
+#   - the image reference of the DaemonSet and of the status Deployment (the same image: an
+#     image imported into the nodes' containerd, since the local cluster has no registry;
+#     imagePullPolicy stays IfNotPresent, which finds it there);
+#   - optionally their --relist-interval (tests use a short one, so revocation, refresh and
+#     status are seen in seconds rather than the production minute).
+# Everything else (CRDs, RBAC, CSIDriver, the workloads' flags, probes, mounts) is deploy.yaml's.
 #
 #   hack/deploy-overlay.sh IMAGE [RELIST_INTERVAL] | kubectl apply -f -
 #
 # e.g. hack/deploy-overlay.sh docker.io/library/shared-resource-csi:v0.1.0 3s
 # The result goes to stdout. It fails (and prints nothing) if deploy.yaml no longer has exactly
-# one line to override for each value, so a changed manifest cannot silently escape the overlay.
+# two lines to override for each value (the DaemonSet's, the Deployment's), so a changed manifest
+# cannot silently escape the overlay.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -21,7 +23,7 @@ relist=${2:-}
 [[ -z $relist || $relist =~ ^[0-9]+(ms|s|m|h)$ ]] || { echo "deploy-overlay: bad relist interval: $relist" >&2; exit 2; }
 
 out=$(awk -v image="$image" -v relist="$relist" '
-	# The image of the driver container (the only image in deploy.yaml).
+	# The image of the node plugin and of the status controller (the only images in deploy.yaml).
 	/^[ \t]+image: / {
 		images++
 		sub(/image: .*/, "image: " image)
@@ -32,7 +34,7 @@ out=$(awk -v image="$image" -v relist="$relist" '
 	}
 	{ print }
 	END {
-		if (images != 1) { printf "deploy-overlay: deploy.yaml has %d image lines, want 1\n", images > "/dev/stderr"; exit 1 }
-		if (relists != 1) { printf "deploy-overlay: deploy.yaml has %d --relist-interval lines, want 1\n", relists > "/dev/stderr"; exit 1 }
+		if (images != 2) { printf "deploy-overlay: deploy.yaml has %d image lines, want 2\n", images > "/dev/stderr"; exit 1 }
+		if (relists != 2) { printf "deploy-overlay: deploy.yaml has %d --relist-interval lines, want 2\n", relists > "/dev/stderr"; exit 1 }
 	}' "$ROOT/deploy.yaml")
 printf '%s\n' "$out"

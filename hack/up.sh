@@ -42,6 +42,8 @@ hack/deploy-overlay.sh "$IMAGE" ${RELIST_INTERVAL:-} | k apply -f -
 
 log "waiting for the driver's DaemonSet"
 k -n csi-sharedresource rollout status daemonset/shared-resource-csi-driver --timeout=120s
+log "waiting for the status controller's Deployment"
+k -n csi-sharedresource rollout status deployment/shared-resource-csi-status --timeout=120s
 # Ready means /healthz answered; the kubelet must also have taken the registration.
 deadline=$(($(date +%s) + 60))
 for node in $SRCSI_NODES; do
