@@ -201,6 +201,7 @@ func FuzzParsePublishRequest(f *testing.F) {
 		vc := fuzzDecodeAttrs(attrs)
 		req := &csi.NodePublishVolumeRequest{
 			VolumeId: volumeID, TargetPath: targetPath, VolumeCapability: fuzzCapability(capKind, capArg), VolumeContext: vc,
+			Readonly: capKind < 0xf0, // mostly what the kubelet sends for readOnly: true; sometimes writable
 		}
 		v, err := parsePublishRequest(req, fuzzKubeletRoot)
 		if err != nil {
@@ -210,6 +211,11 @@ func FuzzParsePublishRequest(f *testing.F) {
 				t.Fatalf("rejection %T %q is not an InvalidArgument with a message", err, err)
 			}
 			return
+		}
+
+		// A writable request is never served: the container's own bind would be writable.
+		if !req.Readonly {
+			t.Fatalf("accepted a writable request")
 		}
 
 		// The volume id names a directory under the state dir: one safe segment.

@@ -93,8 +93,12 @@ func TestPodsSourceInNamespaceNotGrantedIsNotMounted(t *testing.T) {
 	}
 
 	// The narrowest grant: get on the one Secret, by a Role with resourceNames.
-	s.grantGet(t, serviceAccount(driverNamespace, driverServiceAccount), sys, "secrets", first)
-	s.waitMayGet(t, serviceAccount(driverNamespace, driverServiceAccount), sys, "secrets", first, true)
+	// Both accounts that read sources, as the command in the event says: the node plugins' and
+	// the status controller's (which writes the share's Ready condition).
+	for _, sa := range sourceReaders() {
+		s.grantGet(t, sa, sys, "secrets", first)
+		s.waitMayGet(t, sa, sys, "secrets", first, true)
+	}
 	start := time.Now()
 	s.waitRunning(t, ns, "a", 120*time.Second)
 	t.Logf("granted: pod Running %v later (the kubelet's mount retry backoff)", time.Since(start).Round(100*time.Millisecond))

@@ -214,6 +214,15 @@ func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) 
 	if err := parseVolumeAttributes(vc, v); err != nil {
 		return nil, err
 	}
+	// A writable request is refused, as OpenShift's driver refuses it. The driver's bind is
+	// read-only, but the container runtime makes its own bind of the target for the container,
+	// read-only only when the kubelet asks (the csi volume's readOnly, or the volumeMount's).
+	// runc 1.2 and later apply the container's mount flags to that bind, so a writable request
+	// gives the container a writable mount of the volume's tmpfs (seen with runc 1.5.2 under
+	// containerd 2.4: the pod's writes reached the files every pod of the share sees).
+	if !req.GetReadonly() {
+		return nil, invalidf("the volume is requested writable (readOnly is false or unset in the pod's csi volume): this driver's volumes are read-only; set `readOnly: true` under the pod's `csi:` volume")
+	}
 	return v, nil
 }
 

@@ -25,6 +25,7 @@ func goodPublishRequest() *csi.NodePublishVolumeRequest {
 	return &csi.NodePublishVolumeRequest{
 		VolumeId:   "csi-0123abcd",
 		TargetPath: goodTarget,
+		Readonly:   true, // what the kubelet sends for a csi volume with readOnly: true
 		VolumeCapability: &csi.VolumeCapability{
 			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
 		},
@@ -58,6 +59,9 @@ func TestParsePublishRequestRejectsBadInput(t *testing.T) {
 		{"volume id dotdot", func(r *csi.NodePublishVolumeRequest) { r.VolumeId = "a..b" }, "not valid"},
 		{"volume id is ..", func(r *csi.NodePublishVolumeRequest) { r.VolumeId = ".." }, "not valid"},
 		{"no capability", func(r *csi.NodePublishVolumeRequest) { r.VolumeCapability = nil }, "volume_capability is required"},
+		// A container runtime honours only the kubelet's read-only flag for the container's own
+		// bind (runc 1.2+): a writable request would be a writable mount in the container.
+		{"writable", func(r *csi.NodePublishVolumeRequest) { r.Readonly = false }, "set `readOnly: true`"},
 		{"block capability", func(r *csi.NodePublishVolumeRequest) {
 			r.VolumeCapability.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
 		}, "only the mount access type"},
