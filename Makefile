@@ -44,7 +44,7 @@ tools-test: helm cosign
 	cd tools/ociimage && go test ./...
 
 ## deps, tools: apt packages and binaries (built once, cached in _output/bin) for `make test`:
-## everything. deps-cluster, tools-cluster: only what `make up` runs (no e2e-storage.test, helm,
+## everything. deps-cluster, tools-cluster: only what `make up` runs (no helm,
 ## prometheus or jq). helm: helm alone (`make manifests`, `make release`).
 deps:
 	hack/install-deps.sh all

@@ -13,11 +13,9 @@
 #   registry       distribution's registry: the local cluster's OCI registry (tools/registry)
 #   mkimage        (tools/mkimage, stdlib only)
 #   pause          (hack/pause.c, gcc -static)
-#   e2e-storage.test  the e2e framework and the External Storage suite at the newest minor
-#                  (tools/e2e-storage, k8s.io/kubernetes)
 # Each binary has a stamp file (.NAME.stamp beside it) recording what it was built from; a binary
 # is rebuilt only when it is missing or its stamp differs. Cold, on 2 cores: ~4 min per Kubernetes
-# minor, 3-5 min for e2e-storage.test, ~2 min for containerd, runc and CNI; warm: seconds.
+# minor, ~2 min for containerd, runc and CNI; warm: seconds.
 #
 #   hack/build-tools.sh          all of them, every supported minor (`make tools`, for `make test`)
 #   hack/build-tools.sh cluster  only what `make up` runs, for the minor KUBE_VERSION picks
@@ -31,7 +29,7 @@
 set -euo pipefail
 scope=${1:-all}
 case $scope in
-all) groups=" kube etcd registry e2e helm actionlint mkimage pause node " ;;
+all) groups=" kube etcd registry helm actionlint mkimage pause node " ;;
 cluster) groups=" kube etcd registry mkimage pause node " ;;
 helm) groups=" helm " ;;
 actionlint) groups=" actionlint " ;;
@@ -104,18 +102,6 @@ build_minor() {
 if [[ $scope == all ]]; then minors=("${KUBE_MINORS[@]}"); else minors=("$(kube_minor)"); fi
 if want kube || want etcd; then
 	for m in "${minors[@]}"; do build_minor "$m"; done
-fi
-
-# --- e2e-storage.test: the e2e framework and the External Storage suite at the newest minor
-# (hack/e2e-storage.sh runs it). A test binary, as upstream's e2e.test is (`go test -c`); the same
-# flags as the commands above, so it reuses their compiled packages. Rebuilt when the Kubernetes
-# version, Go or its own source changes.
-kube_version=$(cd "$TOOLS" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
-e2e_stamp="e2e-storage=kubernetes=$kube_version src=$(cat "$TOOLS"/e2e-storage/*.go | sha256sum | cut -c1-16) $goversion"
-if want e2e && stale e2e-storage.test "$e2e_stamp"; then
-	echo "building e2e-storage.test ($kube_version)..."
-	(cd "$TOOLS" && go test -c -trimpath -ldflags "$(kube_ldflags "$kube_version")" -o "$BIN/e2e-storage.test" ./e2e-storage)
-	stamp e2e-storage.test "$e2e_stamp"
 fi
 
 # module_tool NAME DIR MODULE PKG [SYMBOL]: a tool in its own module (tools/DIR, which pins

@@ -5,8 +5,7 @@
 #   hack/kube-module.sh DIR KUBE_VERSION ETCD_VERSION
 #   e.g. hack/kube-module.sh tools/kube-1.36 v1.36.3 v3.6.8
 #
-# tools/ itself is the newest minor's module (it also holds tools/e2e-storage, built at that
-# minor); tools/kube-1.NN the older supported minors'. hack/lib/versions.sh says which is which.
+# tools/ itself is the newest minor's module; tools/kube-1.NN the older supported minors'. hack/lib/versions.sh says which is which.
 #
 # k8s.io/kubernetes is not meant to be imported as a library: it requires its staging modules
 # (k8s.io/api, client-go, ...) at v0.0.0, so each needs a replace to v0.Y.Z. The list of staging

@@ -1,16 +1,14 @@
 #!/usr/bin/env bash
 # Runs the whole test suite against local clusters that it brings up and always tears down.
 # Called by `make test` (after build and tools); needs root. Phases, each on a cluster of its own:
-#   1. the newest supported minor, one node: every test but the multi-node suite, then Kubernetes'
-#      storage e2e suite;
+#   1. the newest supported minor, one node: every test but the multi-node suite;
 #   2. the newest minor, three nodes (NODES=3): the multi-node suite (nodes_integration_test.go,
 #      TestNodes*);
 #   3. each older supported minor (hack/lib/versions.sh), one node: the tests that prove a user's
 #      install works there (MATRIX_TESTS below).
 # After each phase `down` must leave nothing behind (hack/cluster.sh check-down).
 # KUBE_VERSION=1.NN: phases 1 and 2 on that minor only, no matrix.
-# TEST_ARGS: more `go test` flags for the phases (with TEST_ARGS the storage e2e suite and the
-# matrix are skipped). A -run in it picks the phase: the three-node one if it names TestNodes,
+# TEST_ARGS: more `go test` flags for the phases (with TEST_ARGS the matrix is skipped). A -run in it picks the phase: the three-node one if it names TestNodes,
 # else the one-node one.
 # TEST_NODES: the phases to run on the main minor ("1 3" by default, or as the -run picks).
 set -euo pipefail
@@ -69,15 +67,6 @@ if [[ $TEST_NODES == *1* ]]; then
 	# shellcheck disable=SC2086 # TEST_ARGS is a list of flags
 	gotest "$main_minor" _output/test.log -skip '^TestNodes' ${TEST_ARGS:-} . ./internal/...
 	status=$?
-	# Kubernetes' storage e2e suite (External Storage, CSI ephemeral in-line) against the driver
-	# the pod suite deployed. Not when TEST_ARGS picks tests: the pod suite may not have run.
-	if [[ -z ${TEST_ARGS:-} ]]; then
-		hack/cluster.sh exec -- hack/e2e-storage.sh
-		e2e_status=$?
-		((status != 0)) || status=$e2e_status
-	else
-		echo "TEST_ARGS set: not running the storage e2e suite (hack/e2e-storage.sh)"
-	fi
 	# Nothing may be left behind of one node either.
 	hack/cluster.sh down && hack/cluster.sh check-down
 	down_status=$?

@@ -8,7 +8,7 @@
 KUBE_MINORS=(1.37 1.36 1.35)
 
 # kube_module_dir MINOR: the tool module (relative to the repository root) that pins MINOR. The
-# newest minor's is tools/ itself, which also builds tools/e2e-storage at that minor.
+# newest minor's is tools/ itself.
 kube_module_dir() {
 	local m
 	[[ $1 == "${KUBE_MINORS[0]}" ]] && { echo tools; return; }
