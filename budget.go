@@ -29,11 +29,21 @@ import (
 const pageSize = 4096
 
 // volumeBudget counts the bytes of the node's volumes against a limit. Zero limit: no budget.
+//
+// It has one owner: the volume store (records.go) charges a volume's bytes when its record is
+// saved, changes them when a record with other bytes replaces it, frees them when the volume is
+// forgotten, and charges the volumes it loads at start. So the bytes in use are, at every moment
+// no operation is in progress, exactly the sum over the records saved: a step that fails between
+// a charge and its save (a record that cannot be written) cannot leave a charge behind, nor
+// give back bytes twice. Operations in progress hold reservations: room for a volume before its
+// record is saved (publish), for a share's new copy beside its old one until the record naming
+// it is saved (refresh). A reservation is released when its operation ends, whatever happened.
 type volumeBudget struct {
 	limit int64
 
-	mu   sync.Mutex
-	used int64
+	mu       sync.Mutex
+	saved    int64 // the saved records' bytes: changed only by the volume store (charge)
+	reserved int64 // held by operations in progress (reservation)
 }
 
 // budgetExceeded is a charge the budget refused.
@@ -45,36 +55,52 @@ func (e *budgetExceeded) Error() string {
 		e.need, e.used, e.limit)
 }
 
-// take charges n bytes, or refuses with a *budgetExceeded when they do not fit.
-func (b *volumeBudget) take(n int64) error {
+// charge changes the saved records' bytes by delta, whether they fit or not: the volume store's
+// own call (records.go), made once the record is on disk (or, at start, found there). Room was
+// reserved for what a save adds.
+func (b *volumeBudget) charge(delta int64) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.limit > 0 && n > 0 && b.used+n > b.limit {
-		return &budgetExceeded{need: n, used: b.used, limit: b.limit}
-	}
-	b.used += n
-	return nil
-}
-
-// add charges n bytes whether they fit or not: volumes that already exist (recovered at start).
-func (b *volumeBudget) add(n int64) {
-	b.mu.Lock()
-	b.used += n
+	b.saved += delta
 	b.mu.Unlock()
 }
 
-// give returns n bytes.
-func (b *volumeBudget) give(n int64) {
-	b.mu.Lock()
-	b.used -= n
-	b.mu.Unlock()
-}
-
-// inUse is the bytes charged now.
+// inUse is the bytes charged now: the saved records', and those reserved.
 func (b *volumeBudget) inUse() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.used
+	return b.saved + b.reserved
+}
+
+// reservation is room an operation holds in the budget until it ends. Not safe for concurrent
+// use: one operation, under its volume's lock, holds it.
+type reservation struct {
+	b *volumeBudget
+	n int64
+}
+
+// reservation starts an empty reservation; release it when the operation ends.
+func (b *volumeBudget) reservation() *reservation { return &reservation{b: b} }
+
+// take adds n bytes to the reservation, or refuses with a *budgetExceeded when they do not fit
+// beside what is in use.
+func (r *reservation) take(n int64) error {
+	b := r.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.limit > 0 && n > 0 && b.saved+b.reserved+n > b.limit {
+		return &budgetExceeded{need: n, used: b.saved + b.reserved, limit: b.limit}
+	}
+	b.reserved += n
+	r.n += n
+	return nil
+}
+
+// release gives the reservation's bytes back. Again: nothing.
+func (r *reservation) release() {
+	r.b.mu.Lock()
+	r.b.reserved -= r.n
+	r.b.mu.Unlock()
+	r.n = 0
 }
 
 // chargedBytes is what files cost in tmpfs pages.
@@ -89,10 +115,10 @@ func chargedBytes(files map[string]atomicwriter.File) int64 {
 // recordBytes is what a volume costs besides its shares' files: its record and directories.
 const recordBytes = pageSize
 
-// volumeBytes is what a volume with these shares costs.
-func volumeBytes(shares []shareState) int64 {
+// volumeBytes is what the volume rec describes costs.
+func volumeBytes(rec volumeRecord) int64 {
 	n := int64(recordBytes)
-	for _, s := range shares {
+	for _, s := range rec.Shares {
 		n += s.Bytes
 	}
 	return n

@@ -203,7 +203,7 @@ func (s *podSuite) volumesOfNamespaces(t *testing.T, namespaces ...string) (n in
 		}
 		if slices.Contains(namespaces, rec.PodNamespace) {
 			n++
-			bytes += volumeBytes(rec.Shares)
+			bytes += volumeBytes(rec)
 		}
 	}
 	return n, bytes

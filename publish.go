@@ -90,7 +90,8 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 
 // createVolume makes a fetched volume on the node, in these steps:
 //
-//	(0) its bytes, charged to the node's volume budget (budget.go);
+//	(0) room for its bytes, reserved in the node's volume budget (budget.go) until the record,
+//	    saved, charges them (or the publish is undone);
 //	(1) the volume's dir, <state dir>/volumes/<id> (a leftover of a crash is cleaned first);
 //	(2) its tmpfs, size-limited;
 //	(3) the shares' copies and the pod's view, written into it;
@@ -113,11 +114,11 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 	}()
 
 	// (0)
-	need := volumeBytes(rec.Shares)
-	if err := d.budget.take(need); err != nil {
+	room := d.budget.reservation()
+	defer room.release()
+	if err := room.take(volumeBytes(rec)); err != nil {
 		return status.Errorf(codes.ResourceExhausted, "volume %s cannot be published on this node: %v", rec.VolumeID, err)
 	}
-	undo = append(undo, func() { d.budget.give(need) })
 	vol := d.store.dirOf(rec)
 	// (1)
 	if err := d.prepareVolumeDir(vol.dir); err != nil {
@@ -148,7 +149,7 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 	if err := d.store.save(rec); err != nil {
 		return status.Errorf(codes.Internal, "%v", err)
 	}
-	undo = append(undo, func() { d.store.forget(rec.VolumeID) })
+	undo = append(undo, func() { d.store.forget(rec.VolumeID) }) // and its bytes
 	d.crash.reached(stepPublishRecord)
 	// (5)
 	if !exists {

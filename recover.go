@@ -58,8 +58,9 @@ func (d *driver) recover() error {
 	return nil
 }
 
-// countRecovered charges a resumed volume to the budget, whether it fits or not: it exists. A
-// record written before shares had their bytes recorded has them measured from the copies.
+// countRecovered measures what a resumed volume's shares cost where its record does not say (a
+// record written before shares had their bytes recorded): the store charges it to the budget
+// as it remembers it, whether it fits or not (it exists).
 func (d *driver) countRecovered(rec *volumeRecord) {
 	vol := d.store.dirOf(*rec)
 	for i := range rec.Shares {
@@ -69,5 +70,4 @@ func (d *driver) countRecovered(rec *volumeRecord) {
 			}
 		}
 	}
-	d.budget.add(volumeBytes(rec.Shares))
 }
