@@ -11,14 +11,21 @@ package main
 // budget resumes every volume (they exist) but admits no new one until volumes go.
 //
 // What is counted is what the kernel charges for the files: each file's bytes rounded up to
-// whole pages, each share's copy once (the pod's view hard-links it), and a page for the record.
+// whole pages, each share's copy once (the pod's view hard-links it), the record's pages, and
+// every entry: each file, directory and link of a copy and of the view costs an inode and a
+// dentry (entryBytes) whatever its size, so a volume of many empty files or deep directories
+// is charged what it holds, not nothing. How many entries a volume may have is capped
+// (maxVolumeEntries, and the tmpfs's nr_inodes: tmpfs.go).
 // By default the budget is derived from the container's memory limit (its cgroup), less the
 // source cache's bound and a margin for the driver itself: see defaultVolumeBudget.
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,23 +110,85 @@ func (r *reservation) release() {
 	r.n = 0
 }
 
-// chargedBytes is what files cost in tmpfs pages.
+// entryBytes is what the kernel keeps for one entry of a tmpfs (a file, a directory, a symbolic
+// link, or a hard link: tmpfs counts each link as an inode, shmem_link, as its dentry cannot be
+// reclaimed): an inode (shmem_inode_cache: 744 bytes on Linux 6.18, x86_64) and a dentry (192),
+// rounded up to 1 KiB, which is also what tmpfs reserves per inode (BOGO_INODE_SIZE,
+// mm/shmem.c). The review measured about 1.3 KiB per directory of a volume, the atomic writer's
+// links included; those links are counted here as entries of their own.
+const entryBytes = 1024
+
+// pages is n bytes rounded up to whole pages.
+func pages(n int64) int64 { return (n + pageSize - 1) / pageSize * pageSize }
+
+// treeEntries is how many entries files make in a directory the atomic writer fills
+// (internal/atomicwriter's layout): each file and each directory of their paths (pathEntries),
+// a link per first segment, and the directory itself, its payload dir and its ..data link.
+func treeEntries(files map[string]atomicwriter.File) int64 {
+	tops := map[string]bool{}
+	for p := range files {
+		top, _, _ := strings.Cut(p, "/")
+		tops[top] = true
+	}
+	return int64(filesEntries(files) + len(tops) + 3)
+}
+
+// pathEntries is how many files and directories paths make: each path a file, and each distinct
+// directory they need. What maxVolumeEntries caps.
+func pathEntries(paths []string) int {
+	dirs := map[string]bool{}
+	for _, p := range paths {
+		for d := range atomicwriter.ParentDirs(p) {
+			dirs[d] = true
+		}
+	}
+	return len(paths) + len(dirs)
+}
+
+// chargedBytes is what one share's files cost: their bytes in whole pages, and the entries of
+// the share's copy and of the view's hard links to it (which share the copy's pages).
 func chargedBytes(files map[string]atomicwriter.File) int64 {
 	var n int64
 	for _, f := range files {
-		n += (int64(len(f.Data)) + pageSize - 1) / pageSize * pageSize
+		n += pages(int64(len(f.Data)))
+	}
+	return n + 2*treeEntries(files)*entryBytes
+}
+
+// volumeEntries are a volume's entries besides its shares' files: the tmpfs's root, record.json,
+// shares/, and the view's data/ with its payload dir and ..data link.
+const volumeEntries = 6
+
+// volumeBytes is what the volume rec describes costs: its record in whole pages, its own
+// entries, and its shares' copies (shareState.Bytes).
+func volumeBytes(rec volumeRecord) int64 {
+	n := recordPages(rec) + volumeEntries*entryBytes
+	for _, s := range rec.Shares {
+		n += s.Bytes
 	}
 	return n
 }
 
-// recordBytes is what a volume costs besides its shares' files: its record and directories.
-const recordBytes = pageSize
+// recordPages is what rec costs on disk, in whole pages.
+func recordPages(rec volumeRecord) int64 {
+	b, err := json.MarshalIndent(rec, "", "  ") // as writeRecord writes it
+	if err != nil {
+		return pageSize // cannot happen: a record is plain data
+	}
+	return pages(int64(len(b)))
+}
 
-// volumeBytes is what the volume rec describes costs.
-func volumeBytes(rec volumeRecord) int64 {
-	n := int64(recordBytes)
-	for _, s := range rec.Shares {
-		n += s.Bytes
+// filesEntries is how many files and directories files make (pathEntries).
+func filesEntries(files map[string]atomicwriter.File) int {
+	return pathEntries(slices.Collect(maps.Keys(files)))
+}
+
+// volumeEntryCount is how many files and directories the copies of shares hold, against
+// maxVolumeEntries.
+func volumeEntryCount(shares []shareState) int {
+	n := 0
+	for _, s := range shares {
+		n += s.Entries
 	}
 	return n
 }

@@ -68,8 +68,12 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 			}
 			return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", spec.Kind, sh.SourceNamespace, sh.SourceName, err)
 		}
-		rec.Shares[i].Bytes = chargedBytes(perShare[i])
+		rec.Shares[i].Bytes, rec.Shares[i].Entries = chargedBytes(perShare[i]), filesEntries(perShare[i])
 		size += src.Size
+	}
+	if n := volumeEntryCount(rec.Shares); n > maxVolumeEntries {
+		return volumeRecord{}, volumeView{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s make %d files and directories; a volume holds at most %d "+
+			"(each costs the node memory whatever its size): select fewer keys with the volumeAttribute %s, or mount fewer shares", v.VolumeID, n, maxVolumeEntries, attrItems)
 	}
 	view := composeView(v.Shares, perShare)
 	if len(view.conflicts) > 0 {
@@ -81,9 +85,11 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 	// pod's view still shows until it is swapped. The view itself costs nothing: its files are
 	// hard links to the copies' (volumeDir.writeView). Should linking ever fail, the files are
 	// written, and an update that then runs out of room fails and leaves the volume as it was.
-	if need := 2*size + reservedBytes; need > d.tmpfsSize {
-		return volumeRecord{}, volumeView{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s hold %d bytes; a volume needs twice that plus %d bytes, more than the tmpfs size limit of %d bytes (raise --tmpfs-size)",
-			v.VolumeID, size, reservedBytes, d.tmpfsSize)
+	// The record is kept room for too, twice (its new version is written beside the old one):
+	// it holds the pod's items, which may make it larger than reservedBytes.
+	if spare := reservedBytes + 2*recordPages(rec); 2*size+spare > d.tmpfsSize {
+		return volumeRecord{}, volumeView{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s hold %d bytes; a volume needs twice that plus %d bytes for its record and directories, more than the tmpfs size limit of %d bytes (raise --tmpfs-size)",
+			v.VolumeID, size, spare, d.tmpfsSize)
 	}
 	return rec, view, nil
 }

@@ -208,7 +208,8 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 		}
 		if v.files != nil {
 			var err error
-			if v, err = writeNewCopy(vol, rec.Shares[i], i, v, room); err != nil {
+			others := volumeEntryCount(w.next.Shares) - w.next.Shares[i].Entries
+			if v, err = writeNewCopy(vol, rec.Shares[i], i, v, room, others); err != nil {
 				w.errs = append(w.errs, fmt.Errorf("writing the copy of %s: %w", rec.Shares[i], err))
 				continue
 			}
@@ -223,7 +224,7 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 	// they stop counting.
 	for i, st := range w.next.Shares {
 		if w.next.Refresh && st.Revoked {
-			w.next.Shares[i].Bytes = 0
+			w.next.Shares[i].Bytes, w.next.Shares[i].Entries = chargedBytes(nil), 0
 		}
 	}
 	return w
@@ -232,21 +233,30 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 // writeNewCopy writes the new copy of share i that verdict v brings, its bytes reserved in room
 // beside the old copy's (which stay charged until the record naming the new one is saved). A new
 // copy that does not fit is not written: the share keeps its last files, and the pod is told
-// once (OverBudget). On an error the share is as it was.
-func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, room *reservation) (shareVerdict, error) {
-	newBytes := chargedBytes(v.files)
-	if err := room.take(newBytes); err != nil {
+// once (OverBudget); so is one that would make the volume hold more files and directories than
+// maxVolumeEntries, beside the others (the files and directories of the volume's other shares).
+// On an error the share is as it was.
+func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, room *reservation, others int) (shareVerdict, error) {
+	newBytes, newEntries := chargedBytes(v.files), filesEntries(v.files)
+	var refused string
+	if n := others + newEntries; n > maxVolumeEntries {
+		refused = fmt.Sprintf("its new files do not fit in the volume: they would make %d files and directories in it, and a volume holds at most %d "+
+			"(select fewer keys with the volumeAttribute %s)", n, maxVolumeEntries, attrItems)
+	} else if err := room.take(newBytes); err != nil {
+		refused = fmt.Sprintf("its new files do not fit on this node: %v", err)
+	}
+	if refused != "" {
 		if old.OverBudget {
 			return shareVerdict{state: old}, nil
 		}
 		old.OverBudget = true
 		return shareVerdict{state: old, change: &shareChange{share: old.shareRef, kind: changeRefreshFailed,
-			why: fmt.Sprintf("changed, but keeps its last files: its new files do not fit on this node: %v", err)}}, nil
+			why: "changed, but keeps its last files: " + refused}}, nil
 	}
 	if err := vol.writeCopy(i, v.files); err != nil {
 		return v, err
 	}
-	v.state.Bytes, v.state.OverBudget = newBytes, false
+	v.state.Bytes, v.state.Entries, v.state.OverBudget = newBytes, newEntries, false
 	return v, nil
 }
 

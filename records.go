@@ -53,7 +53,8 @@ type shareState struct {
 	// ReadForbidden: the driver itself may no longer read the source, so the share keeps its
 	// last files and is not refreshed. Recorded so the pod is warned once, not every cycle.
 	ReadForbidden bool `json:"readForbidden,omitempty"`
-	// OverBudget: a refresh did not fit in the node's volume budget (budget.go), so the share
+	// OverBudget: a refresh did not fit in the node's volume budget (budget.go), or would have
+	// made more files and directories than a volume holds (maxVolumeEntries), so the share
 	// keeps its last files. Recorded so the pod is warned once, not every cycle.
 	OverBudget bool `json:"overBudget,omitempty"`
 	// SourceReplaced: the source is another object than the one the share was made for
@@ -61,6 +62,9 @@ type shareState struct {
 	SourceReplaced bool `json:"sourceReplaced,omitempty"`
 	// Bytes is what the share's copy costs in memory (chargedBytes), counted in the budget.
 	Bytes int64 `json:"bytes,omitempty"`
+	// Entries is how many files and directories the share's copy holds (pathEntries), counted
+	// against maxVolumeEntries. Absent (records written before it): not counted.
+	Entries int `json:"entries,omitempty"`
 	// Exposed is the share's list of keys (spec.items) the files were made through; absent: every
 	// key (as in records written before shares had lists). A list change is applied when it
 	// differs from the share's.
