@@ -100,15 +100,18 @@ func mountTmpfs(dir string, sizeBytes int64, extraData string) error {
 const tmpfsHugeOption = "huge=within_size"
 
 // tmpfsInodes is the nr_inodes of a volume's tmpfs: how many entries (files, directories,
-// symbolic links, and hard links, which tmpfs counts as inodes) it may hold at once. A volume
-// holds at most maxVolumeEntries files and directories over its shares' copies (N); the atomic
-// writer adds at most a link per file and three entries per directory it fills, and the view
-// links every file again: 4N steady. During an update a new copy or a new view (at most 2N)
-// is written beside the old one: 6N, and 128 for the record (twice while it is saved), the
-// volume's own directories and the per-share entries of up to maxShares shares. The bound is
-// the last line: publish and refresh refuse what would exceed maxVolumeEntries with a message,
-// before the kernel would refuse it with ENOSPC.
-const tmpfsInodes = 6*maxVolumeEntries + 128
+// symbolic links, and hard links, which tmpfs counts as inodes: shmem_link) it may hold at once.
+// A volume holds at most maxVolumeEntries files and directories over its shares' copies (N);
+// the atomic writer adds at most a link per file and three entries per directory it fills, and
+// the view links every file again: 4N steady. During an update a new copy or a new view (at
+// most 2N) is written beside the old one: 6N. Since Linux 6.6 an inode's security label
+// (SELinux) is counted against the same space, about a tenth of an inode more each: 8N, and 128
+// for the record (twice while it is saved), the volume's own directories and the entries of up
+// to maxShares shares. The bound is the last line: publish and refresh refuse what would exceed
+// maxVolumeEntries with a message, before the kernel would refuse it with ENOSPC. At the bound
+// the kernel holds some 32 MiB for the volume's entries, and only for a moment: steady, a
+// volume at the bound is charged 16 MiB in the budget.
+const tmpfsInodes = 8*maxVolumeEntries + 128
 
 // tmpfsMountData is the mount data of a volume's tmpfs: its size, its number of inodes, and
 // extraData (an SELinux context=...), if any.

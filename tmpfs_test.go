@@ -21,7 +21,8 @@ func TestTmpfsMountDataCapsSizeAndInodes(t *testing.T) {
 	// A volume at the bound holds its files and directories twice (the copies and the view's
 	// links), with a link per file at each top at most: 4N; an update writes a new copy or view
 	// beside the old one: 2N more.
-	if tmpfsInodes < 6*maxVolumeEntries {
-		t.Errorf("nr_inodes %d is less than the %d a volume of %d files and directories needs during an update", tmpfsInodes, 6*maxVolumeEntries, maxVolumeEntries)
+	// Much more is memory the budget does not see.
+	if lo, hi := 6*maxVolumeEntries, 8*maxVolumeEntries+128; tmpfsInodes < lo || tmpfsInodes > hi {
+		t.Errorf("nr_inodes %d, want from %d (what a volume of %d files and directories needs during an update) to %d", tmpfsInodes, lo, maxVolumeEntries, hi)
 	}
 }
