@@ -11,14 +11,21 @@ package main
 // budget resumes every volume (they exist) but admits no new one until volumes go.
 //
 // What is counted is what the kernel charges for the files: each file's bytes rounded up to
-// whole pages, each share's copy once (the pod's view hard-links it), and a page for the record.
+// whole pages, each share's copy once (the pod's view hard-links it), the record's pages, and
+// every entry: each file, directory and link of a copy and of the view costs an inode and a
+// dentry (entryBytes) whatever its size, so a volume of many empty files or deep directories
+// is charged what it holds, not nothing. How many entries a volume may have is capped
+// (maxVolumeEntries, and the tmpfs's nr_inodes: tmpfs.go).
 // By default the budget is derived from the container's memory limit (its cgroup), less the
 // source cache's bound and a margin for the driver itself: see defaultVolumeBudget.
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,11 +36,21 @@ import (
 const pageSize = 4096
 
 // volumeBudget counts the bytes of the node's volumes against a limit. Zero limit: no budget.
+//
+// It has one owner: the volume store (records.go) charges a volume's bytes when its record is
+// saved, changes them when a record with other bytes replaces it, frees them when the volume is
+// forgotten, and charges the volumes it loads at start. So the bytes in use are, at every moment
+// no operation is in progress, exactly the sum over the records saved: a step that fails between
+// a charge and its save (a record that cannot be written) cannot leave a charge behind, nor
+// give back bytes twice. Operations in progress hold reservations: room for a volume before its
+// record is saved (publish), for a share's new copy beside its old one until the record naming
+// it is saved (refresh). A reservation is released when its operation ends, whatever happened.
 type volumeBudget struct {
 	limit int64
 
-	mu   sync.Mutex
-	used int64
+	mu       sync.Mutex
+	saved    int64 // the saved records' bytes: changed only by the volume store (charge)
+	reserved int64 // held by operations in progress (reservation)
 }
 
 // budgetExceeded is a charge the budget refused.
@@ -45,55 +62,133 @@ func (e *budgetExceeded) Error() string {
 		e.need, e.used, e.limit)
 }
 
-// take charges n bytes, or refuses with a *budgetExceeded when they do not fit.
-func (b *volumeBudget) take(n int64) error {
+// charge changes the saved records' bytes by delta, whether they fit or not: the volume store's
+// own call (records.go), made once the record is on disk (or, at start, found there). Room was
+// reserved for what a save adds.
+func (b *volumeBudget) charge(delta int64) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.limit > 0 && n > 0 && b.used+n > b.limit {
-		return &budgetExceeded{need: n, used: b.used, limit: b.limit}
-	}
-	b.used += n
-	return nil
-}
-
-// add charges n bytes whether they fit or not: volumes that already exist (recovered at start).
-func (b *volumeBudget) add(n int64) {
-	b.mu.Lock()
-	b.used += n
+	b.saved += delta
 	b.mu.Unlock()
 }
 
-// give returns n bytes.
-func (b *volumeBudget) give(n int64) {
-	b.mu.Lock()
-	b.used -= n
-	b.mu.Unlock()
-}
-
-// inUse is the bytes charged now.
+// inUse is the bytes charged now: the saved records', and those reserved.
 func (b *volumeBudget) inUse() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.used
+	return b.saved + b.reserved
 }
 
-// chargedBytes is what files cost in tmpfs pages.
+// reservation is room an operation holds in the budget until it ends. Not safe for concurrent
+// use: one operation, under its volume's lock, holds it.
+type reservation struct {
+	b *volumeBudget
+	n int64
+}
+
+// reservation starts an empty reservation; release it when the operation ends.
+func (b *volumeBudget) reservation() *reservation { return &reservation{b: b} }
+
+// take adds n bytes to the reservation, or refuses with a *budgetExceeded when they do not fit
+// beside what is in use.
+func (r *reservation) take(n int64) error {
+	b := r.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.limit > 0 && n > 0 && b.saved+b.reserved+n > b.limit {
+		return &budgetExceeded{need: n, used: b.saved + b.reserved, limit: b.limit}
+	}
+	b.reserved += n
+	r.n += n
+	return nil
+}
+
+// release gives the reservation's bytes back. Again: nothing.
+func (r *reservation) release() {
+	r.b.mu.Lock()
+	r.b.reserved -= r.n
+	r.b.mu.Unlock()
+	r.n = 0
+}
+
+// entryBytes is what the kernel keeps for one entry of a tmpfs (a file, a directory, a symbolic
+// link, or a hard link: tmpfs counts each link as an inode, shmem_link, as its dentry cannot be
+// reclaimed): an inode (shmem_inode_cache: 744 bytes on Linux 6.18, x86_64) and a dentry (192),
+// rounded up to 1 KiB, which is also what tmpfs reserves per inode (BOGO_INODE_SIZE,
+// mm/shmem.c). The review measured about 1.3 KiB per directory of a volume, the atomic writer's
+// links included; those links are counted here as entries of their own.
+const entryBytes = 1024
+
+// pages is n bytes rounded up to whole pages.
+func pages(n int64) int64 { return (n + pageSize - 1) / pageSize * pageSize }
+
+// treeEntries is how many entries files make in a directory the atomic writer fills
+// (internal/atomicwriter's layout): each file and each directory of their paths (pathEntries),
+// a link per first segment, and the directory itself, its payload dir and its ..data link.
+func treeEntries(files map[string]atomicwriter.File) int64 {
+	tops := map[string]bool{}
+	for p := range files {
+		top, _, _ := strings.Cut(p, "/")
+		tops[top] = true
+	}
+	return int64(filesEntries(files) + len(tops) + 3)
+}
+
+// pathEntries is how many files and directories paths make: each path a file, and each distinct
+// directory they need. What maxVolumeEntries caps.
+func pathEntries(paths []string) int {
+	dirs := map[string]bool{}
+	for _, p := range paths {
+		for d := range atomicwriter.ParentDirs(p) {
+			dirs[d] = true
+		}
+	}
+	return len(paths) + len(dirs)
+}
+
+// chargedBytes is what one share's files cost: their bytes in whole pages, and the entries of
+// the share's copy and of the view's hard links to it (which share the copy's pages).
 func chargedBytes(files map[string]atomicwriter.File) int64 {
 	var n int64
 	for _, f := range files {
-		n += (int64(len(f.Data)) + pageSize - 1) / pageSize * pageSize
+		n += pages(int64(len(f.Data)))
+	}
+	return n + 2*treeEntries(files)*entryBytes
+}
+
+// volumeEntries are a volume's entries besides its shares' files: the tmpfs's root, record.json,
+// shares/, and the view's data/ with its payload dir and ..data link.
+const volumeEntries = 6
+
+// volumeBytes is what the volume rec describes costs: its record in whole pages, its own
+// entries, and its shares' copies (shareState.Bytes).
+func volumeBytes(rec volumeRecord) int64 {
+	n := recordPages(rec) + volumeEntries*entryBytes
+	for _, s := range rec.Shares {
+		n += s.Bytes
 	}
 	return n
 }
 
-// recordBytes is what a volume costs besides its shares' files: its record and directories.
-const recordBytes = pageSize
+// recordPages is what rec costs on disk, in whole pages.
+func recordPages(rec volumeRecord) int64 {
+	b, err := json.MarshalIndent(rec, "", "  ") // as writeRecord writes it
+	if err != nil {
+		return pageSize // cannot happen: a record is plain data
+	}
+	return pages(int64(len(b)))
+}
 
-// volumeBytes is what a volume with these shares costs.
-func volumeBytes(shares []shareState) int64 {
-	n := int64(recordBytes)
+// filesEntries is how many files and directories files make (pathEntries).
+func filesEntries(files map[string]atomicwriter.File) int {
+	return pathEntries(slices.Collect(maps.Keys(files)))
+}
+
+// volumeEntryCount is how many files and directories the copies of shares hold, against
+// maxVolumeEntries.
+func volumeEntryCount(shares []shareState) int {
+	n := 0
 	for _, s := range shares {
-		n += s.Bytes
+		n += s.Entries
 	}
 	return n
 }

@@ -9,6 +9,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,10 +25,56 @@ import (
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
-func TestChargedBytesArePages(t *testing.T) {
+// A share's files cost their bytes in whole pages, and every entry of its copy and of the view's
+// links to it: each file, each directory of their paths, a link per first segment and the
+// copy's three (entryBytes each, twice).
+func TestChargedBytesArePagesAndEntries(t *testing.T) {
 	files := map[string]atomicwriter.File{"a": {Data: []byte("x")}, "b": {Data: make([]byte, 4096)}, "c": {Data: make([]byte, 4097)}, "d": {}}
-	if got, want := chargedBytes(files), int64(4096+4096+8192); got != want {
+	if got, want := chargedBytes(files), int64(4096+4096+8192)+2*(4+4+3)*entryBytes; got != want {
 		t.Errorf("chargedBytes = %d, want %d", got, want)
+	}
+	// An empty file is not free, nor is a directory.
+	if got, want := chargedBytes(map[string]atomicwriter.File{"x/y/z": {}}), int64(2*(1+2+1+3)*entryBytes); got != want {
+		t.Errorf("chargedBytes of one empty file two directories deep = %d, want %d", got, want)
+	}
+}
+
+// The review's volumes, charged what they hold: a thousand files sixteen segments deep, of 4 KiB
+// each, used some 40 MiB of kernel memory and were charged 4 MiB; a Secret of empty values was
+// charged nothing however many keys it had.
+func TestManyEntriesAreChargedWhatTheKernelHolds(t *testing.T) {
+	deep := map[string]atomicwriter.File{}
+	for i := range 1000 {
+		p := fmt.Sprintf("d%d", i)
+		for s := range 15 {
+			p += fmt.Sprintf("/s%d", s)
+		}
+		deep[p] = atomicwriter.File{Data: make([]byte, 4096)}
+	}
+	if got := chargedBytes(deep); got < 36<<20 {
+		t.Errorf("1000 files 16 segments deep charged %d bytes (%.1f MiB), want at least 36 MiB (4 MiB of pages and 32000 entries)", got, float64(got)/(1<<20))
+	}
+	empty := map[string]atomicwriter.File{}
+	for i := range 4000 {
+		empty[fmt.Sprintf("k%d", i)] = atomicwriter.File{}
+	}
+	if got := chargedBytes(empty); got < 4000*4*entryBytes {
+		t.Errorf("4000 empty files charged %d bytes, want at least %d (a file and its top link, in the copy and the view)", got, 4000*4*entryBytes)
+	}
+}
+
+// A volume costs its record's pages, as saved, and its own six entries, besides its shares.
+func TestVolumeBytesCountTheRecordAsSaved(t *testing.T) {
+	rec := volumeRecord{VolumeID: "vol-1", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "s"}, Bytes: 10000}}}
+	if got, want := volumeBytes(rec), int64(pageSize+volumeEntries*entryBytes+10000); got != want {
+		t.Errorf("volumeBytes of a small record = %d, want %d", got, want)
+	}
+	for i := range 200 { // a long list of items makes a record of several pages
+		rec.Items = append(rec.Items, item{Key: fmt.Sprintf("key-%d", i), Path: fmt.Sprintf("some/where/file-%d", i)})
+	}
+	b, _ := json.MarshalIndent(rec, "", "  ")
+	if got, want := volumeBytes(rec), pages(int64(len(b)))+volumeEntries*entryBytes+10000; got != want || want < 4*pageSize {
+		t.Errorf("volumeBytes of a record of %d bytes = %d, want %d", len(b), got, want)
 	}
 }
 
@@ -34,14 +82,15 @@ func TestPublishBeyondTheBudgetIsRefusedUntilThereIsRoom(t *testing.T) {
 	d, _ := nodeWorld(t)
 	ns := &nodeServer{d: d}
 	ctx := context.Background()
-	// One volume of the share costs a page for ca.crt and one for its record.
-	d.budget.limit = 3 * pageSize
+	// One volume of the share costs a page for ca.crt and one for its record, and its entries.
+	one := int64(pageSize) + chargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA")}}) + volumeEntries*entryBytes
+	d.budget.limit = one + one/2
 	first := publishRequest(t, d, "vol-1")
 	if _, err := ns.NodePublishVolume(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	if got := d.budget.inUse(); got != 2*pageSize {
-		t.Fatalf("in use after one volume: %d, want %d", got, 2*pageSize)
+	if got := d.budget.inUse(); got != one {
+		t.Fatalf("in use after one volume: %d, want %d", got, one)
 	}
 	second := publishRequest(t, d, "vol-2")
 	second.TargetPath = filepath.Join(filepath.Dir(filepath.Dir(second.TargetPath)), "other", "mount")
@@ -49,16 +98,16 @@ func TestPublishBeyondTheBudgetIsRefusedUntilThereIsRoom(t *testing.T) {
 	_, err := ns.NodePublishVolume(ctx, second)
 	st, _ := status.FromError(err)
 	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "--volume-bytes-budget") ||
-		!strings.Contains(st.Message(), "already use 8192 of the driver's budget of 12288 bytes") {
+		!strings.Contains(st.Message(), fmt.Sprintf("already use %d of the driver's budget of %d bytes", one, d.budget.limit)) {
 		t.Fatalf("publish beyond the budget: %v; want ResourceExhausted naming the bytes in use, the budget and the flag", err)
 	}
-	if d.budget.inUse() != 2*pageSize || exists(d.store.mountPoint("vol-2")) {
+	if d.budget.inUse() != one || exists(d.store.mountPoint("vol-2")) {
 		t.Fatalf("the refused publish left %d bytes charged or its volume dir", d.budget.inUse())
 	}
 	if _, err := ns.NodeUnpublishVolume(ctx, unpublishRequest(first)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ns.NodePublishVolume(ctx, second); err != nil || d.budget.inUse() != 2*pageSize {
+	if _, err := ns.NodePublishVolume(ctx, second); err != nil || d.budget.inUse() != one {
 		t.Fatalf("publish once the first volume is gone: %v, %d bytes in use", err, d.budget.inUse())
 	}
 }
@@ -73,7 +122,9 @@ func TestRefreshBeyondTheBudgetKeepsTheLastFiles(t *testing.T) {
 	if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
 		t.Fatal(err)
 	}
-	d.budget.limit = 3 * pageSize // the new copy (2 pages) does not fit beside the old one
+	one := d.budget.inUse()
+	newCopy := chargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: make([]byte, 5000)}})
+	d.budget.limit = one + newCopy - 1 // the new copy does not fit beside the old one
 	if _, err := client.CoreV1().Secrets("p").Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "2"},
 		Data: map[string][]byte{"ca.crt": make([]byte, 5000)}}, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -92,13 +143,75 @@ func TestRefreshBeyondTheBudgetKeepsTheLastFiles(t *testing.T) {
 	if e := <-events; !strings.Contains(e, reasonRefreshFailed) || !strings.Contains(e, "do not fit on this node") {
 		t.Fatalf("event %q, want %s saying the new files do not fit", e, reasonRefreshFailed)
 	}
-	if rec, _ := d.store.get("vol-1"); !rec.Shares[0].OverBudget || d.budget.inUse() != 2*pageSize {
+	rec, _ := d.store.get("vol-1")
+	if !rec.Shares[0].OverBudget || d.budget.inUse() != one {
 		t.Fatalf("record %+v, %d bytes in use; want the share over budget and its old copy counted", rec.Shares[0], d.budget.inUse())
 	}
 	d.budget.limit = 0 // room made
 	d.relistCycle(ctx, 0)
 	files, _ := atomicwriter.ReadFiles(view)
-	if len(files["ca.crt"].Data) != 5000 || d.budget.inUse() != 3*pageSize {
-		t.Fatalf("after room was made: %d bytes of ca.crt, %d in use; want the new 5000 bytes and 3 pages", len(files["ca.crt"].Data), d.budget.inUse())
+	if want := one - rec.Shares[0].Bytes + newCopy; len(files["ca.crt"].Data) != 5000 || d.budget.inUse() != want {
+		t.Fatalf("after room was made: %d bytes of ca.crt, %d in use; want the new 5000 bytes and %d", len(files["ca.crt"].Data), d.budget.inUse(), want)
+	}
+}
+
+// emptyKeys is a Secret's data of n keys with empty values: no data pages, n entries.
+func emptyKeys(n int) map[string][]byte {
+	data := map[string][]byte{}
+	for i := range n {
+		data[fmt.Sprintf("k%d", i)] = nil
+	}
+	return data
+}
+
+// A share whose source has more keys than a volume holds files and directories is refused,
+// however small its data: a Secret of empty values cost kernel memory without limit.
+func TestPublishOfMoreFilesThanAVolumeHoldsIsRefused(t *testing.T) {
+	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "1"},
+		Data: emptyKeys(maxVolumeEntries + 1)})
+	d, m := nodeWorldWith(t, client)
+	_, err := (&nodeServer{d: d}).NodePublishVolume(context.Background(), publishRequest(t, d, "vol-1"))
+	st, _ := status.FromError(err)
+	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), fmt.Sprintf("make %d files and directories; a volume holds at most %d", maxVolumeEntries+1, maxVolumeEntries)) ||
+		!strings.Contains(st.Message(), attrItems) {
+		t.Fatalf("publish of %d empty keys: %v; want ResourceExhausted naming the count, the bound and %s", maxVolumeEntries+1, err, attrItems)
+	}
+	if m.count() != 0 || d.store.count() != 0 || d.budget.inUse() != 0 {
+		t.Fatalf("the refused publish left %d mounts, %d records, %d bytes charged", m.count(), d.store.count(), d.budget.inUse())
+	}
+}
+
+// A refresh that would make the volume hold more files and directories than it may keeps the
+// volume's last files and tells the pod once, as one over the budget does.
+func TestRefreshToMoreFilesThanAVolumeHoldsKeepsTheLastFiles(t *testing.T) {
+	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "1"},
+		Data: map[string][]byte{"ca.crt": []byte("CA")}})
+	d, _ := nodeWorldWith(t, client)
+	events := make(chan string, 10)
+	d.events = &record.FakeRecorder{Events: events}
+	ctx := context.Background()
+	if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
+		t.Fatal(err)
+	}
+	before := d.budget.inUse()
+	if _, err := client.CoreV1().Secrets("p").Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "2"},
+		Data: emptyKeys(maxVolumeEntries + 1)}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // told once
+		d.relistCycle(ctx, 0)
+		files, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint("vol-1"), "data"))
+		if err != nil || len(files) != 1 || string(files["ca.crt"].Data) != "CA" {
+			t.Fatalf("after a refresh to %d keys the view holds %d files (%v), want the last one", maxVolumeEntries+1, len(files), err)
+		}
+	}
+	if n := len(events); n != 1 {
+		t.Fatalf("%d events, want one", n)
+	}
+	if e := <-events; !strings.Contains(e, reasonRefreshFailed) || !strings.Contains(e, fmt.Sprintf("a volume holds at most %d", maxVolumeEntries)) {
+		t.Fatalf("event %q, want %s naming the bound", e, reasonRefreshFailed)
+	}
+	if d.budget.inUse() != before {
+		t.Fatalf("%d bytes in use, want %d as before", d.budget.inUse(), before)
 	}
 }

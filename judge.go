@@ -22,10 +22,11 @@ package main
 // no longer shared) its copy keeps only the files the new list still shares, and gains none.
 // Keys that stopped being shared never stay: no error or setting keeps them.
 //
-// Applying a verdict that brings a new copy can still fail for one reason the judge does not see:
-// the node's volume budget (budget.go). A new copy that does not fit is not written: the share
-// keeps its last files and the pod is told once (refreshFailed, OverBudget in the record;
-// reconcile.go's writeNewCopy).
+// Applying a verdict that brings a new copy can still fail for reasons the judge does not see:
+// the node's volume budget (budget.go), and the bound on a volume's files and directories
+// (maxVolumeEntries). A new copy that does not fit is not written: the share keeps its last
+// files and the pod is told once (refreshFailed, OverBudget in the record; reconcile.go's
+// writeNewCopy).
 //
 // An outage must never revoke access: only an answer does.
 

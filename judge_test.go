@@ -113,7 +113,7 @@ func TestJudgeShareFollowsTheSharesListOfKeys(t *testing.T) {
 		return false, nil, nil
 	})
 	w.d.sources, _ = newSourceCache(fakeSources{client}, 10, 1<<20, time.Minute)
-	w.d.store = newVolumeStore(t.TempDir())
+	w.d.store = newVolumeStore(t.TempDir(), w.d.budget)
 	setList := func(items ...map[string]any) {
 		spec := map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "tls"}}
 		if items != nil {

@@ -287,15 +287,16 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 	broadcaster.StartRecordingToSink(eventSink{c: kube.core})
 
 	shareEvents := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[shareRef]{Name: "share-events"})
+	volumes := &volumeBudget{limit: budget}
 	d := &driver{
 		version:     version,
 		nodeID:      o.nodeID,
 		kubeletRoot: o.kubeletRoot,
 		tmpfsSize:   size.Value(),
-		budget:      &volumeBudget{limit: budget},
+		budget:      volumes,
 		account:     account,
 		mounter:     kernelMounter{},
-		store:       newVolumeStore(o.stateDir),
+		store:       newVolumeStore(o.stateDir, volumes), // the budget's owner
 		locks:       newVolumeLocks(),
 		sources:     sources,
 		authz:       newAuthorizer(sarClient{c: kube.authz}, o.authzTTL),

@@ -9,6 +9,9 @@ package main
 // revocation on the full node still lands within the relist bound; and a driver restarted on
 // the full node resumes every volume within the same memory. Where the kernel charges the
 // volumes' pages (the driver container's cgroup, and after a restart its pod's) is logged.
+// Volumes of many files and directories are charged for each and bounded: a pod whose items
+// make 16,000 of them, or a share of 20,000 empty values, is refused; one within the bounds is
+// charged what its entries hold, and the driver's container never restarts.
 
 import (
 	"context"
@@ -32,19 +35,20 @@ var budgetValues = []string{"--set", "resources.limits.memory=96Mi", "--set", "d
 
 const budgetBytes = 24 << 20
 
-func TestPodsVolumeBudgetKeepsTheDriverAlive(t *testing.T) {
-	s := podsEnv(t, podsAlone)
-	ctx := context.Background()
+// useSmallDriver gives the driver the small container of budgetValues for the test, and its
+// usual one back when the test ends.
+func (s *podSuite) useSmallDriver(t *testing.T) {
+	t.Helper()
 	upgrade := func(values ...string) {
 		t.Helper()
-		before, err := s.driverPod(ctx)
+		before, err := s.driverPod(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := s.helmUpgrade(values...); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.waitDriver(ctx, before.UID, 2*time.Minute); err != nil {
+		if _, err := s.waitDriver(context.Background(), before.UID, 2*time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -53,6 +57,12 @@ func TestPodsVolumeBudgetKeepsTheDriverAlive(t *testing.T) {
 	if got := s.scrape(t).sum("sharedresource_volume_bytes_budget", nil); got != budgetBytes {
 		t.Fatalf("budget %v bytes, want %d (derived from the container's 96Mi limit)", got, budgetBytes)
 	}
+}
+
+func TestPodsVolumeBudgetKeepsTheDriverAlive(t *testing.T) {
+	s := podsEnv(t, podsAlone)
+	ctx := context.Background()
+	s.useSmallDriver(t)
 
 	// A small share on the node first, to revoke once the node is full.
 	small := s.newShare(t, map[string][]byte{"ca.crt": []byte("small")})
@@ -184,6 +194,70 @@ func TestPodsVolumeBudgetKeepsTheDriverAlive(t *testing.T) {
 	}
 }
 
+// The review's volumes of many entries, with real pods on the small driver: a thousand items
+// sixteen segments deep (16,000 files and directories, about 40 MiB of kernel memory, which
+// were charged 4 MiB) and a share of 20,000 empty values (no data pages: it was charged a page,
+// and unbounded) are refused with messages naming the bound, before anything is written. A
+// share of 4,000 empty values, within the bounds, runs and is charged its entries (over 16 MiB
+// of the 24 MiB budget), so a second such pod is refused by the budget. The driver's container
+// never restarts.
+func TestPodsVolumeBudgetChargesAndBoundsEntries(t *testing.T) {
+	s := podsEnv(t, podsAlone)
+	ctx := context.Background()
+	s.useSmallDriver(t)
+	ns := s.podNamespace(t, "entries")
+	emptyValues := func(n int) map[string][]byte {
+		data := map[string][]byte{}
+		for i := range n {
+			data[fmt.Sprintf("k%d", i)] = nil
+		}
+		return data
+	}
+
+	// A key with an empty value, a thousand times, each sixteen segments deep.
+	deep := s.newShare(t, map[string][]byte{"k": nil})
+	s.grant(t, ns, kindSecret, deep.share, serviceAccount(ns, "default"))
+	items := make([]string, 1000)
+	for i := range items {
+		items[i] = fmt.Sprintf("k=d%d/a/b/c/d/e/f/g/h/i/j/k/l/m/n/f", i)
+	}
+	deepAttrs := deep.attrs()
+	deepAttrs[attrItems] = strings.Join(items, ",")
+	s.createPod(t, ns, "deep", consumerSpec{attrs: deepAttrs})
+	ev := s.waitEvent(t, ns, "deep", "FailedMount", 2*time.Minute, "InvalidArgument", "16000 files and directories",
+		fmt.Sprintf("a volume holds at most %d", maxVolumeEntries))
+	t.Logf("deep items: %s", ev.Message)
+
+	// Twenty thousand empty values.
+	many := s.newShare(t, emptyValues(20000))
+	s.grant(t, ns, kindSecret, many.share, serviceAccount(ns, "default"))
+	s.createPod(t, ns, "empty", consumerSpec{attrs: many.attrs()})
+	ev = s.waitEvent(t, ns, "empty", "FailedMount", 2*time.Minute, "ResourceExhausted", "20000 files and directories", attrItems)
+	t.Logf("empty values: %s", ev.Message)
+
+	// Four thousand empty values: within the bounds, and charged for them.
+	before := s.scrape(t).sum("sharedresource_volume_bytes", nil)
+	within := s.newShare(t, emptyValues(4000))
+	s.grant(t, ns, kindSecret, within.share, serviceAccount(ns, "default"))
+	s.createPod(t, ns, "within-0", consumerSpec{attrs: within.attrs()})
+	s.waitRunning(t, ns, "within-0", 2*time.Minute)
+	charged := s.scrape(t).sum("sharedresource_volume_bytes", nil) - before
+	if want := float64(4000 * 4 * entryBytes); charged < want {
+		t.Errorf("a volume of 4000 empty files is charged %.1f MiB, want at least %.1f MiB (each file and its link, in the copy and the view)", charged/(1<<20), want/(1<<20))
+	}
+	s.createPod(t, ns, "within-1", consumerSpec{attrs: within.attrs()})
+	ev = s.waitEvent(t, ns, "within-1", "FailedMount", 2*time.Minute, "ResourceExhausted", "--volume-bytes-budget")
+	t.Logf("4000 empty files charged %.1f MiB; a second such volume: %s", charged/(1<<20), ev.Message)
+
+	driver, err := s.driverPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.logCharged(t, driver, "volumes of many entries")
+	assertNotOOMKilled(t, driver) // restartCount 0
+	s.assertStillRunning(t, ns, "within-0")
+}
+
 // volumesOfNamespaces counts the volumes on the node whose records name a pod of one of the
 // namespaces, and the bytes the budget charges for them (budget.go's volumeBytes).
 func (s *podSuite) volumesOfNamespaces(t *testing.T, namespaces ...string) (n int, bytes int64) {
@@ -203,7 +277,7 @@ func (s *podSuite) volumesOfNamespaces(t *testing.T, namespaces ...string) (n in
 		}
 		if slices.Contains(namespaces, rec.PodNamespace) {
 			n++
-			bytes += volumeBytes(rec.Shares)
+			bytes += volumeBytes(rec)
 		}
 	}
 	return n, bytes

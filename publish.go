@@ -68,8 +68,12 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 			}
 			return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", spec.Kind, sh.SourceNamespace, sh.SourceName, err)
 		}
-		rec.Shares[i].Bytes = chargedBytes(perShare[i])
+		rec.Shares[i].Bytes, rec.Shares[i].Entries = chargedBytes(perShare[i]), filesEntries(perShare[i])
 		size += src.Size
+	}
+	if n := volumeEntryCount(rec.Shares); n > maxVolumeEntries {
+		return volumeRecord{}, volumeView{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s make %d files and directories; a volume holds at most %d "+
+			"(each costs the node memory whatever its size): select fewer keys with the volumeAttribute %s, or mount fewer shares", v.VolumeID, n, maxVolumeEntries, attrItems)
 	}
 	view := composeView(v.Shares, perShare)
 	if len(view.conflicts) > 0 {
@@ -81,16 +85,19 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 	// pod's view still shows until it is swapped. The view itself costs nothing: its files are
 	// hard links to the copies' (volumeDir.writeView). Should linking ever fail, the files are
 	// written, and an update that then runs out of room fails and leaves the volume as it was.
-	if need := 2*size + reservedBytes; need > d.tmpfsSize {
-		return volumeRecord{}, volumeView{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s hold %d bytes; a volume needs twice that plus %d bytes, more than the tmpfs size limit of %d bytes (raise --tmpfs-size)",
-			v.VolumeID, size, reservedBytes, d.tmpfsSize)
+	// The record is kept room for too, twice (its new version is written beside the old one):
+	// it holds the pod's items, which may make it larger than reservedBytes.
+	if spare := reservedBytes + 2*recordPages(rec); 2*size+spare > d.tmpfsSize {
+		return volumeRecord{}, volumeView{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s hold %d bytes; a volume needs twice that plus %d bytes for its record and directories, more than the tmpfs size limit of %d bytes (raise --tmpfs-size)",
+			v.VolumeID, size, spare, d.tmpfsSize)
 	}
 	return rec, view, nil
 }
 
 // createVolume makes a fetched volume on the node, in these steps:
 //
-//	(0) its bytes, charged to the node's volume budget (budget.go);
+//	(0) room for its bytes, reserved in the node's volume budget (budget.go) until the record,
+//	    saved, charges them (or the publish is undone);
 //	(1) the volume's dir, <state dir>/volumes/<id> (a leftover of a crash is cleaned first);
 //	(2) its tmpfs, size-limited;
 //	(3) the shares' copies and the pod's view, written into it;
@@ -113,11 +120,11 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 	}()
 
 	// (0)
-	need := volumeBytes(rec.Shares)
-	if err := d.budget.take(need); err != nil {
+	room := d.budget.reservation()
+	defer room.release()
+	if err := room.take(volumeBytes(rec)); err != nil {
 		return status.Errorf(codes.ResourceExhausted, "volume %s cannot be published on this node: %v", rec.VolumeID, err)
 	}
-	undo = append(undo, func() { d.budget.give(need) })
 	vol := d.store.dirOf(rec)
 	// (1)
 	if err := d.prepareVolumeDir(vol.dir); err != nil {
@@ -148,7 +155,7 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 	if err := d.store.save(rec); err != nil {
 		return status.Errorf(codes.Internal, "%v", err)
 	}
-	undo = append(undo, func() { d.store.forget(rec.VolumeID) })
+	undo = append(undo, func() { d.store.forget(rec.VolumeID) }) // and its bytes
 	d.crash.reached(stepPublishRecord)
 	// (5)
 	if !exists {

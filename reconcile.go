@@ -148,7 +148,11 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 // record, which could show a pod files it lost just before the crash).
 func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error {
 	vol := d.store.dirOf(rec)
-	w := d.writeCopies(vol, rec, verdicts)
+	// New copies hold room in the budget beside the old ones until the record naming them is
+	// saved: then the store charges what the record says, and the room goes back, saved or not.
+	room := d.budget.reservation()
+	defer room.release()
+	w := d.writeCopies(vol, rec, verdicts, room)
 	next, changes, errs := w.next, w.changes, w.errs
 	// A share's copy rewritten changes the view, linked from the copies, even when the change is
 	// not one that is reported as changing files (a list narrowed where the source could not be read).
@@ -181,7 +185,6 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 		d.crash.reached(stepReconcileRecord)
 	}
 	vol.dropRevokedCopies(next)
-	d.budget.give(w.dropped)
 	d.reportChanges(next, changes, conflicts)
 	return errors.Join(errs...)
 }
@@ -191,12 +194,11 @@ type copiesWritten struct {
 	next    volumeRecord  // the record to save: rec with each share's new state
 	changes []shareChange // to report
 	copied  bool          // a share's copy was rewritten
-	dropped int64         // the bytes of revoked shares' copies, which go once the record is saved
 	errs    []error       // the shares' errors; each such share is left as it was
 }
 
 // writeCopies writes the new copies the verdicts on rec's shares bring.
-func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVerdict) (w copiesWritten) {
+func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVerdict, room *reservation) (w copiesWritten) {
 	w.next = rec.clone()
 	for i, v := range verdicts {
 		if v.err != nil {
@@ -206,7 +208,8 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 		}
 		if v.files != nil {
 			var err error
-			if v, err = d.writeNewCopy(vol, rec.Shares[i], i, v); err != nil {
+			others := volumeEntryCount(w.next.Shares) - w.next.Shares[i].Entries
+			if v, err = writeNewCopy(vol, rec.Shares[i], i, v, room, others); err != nil {
 				w.errs = append(w.errs, fmt.Errorf("writing the copy of %s: %w", rec.Shares[i], err))
 				continue
 			}
@@ -221,33 +224,39 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 	// they stop counting.
 	for i, st := range w.next.Shares {
 		if w.next.Refresh && st.Revoked {
-			w.dropped += st.Bytes
-			w.next.Shares[i].Bytes = 0
+			w.next.Shares[i].Bytes, w.next.Shares[i].Entries = chargedBytes(nil), 0
 		}
 	}
 	return w
 }
 
-// writeNewCopy writes the new copy of share i that verdict v brings, charged to the node's
-// budget while both copies exist; the old copy's bytes are returned once it is replaced. A new
+// writeNewCopy writes the new copy of share i that verdict v brings, its bytes reserved in room
+// beside the old copy's (which stay charged until the record naming the new one is saved). A new
 // copy that does not fit is not written: the share keeps its last files, and the pod is told
-// once (OverBudget). On an error the share is as it was.
-func (d *driver) writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict) (shareVerdict, error) {
-	newBytes := chargedBytes(v.files)
-	if err := d.budget.take(newBytes); err != nil {
+// once (OverBudget); so is one that would make the volume hold more files and directories than
+// maxVolumeEntries, beside the others (the files and directories of the volume's other shares).
+// On an error the share is as it was.
+func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, room *reservation, others int) (shareVerdict, error) {
+	newBytes, newEntries := chargedBytes(v.files), filesEntries(v.files)
+	var refused string
+	if n := others + newEntries; n > maxVolumeEntries {
+		refused = fmt.Sprintf("its new files do not fit in the volume: they would make %d files and directories in it, and a volume holds at most %d "+
+			"(select fewer keys with the volumeAttribute %s)", n, maxVolumeEntries, attrItems)
+	} else if err := room.take(newBytes); err != nil {
+		refused = fmt.Sprintf("its new files do not fit on this node: %v", err)
+	}
+	if refused != "" {
 		if old.OverBudget {
 			return shareVerdict{state: old}, nil
 		}
 		old.OverBudget = true
 		return shareVerdict{state: old, change: &shareChange{share: old.shareRef, kind: changeRefreshFailed,
-			why: fmt.Sprintf("changed, but keeps its last files: its new files do not fit on this node: %v", err)}}, nil
+			why: "changed, but keeps its last files: " + refused}}, nil
 	}
 	if err := vol.writeCopy(i, v.files); err != nil {
-		d.budget.give(newBytes)
 		return v, err
 	}
-	d.budget.give(old.Bytes)
-	v.state.Bytes, v.state.OverBudget = newBytes, false
+	v.state.Bytes, v.state.Entries, v.state.OverBudget = newBytes, newEntries, false
 	return v, nil
 }
 

@@ -53,7 +53,8 @@ type shareState struct {
 	// ReadForbidden: the driver itself may no longer read the source, so the share keeps its
 	// last files and is not refreshed. Recorded so the pod is warned once, not every cycle.
 	ReadForbidden bool `json:"readForbidden,omitempty"`
-	// OverBudget: a refresh did not fit in the node's volume budget (budget.go), so the share
+	// OverBudget: a refresh did not fit in the node's volume budget (budget.go), or would have
+	// made more files and directories than a volume holds (maxVolumeEntries), so the share
 	// keeps its last files. Recorded so the pod is warned once, not every cycle.
 	OverBudget bool `json:"overBudget,omitempty"`
 	// SourceReplaced: the source is another object than the one the share was made for
@@ -61,6 +62,9 @@ type shareState struct {
 	SourceReplaced bool `json:"sourceReplaced,omitempty"`
 	// Bytes is what the share's copy costs in memory (chargedBytes), counted in the budget.
 	Bytes int64 `json:"bytes,omitempty"`
+	// Entries is how many files and directories the share's copy holds (pathEntries), counted
+	// against maxVolumeEntries. Absent (records written before it): not counted.
+	Entries int `json:"entries,omitempty"`
 	// Exposed is the share's list of keys (spec.items) the files were made through; absent: every
 	// key (as in records written before shares had lists). A list change is applied when it
 	// differs from the share's.
@@ -115,10 +119,15 @@ func (r *volumeRecord) accessKey(i int) accessKey {
 }
 
 // volumeStore keeps the published volumes in memory and persists each record in its volume.
+// It is the node's volume budget's one owner (budget.go): what it charges for a volume is
+// the bytes of the record it saved (volumeBytes), from the save until the volume is forgotten.
 type volumeStore struct {
-	dir  string // <state dir>/volumes
-	mu   sync.Mutex
-	vols map[string]volumeRecord
+	dir    string // <state dir>/volumes
+	budget *volumeBudget
+	mu     sync.Mutex
+	vols   map[string]volumeRecord
+	// charged is what each volume's saved record charges to the budget.
+	charged map[string]int64
 	// unverified are the volumes recovered at start whose pod's view has not been rebuilt
 	// since: a crash between a reconcile's swap of the view and its save of the record leaves
 	// a view the record does not describe (the record is saved last), and only a rebuild from
@@ -126,8 +135,9 @@ type volumeStore struct {
 	unverified map[string]bool
 }
 
-func newVolumeStore(stateDir string) *volumeStore {
-	return &volumeStore{dir: filepath.Join(stateDir, "volumes"), vols: map[string]volumeRecord{}, unverified: map[string]bool{}}
+func newVolumeStore(stateDir string, budget *volumeBudget) *volumeStore {
+	return &volumeStore{dir: filepath.Join(stateDir, "volumes"), budget: budget,
+		vols: map[string]volumeRecord{}, charged: map[string]int64{}, unverified: map[string]bool{}}
 }
 
 // mountPoint is where the volume's tmpfs is mounted. id has passed validateVolumeID.
@@ -172,31 +182,43 @@ func (s *volumeStore) count() int {
 	return len(s.vols)
 }
 
-// save persists rec atomically (temp file, rename) and then updates memory, so memory
-// never claims a state the disk does not have.
+// save persists rec atomically (temp file, rename) and then updates memory and the budget's
+// charge for the volume, so neither claims a state the disk does not have: a save that fails
+// changes nothing.
 func (s *volumeStore) save(rec volumeRecord) error {
 	if err := s.writeRecord(rec); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.vols[rec.VolumeID] = rec.clone()
-	s.mu.Unlock()
+	s.keep(rec)
 	return nil
 }
 
-// forget drops a volume from memory; its record goes away with its tmpfs.
-func (s *volumeStore) forget(id string) {
+// keep puts rec in memory and charges its bytes in place of the volume's previous record's.
+func (s *volumeStore) keep(rec volumeRecord) {
+	n := volumeBytes(rec)
 	s.mu.Lock()
-	delete(s.vols, id)
-	delete(s.unverified, id)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	s.vols[rec.VolumeID] = rec.clone()
+	s.budget.charge(n - s.charged[rec.VolumeID])
+	s.charged[rec.VolumeID] = n
 }
 
-// remember puts a record loaded at start into memory; its view is unverified until a
-// reconcile rebuilds it (viewVerified).
-func (s *volumeStore) remember(rec volumeRecord) {
+// forget drops a volume from memory and frees its bytes; its record goes away with its tmpfs.
+// An unknown volume: nothing.
+func (s *volumeStore) forget(id string) {
 	s.mu.Lock()
-	s.vols[rec.VolumeID] = rec.clone()
+	defer s.mu.Unlock()
+	s.budget.charge(-s.charged[id])
+	delete(s.charged, id)
+	delete(s.vols, id)
+	delete(s.unverified, id)
+}
+
+// remember puts a record loaded at start into memory, charged whether it fits or not (the
+// volume exists); its view is unverified until a reconcile rebuilds it (viewVerified).
+func (s *volumeStore) remember(rec volumeRecord) {
+	s.keep(rec)
+	s.mu.Lock()
 	s.unverified[rec.VolumeID] = true
 	s.mu.Unlock()
 }

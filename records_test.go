@@ -11,7 +11,7 @@ import (
 // save was given, are copies. A reconcile judges shares on its copy; when it fails before
 // saving, the next cycle must find the shares as they were and try again.
 func TestVolumeStoreChangesOnlyBySave(t *testing.T) {
-	s := newVolumeStore(t.TempDir())
+	s := newVolumeStore(t.TempDir(), &volumeBudget{})
 	rec := volumeRecord{VolumeID: "vol-1", PodUID: "uid", TargetPath: "/target", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "ca"}, ResourceVersion: "1"}}}
 	if err := os.MkdirAll(s.mountPoint(rec.VolumeID), 0o700); err != nil {
 		t.Fatal(err)

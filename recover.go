@@ -58,16 +58,15 @@ func (d *driver) recover() error {
 	return nil
 }
 
-// countRecovered charges a resumed volume to the budget, whether it fits or not: it exists. A
-// record written before shares had their bytes recorded has them measured from the copies.
+// countRecovered measures what a resumed volume's shares cost from their copies: a record
+// written before shares had their bytes recorded, or before entries were charged (budget.go),
+// says less than they hold. The store charges the volume as it remembers it, whether it fits or
+// not (it exists). A copy that cannot be read keeps what its record says.
 func (d *driver) countRecovered(rec *volumeRecord) {
 	vol := d.store.dirOf(*rec)
 	for i := range rec.Shares {
-		if rec.Shares[i].Bytes == 0 {
-			if files, err := atomicwriter.ReadFiles(vol.shareDir(i)); err == nil {
-				rec.Shares[i].Bytes = chargedBytes(files)
-			}
+		if files, err := atomicwriter.ReadFiles(vol.shareDir(i)); err == nil {
+			rec.Shares[i].Bytes, rec.Shares[i].Entries = chargedBytes(files), filesEntries(files)
 		}
 	}
-	d.budget.add(volumeBytes(rec.Shares))
 }

@@ -68,7 +68,8 @@ func (kernelMounter) isBindOf(source, target string) (bool, error) {
 // nosuid/nodev/noexec because the content is data (certificates, tokens), never
 // something to execute or a device node; size is always set because the memory
 // is charged to the node and a runaway payload must hit ENOSPC instead of
-// eating RAM.
+// eating RAM. nr_inodes likewise (tmpfsInodes): files, directories and links
+// cost memory whatever their size, and tmpfs's default allows millions.
 //
 // huge=within_size lets the kernel back a file with large folios where the
 // file (or the write that extends it) covers them, and with small pages
@@ -83,10 +84,7 @@ func mountTmpfs(dir string, sizeBytes int64, extraData string) error {
 	if sizeBytes <= 0 {
 		return fmt.Errorf("mount tmpfs on %s: size must be positive, got %d", dir, sizeBytes)
 	}
-	data := "size=" + strconv.FormatInt(sizeBytes, 10) + ",mode=0755"
-	if extraData != "" {
-		data += "," + extraData
-	}
+	data := tmpfsMountData(sizeBytes, extraData)
 	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 	err := unix.Mount("tmpfs", dir, "tmpfs", flags, data+","+tmpfsHugeOption)
 	if errors.Is(err, unix.EINVAL) {
@@ -100,6 +98,30 @@ func mountTmpfs(dir string, sizeBytes int64, extraData string) error {
 
 // tmpfsHugeOption is the mount option for large folios (see mountTmpfs).
 const tmpfsHugeOption = "huge=within_size"
+
+// tmpfsInodes is the nr_inodes of a volume's tmpfs: how many entries (files, directories,
+// symbolic links, and hard links, which tmpfs counts as inodes: shmem_link) it may hold at once.
+// A volume holds at most maxVolumeEntries files and directories over its shares' copies (N);
+// the atomic writer adds at most a link per file and three entries per directory it fills, and
+// the view links every file again: 4N steady. During an update a new copy or a new view (at
+// most 2N) is written beside the old one: 6N. Since Linux 6.6 an inode's security label
+// (SELinux) is counted against the same space, about a tenth of an inode more each: 8N, and 128
+// for the record (twice while it is saved), the volume's own directories and the entries of up
+// to maxShares shares. The bound is the last line: publish and refresh refuse what would exceed
+// maxVolumeEntries with a message, before the kernel would refuse it with ENOSPC. At the bound
+// the kernel holds some 32 MiB for the volume's entries, and only for a moment: steady, a
+// volume at the bound is charged 16 MiB in the budget.
+const tmpfsInodes = 8*maxVolumeEntries + 128
+
+// tmpfsMountData is the mount data of a volume's tmpfs: its size, its number of inodes, and
+// extraData (an SELinux context=...), if any.
+func tmpfsMountData(sizeBytes int64, extraData string) string {
+	data := "size=" + strconv.FormatInt(sizeBytes, 10) + ",nr_inodes=" + strconv.Itoa(tmpfsInodes) + ",mode=0755"
+	if extraData != "" {
+		data += "," + extraData
+	}
+	return data
+}
 
 // bindReadOnly bind-mounts source onto target, read-only, nosuid, nodev and
 // noexec from the moment it exists, in every mount namespace it propagates to.

@@ -3,7 +3,7 @@
 package main
 
 // Specification of the driver's mounts (tmpfs.go), as root: a volume's tmpfs (nosuid, nodev,
-// noexec, size-capped, large folios without extra memory; never unlimited), the read-only bind a
+// noexec, size- and inode-capped, large folios without extra memory; never unlimited), the read-only bind a
 // pod sees, and unmountExact taking off only the topmost mount. A test here that does not run as
 // root fails, never skips. Reading the mount table, which needs no root, is in mountinfo_test.go.
 
@@ -81,6 +81,9 @@ func TestTmpfsMountOptions(t *testing.T) {
 	}
 	if !hasOption(e.SuperOptions, "size=4096k") {
 		t.Errorf("tmpfs options %q lack the size cap size=4096k", e.SuperOptions)
+	}
+	if want := fmt.Sprintf("nr_inodes=%d", tmpfsInodes); !hasOption(e.SuperOptions, want) {
+		t.Errorf("tmpfs options %q lack the cap on entries %s", e.SuperOptions, want)
 	}
 	_, statErr := os.Stat("/sys/kernel/mm/transparent_hugepage")
 	if thp := statErr == nil; hasOption(e.SuperOptions, tmpfsHugeOption) != thp {
@@ -297,5 +300,40 @@ func BenchmarkTmpfsWrite(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// A volume's tmpfs holds at most tmpfsInodes entries, hard links included (tmpfs counts each link
+// as an inode: budget.go charges the view's links for that reason): past it, creating a file or
+// a link fails with ENOSPC, whatever the size cap leaves.
+func TestTmpfsCapsEntriesHardLinksIncluded(t *testing.T) {
+	for _, kind := range []string{"files", "hard links"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := tmpfsTestMount(t, 4<<20)
+			first := filepath.Join(dir, "f")
+			if err := os.WriteFile(first, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			made := 2 // the root and f
+			for ; made <= tmpfsInodes+1; made++ {
+				name := filepath.Join(dir, fmt.Sprintf("e%d", made))
+				var err error
+				if kind == "files" {
+					err = os.WriteFile(name, nil, 0o644)
+				} else {
+					err = os.Link(first, name)
+				}
+				if errors.Is(err, unix.ENOSPC) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if made > tmpfsInodes {
+				t.Fatalf("%d entries made in a tmpfs of nr_inodes=%d", made, tmpfsInodes)
+			}
+			t.Logf("%s: ENOSPC after %d entries (nr_inodes=%d)", kind, made, tmpfsInodes)
+		})
 	}
 }

@@ -28,15 +28,16 @@ func newTestDriver(t *testing.T, sar sarCreator, src sourceGetter) *driver {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
+	budget := &volumeBudget{}
 	return &driver{
 		version:     "test",
 		nodeID:      "node",
 		kubeletRoot: root,
 		tmpfsSize:   1 << 20,
-		budget:      &volumeBudget{},
+		budget:      budget,
 		account:     testDriverAccount,
 		mounter:     &fakeMounter{},
-		store:       newVolumeStore(filepath.Join(root, "plugins", driverName)),
+		store:       newVolumeStore(filepath.Join(root, "plugins", driverName), budget),
 		locks:       newVolumeLocks(),
 		shares:      newShareIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), func(shareKind, string) {}),
 		sources:     sources,

@@ -66,10 +66,7 @@ func (d *driver) teardown(rec volumeRecord) error {
 		return fmt.Errorf("removing %s: %w", vol.dir, err)
 	}
 	d.crash.reached(stepUnpublishDir)
-	if _, counted := d.store.get(rec.VolumeID); counted { // not yet, for a volume cleaned at recovery
-		d.budget.give(volumeBytes(rec.Shares))
-	}
-	d.store.forget(rec.VolumeID)
+	d.store.forget(rec.VolumeID) // and its bytes (none for a volume cleaned at recovery: not yet counted)
 	return nil
 }
 

@@ -30,6 +30,20 @@ const (
 // maxShares bounds the shares of one volume (each costs a SubjectAccessReview and a GET).
 const maxShares = 16
 
+// maxItems bounds the entries of the items attribute. A list names files one by one, by hand:
+// a thousand is far beyond any such list (the largest Secrets and ConfigMaps in common use, CA
+// bundles and dashboards, are mounted whole, without items), and the bound keeps the record,
+// which holds the list, and the parse small.
+const maxItems = 1000
+
+// maxVolumeEntries bounds the files plus directories of one volume: each share's files and the
+// directories of their paths, summed over the shares (pathEntries). Every one costs kernel memory
+// whatever its size (budget.go's entryBytes), charged to the driver: without a bound, empty files
+// or deep paths held tens of times the tmpfs's size. 4096 is four times about the largest list items
+// allows, and more keys than a Secret or ConfigMap of ordinary use has (its 1 MiB holds 4096
+// keys of 256 bytes); a volume at the bound is charged about 16 MiB of budget.
+const maxVolumeEntries = 4096
+
 // defaultFileMode is what files get when the volume sets no defaultMode, as the kubelet's own
 // secret volumes do.
 const defaultFileMode os.FileMode = 0o644
@@ -355,7 +369,11 @@ func parseMode(s string) (os.FileMode, error) {
 func parseItems(s string, shares []shareRef) ([]item, error) {
 	var items []item
 	paths := map[string]bool{}
-	for _, entry := range strings.Split(s, ",") {
+	entries := strings.Split(s, ",")
+	if len(entries) > maxItems {
+		return nil, fmt.Errorf("%d entries; at most %d are allowed (without items, a volume shows every key its shares share)", len(entries), maxItems)
+	}
+	for _, entry := range entries {
 		entry = strings.TrimSpace(entry)
 		if entry == "" {
 			return nil, fmt.Errorf("empty entry in %q (entries are KEY[=PATH][:MODE], comma-separated)", s)
@@ -403,6 +421,17 @@ func parseItems(s string, shares []shareRef) ([]item, error) {
 				return nil, fmt.Errorf("path %q is a file and also the directory of %q", dir, p)
 			}
 		}
+	}
+	perShare := make([][]string, len(shares))
+	for _, it := range items {
+		perShare[it.Share] = append(perShare[it.Share], it.Path)
+	}
+	n := 0
+	for _, p := range perShare {
+		n += pathEntries(p)
+	}
+	if n > maxVolumeEntries {
+		return nil, fmt.Errorf("its paths make %d files and directories; a volume holds at most %d: list fewer keys, or use shallower paths", n, maxVolumeEntries)
 	}
 	return items, nil
 }

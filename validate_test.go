@@ -6,6 +6,8 @@ package main
 // (keyfiles.go): items select and rename keys, the first share wins a path.
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"strings"
@@ -307,3 +309,44 @@ const (
 	attrSharedSecret    = "sharedSecret"
 	attrSharedConfigMap = "sharedConfigMap"
 )
+
+// The items attribute is bounded: at most maxItems entries, and at most maxVolumeEntries files
+// and directories made by their paths (so a thousand paths sixteen segments deep are refused
+// before anything is fetched or written); the message names the bound.
+func TestParseItemsBoundsEntriesAndTheirFilesAndDirectories(t *testing.T) {
+	list := func(n int, path func(int) string) string {
+		entries := make([]string, n)
+		for i := range entries {
+			entries[i] = fmt.Sprintf("k%d=%s", i, path(i))
+		}
+		return strings.Join(entries, ",")
+	}
+	flat := func(i int) string { return fmt.Sprintf("f%d", i) }
+	deep := func(i int) string { return fmt.Sprintf("d%d/a/b/c/d/e/f/g/h/i/j/k/l/m/n/f", i) }
+	if _, err := parseItems(list(maxItems, flat), oneShare); err != nil {
+		t.Errorf("%d items refused: %v", maxItems, err)
+	}
+	if _, err := parseItems(list(200, deep), oneShare); err != nil {
+		t.Errorf("200 items 16 segments deep (3200 files and directories) refused: %v", err)
+	}
+	for _, tc := range []struct {
+		name, items, want string
+	}{
+		{"too many items", list(maxItems+1, flat), fmt.Sprintf("%d entries; at most %d", maxItems+1, maxItems)},
+		{"a thousand items sixteen deep", list(1000, deep), fmt.Sprintf("16000 files and directories; a volume holds at most %d", maxVolumeEntries)},
+	} {
+		v, err := parsePublishRequest(withAttr(goodPublishRequest(), attrItems, tc.items), testRoot)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), attrItems) {
+			t.Errorf("%s: %+v, %v; want refused, saying %q", tc.name, v, err, tc.want)
+		}
+		var inv *invalidArgument
+		if !errors.As(err, &inv) {
+			t.Errorf("%s: %T, want an invalidArgument (InvalidArgument)", tc.name, err)
+		}
+	}
+}
+
+func withAttr(r *csi.NodePublishVolumeRequest, key, value string) *csi.NodePublishVolumeRequest {
+	r.VolumeContext[key] = value
+	return r
+}

@@ -1,0 +1,249 @@
+package main
+
+// Specification of who owns the node's volume budget (budget.go): the volume store. Whatever
+// happens to the volumes (publish, refresh to a larger or smaller copy, revocation and
+// restoration, a save that fails, unpublish, a driver restart), the bytes in use are exactly the
+// sum of the charges of the records saved, and zero when no volume is left. A property test runs
+// random sequences of those operations on a fake node (unitdriver_test.go) and checks the
+// invariant after every step; FuzzBudgetFollowsSavedRecords lets the fuzzer pick sequences.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// budgetWorld is a fake node with three volume slots over the SharedSecret "share" (Secret p/src),
+// whose data size and whose grant to the pods the test changes.
+type budgetWorld struct {
+	t       *testing.T
+	d       *driver
+	client  *fake.Clientset
+	allowed bool
+	version int
+	// broken holds, per volume, the record a failed save must not replace (see breakSave).
+	broken map[string][]byte
+}
+
+const budgetSlots = 3
+
+func newBudgetWorld(t *testing.T) *budgetWorld {
+	w := &budgetWorld{t: t, allowed: true, version: 1, broken: map[string][]byte{}}
+	w.client = fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "1"},
+		Data: map[string][]byte{"ca.crt": []byte("CA")}})
+	w.client.PrependReactor("create", "subjectaccessreviews", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		return true, &authorizationv1.SubjectAccessReview{Status: authorizationv1.SubjectAccessReviewStatus{Allowed: w.allowed}}, nil
+	})
+	w.d = newTestDriver(t, w.client.AuthorizationV1().SubjectAccessReviews(), fakeSources{w.client})
+	w.d.budget.limit = 1 << 30 // counted, never refusing: the invariant is about the count
+	addSecretShare(t, w.d, "share", "p", "src")
+	return w
+}
+
+// request is the kubelet's publish of slot k: its own pod volume "v<k>"; slot 2 does not refresh.
+func (w *budgetWorld) request(k int) *csi.NodePublishVolumeRequest {
+	req := publishRequest(w.t, w.d, fmt.Sprintf("vol-%d", k))
+	req.TargetPath = filepath.Join(filepath.Dir(filepath.Dir(req.TargetPath)), fmt.Sprintf("v%d", k), "mount")
+	mkdirParent(w.t, req.TargetPath)
+	if k == 2 {
+		req.VolumeContext[attrRefreshResource] = "false"
+	}
+	return req
+}
+
+// setData gives the Secret a new version whose ca.crt is n bytes: larger or smaller copies.
+func (w *budgetWorld) setData(n int) {
+	w.version++
+	if _, err := w.client.CoreV1().Secrets("p").Update(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: fmt.Sprint(w.version)},
+		Data:       map[string][]byte{"ca.crt": make([]byte, n)}}, metav1.UpdateOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// breakSave makes every save of volume id's record fail, as on a full tmpfs: a non-empty
+// directory takes the record's place, and nothing can be renamed over it. fixSave puts the
+// record back as it was.
+func (w *budgetWorld) breakSave(id string) {
+	p := w.d.store.recordPath(id)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return // no such volume
+	}
+	w.broken[id] = b
+	if err := os.Remove(p); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(p, "full"), 0o700); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *budgetWorld) fixSave(id string) {
+	b, ok := w.broken[id]
+	if !ok {
+		return
+	}
+	delete(w.broken, id)
+	p := w.d.store.recordPath(id)
+	if err := os.RemoveAll(p); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// restart is a new driver process over the same node: a fresh store and budget, recovering.
+func (w *budgetWorld) restart() {
+	n := *w.d
+	n.budget = &volumeBudget{limit: w.d.budget.limit}
+	n.store = newVolumeStore(filepath.Dir(w.d.store.dir), n.budget)
+	n.locks = newVolumeLocks()
+	w.d = &n
+	if err := w.d.recover(); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// step runs operation op (with argument arg) and returns what it did, for the failure message.
+func (w *budgetWorld) step(op, arg byte) string {
+	ctx := context.Background()
+	ns := &nodeServer{d: w.d}
+	k := int(arg) % budgetSlots
+	id := fmt.Sprintf("vol-%d", k)
+	switch op % 8 {
+	case 0:
+		_, err := ns.NodePublishVolume(ctx, w.request(k))
+		return fmt.Sprintf("publish %s: %v", id, err)
+	case 1:
+		_, err := ns.NodeUnpublishVolume(ctx, unpublishRequest(w.request(k)))
+		return fmt.Sprintf("unpublish %s: %v", id, err)
+	case 2:
+		n := int(arg) * 97 // 0 to 24 KiB: copies grow and shrink by pages
+		w.setData(n)
+		w.d.relistCycle(ctx, 0)
+		return fmt.Sprintf("refresh to %d bytes", n)
+	case 3:
+		w.allowed = false
+		w.d.relistCycle(ctx, 0)
+		return "revoke"
+	case 4:
+		w.allowed = true
+		w.d.relistCycle(ctx, 0)
+		return "grant"
+	case 5:
+		n := int(arg) * 211
+		w.breakSave(id)
+		w.setData(n)
+		w.d.relistCycle(ctx, 0)
+		w.d.relistCycle(ctx, 0)
+		w.fixSave(id)
+		return fmt.Sprintf("refresh to %d bytes, %s's record unsavable", n, id)
+	case 6:
+		w.restart()
+		return "restart"
+	default:
+		w.d.relistCycle(ctx, 0)
+		return "relist"
+	}
+}
+
+// savedBytes is the sum of the charges of the records saved (or loaded at start, their copies
+// measured again), each of which must be on disk.
+func (w *budgetWorld) savedBytes() int64 {
+	var sum int64
+	for _, rec := range w.d.store.list() {
+		if _, err := w.d.store.readRecord(rec.VolumeID); err != nil {
+			w.t.Fatalf("volume %s is in the store but its record cannot be read: %v", rec.VolumeID, err)
+		}
+		sum += volumeBytes(rec)
+	}
+	return sum
+}
+
+// runBudgetSequence runs ops (pairs of operation and argument) and checks the invariant after each.
+func runBudgetSequence(t *testing.T, ops []byte) {
+	w := newBudgetWorld(t)
+	var done []string
+	for i := 0; i+1 < len(ops); i += 2 {
+		done = append(done, w.step(ops[i], ops[i+1]))
+		if used, saved := w.d.budget.inUse(), w.savedBytes(); used != saved {
+			t.Fatalf("budget in use %d bytes, but the saved records sum to %d (%d volumes), after:\n%s",
+				used, saved, w.d.store.count(), joinLines(done))
+		}
+	}
+}
+
+func joinLines(lines []string) string {
+	out := ""
+	for i, l := range lines {
+		out += fmt.Sprintf("  %2d. %s\n", i+1, l)
+	}
+	return out
+}
+
+// The invariant over random sequences, each seed its own.
+func TestBudgetInUseIsTheSumOfTheSavedRecords(t *testing.T) {
+	for seed := range uint64(25) {
+		r := rand.New(rand.NewPCG(seed, 26))
+		ops := make([]byte, 2*30)
+		for i := range ops {
+			ops[i] = byte(r.UintN(256))
+		}
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runBudgetSequence(t, ops) })
+	}
+}
+
+func FuzzBudgetFollowsSavedRecords(f *testing.F) {
+	// The review's reproduction: a volume whose record cannot be saved, refreshed cycle after
+	// cycle, then unpublished.
+	f.Add([]byte{0, 0, 5, 42, 5, 45, 5, 48, 1, 0})
+	// A copy that shrinks while its record cannot be saved, then a restart.
+	f.Add([]byte{0, 1, 2, 200, 5, 1, 6, 0, 1, 1})
+	// Revoked and restored around a failed save, on a volume that does not refresh.
+	f.Add([]byte{0, 2, 3, 0, 5, 2, 4, 0, 6, 0, 1, 2})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) > 80 {
+			ops = ops[:80]
+		}
+		runBudgetSequence(t, ops)
+	})
+}
+
+// The review's figure: a refresh whose record cannot be saved, repeated every relist, must not
+// move the budget, and no byte stays counted once the volume is gone.
+func TestFailedSaveLeavesTheBudgetAsItWas(t *testing.T) {
+	w := newBudgetWorld(t)
+	ctx := context.Background()
+	req := w.request(0)
+	if _, err := (&nodeServer{d: w.d}).NodePublishVolume(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	before := w.d.budget.inUse()
+	w.setData(64 << 10)
+	w.breakSave("vol-0")
+	for range 5 {
+		w.d.relistCycle(ctx, 0)
+	}
+	drift := w.d.budget.inUse() - before
+	w.fixSave("vol-0")
+	if _, err := (&nodeServer{d: w.d}).NodeUnpublishVolume(ctx, unpublishRequest(req)); err != nil {
+		t.Fatal(err)
+	}
+	if left := w.d.budget.inUse(); drift != 0 || left != 0 {
+		t.Fatalf("5 relists of a volume whose record cannot be saved moved the budget by %d bytes (%d per cycle); "+
+			"with no volume left %d bytes are still counted; want 0 and 0", drift, drift/5, left)
+	}
+}
