@@ -7,6 +7,8 @@ package main
 //
 //	share     the pod's access  the source                     verdict
 //	deleted   -                 -                              revoked (its files leave the view)
+//	another object under its name, over another source object  revoked, told once (shareidentity.go)
+//	another object under its name, over the same source object the volume's: adopted, judged as below
 //	exists    denied            -                              revoked
 //	exists    granted           - (refresh off)                restored if revoked (the copy kept is what comes back), else as it is
 //	exists    granted           not found                      as it is: the last files stay, as kubelet secret volumes do
@@ -30,6 +32,7 @@ package main
 // An outage must never revoke access: only an answer does.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -50,6 +53,28 @@ type shareVerdict struct {
 // judgeShare decides what share i of rec shows now (the table at the top of this file). It
 // changes nothing, on disk or in rec.
 func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) shareVerdict {
+	st := rec.Shares[i]
+	if sh, err := memo.share(ctx, st.shareRef); err == nil {
+		same, err := d.shareIdentity(ctx, st, sh, memo)
+		if err != nil {
+			return shareVerdict{state: st, err: err}
+		}
+		if !same {
+			return replacedShare(rec, st, sh)
+		}
+		v := d.judgeShareObject(ctx, rec, i, memo)
+		if v.err == nil && sh.UID != "" && v.state.ShareUID != sh.UID {
+			// This object (or one standing in for it over the same source) is the volume's now.
+			v.state.ShareUID, v.state.ShareReplaced = sh.UID, false
+		}
+		return v
+	}
+	return d.judgeShareObject(ctx, rec, i, memo)
+}
+
+// judgeShareObject is judgeShare's verdict on a share that is the object the volume was
+// published from, or is gone.
+func (d *driver) judgeShareObject(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) shareVerdict {
 	st := rec.Shares[i] // a copy: the next state is built on it
 	sh, denied, err := d.judgeAccess(ctx, rec, i, memo)
 	switch {
@@ -152,6 +177,7 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	}
 	st.Revoked = false
 	st.SourceNamespace, st.SourceName, st.ResourceVersion = sh.SourceNamespace, sh.SourceName, src.ResourceVersion
+	st.SourceUID = cmp.Or(src.UID, st.SourceUID)
 	st.Exposed = sh.Items
 	return shareVerdict{state: st, files: files, change: change}
 }

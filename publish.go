@@ -61,7 +61,8 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 			return volumeRecord{}, volumeView{}, err
 		}
 		rec.Shares = append(rec.Shares, shareState{shareRef: spec,
-			SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion, Exposed: sh.Items})
+			SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion, Exposed: sh.Items,
+			ShareUID: sh.UID, SourceUID: src.UID})
 		if perShare[i], err = sharedFiles(rec, i, sh, src); err != nil {
 			if errors.As(err, new(*notSharedError)) {
 				return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %q: %v", spec.Kind.shareTypeName(), spec.Name, err)

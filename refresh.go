@@ -91,13 +91,18 @@ func (d *driver) runShareEvents(ctx context.Context, q workqueue.TypedInterface[
 		if quit {
 			return
 		}
-		memo := d.newCycleMemo()
-		for _, rec := range d.store.list() {
-			if slices.Contains(rec.specs(), ref) {
-				d.reconcileIfIdle(ctx, rec.VolumeID, memo)
-			}
-		}
+		d.reconcileShare(ctx, ref)
 		q.Done(ref)
+	}
+}
+
+// reconcileShare reconciles the volumes of one share, for an event on it.
+func (d *driver) reconcileShare(ctx context.Context, ref shareRef) {
+	memo := d.newCycleMemo()
+	for _, rec := range d.store.list() {
+		if slices.Contains(rec.specs(), ref) {
+			d.reconcileIfIdle(ctx, rec.VolumeID, memo)
+		}
 	}
 }
 
