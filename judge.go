@@ -21,8 +21,11 @@ package main
 // When the share's list of keys (spec.items, sharekeys.go) is not the one the volume shows, the
 // share is refreshed from the source (keysChanged: it gains and loses keys in one swap); where it
 // cannot be (refreshResource=false, the source lacks a listed key, the pod's items select a key
-// no longer shared) its copy keeps only the files the new list still shares, and gains none.
-// Keys that stopped being shared never stay: no error or setting keeps them.
+// no longer shared, the source cannot be read or was re-created and the pin refuses it, the
+// review of the pod's access or the check of the share's identity failed) its copy keeps only
+// the files the new list still shares, and gains none (judge_narrow_test.go). Keys that stopped
+// being shared never stay: no error or setting keeps them. (Only a share that cannot be read
+// itself has no list to narrow to; it stays as it was until it can be.)
 //
 // Applying a verdict that brings a new copy can still fail for one reason the judge does not see:
 // the node's volume budget (budget.go). A new copy that does not fit is not written: the share
@@ -57,7 +60,9 @@ func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *
 	if sh, err := memo.share(ctx, st.shareRef); err == nil {
 		same, err := d.shareIdentity(ctx, st, sh, memo)
 		if err != nil {
-			return shareVerdict{state: st, err: err}
+			// Which object this is stays unknown; what the name's list no longer shares goes
+			// anyway (the list can only narrow what the volume shows).
+			return d.narrowDespite(rec, i, sh, err)
 		}
 		if !same {
 			return replacedShare(rec, st, sh)
@@ -78,6 +83,10 @@ func (d *driver) judgeShareObject(ctx context.Context, rec volumeRecord, i int, 
 	st := rec.Shares[i] // a copy: the next state is built on it
 	sh, denied, err := d.judgeAccess(ctx, rec, i, memo)
 	switch {
+	case err != nil && shareRead(ctx, memo, st.shareRef):
+		// The share was read, the review failed: access is judged next cycle, but the share's
+		// list is known now, and what it no longer shares goes now.
+		return d.narrowDespite(rec, i, sh, err)
 	case err != nil:
 		return shareVerdict{state: st, err: err}
 	case denied != "":
@@ -145,7 +154,8 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	}
 
 	if sh.Pin.refuses(src.UID) {
-		return sourceReplaced(st, sh, src.UID)
+		// The new object is not shown; the keys the share stopped listing go all the same.
+		return d.narrowIfListChanged(rec, i, sh, sourceReplaced(st, sh, src.UID))
 	}
 	resumed := st.ReadForbidden
 	st.ReadForbidden, st.SourceReplaced = false, false
@@ -223,6 +233,25 @@ func (d *driver) narrowIfListChanged(rec volumeRecord, i int, sh shareSpec, base
 		return base
 	}
 	return d.narrowShare(rec, i, sh, base)
+}
+
+// narrowDespite is the verdict on share i of rec when judging it failed with err after the share
+// itself was read: the share stays as it was (err, retried next cycle), unless its list changed,
+// in which case its copy keeps only what the new list still shares (narrowShare) and the error
+// is logged: keys that stopped being shared never stay, whatever else failed.
+func (d *driver) narrowDespite(rec volumeRecord, i int, sh shareSpec, err error) shareVerdict {
+	if rec.Shares[i].Exposed.same(sh.Items) {
+		return shareVerdict{state: rec.Shares[i], err: err}
+	}
+	klog.ErrorS(err, "Checking a share failed; keeping only what its new list still shares", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
+	return d.narrowShare(rec, i, sh, shareVerdict{state: rec.Shares[i]})
+}
+
+// shareRead says whether the share was read, and read whole, this cycle (memoized): its list is
+// then known, whatever failed after.
+func shareRead(ctx context.Context, memo *cycleMemo, ref shareRef) bool {
+	_, err := memo.share(ctx, ref)
+	return err == nil
 }
 
 // exposureSummary says what sh exposes, for an event: the names it shares, never others.
