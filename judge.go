@@ -159,6 +159,7 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	}
 	resumed := st.ReadForbidden
 	st.ReadForbidden, st.SourceReplaced = false, false
+	st.SourceUID = cmp.Or(st.SourceUID, src.UID) // a record from before UIDs were kept adopts it
 	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
 	sameKeys := st.Exposed.same(sh.Items)
 	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion && sameKeys {

@@ -25,7 +25,8 @@ package main
 // the consumer's own act, in the consumer's namespace, and needs no new permission or field.
 //
 // Records written before volumes knew their share's UID adopt the share they find at their next
-// reconcile.
+// reconcile, and the source's UID at their next read of it (a volume that does not refresh never
+// reads it again: a re-created share then needs the pod re-created, whatever its source).
 
 import (
 	"context"

@@ -202,8 +202,8 @@ func TestRecordWithoutShareUIDAdoptsTheShare(t *testing.T) {
 	}
 	d.relistCycle(ctx, 0)
 	saved, err := d.store.readRecord("vol-1")
-	if err != nil || saved.Shares[0].ShareUID != "share-1" {
-		t.Fatalf("saved record %+v (%v): want share-1 adopted", saved.Shares, err)
+	if err != nil || saved.Shares[0].ShareUID != "share-1" || saved.Shares[0].SourceUID != "src-1" {
+		t.Fatalf("saved record %+v (%v): want share-1 and its source src-1 adopted", saved.Shares, err)
 	}
 }
 
