@@ -227,6 +227,35 @@ func (d *driver) narrowShare(rec volumeRecord, i int, sh shareSpec, base shareVe
 	return base
 }
 
+// narrowInstead is what share i of rec becomes when want, a verdict that changed its list, brought
+// a new copy that did not fit in the node's budget (got: the share keeps its last files): its
+// copy keeps only what the new list still shares. Narrowing only drops files, so it is not
+// charged; the bytes it frees are given back. Should even that fail, got stands (logged).
+func (d *driver) narrowInstead(vol volumeDir, rec volumeRecord, i int, want, got shareVerdict) shareVerdict {
+	sh := shareSpec{Kind: rec.Shares[i].Kind, Name: rec.Shares[i].Name, Items: want.state.Exposed}
+	v := d.narrowShare(rec, i, sh, got)
+	if v.err != nil || v.files == nil {
+		if v.err != nil {
+			klog.ErrorS(v.err, "Dropping the keys a share no longer lists failed", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
+			return got
+		}
+		return v // nothing to drop; the record notes the new list
+	}
+	if err := vol.writeCopy(i, v.files); err != nil {
+		klog.ErrorS(err, "Dropping the keys a share no longer lists failed", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
+		return got
+	}
+	kept := chargedBytes(v.files)
+	d.budget.give(rec.Shares[i].Bytes - kept)
+	v.state.Bytes = kept
+	why := exposureSummary(sh) + "; files no longer shared were removed"
+	if got.change != nil {
+		why += ", and its new files are not shown: " + got.change.why
+	}
+	v.change = &shareChange{share: rec.Shares[i].shareRef, kind: changeKeys, why: why}
+	return v
+}
+
 // narrowIfListChanged is base, narrowed (narrowShare) when the share's list is not the one
 // share i of rec was made through.
 func (d *driver) narrowIfListChanged(rec volumeRecord, i int, sh shareSpec, base shareVerdict) shareVerdict {

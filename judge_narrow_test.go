@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -123,5 +124,47 @@ func TestKeysNoLongerSharedLeaveOnEveryPath(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// The list narrows while the source grows, and the new copy does not fit in the node's budget:
+// the share keeps its last files, but only those the new list still shares, and the bytes of
+// those it dropped are given back.
+func TestKeysNoLongerSharedLeaveWhenTheNewCopyDoesNotFit(t *testing.T) {
+	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "1"},
+		Data: map[string][]byte{"ca.crt": []byte("CA"), "tls.crt": []byte("LEAF")}})
+	d, _ := nodeWorldWith(t, client)
+	setItems := func(items ...map[string]any) {
+		if err := d.shares.informers[kindSecret].GetStore().Update(&unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": "share"},
+			"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "items": list(items...)},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setItems(entry("ca.crt"), entry("tls.crt"))
+	ctx := context.Background()
+	if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
+		t.Fatal(err)
+	}
+	before := d.budget.inUse()
+	d.budget.limit = before // nothing more fits
+	setItems(entry("ca.crt"))
+	if _, err := client.CoreV1().Secrets("p").Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "2"},
+		Data: map[string][]byte{"ca.crt": make([]byte, 5000), "tls.crt": []byte("LEAF")}}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d.relistCycle(ctx, 0)
+	files, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint("vol-1"), "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := slices.Sorted(maps.Keys(files))
+	t.Logf("the pod sees %q; %d bytes in use, %d before", got, d.budget.inUse(), before)
+	if !slices.Equal(got, []string{"ca.crt"}) || string(files["ca.crt"].Data) != "CA" {
+		t.Fatalf("the pod sees %q, want only the last ca.crt", got)
+	}
+	if rec, _ := d.store.get("vol-1"); d.budget.inUse() != before-pageSize || rec.Shares[0].Bytes != pageSize {
+		t.Fatalf("%d bytes in use (%d before), the share counts %d: want tls.crt's page given back", d.budget.inUse(), before, rec.Shares[0].Bytes)
 	}
 }

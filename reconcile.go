@@ -214,10 +214,14 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 			continue
 		}
 		if v.files != nil {
+			want := v
 			var err error
 			if v, err = d.writeNewCopy(vol, rec.Shares[i], i, v); err != nil {
 				w.errs = append(w.errs, fmt.Errorf("writing the copy of %s: %w", rec.Shares[i], err))
 				continue
+			}
+			if v.files == nil && !rec.Shares[i].Exposed.same(want.state.Exposed) {
+				v = d.narrowInstead(vol, rec, i, want, v) // judge.go: keys no longer shared still go
 			}
 			w.copied = w.copied || v.files != nil // nil: it did not fit, and was not written
 		}
