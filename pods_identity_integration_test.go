@@ -74,9 +74,10 @@ func TestPodsShareRecreatedOverAnotherSecretDoesNotFeedRunningPods(t *testing.T)
 		"metadata": map[string]any{"name": f.share},
 		"spec":     map[string]any{"secretRef": map[string]any{"namespace": tenantNS, "name": "mine"}},
 	}}
-	if _, err := shares.Create(ctx, recreated, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("the tenant re-creating the share: %v", err)
-	}
+	eventually(t, 30*time.Second, func() error { // admitted once the tenant's get on "mine" applies
+		_, err := shares.Create(ctx, recreated.DeepCopy(), metav1.CreateOptions{})
+		return err
+	})
 	// The watch's add, and two relists after it.
 	for end := time.Now().Add(2*podsRelist + podsRelistSlack); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
 		look()
