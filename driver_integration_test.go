@@ -388,8 +388,9 @@ func TestRefreshUpdatesDataUnlessRefreshResourceFalse(t *testing.T) {
 
 func TestShareDeletedActsThroughTheWatchNotTheRelist(t *testing.T) {
 	e := e2e(t)
-	// A relist interval far longer than the test: only the CRD watch can act in time.
-	p := e.startDriver(t, withRelist(time.Hour))
+	// A relist interval far longer than the test: only the CRD watch can act in time. Its
+	// reaction waits a random part of the spread window (shareevents.go): 3.6 s at most here.
+	p := e.startDriver(t, withRelist(time.Hour), withArgs("--relist-spread=0.001"))
 	f, v := publishedVolume(t, e, p)
 	e.deleteShare(t, kindSecret, f.share)
 	eventually(t, 10*time.Second, func() error {
@@ -403,7 +404,7 @@ func TestShareDeletedActsThroughTheWatchNotTheRelist(t *testing.T) {
 
 func TestShareRefChangeActsThroughTheWatch(t *testing.T) {
 	e := e2e(t)
-	p := e.startDriver(t, withRelist(time.Hour))
+	p := e.startDriver(t, withRelist(time.Hour), withArgs("--relist-spread=0.001")) // as above
 	f := newSharedSecret(t, e, p, true)
 	other := map[string][]byte{"other.txt": p.secret("other")}
 	e.createSecret(t, f.platform, "other-bundle", other)

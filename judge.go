@@ -7,6 +7,8 @@ package main
 //
 //	share     the pod's access  the source                     verdict
 //	deleted   -                 -                              revoked (its files leave the view)
+//	another object under its name, over another source object  revoked, told once (shareidentity.go)
+//	another object under its name, over the same source object the volume's: adopted, judged as below
 //	exists    denied            -                              revoked
 //	exists    granted           - (refresh off)                restored if revoked (the copy kept is what comes back), else as it is
 //	exists    granted           not found                      as it is: the last files stay, as kubelet secret volumes do
@@ -19,8 +21,11 @@ package main
 // When the share's list of keys (spec.items, sharekeys.go) is not the one the volume shows, the
 // share is refreshed from the source (keysChanged: it gains and loses keys in one swap); where it
 // cannot be (refreshResource=false, the source lacks a listed key, the pod's items select a key
-// no longer shared) its copy keeps only the files the new list still shares, and gains none.
-// Keys that stopped being shared never stay: no error or setting keeps them.
+// no longer shared, the source cannot be read or was re-created and the pin refuses it, the
+// review of the pod's access or the check of the share's identity failed) its copy keeps only
+// the files the new list still shares, and gains none (judge_narrow_test.go). Keys that stopped
+// being shared never stay: no error or setting keeps them. (Only a share that cannot be read
+// itself has no list to narrow to; it stays as it was until it can be.)
 //
 // Applying a verdict that brings a new copy can still fail for reasons the judge does not see:
 // the node's volume budget (budget.go), and the bound on a volume's files and directories
@@ -31,6 +36,7 @@ package main
 // An outage must never revoke access: only an answer does.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -51,9 +57,37 @@ type shareVerdict struct {
 // judgeShare decides what share i of rec shows now (the table at the top of this file). It
 // changes nothing, on disk or in rec.
 func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) shareVerdict {
+	st := rec.Shares[i]
+	if sh, err := memo.share(ctx, st.shareRef); err == nil {
+		same, err := d.shareIdentity(ctx, st, sh, memo)
+		if err != nil {
+			// Which object this is stays unknown; what the name's list no longer shares goes
+			// anyway (the list can only narrow what the volume shows).
+			return d.narrowDespite(rec, i, sh, err)
+		}
+		if !same {
+			return replacedShare(rec, st, sh)
+		}
+		v := d.judgeShareObject(ctx, rec, i, memo)
+		if v.err == nil && sh.UID != "" && v.state.ShareUID != sh.UID {
+			// This object (or one standing in for it over the same source) is the volume's now.
+			v.state.ShareUID, v.state.ShareReplaced = sh.UID, false
+		}
+		return v
+	}
+	return d.judgeShareObject(ctx, rec, i, memo)
+}
+
+// judgeShareObject is judgeShare's verdict on a share that is the object the volume was
+// published from, or is gone.
+func (d *driver) judgeShareObject(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) shareVerdict {
 	st := rec.Shares[i] // a copy: the next state is built on it
 	sh, denied, err := d.judgeAccess(ctx, rec, i, memo)
 	switch {
+	case err != nil && shareRead(ctx, memo, st.shareRef):
+		// The share was read, the review failed: access is judged next cycle, but the share's
+		// list is known now, and what it no longer shares goes now.
+		return d.narrowDespite(rec, i, sh, err)
 	case err != nil:
 		return shareVerdict{state: st, err: err}
 	case denied != "":
@@ -121,10 +155,12 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	}
 
 	if sh.Pin.refuses(src.UID) {
-		return sourceReplaced(st, sh, src.UID)
+		// The new object is not shown; the keys the share stopped listing go all the same.
+		return d.narrowIfListChanged(rec, i, sh, sourceReplaced(st, sh, src.UID))
 	}
 	resumed := st.ReadForbidden
 	st.ReadForbidden, st.SourceReplaced = false, false
+	st.SourceUID = cmp.Or(st.SourceUID, src.UID) // a record from before UIDs were kept adopts it
 	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
 	sameKeys := st.Exposed.same(sh.Items)
 	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion && sameKeys {
@@ -153,6 +189,7 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	}
 	st.Revoked = false
 	st.SourceNamespace, st.SourceName, st.ResourceVersion = sh.SourceNamespace, sh.SourceName, src.ResourceVersion
+	st.SourceUID = cmp.Or(src.UID, st.SourceUID)
 	st.Exposed = sh.Items
 	return shareVerdict{state: st, files: files, change: change}
 }
@@ -191,6 +228,34 @@ func (d *driver) narrowShare(rec volumeRecord, i int, sh shareSpec, base shareVe
 	return base
 }
 
+// narrowInstead is what share i of rec becomes when want, a verdict that changed its list, brought
+// a new copy that did not fit in the node's budget (got: the share keeps its last files): its
+// copy keeps only what the new list still shares. Narrowing only drops files, so it needs no
+// reservation; the volume store charges the smaller copy when the record naming it is saved
+// (budget.go). Should even that fail, got stands (logged).
+func (d *driver) narrowInstead(vol volumeDir, rec volumeRecord, i int, want, got shareVerdict) shareVerdict {
+	sh := shareSpec{Kind: rec.Shares[i].Kind, Name: rec.Shares[i].Name, Items: want.state.Exposed}
+	v := d.narrowShare(rec, i, sh, got)
+	if v.err != nil || v.files == nil {
+		if v.err != nil {
+			klog.ErrorS(v.err, "Dropping the keys a share no longer lists failed", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
+			return got
+		}
+		return v // nothing to drop; the record notes the new list
+	}
+	if err := vol.writeCopy(i, v.files); err != nil {
+		klog.ErrorS(err, "Dropping the keys a share no longer lists failed", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
+		return got
+	}
+	v.state.Bytes, v.state.Entries = chargedBytes(v.files), filesEntries(v.files)
+	why := exposureSummary(sh) + "; files no longer shared were removed"
+	if got.change != nil {
+		why += ", and its new files are not shown: " + got.change.why
+	}
+	v.change = &shareChange{share: rec.Shares[i].shareRef, kind: changeKeys, why: why}
+	return v
+}
+
 // narrowIfListChanged is base, narrowed (narrowShare) when the share's list is not the one
 // share i of rec was made through.
 func (d *driver) narrowIfListChanged(rec volumeRecord, i int, sh shareSpec, base shareVerdict) shareVerdict {
@@ -198,6 +263,25 @@ func (d *driver) narrowIfListChanged(rec volumeRecord, i int, sh shareSpec, base
 		return base
 	}
 	return d.narrowShare(rec, i, sh, base)
+}
+
+// narrowDespite is the verdict on share i of rec when judging it failed with err after the share
+// itself was read: the share stays as it was (err, retried next cycle), unless its list changed,
+// in which case its copy keeps only what the new list still shares (narrowShare) and the error
+// is logged: keys that stopped being shared never stay, whatever else failed.
+func (d *driver) narrowDespite(rec volumeRecord, i int, sh shareSpec, err error) shareVerdict {
+	if rec.Shares[i].Exposed.same(sh.Items) {
+		return shareVerdict{state: rec.Shares[i], err: err}
+	}
+	klog.ErrorS(err, "Checking a share failed; keeping only what its new list still shares", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
+	return d.narrowShare(rec, i, sh, shareVerdict{state: rec.Shares[i]})
+}
+
+// shareRead says whether the share was read, and read whole, this cycle (memoized): its list is
+// then known, whatever failed after.
+func shareRead(ctx context.Context, memo *cycleMemo, ref shareRef) bool {
+	_, err := memo.share(ctx, ref)
+	return err == nil
 }
 
 // exposureSummary says what sh exposes, for an event: the names it shares, never others.

@@ -30,7 +30,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
@@ -240,8 +239,8 @@ type wiring struct {
 	d           *driver
 	kube        *kubeClient
 	broadcaster record.EventBroadcaster
-	shareEvents workqueue.TypedInterface[shareRef] // changed shares, from the CRD watch
-	sockPath    string                             // the CSI socket
+	shareEvents *shareEventQueue // changed shares, from the CRD watch, paced (shareevents.go)
+	sockPath    string           // the CSI socket
 }
 
 // wire checks the options and builds the driver and its clients. Nothing is served yet; the
@@ -286,7 +285,7 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(eventSink{c: kube.core})
 
-	shareEvents := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[shareRef]{Name: "share-events"})
+	shareEvents := newShareEventQueue(newRelistSchedule(o.relistInterval, o.relistSpread))
 	volumes := &volumeBudget{limit: budget}
 	d := &driver{
 		version:     version,
@@ -303,9 +302,7 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 		metrics:     m,
 		crash:       newCrashPoints(),
 		events:      broadcaster.NewRecorder(kube.scheme, corev1.EventSource{Component: "shared-resource-csi", Host: o.nodeID}),
-		shares: newShareIndex(kube.dyn, func(k shareKind, name string) {
-			shareEvents.Add(shareRef{Kind: k, Name: name})
-		}),
+		shares:      newShareIndex(kube.dyn, shareEvents.add),
 	}
 	m.registerDriverGauges(d)
 	return &wiring{d: d, kube: kube, broadcaster: broadcaster, shareEvents: shareEvents, sockPath: sockPath}, nil

@@ -61,7 +61,8 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 			return volumeRecord{}, volumeView{}, err
 		}
 		rec.Shares = append(rec.Shares, shareState{shareRef: spec,
-			SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion, Exposed: sh.Items})
+			SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion, Exposed: sh.Items,
+			ShareUID: sh.UID, SourceUID: src.UID})
 		if perShare[i], err = sharedFiles(rec, i, sh, src); err != nil {
 			if errors.As(err, new(*notSharedError)) {
 				return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %q: %v", spec.Kind.shareTypeName(), spec.Name, err)
@@ -179,32 +180,22 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 // The review decides what the pod learns: a pod that may not use the share is told so, and
 // nothing else, not whether the share exists (RBAC can grant use on a name before the share is
 // made) nor anything about its source. Only a pod that may use it hears that the share is
-// missing or broken, or how the GET went. The review and the GET go out together: a cold
-// publish then waits for the slower of the two instead of their sum. (The GET itself reveals
-// nothing to anybody: what the driver may read an admin granted it, and what it caches stays in
-// its memory.)
+// missing or broken, or how the GET went.
+//
+// The review comes first, and the source is read only for a pod that may use the share: a pod
+// that is refused costs the API server one review (a decision the authorizer caches), never a
+// GET of a Secret it may not see. Any pod author can ask for any share; were the GET to go out
+// with the review, every refused publish, retried by the kubelet with its backoff, would read a
+// Secret on the API server for nothing. A cold publish waits for the review, then the GET (tens
+// of milliseconds each); a warm one finds both cached.
 func (d *driver) admitShare(ctx context.Context, v *volumeRequest, spec shareRef) (shareSpec, *sourceData, error) {
 	sh, shareErr := d.shares.get(ctx, spec.Kind, spec.Name)
 	missing, broken := apierrors.IsNotFound(shareErr), errors.As(shareErr, new(*badShareError))
 	if shareErr != nil && !missing && !broken {
 		return sh, nil, status.Errorf(codes.Unavailable, "reading %s %q, will retry: %v", spec.Kind.shareTypeName(), spec.Name, shareErr)
 	}
-	type fetched struct {
-		src *sourceData
-		err error
-	}
-	got := make(chan fetched, 1)
-	if shareErr == nil {
-		go func() {
-			src, err := d.sources.get(ctx, sh.sourceKey(), sh.Items)
-			got <- fetched{src, err}
-		}()
-	} else {
-		got <- fetched{}
-	}
 	key := accessKey{Namespace: v.PodNamespace, ServiceAccount: v.ServiceAccount, Kind: spec.Kind, Share: spec.Name}
 	dec, err := d.authz.check(ctx, key)
-	f := <-got
 	switch {
 	case apierrors.IsForbidden(err):
 		// The driver's own RBAC is wrong, not the pod's: say what the admin must fix. Still
@@ -220,12 +211,15 @@ func (d *driver) admitShare(ctx context.Context, v *volumeRequest, spec shareRef
 		return sh, nil, status.Errorf(codes.NotFound, "%s %q does not exist: a cluster admin must create it (cluster-scoped, group %s)", spec.Kind.shareTypeName(), spec.Name, shareGroup)
 	case broken:
 		return sh, nil, status.Errorf(codes.FailedPrecondition, "%v", shareErr)
-	case f.err != nil:
-		return sh, nil, sourceError(sh, f.err, d.account)
-	case sh.Pin.refuses(f.src.UID):
-		return sh, nil, status.Error(codes.FailedPrecondition, replacedMessage(sh, f.src.UID))
 	}
-	return sh, f.src, nil
+	src, err := d.sources.get(ctx, sh.sourceKey(), sh.Items)
+	switch {
+	case err != nil:
+		return sh, nil, sourceError(sh, err, d.account)
+	case sh.Pin.refuses(src.UID):
+		return sh, nil, status.Error(codes.FailedPrecondition, replacedMessage(sh, src.UID))
+	}
+	return sh, src, nil
 }
 
 func writeError(volumeID string, limit int64, err error) error {

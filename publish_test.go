@@ -6,10 +6,10 @@ package main
 //     target and binds the view onto it read-only; a repeated publish changes nothing; unpublish
 //     removes all of it, and only what the driver made;
 //   - a publish that fails at any step leaves the node as it was;
-//   - a cold publish's two API requests (admitShare): the review of the pod's access and the GET
-//     of the source go out together, so that a cold publish waits for the slower of the two, not
-//     their sum; the review decides alone what the pod is told. Fakes stand in for the API
-//     server, each able to hold its request until the test lets it go.
+//   - a cold publish's two API requests (admitShare): the review of the pod's access first, and
+//     the GET of the source only for a pod the review allowed; the review decides alone what the
+//     pod is told. Fakes stand in for the API server, each able to hold its request until the
+//     test lets it go, or counting what it was asked.
 // The same story against the real kernel, API server and kubelet: driver_integration_test.go,
 // crash_integration_test.go, pods_integration_test.go.
 
@@ -99,40 +99,47 @@ func waitClosed(t *testing.T, ch chan struct{}, what string) {
 	select {
 	case <-ch:
 	case <-time.After(10 * time.Second):
-		t.Fatalf("%s never started: the review and the GET are not made together", what)
+		t.Fatalf("%s never started", what)
 	}
 }
 
-// Both requests are held until both have started: a publish that made them one after the other
-// would never finish.
-func TestColdPublishOverlapsReviewAndGet(t *testing.T) {
-	for _, first := range []string{"review", "get"} {
-		t.Run(first+" answers first", func(t *testing.T) {
-			sar := &gatedSAR{allowed: true}
-			sar.started, sar.release = gated()
-			src := &gatedSource{}
-			src.started, src.release = gated()
-			done := admitShareAsync(newGatedDriver(t, sar, src))
-			waitClosed(t, sar.started, "the review")
-			waitClosed(t, src.started, "the GET")
-			if first == "review" {
-				close(sar.release)
-				time.Sleep(10 * time.Millisecond)
-				close(src.release)
-			} else {
-				close(src.release)
-				time.Sleep(10 * time.Millisecond)
-				close(sar.release)
+// A pod that may not use a share costs no GET of its source: the review comes first, and a
+// refusal (or a review that failed) ends the publish before the driver reads anything. Only an
+// allowed pod's publish reads the source, once.
+func TestColdPublishRefusesBeforeReadingTheSource(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		allowed bool
+		sarErr  error
+		code    codes.Code
+		gets    int64
+	}{
+		{name: "denied", code: codes.PermissionDenied, gets: 0},
+		{name: "review failed", sarErr: errors.New("connection refused"), code: codes.Unavailable, gets: 0},
+		{name: "allowed", allowed: true, code: codes.OK, gets: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, _ := fakeSARClient(func() (bool, error) { return tc.allowed, tc.sarErr })
+			if _, err := client.CoreV1().Secrets("p").Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src"},
+				Data: map[string][]byte{"k": []byte("v")}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
 			}
-			if err := <-done; err != nil {
-				t.Fatalf("allowed publish: %v", err)
+			gets := countGets(client)
+			d := newTestDriver(t, client.AuthorizationV1().SubjectAccessReviews(), fakeSources{client})
+			addSecretShare(t, d, "share", "p", "src")
+			err := <-admitShareAsync(d)
+			if st, _ := status.FromError(err); st.Code() != tc.code {
+				t.Fatalf("got %v, want %s", err, tc.code)
+			}
+			if n := gets.Load(); n != tc.gets {
+				t.Fatalf("%d GETs of the source, want %d", n, tc.gets)
 			}
 		})
 	}
 }
 
-// The review alone decides: a denial wins over whatever the GET answered, an error of the review
-// never grants, and only an allowed pod learns how the GET went.
+// The review alone decides: a denial wins over whatever the GET would have answered, an error of
+// the review never grants, and only an allowed pod learns how the GET went.
 func TestColdPublishReviewDecides(t *testing.T) {
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "src", nil)
 	notFound := apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, "src")
@@ -158,15 +165,19 @@ func TestColdPublishReviewDecides(t *testing.T) {
 			sar.started, sar.release = gated()
 			src := &gatedSource{err: tc.getErr}
 			src.started, src.release = gated()
+			close(src.release) // the GET, if it is made, answers at once
 			before := runtime.NumGoroutine()
 			done := admitShareAsync(newGatedDriver(t, sar, src))
 			waitClosed(t, sar.started, "the review")
-			waitClosed(t, src.started, "the GET")
-			// The GET answers first, the review last: its answer must still decide.
-			close(src.release)
-			time.Sleep(10 * time.Millisecond)
 			close(sar.release)
 			err := <-done
+			select {
+			case <-src.started:
+				if !tc.allowed || tc.sarErr != nil {
+					t.Fatalf("the source was read for a publish the review did not allow")
+				}
+			default:
+			}
 			st, _ := status.FromError(err)
 			if err == nil || st.Code() != tc.code || !strings.Contains(st.Message(), tc.msg) {
 				t.Fatalf("got %v, want %s containing %q", err, tc.code, tc.msg)

@@ -13,9 +13,11 @@ package main
 // How each share is judged, the verdict table: judge.go.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +36,7 @@ const (
 	reasonRefreshResumed = "SharedResourceRefreshResumed"
 	// The share's list of keys changed: the volume gained or lost files.
 	reasonKeysChanged = "SharedResourceKeysChanged"
+	// (reasonShareReplaced: shareidentity.go.)
 )
 
 // changeKind is what a reconcile changed about one share of a volume. Its value is the metric
@@ -49,6 +52,8 @@ const (
 	// The driver lost, or regained, read on the source: the files stay as they are.
 	changeRefreshFailed  changeKind = "refreshFailed"
 	changeRefreshResumed changeKind = "refreshResumed"
+	// The share's name holds another object than the volume's, whose files were already gone.
+	changeShareReplaced changeKind = "shareReplaced"
 )
 
 // fileChangeKinds are the kinds that change the files a pod sees.
@@ -59,9 +64,10 @@ func (k changeKind) changesFiles() bool { return slices.Contains(fileChangeKinds
 
 // shareChange is one share's change in a reconcile, for events and metrics.
 type shareChange struct {
-	share shareRef
-	kind  changeKind
-	why   string
+	share  shareRef
+	kind   changeKind
+	why    string
+	reason string // the event's reason, when not the kind's own (a share replaced: shareidentity.go)
 }
 
 // cycleMemo remembers, for one pass over volumes, each access decision and each source fetched.
@@ -158,7 +164,8 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 	// not one that is reported as changing files (a list narrowed where the source could not be read).
 	filesChanged := w.copied || slices.ContainsFunc(changes, func(c shareChange) bool { return c.kind.changesFiles() })
 	rebuild := filesChanged || len(errs) == 0 && d.store.viewUnverified(rec.VolumeID)
-	if len(changes) == 0 && !rebuild {
+	// A state that changed without a reported change (a UID adopted, a list noted) is saved too.
+	if len(changes) == 0 && !rebuild && reflect.DeepEqual(next.Shares, rec.Shares) {
 		vol.dropRevokedCopies(rec)
 		return errors.Join(errs...)
 	}
@@ -180,7 +187,9 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 	if err := d.store.save(next); err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	d.store.viewVerified(rec.VolumeID)
+	if rebuild {
+		d.store.viewVerified(rec.VolumeID)
+	}
 	if len(changes) > 0 {
 		d.crash.reached(stepReconcileRecord)
 	}
@@ -207,11 +216,15 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 			continue
 		}
 		if v.files != nil {
+			want := v
 			var err error
 			others := volumeEntryCount(w.next.Shares) - w.next.Shares[i].Entries
 			if v, err = writeNewCopy(vol, rec.Shares[i], i, v, room, others); err != nil {
 				w.errs = append(w.errs, fmt.Errorf("writing the copy of %s: %w", rec.Shares[i], err))
 				continue
+			}
+			if v.files == nil && !rec.Shares[i].Exposed.same(want.state.Exposed) {
+				v = d.narrowInstead(vol, rec, i, want, v) // judge.go: keys no longer shared still go
 			}
 			w.copied = w.copied || v.files != nil // nil: it did not fit, and was not written
 		}
@@ -268,7 +281,9 @@ func (d *driver) reportChanges(rec volumeRecord, changes []shareChange, conflict
 		}
 		switch c.kind {
 		case changeRevoked:
-			d.event(rec, corev1.EventTypeWarning, reasonRevoked, "The files of %s were removed from the volume: %s", c.share, c.why)
+			d.event(rec, corev1.EventTypeWarning, cmp.Or(c.reason, reasonRevoked), "The files of %s were removed from the volume: %s", c.share, c.why)
+		case changeShareReplaced:
+			d.event(rec, corev1.EventTypeWarning, reasonShareReplaced, "%s: %s", c.share, c.why)
 		case changeRestored:
 			d.event(rec, corev1.EventTypeNormal, reasonRestored, "Access to %s is granted again; its files are back", c.share)
 		case changeRefreshed:

@@ -60,6 +60,15 @@ type shareState struct {
 	// SourceReplaced: the source is another object than the one the share was made for
 	// (sourcepin.go), so the share keeps its last files. Recorded so the pod is warned once.
 	SourceReplaced bool `json:"sourceReplaced,omitempty"`
+	// ShareUID is the share object the volume was published from, and SourceUID the source object
+	// its files come from (shareidentity.go): another object under the share's name does not
+	// feed the volume. Absent in records written before they were kept: adopted at the next
+	// reconcile.
+	ShareUID  string `json:"shareUID,omitempty"`
+	SourceUID string `json:"sourceUID,omitempty"`
+	// ShareReplaced: the share's name now holds another object than ShareUID, so the share is
+	// revoked in this volume. Recorded so the pod is told once.
+	ShareReplaced bool `json:"shareReplaced,omitempty"`
 	// Bytes is what the share's copy costs in memory (chargedBytes), counted in the budget.
 	Bytes int64 `json:"bytes,omitempty"`
 	// Entries is how many files and directories the share's copy holds (pathEntries), counted

@@ -2,7 +2,7 @@ package main
 
 // The relist: when volumes are checked again, and how fast the driver asks. Each cycle reconciles
 // every volume (reconcile.go: revocation, restoration, refresh); a share changed by an admin, as
-// the CRD watch reports it, has its volumes reconciled at once.
+// the CRD watch reports it, has its volumes reconciled within the spread window (shareevents.go).
 //
 // One cycle asks one SubjectAccessReview per distinct (namespace, service account, kind, share)
 // and GETs each distinct source once, however many volumes share them. Any API error leaves the
@@ -17,9 +17,10 @@ package main
 //     it after the previous one ended): nodes started together drift apart;
 //   - a cycle's requests are spread evenly over a part of the interval (--relist-spread): a node
 //     never bursts at its full rate limit, and the fleet's load is as flat as its nodes' phases.
-// Reactions to share events are not paced: they answer one admin action, at once. The shares
-// a driver lists at start-up are not such events (shares.go): a restarted fleet would react to
-// all of them together.
+// Reactions to share events are paced the same way (shareevents.go): every node reacts to one
+// admin's edit at a random point within the same part of the interval, so the fleet's requests
+// for it spread as a cycle's do. The shares a driver lists at start-up are not such events
+// (shares.go): a restarted fleet would react to all of them together.
 //
 // So a volume is checked again an interval (±10%) after its last check while the node's volumes
 // stay the same, and at most 1.1 + spread intervals after it when volumes published since come
@@ -29,11 +30,9 @@ package main
 import (
 	"context"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"golang.org/x/time/rate"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 )
 
@@ -80,27 +79,6 @@ func (d *driver) relistCycle(ctx context.Context, window time.Duration) int {
 	return len(recs)
 }
 
-// runShareEvents reconciles the volumes of each changed share as the CRD watch reports it.
-func (d *driver) runShareEvents(ctx context.Context, q workqueue.TypedInterface[shareRef]) {
-	go func() {
-		<-ctx.Done()
-		q.ShutDown()
-	}()
-	for {
-		ref, quit := q.Get()
-		if quit {
-			return
-		}
-		memo := d.newCycleMemo()
-		for _, rec := range d.store.list() {
-			if slices.Contains(rec.specs(), ref) {
-				d.reconcileIfIdle(ctx, rec.VolumeID, memo)
-			}
-		}
-		q.Done(ref)
-	}
-}
-
 // reconcileIfIdle reconciles the volume unless an operation holds its lock: such a volume is
 // being published or unpublished right now, and the next pass will see it. It takes the lock
 // for the reconcile.
@@ -131,6 +109,12 @@ type relistSchedule struct {
 
 func newRelistSchedule(interval time.Duration, spread float64) relistSchedule {
 	return relistSchedule{interval: interval, spread: spread, rand: rand.Float64}
+}
+
+// eventDelay is how long the reaction to a share event waits on this node: anywhere within the
+// window a cycle spreads its requests over (none with no spread).
+func (s relistSchedule) eventDelay() time.Duration {
+	return time.Duration(s.rand() * float64(s.window()))
 }
 
 // window is how long a cycle spreads its requests over.

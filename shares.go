@@ -17,8 +17,11 @@ import (
 
 // shareSpec is the part of a SharedSecret/SharedConfigMap the driver uses.
 type shareSpec struct {
-	Kind            shareKind
-	Name            string
+	Kind shareKind
+	Name string
+	// UID is the share object's metadata.uid: a volume belongs to the object it was published
+	// from, not to its name (shareidentity.go).
+	UID             string
 	SourceNamespace string
 	SourceName      string
 	// The object the share was made for, and whether it follows a re-created one
@@ -39,7 +42,7 @@ func shareFromObject(k shareKind, u *unstructured.Unstructured) (shareSpec, erro
 	refField := shareRefField(k)
 	ns, _, _ := unstructured.NestedString(u.Object, "spec", refField, "namespace")
 	name, _, _ := unstructured.NestedString(u.Object, "spec", refField, "name")
-	s := shareSpec{Kind: k, Name: u.GetName(), SourceNamespace: ns, SourceName: name, Pin: pinOf(u)}
+	s := shareSpec{Kind: k, Name: u.GetName(), UID: string(u.GetUID()), SourceNamespace: ns, SourceName: name, Pin: pinOf(u)}
 	if !validLabel(ns) || !validName(name) {
 		return s, &badShareError{fmt.Sprintf("%s %q has an invalid spec.%s (namespace %q, name %q): fix the share", k.shareTypeName(), s.Name, refField, ns, name)}
 	}

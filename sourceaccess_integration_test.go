@@ -4,8 +4,8 @@ package main
 
 // Specification of least privilege, against the real API server with deploy.yaml installed:
 //   - who may share what: deploy.yaml's ValidatingAdmissionPolicy refuses a share (create, or an
-//     update that re-points it) unless the requesting user may get the object it points at; it
-//     never stops the cluster admin, an update that keeps the ref, or a delete;
+//     update that re-points it, or a delete) unless the requesting user may get the object it
+//     points at; it never stops the cluster admin or an update that keeps the ref;
 //   - what the driver may read: nothing until an admin binds deploy.yaml's source-reader
 //     ClusterRole in a namespace (or a narrower Role); cluster-wide read is a separate opt-in
 //     manifest. What pods and shares show meanwhile is in pods_access_integration_test.go; the wording of
@@ -173,8 +173,9 @@ func refusedByPolicy(err error, user, resource, ns, name string) error {
 }
 
 // Only someone who can read a source can share it, and only someone who can read the source a
-// share points at can point it elsewhere; the cluster admin, updates that keep the ref and
-// deletes are never stopped.
+// share points at can point it elsewhere or delete the share (a delete revokes every consumer
+// and frees the name for whoever may create shares); the cluster admin and updates that keep the
+// ref are never stopped.
 func TestSharePolicyRequiresReadOnTheSource(t *testing.T) {
 	e := e2e(t)
 	ctx := context.Background()
@@ -243,12 +244,22 @@ func TestSharePolicyRequiresReadOnTheSource(t *testing.T) {
 	} else if !strings.Contains(err.Error(), "may not re-point this share away from it") {
 		t.Errorf("the refusal does not say why: %v", err)
 	}
-	// Deletes are never checked: the user deletes the admin's share of a Secret they cannot read.
-	if err := shares.Delete(ctx, adminShare, metav1.DeleteOptions{}); err != nil {
-		t.Errorf("delete refused: %v", err)
+	// Nor delete it: the share stays.
+	err = shares.Delete(ctx, adminShare, metav1.DeleteOptions{})
+	if e := refusedByPolicy(err, u.name, "secrets", ns, "unreadable"); e != nil {
+		t.Errorf("deleting a share of a Secret the user may not read: %v", e)
+	} else if !strings.Contains(err.Error(), "so may not delete this share of it") {
+		t.Errorf("the refusal does not say why: %v", err)
 	}
+	if _, err := e.dyn.Resource(shareGVR(kindSecret)).Get(ctx, adminShare, metav1.GetOptions{}); err != nil {
+		t.Errorf("the refused delete removed the share: %v", err)
+	}
+	// A share of a Secret the user may read they may delete; the admin deletes any.
 	if err := shares.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-		t.Errorf("delete refused: %v", err)
+		t.Errorf("delete of a share of a readable Secret refused: %v", err)
+	}
+	if err := e.dyn.Resource(shareGVR(kindSecret)).Delete(ctx, adminShare, metav1.DeleteOptions{}); err != nil {
+		t.Errorf("the cluster admin's delete refused: %v", err)
 	}
 
 	// A SharedConfigMap is checked the same way, against configmaps.

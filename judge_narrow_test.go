@@ -1,0 +1,176 @@
+package main
+
+// Specification of "keys that stopped being shared never stay" (judge.go) on the paths where a
+// share cannot be judged whole: the review of the pod's access fails, the share's source was
+// re-created and its pin refuses the new object, or which object the share now is cannot be
+// told (shareidentity.go) because its source cannot be read. On each, a share whose list
+// (spec.items) narrowed keeps only the files the new list still shares, for a volume that
+// refreshes and one that does not; nothing else about it changes. (Before these paths narrowed,
+// the review and pin paths left the dropped key in the pod's view: 2 files where 1 is shared.)
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+)
+
+// narrowWorld is a fake API server with Secret p/tls (UID tls-1: ca.crt, tls.crt) and the
+// SharedSecret "ca" (UID share-1), whose list the test narrows to ca.crt alone, under a volume
+// that shows both keys; the review and the GET fail when the test says so.
+type narrowWorld struct {
+	d                 *driver
+	reviewErr, getErr error
+	pin               string // the share's status.sourceUID; "" for none
+	shareUID          string // the share object's UID now
+}
+
+func newNarrowWorld(t *testing.T) *narrowWorld {
+	w := &narrowWorld{shareUID: "share-1"}
+	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "tls", UID: "tls-1", ResourceVersion: "9"},
+		Data: map[string][]byte{"ca.crt": []byte("CA"), "tls.crt": []byte("LEAF")}})
+	client.PrependReactor("create", "subjectaccessreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if w.reviewErr != nil {
+			return true, nil, w.reviewErr
+		}
+		return true, &authorizationv1.SubjectAccessReview{Status: authorizationv1.SubjectAccessReviewStatus{Allowed: true}}, nil
+	})
+	client.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if w.getErr != nil {
+			return true, nil, w.getErr
+		}
+		return false, nil, nil
+	})
+	w.d = newTestDriver(t, client.AuthorizationV1().SubjectAccessReviews(), fakeSources{client})
+	w.d.store = newVolumeStore(t.TempDir(), w.d.budget)
+	return w
+}
+
+// judge puts the share, narrowed to ca.crt, in the informer and judges a volume (refreshing or
+// not) that shows ca.crt and tls.crt through the share's old list.
+func (w *narrowWorld) judge(t *testing.T, refresh bool) shareVerdict {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": "ca"},
+		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "tls"}, "items": list(entry("ca.crt"))},
+	}}
+	u.SetUID(types.UID(w.shareUID))
+	if w.pin != "" {
+		u.Object["status"] = map[string]any{pinField: w.pin}
+	}
+	if err := w.d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+		t.Fatal(err)
+	}
+	rec := volumeRecord{VolumeID: "v", PodNamespace: "team", PodName: "app", ServiceAccount: "app", Refresh: refresh, GID: -1, DefaultMode: 0o644,
+		Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "tls", ResourceVersion: "9",
+			ShareUID: "share-1", SourceUID: "tls-1",
+			Exposed: exposure{{"ca.crt", "ca.crt"}, {"tls.crt", "tls.crt"}}}}}
+	if err := w.d.store.dirOf(rec).writeCopy(0, map[string]atomicwriter.File{
+		"ca.crt": {Data: []byte("CA"), Mode: 0o644}, "tls.crt": {Data: []byte("LEAF"), Mode: 0o644}}); err != nil {
+		t.Fatal(err)
+	}
+	return w.d.judgeShare(context.Background(), rec, 0, w.d.newCycleMemo())
+}
+
+func TestKeysNoLongerSharedLeaveOnEveryPath(t *testing.T) {
+	for _, path := range []struct {
+		name  string
+		set   func(w *narrowWorld)
+		want  changeKind // the change reported besides the narrowing ("" for keysChanged alone)
+		state func(st shareState) bool
+	}{
+		{"the review fails", func(w *narrowWorld) { w.reviewErr = errors.New("connection refused") }, changeKeys,
+			func(st shareState) bool { return !st.Revoked }},
+		{"the pin refuses a re-created source", func(w *narrowWorld) { w.pin = "tls-0" }, changeRefreshFailed,
+			func(st shareState) bool { return st.SourceReplaced }},
+		{"the share was re-created and its source cannot be read", func(w *narrowWorld) {
+			w.shareUID, w.getErr = "share-2", errors.New("connection refused")
+		}, changeKeys, func(st shareState) bool { return st.ShareUID == "share-1" }},
+	} {
+		for _, refresh := range []bool{true, false} {
+			if path.want == changeRefreshFailed && !refresh {
+				continue // a volume that does not refresh never reads its source: no pin to refuse
+			}
+			t.Run(path.name+map[bool]string{true: "", false: ", refreshResource=false"}[refresh], func(t *testing.T) {
+				w := newNarrowWorld(t)
+				path.set(w)
+				v := w.judge(t, refresh)
+				if v.err != nil {
+					t.Fatalf("verdict: %v; want the share narrowed, the failure logged", v.err)
+				}
+				kept := slices.Sorted(maps.Keys(v.files))
+				t.Logf("files kept: %q", kept)
+				if v.files == nil || !slices.Equal(kept, []string{"ca.crt"}) {
+					t.Fatalf("the copy keeps %q (nil: unchanged, both keys), want only ca.crt", kept)
+				}
+				if v.change == nil || v.change.kind != path.want {
+					t.Fatalf("change %+v, want %s", v.change, path.want)
+				}
+				if !v.state.Exposed.same(exposure{{"ca.crt", "ca.crt"}}) || !path.state(v.state) {
+					t.Fatalf("state %+v: want the new list noted and nothing else changed", v.state)
+				}
+			})
+		}
+	}
+}
+
+// The list narrows while the source grows, and the new copy does not fit in the node's budget:
+// the share keeps its last files, but only those the new list still shares, and the bytes of
+// those it dropped are given back.
+func TestKeysNoLongerSharedLeaveWhenTheNewCopyDoesNotFit(t *testing.T) {
+	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "1"},
+		Data: map[string][]byte{"ca.crt": []byte("CA"), "tls.crt": []byte("LEAF")}})
+	d, _ := nodeWorldWith(t, client)
+	setItems := func(items ...map[string]any) {
+		if err := d.shares.informers[kindSecret].GetStore().Update(&unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": "share"},
+			"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "items": list(items...)},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setItems(entry("ca.crt"), entry("tls.crt"))
+	ctx := context.Background()
+	if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
+		t.Fatal(err)
+	}
+	before := d.budget.inUse()
+	old, _ := d.store.get("vol-1")
+	d.budget.limit = before // nothing more fits
+	setItems(entry("ca.crt"))
+	if _, err := client.CoreV1().Secrets("p").Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "2"},
+		Data: map[string][]byte{"ca.crt": make([]byte, 5000), "tls.crt": []byte("LEAF")}}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d.relistCycle(ctx, 0)
+	files, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint("vol-1"), "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := slices.Sorted(maps.Keys(files))
+	t.Logf("the pod sees %q; %d bytes in use, %d before", got, d.budget.inUse(), before)
+	if !slices.Equal(got, []string{"ca.crt"}) || string(files["ca.crt"].Data) != "CA" {
+		t.Fatalf("the pod sees %q, want only the last ca.crt", got)
+	}
+	// The copy is charged what it holds now (budget.go: pages and entries), and the budget is the
+	// saved records' sum: tls.crt's page and entries are given back.
+	rec, _ := d.store.get("vol-1")
+	if want := chargedBytes(files); rec.Shares[0].Bytes != want || rec.Shares[0].Bytes >= old.Shares[0].Bytes ||
+		d.budget.inUse() != before-(old.Shares[0].Bytes-want) {
+		t.Fatalf("%d bytes in use (%d before), the share counts %d (%d before): want %d, tls.crt's page and entries given back",
+			d.budget.inUse(), before, rec.Shares[0].Bytes, old.Shares[0].Bytes, want)
+	}
+}

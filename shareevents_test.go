@@ -1,0 +1,132 @@
+package main
+
+// Specification of the pacing of reactions to share events (shareevents.go): each node waits a
+// random part of the relist's spread window, so a fleet's reactions to one edit spread over
+// that window as its cycles' requests do, never all in its first moment; events for one share
+// coalesce into one reaction while they wait; an event during a reaction is not lost; a node
+// without spread reacts at once. (Before the pacing every node reacted at once: the whole
+// fleet's reactions in the window's first 1%.)
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/util/workqueue"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func TestShareEventReactionsOfAFleetSpreadOverTheWindow(t *testing.T) {
+	const nodes, interval, spread = 5000, time.Minute, 0.5
+	window := time.Duration(spread * float64(interval))
+	var deciles [10]int
+	first := 0 // reactions in the window's first 1%: a burst of the whole fleet lands there
+	for range nodes {
+		delay := newRelistSchedule(interval, spread).eventDelay()
+		if delay < 0 || delay >= window {
+			t.Fatalf("a reaction waits %v, outside the window [0, %v)", delay, window)
+		}
+		deciles[int(delay*10/window)]++
+		if delay < window/100 {
+			first++
+		}
+	}
+	t.Logf("reactions of %d nodes to one edit, by tenth of the %v window: %v; in its first 1%%: %d", nodes, window, deciles, first)
+	for i, n := range deciles {
+		if n < nodes/10*7/10 || n > nodes/10*13/10 {
+			t.Errorf("tenth %d of the window has %d of %d reactions, want about %d: %v", i, n, nodes, nodes/10, deciles)
+		}
+	}
+	if first > nodes/100*2 {
+		t.Errorf("%d of %d nodes react in the window's first 1%%, want about %d", first, nodes, nodes/100)
+	}
+	if d := newRelistSchedule(interval, 0).eventDelay(); d != 0 {
+		t.Errorf("with no spread a reaction waits %v, want none", d)
+	}
+}
+
+// pacedQueue is a shareEventQueue on a fake clock whose every event waits delay, and the
+// reactions it made, in order.
+type pacedQueue struct {
+	*shareEventQueue
+	clock *clocktesting.FakeClock
+	mu    sync.Mutex
+	done  []shareRef
+	gate  chan struct{} // when set, a reaction waits on it
+}
+
+func newPacedQueue(t *testing.T, delay time.Duration) *pacedQueue {
+	clock := clocktesting.NewFakeClock(time.Now())
+	p := &pacedQueue{clock: clock, shareEventQueue: &shareEventQueue{
+		q:     workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[shareRef]{Clock: clock}),
+		delay: func() time.Duration { return delay },
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go p.run(ctx, func(_ context.Context, ref shareRef) {
+		p.mu.Lock()
+		gate := p.gate
+		p.mu.Unlock()
+		if gate != nil {
+			<-gate
+		}
+		p.mu.Lock()
+		p.done = append(p.done, ref)
+		p.mu.Unlock()
+	})
+	return p
+}
+
+func (p *pacedQueue) reactions() []shareRef {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.done)
+}
+
+// settle waits until the reactions are want, or fails.
+func (p *pacedQueue) settle(t *testing.T, what string, want ...shareRef) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := p.reactions()
+		if slices.Equal(got, want) {
+			time.Sleep(50 * time.Millisecond) // and nothing more follows
+			if got = p.reactions(); slices.Equal(got, want) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: reactions %v, want %v", what, got, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestShareEventsWaitTheirDelayAndCoalesce(t *testing.T) {
+	p := newPacedQueue(t, 10*time.Second)
+	a, b := shareRef{Kind: kindSecret, Name: "a"}, shareRef{Kind: kindConfigMap, Name: "b"}
+	for range 3 {
+		p.add(a.Kind, a.Name)
+	}
+	p.add(b.Kind, b.Name)
+	p.clock.Step(9 * time.Second)
+	p.settle(t, "before the delay")
+	p.clock.Step(2 * time.Second)
+	p.settle(t, "after the delay: each share once", a, b)
+
+	// An event while the share's reaction runs: one more reaction after it, none lost.
+	gate := make(chan struct{})
+	p.mu.Lock()
+	p.gate = gate
+	p.mu.Unlock()
+	p.add(a.Kind, a.Name)
+	p.clock.Step(11 * time.Second)
+	time.Sleep(50 * time.Millisecond) // the reaction has started and waits on the gate
+	p.add(a.Kind, a.Name)
+	p.add(a.Kind, a.Name)
+	p.clock.Step(11 * time.Second)
+	close(gate)
+	p.settle(t, "an edit during the reaction", a, b, a, a)
+}

@@ -1,0 +1,80 @@
+package main
+
+// A volume belongs to the share object it was published from, the way a share belongs to its
+// source (sourcepin.go). A share is known to pods by its name only, and RBAC grants "use" by name;
+// but a name is not an object. Whoever may delete and create shares (or only create them, when
+// the name's share is gone and RoleBindings still grant "use" on it, or grant it ahead of time;
+// RBAC cannot scope create by name) could otherwise delete "ca-bundle" and create it again over a
+// Secret of their own, and every running consumer would be "restored" with their data by the
+// informer's add event. So the record keeps the share's metadata.uid (and its source's) from the
+// publish, and a share under the same name with another UID does not feed the volume:
+//
+//   - the new object shares the very source object the volume was made from (same source UID:
+//     the share was re-created as it was, by a Helm reinstall, a GitOps prune, an admin's
+//     delete-and-apply): nothing was taken over, the volume adopts the new UID and goes on
+//     (restored when the deletion had revoked it);
+//   - any other object: the share stays revoked in the volume (its files, if a missed delete
+//     left them, leave it), and the pod gets one Warning event, SharedResourceReplaced, saying
+//     which objects these are and what accepts the new one: re-creating the pod. A new pod is
+//     a new publish, which uses the share as it is now after the pod's own review, as any pod
+//     started after the change would. An admin who deleted the share by mistake re-creates it
+//     over the same source instead, and the running volumes resume (the rule above).
+//
+// Acceptance is deliberately not a field on the share (an annotation "replaces-uid", say): the
+// tenant who re-created the share could write it in the same request. Re-creating the pod is
+// the consumer's own act, in the consumer's namespace, and needs no new permission or field.
+//
+// Records written before volumes knew their share's UID adopt the share they find at their next
+// reconcile, and the source's UID at their next read of it (a volume that does not refresh never
+// reads it again: a re-created share then needs the pod re-created, whatever its source).
+
+import (
+	"context"
+	"fmt"
+)
+
+// reasonShareReplaced is the event on a pod whose volume's share was replaced by another object.
+const reasonShareReplaced = "SharedResourceReplaced"
+
+// shareIdentity says whether sh, the share named as share i of rec is now, is the object the
+// volume was published from (or one that may stand in for it: same source object). An error is
+// an API error reading the source: the share is judged again next cycle.
+func (d *driver) shareIdentity(ctx context.Context, st shareState, sh shareSpec, memo *cycleMemo) (same bool, err error) {
+	switch {
+	case st.ShareUID == "" || sh.UID == "" || sh.UID == st.ShareUID:
+		return true, nil
+	case st.SourceUID == "":
+		return false, nil
+	}
+	src, err := memo.source(ctx, sh)
+	if err != nil {
+		return false, err
+	}
+	return src.UID == st.SourceUID, nil
+}
+
+// replacedShare is the verdict on a share whose object was replaced by another under the same
+// name: revoked (its files leave the view, if the deletion did not already take them), and the
+// pod told once, with what accepts the new object.
+func replacedShare(rec volumeRecord, st shareState, sh shareSpec) shareVerdict {
+	if st.ShareReplaced && st.Revoked {
+		return shareVerdict{state: st}
+	}
+	why := replacedShareMessage(rec, st, sh)
+	kind := changeRevoked
+	if st.Revoked {
+		kind = changeShareReplaced // no file changes: the deletion already took them
+	}
+	st.Revoked, st.ReadForbidden, st.ShareReplaced = true, false, true
+	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: kind, why: why, reason: reasonShareReplaced}}
+}
+
+// replacedShareMessage says which objects these are and what an admin does about it.
+func replacedShareMessage(rec volumeRecord, st shareState, sh shareSpec) string {
+	return fmt.Sprintf("%s %q was deleted and created again (UID %s, sharing %s); this volume was published from UID %s, sharing %s %s/%s: "+
+		"the new object does not feed this running pod, which shows none of its files. If the new object is the one to use, re-create the pod "+
+		"(its controller starts a new one, published from the share as it is now): kubectl delete pod --namespace=%s %s. "+
+		"If the share was deleted by mistake, create it again over %s %s/%s: running volumes then resume",
+		st.Kind.shareTypeName(), st.Name, sh.UID, sh.sourceKey(), st.ShareUID, st.Kind, st.SourceNamespace, st.SourceName,
+		rec.PodNamespace, rec.PodName, st.Kind, st.SourceNamespace, st.SourceName)
+}

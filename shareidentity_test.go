@@ -1,0 +1,223 @@
+package main
+
+// Specification of a volume's belonging to the share object it was published from
+// (shareidentity.go), on a fake node (unitdriver_test.go) whose share informer the test edits as
+// the CRD watch would: a share deleted and created again under its name over another Secret does
+// not feed the running volume (its files stay away, the pod is told once what accepts the new
+// object); created again over the very Secret the volume was made from, it is adopted and the
+// volume resumes; a new publish uses the share as it is now. The same story against the real
+// API server and kubelet: TestShareRecreatedOverAnotherSecretDoesNotFeedRunningPods
+// (pods_identity_integration_test.go).
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+)
+
+// putSecretShare puts (or replaces) the SharedSecret name, object uid, over Secret ns/secret in
+// d's informer cache, as the watch delivers an add.
+func putSecretShare(t *testing.T, d *driver, name, uid, ns, secret string) {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": name},
+		"spec":     map[string]any{"secretRef": map[string]any{"namespace": ns, "name": secret}},
+	}}
+	u.SetUID(types.UID(uid))
+	if err := d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deleteShareFromCache removes the SharedSecret name from d's informer cache, as the watch
+// delivers a delete.
+func deleteShareFromCache(t *testing.T, d *driver, name string) {
+	t.Helper()
+	store := d.shares.informers[kindSecret].GetStore()
+	obj, ok, err := store.GetByKey(name)
+	if err != nil || !ok {
+		t.Fatalf("share %s not cached: %v", name, err)
+	}
+	if err := store.Delete(obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// identityWorld is a node with Secret p/src (REAL-CA), the platform's, and Secret t/mine
+// (ATTACKER-CA), a tenant's, and the SharedSecret "share" (UID share-1) over p/src.
+func identityWorld(t *testing.T) (*driver, chan string) {
+	t.Helper()
+	client := fake.NewSimpleClientset(
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "1"}, Data: map[string][]byte{"ca.crt": []byte("REAL-CA")}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "mine", UID: "mine-1", ResourceVersion: "1"}, Data: map[string][]byte{"ca.crt": []byte("ATTACKER-CA")}})
+	d, _ := nodeWorldWith(t, client)
+	events := make(chan string, 20)
+	d.events = &record.FakeRecorder{Events: events}
+	putSecretShare(t, d, "share", "share-1", "p", "src")
+	return d, events
+}
+
+// viewOf is what the pod sees of ca.crt in volume id ("" for no such file).
+func viewOf(t *testing.T, d *driver, id string) string {
+	t.Helper()
+	files, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint(id), "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(files["ca.crt"].Data)
+}
+
+// The attack of issue 26 (finding 1), step by step as the watch reports it: the share deleted,
+// then created again over the tenant's Secret. Measured on the code before volumes knew their
+// share's UID: REAL-CA, then empty, then ATTACKER-CA.
+func TestShareRecreatedOverAnotherSecretDoesNotFeedRunningVolumes(t *testing.T) {
+	for _, refresh := range []string{"true", "false"} {
+		t.Run("refreshResource="+refresh, func(t *testing.T) {
+			d, events := identityWorld(t)
+			ctx := context.Background()
+			ns := &nodeServer{d: d}
+			req := publishRequest(t, d, "vol-1")
+			req.VolumeContext[attrRefreshResource] = refresh
+			if _, err := ns.NodePublishVolume(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			ref := shareRef{Kind: kindSecret, Name: "share"}
+			var seen []string
+			step := func() string {
+				d.reconcileShare(ctx, ref)
+				seen = append(seen, viewOf(t, d, "vol-1"))
+				return seen[len(seen)-1]
+			}
+			seen = append(seen, viewOf(t, d, "vol-1"))
+
+			deleteShareFromCache(t, d, "share")
+			step()
+			putSecretShare(t, d, "share", "share-2", "t", "mine")
+			step()
+			step() // and again: still nothing, and no second event
+			t.Logf("the pod saw: %q", seen)
+			if want := []string{"REAL-CA", "", "", ""}; strings.Join(seen, "|") != strings.Join(want, "|") {
+				t.Fatalf("the pod saw %q, want %q: a share re-created over another Secret fed the running volume", seen, want)
+			}
+			replaced := drainEvents(events, reasonShareReplaced)
+			if len(replaced) != 1 {
+				t.Fatalf("%d %s events, want one: %q", len(replaced), reasonShareReplaced, replaced)
+			}
+			for _, want := range []string{"Warning", `SharedSecret "share" was deleted and created again (UID share-2, sharing Secret t/mine)`,
+				"published from UID share-1, sharing Secret p/src", "kubectl delete pod --namespace=c pod"} {
+				if !strings.Contains(replaced[0], want) {
+					t.Errorf("the event %q does not say %q", replaced[0], want)
+				}
+			}
+			if rec, _ := d.store.get("vol-1"); !rec.Shares[0].Revoked || !rec.Shares[0].ShareReplaced || rec.Shares[0].ShareUID != "share-1" {
+				t.Fatalf("record %+v: want the share revoked, replaced, still share-1's", rec.Shares[0])
+			}
+
+			// A new pod's publish uses the share as it is now.
+			other := publishRequest(t, d, "vol-2")
+			other.TargetPath = filepath.Join(filepath.Dir(filepath.Dir(other.TargetPath)), "other", "mount")
+			mkdirParent(t, other.TargetPath)
+			if _, err := ns.NodePublishVolume(ctx, other); err != nil {
+				t.Fatal(err)
+			}
+			if got := viewOf(t, d, "vol-2"); got != "ATTACKER-CA" {
+				t.Fatalf("a new publish shows %q, want the share as it is now", got)
+			}
+
+			// The admin re-creates the share over the Secret the volume was made from: adopted,
+			// the volume resumes.
+			deleteShareFromCache(t, d, "share")
+			putSecretShare(t, d, "share", "share-3", "p", "src")
+			if got := step(); got != "REAL-CA" {
+				t.Fatalf("after the share was created again over p/src the pod sees %q, want REAL-CA", got)
+			}
+			if rec, _ := d.store.get("vol-1"); rec.Shares[0].Revoked || rec.Shares[0].ShareReplaced || rec.Shares[0].ShareUID != "share-3" {
+				t.Fatalf("record %+v: want the share back, adopted as share-3", rec.Shares[0])
+			}
+		})
+	}
+}
+
+// A share re-created over the same Secret before the driver saw it go (the delete and the add
+// between two looks): adopted, the volume never loses its files and no one is warned.
+func TestShareRecreatedOverTheSameSecretIsAdopted(t *testing.T) {
+	d, events := identityWorld(t)
+	ctx := context.Background()
+	if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
+		t.Fatal(err)
+	}
+	putSecretShare(t, d, "share", "share-2", "p", "src")
+	d.relistCycle(ctx, 0)
+	if got := viewOf(t, d, "vol-1"); got != "REAL-CA" {
+		t.Fatalf("the pod sees %q, want REAL-CA", got)
+	}
+	rec, _ := d.store.get("vol-1")
+	if rec.Shares[0].ShareUID != "share-2" || rec.Shares[0].Revoked {
+		t.Fatalf("record %+v: want the new object adopted", rec.Shares[0])
+	}
+	if n := len(events); n != 0 {
+		t.Fatalf("%d events (%q), want none", n, <-events)
+	}
+}
+
+// A share re-created over another Secret before the driver saw the delete: the files the
+// volume still shows leave it at once, with the same event.
+func TestShareReplacedUnseenRevokesTheFilesItStillShows(t *testing.T) {
+	d, events := identityWorld(t)
+	ctx := context.Background()
+	if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
+		t.Fatal(err)
+	}
+	putSecretShare(t, d, "share", "share-2", "t", "mine")
+	d.relistCycle(ctx, 0)
+	if got := viewOf(t, d, "vol-1"); got != "" {
+		t.Fatalf("the pod sees %q, want nothing", got)
+	}
+	if evs := drainEvents(events, reasonShareReplaced); len(evs) != 1 || !strings.Contains(evs[0], "were removed from the volume") {
+		t.Fatalf("events %q, want one %s saying the files were removed", evs, reasonShareReplaced)
+	}
+}
+
+// A record written before volumes knew their share's UID adopts the share it finds, and saves it.
+func TestRecordWithoutShareUIDAdoptsTheShare(t *testing.T) {
+	d, _ := identityWorld(t)
+	ctx := context.Background()
+	if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := d.store.get("vol-1")
+	rec.Shares[0].ShareUID, rec.Shares[0].SourceUID = "", ""
+	if err := d.store.save(rec); err != nil {
+		t.Fatal(err)
+	}
+	d.relistCycle(ctx, 0)
+	saved, err := d.store.readRecord("vol-1")
+	if err != nil || saved.Shares[0].ShareUID != "share-1" || saved.Shares[0].SourceUID != "src-1" {
+		t.Fatalf("saved record %+v (%v): want share-1 and its source src-1 adopted", saved.Shares, err)
+	}
+}
+
+// drainEvents returns the events recorded so far whose text holds reason.
+func drainEvents(events chan string, reason string) []string {
+	var out []string
+	for {
+		select {
+		case e := <-events:
+			if strings.Contains(e, reason) {
+				out = append(out, e)
+			}
+		default:
+			return out
+		}
+	}
+}
