@@ -1,0 +1,266 @@
+package main
+
+// Specification of a reconcile (reconcile.go: judge, then applyVerdicts) of one published volume
+// on a fake node, for the rows of judge.go's verdict table, as the pod sees it (its view), as
+// the driver remembers it (the saved record) and as the pod is told (events, once per change):
+//   - revoked when the pod may no longer use the share, restored when it may again: a volume
+//     that refreshes comes back with the source as it is now, one that does not with exactly
+//     the files it was published with;
+//   - refreshed when the source has a new version, and only then;
+//   - as it is when the source is deleted, or any API request fails: an outage never revokes;
+//   - as it is, told once, when the share's pinned source was replaced by another object;
+//   - narrowed to what the share's new list still shares, even when nothing else can be judged;
+//   - torn down when its pod is gone; retried whole when its record cannot be saved.
+// The judge's verdicts alone, share by share: judge_test.go, judge_narrow_test.go,
+// shareidentity_test.go; a new copy over the node's budget: budget_test.go.
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+)
+
+// expectEvents fails unless the events recorded since the last look have exactly these reasons.
+func expectEvents(t *testing.T, events chan string, step string, want ...string) {
+	t.Helper()
+	if got := reasons(events); !slices.Equal(got, want) {
+		t.Fatalf("%s: events %q, want %q", step, got, want)
+	}
+}
+
+func TestReconcileRevokesAndRestoresARefreshingVolume(t *testing.T) {
+	c := newFakeCluster(t)
+	d, events := c.node()
+	publishVolume(t, d, "vol-1")
+
+	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "CA") {
+		t.Fatalf("granted, unchanged: %v, the pod sees %v", err, podView(t, d, "vol-1"))
+	}
+	expectEvents(t, events, "granted, unchanged")
+
+	c.allowed = false
+	for range 2 { // told once
+		if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1")) {
+			t.Fatalf("denied: %v, the pod sees %v; want nothing", err, podView(t, d, "vol-1"))
+		}
+	}
+	expectEvents(t, events, "denied", reasonRevoked)
+	rec := savedRecord(t, d, "vol-1")
+	copyLeft, _ := atomicwriter.ReadFiles(d.store.dirOf(rec).shareDir(0))
+	if !rec.Shares[0].Revoked || len(copyLeft) != 0 || rec.Shares[0].Entries != 0 {
+		t.Fatalf("record %+v, copy %v: want the share revoked and its copy dropped (a restore fetches anew)", rec.Shares[0], copyLeft)
+	}
+
+	c.setSource(map[string]string{"ca.crt": "CA2"}) // rotated while revoked
+	c.allowed = true
+	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "CA2") {
+		t.Fatalf("granted again: %v, the pod sees %v; want the source as it is now", err, podView(t, d, "vol-1"))
+	}
+	expectEvents(t, events, "granted again", reasonRestored)
+	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].Revoked || rec.Shares[0].ResourceVersion != "2" {
+		t.Fatalf("record %+v: want the share shown at resourceVersion 2", rec.Shares[0])
+	}
+}
+
+func TestReconcileOfAVolumeThatDoesNotRefreshKeepsItsFiles(t *testing.T) {
+	c := newFakeCluster(t)
+	d, events := c.node()
+	publishVolume(t, d, "vol-1", attrRefreshResource, "false")
+
+	c.setSource(map[string]string{"ca.crt": "CA2"})
+	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "CA") {
+		t.Fatalf("source changed: %v, the pod sees %v; want the files published", err, podView(t, d, "vol-1"))
+	}
+	c.allowed = false
+	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1")) {
+		t.Fatalf("denied: %v, the pod sees %v; want nothing", err, podView(t, d, "vol-1"))
+	}
+	c.allowed = true
+	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "CA") {
+		t.Fatalf("granted again: %v, the pod sees %v; want exactly the files published, kept while revoked", err, podView(t, d, "vol-1"))
+	}
+	expectEvents(t, events, "revoked and restored", reasonRevoked, reasonRestored)
+}
+
+func TestReconcileRefreshesOnlyANewVersion(t *testing.T) {
+	c := newFakeCluster(t)
+	d, events := c.node()
+	publishVolume(t, d, "vol-1")
+	before, _ := os.ReadFile(d.store.recordPath("vol-1"))
+	viewDir, _ := os.Readlink(filepath.Join(d.store.mountPoint("vol-1"), dataDir, "..data"))
+
+	if err := reconcileVolume(t, d, "vol-1"); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.ReadFile(d.store.recordPath("vol-1"))
+	sameView, _ := os.Readlink(filepath.Join(d.store.mountPoint("vol-1"), dataDir, "..data"))
+	if string(before) != string(after) || viewDir != sameView {
+		t.Fatalf("the version shown: the record or the view was rewritten (%q, then %q)", viewDir, sameView)
+	}
+
+	c.setSource(map[string]string{"ca.crt": "CA2", "extra": "X"})
+	for range 2 {
+		if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "CA2", "extra", "X") {
+			t.Fatalf("new version: %v, the pod sees %v", err, podView(t, d, "vol-1"))
+		}
+	}
+	expectEvents(t, events, "new version", reasonRefreshed)
+	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].ResourceVersion != "2" {
+		t.Fatalf("record %+v: want resourceVersion 2", rec.Shares[0])
+	}
+}
+
+// The source deleted: the last files stay, as the kubelet's own secret volumes keep theirs.
+func TestReconcileKeepsTheLastFilesOfADeletedSource(t *testing.T) {
+	c := newFakeCluster(t)
+	d, events := c.node()
+	publishVolume(t, d, "vol-1")
+	c.deleteSource()
+	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "CA") {
+		t.Fatalf("source deleted: %v, the pod sees %v; want the last files", err, podView(t, d, "vol-1"))
+	}
+	expectEvents(t, events, "source deleted")
+}
+
+// Any API error leaves the volume exactly as it is, even when the pod has lost its access
+// meanwhile (an answer the driver could not get) or the source changed: only an answer revokes. The reconcile returns the error (the cycle counts it).
+func TestReconcileOnAnAPIErrorLeavesTheVolumeAsItIs(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		breaks func(c *fakeCluster, d *driver)
+	}{
+		{"the review fails", func(c *fakeCluster, _ *driver) { c.allowed, c.reviewErr = false, errOutage }},
+		{"the source's GET fails", func(c *fakeCluster, _ *driver) { c.sourceErr = errOutage }},
+		{"the share is not cached and its GET fails", func(c *fakeCluster, d *driver) {
+			deleteShareFromCache(t, d, "share")
+			c.allowed, c.shareErr = false, errOutage
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newFakeCluster(t)
+			d, events := c.node()
+			publishVolume(t, d, "vol-1")
+			before := savedRecord(t, d, "vol-1")
+			c.setSource(map[string]string{"ca.crt": "CA2"})
+			tc.breaks(c, d)
+			if err := reconcileVolume(t, d, "vol-1"); err == nil {
+				t.Fatal("the reconcile did not report the error")
+			}
+			if !sees(podView(t, d, "vol-1"), "ca.crt", "CA") {
+				t.Fatalf("the pod sees %v; want the files as they were", podView(t, d, "vol-1"))
+			}
+			if after := savedRecord(t, d, "vol-1"); !reflect.DeepEqual(after.Shares, before.Shares) {
+				t.Fatalf("record %+v; want it as it was, %+v", after.Shares, before.Shares)
+			}
+			expectEvents(t, events, tc.name)
+		})
+	}
+}
+
+// The share's pin (sourcepin.go) refuses the source re-created as another object: the volume
+// keeps its last files, and the pod is told once what accepts the new object.
+func TestReconcileKeepsTheLastFilesOfASourceThePinRefuses(t *testing.T) {
+	c := newFakeCluster(t)
+	d, events := c.node()
+	publishVolume(t, d, "vol-1")
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": "share", "uid": "share-1"},
+		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}},
+		"status":   map[string]any{pinField: "src-0"}, // made for an object since deleted
+	}}
+	if err := d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+		t.Fatal(err)
+	}
+	c.setSource(map[string]string{"ca.crt": "NOT-THE-SAME-OBJECT"})
+	for range 2 {
+		if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "CA") {
+			t.Fatalf("pin refuses: %v, the pod sees %v; want the last files", err, podView(t, d, "vol-1"))
+		}
+	}
+	expectEvents(t, events, "pin refuses", reasonRefreshFailed)
+	if rec := savedRecord(t, d, "vol-1"); !rec.Shares[0].SourceReplaced {
+		t.Fatalf("record %+v: want SourceReplaced, so the pod is told once", rec.Shares[0])
+	}
+}
+
+// The share's list narrows while its source cannot be read: what it no longer shares leaves the
+// pod's view all the same, in one swap.
+func TestReconcileNarrowsTheViewToTheSharesNewList(t *testing.T) {
+	c := newFakeCluster(t)
+	c.setSource(map[string]string{"ca.crt": "CA", "tls.crt": "LEAF"})
+	d, events := c.node()
+	publishVolume(t, d, "vol-1")
+	setShareItems(t, d, entry("ca.crt"))
+	c.sourceErr = errOutage
+	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "CA") {
+		t.Fatalf("narrowed: %v, the pod sees %v; want ca.crt alone", err, podView(t, d, "vol-1"))
+	}
+	expectEvents(t, events, "narrowed", reasonKeysChanged)
+}
+
+// setShareItems gives the share "share" (over p/src) the list of keys items.
+func setShareItems(t *testing.T, d *driver, items ...map[string]any) {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": "share", "uid": "share-1"},
+		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "items": list(items...)},
+	}}
+	if err := d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A record whose pod's dir is gone belongs to a publish that never completed (the kubelet removes
+// the dir only after unmounting): nobody will unpublish it, so the reconcile tears it down.
+func TestReconcileTearsDownAVolumeWhosePodIsGone(t *testing.T) {
+	c := newFakeCluster(t)
+	d, _ := c.node()
+	publishVolume(t, d, "vol-1")
+	if err := os.RemoveAll(filepath.Join(d.kubeletRoot, "pods", testPodUID)); err != nil {
+		t.Fatal(err)
+	}
+	if err := reconcileVolume(t, d, "vol-1"); err != nil {
+		t.Fatal(err)
+	}
+	if m := d.mounter.(*fakeMounter); m.count() != 0 || exists(d.store.mountPoint("vol-1")) || d.store.count() != 0 || d.budget.inUse() != 0 {
+		t.Fatalf("%d mounts, volume dir there %v, %d records, %d bytes charged; want nothing", m.count(),
+			exists(d.store.mountPoint("vol-1")), d.store.count(), d.budget.inUse())
+	}
+}
+
+// A revocation whose record cannot be saved (a full tmpfs): the files leave the view, but the
+// driver does not remember the share revoked nor tell the pod, so the next reconcile does the
+// revocation again, whole, and tells the pod then, once.
+func TestReconcileWhoseRecordCannotBeSavedIsRetriedWhole(t *testing.T) {
+	c := newFakeCluster(t)
+	d, events := c.node()
+	publishVolume(t, d, "vol-1")
+	record := d.store.recordPath("vol-1")
+	saved, _ := os.ReadFile(record)
+	// Nothing can be renamed over a non-empty directory: every save fails.
+	if err := os.Remove(record); err != nil || os.MkdirAll(filepath.Join(record, "full"), 0o700) != nil {
+		t.Fatal(err)
+	}
+	c.allowed = false
+	if err := reconcileVolume(t, d, "vol-1"); err == nil || !sees(podView(t, d, "vol-1")) {
+		t.Fatalf("revoked, record unsavable: %v, the pod sees %v; want an error and no files", err, podView(t, d, "vol-1"))
+	}
+	if rec, _ := d.store.get("vol-1"); rec.Shares[0].Revoked {
+		t.Fatal("the store remembers a revocation its record does not say")
+	}
+	expectEvents(t, events, "record unsavable")
+
+	if err := os.RemoveAll(record); err != nil || os.WriteFile(record, saved, 0o600) != nil {
+		t.Fatal(err)
+	}
+	if err := reconcileVolume(t, d, "vol-1"); err != nil || !savedRecord(t, d, "vol-1").Shares[0].Revoked {
+		t.Fatalf("retried: %v; want the revocation saved", err)
+	}
+	expectEvents(t, events, "retried", reasonRevoked)
+}
