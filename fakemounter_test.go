@@ -30,6 +30,8 @@ type fakeMounter struct {
 	nextID int
 	// failTmpfs, failBind: the next mount of that kind fails with this error.
 	failTmpfs, failBind error
+	// failUnmount: the next unmount of the path fails with its error.
+	failUnmount map[string]error
 }
 
 var _ mounter = (*fakeMounter)(nil)
@@ -80,6 +82,10 @@ func (f *fakeMounter) unmount(path string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	path = filepath.Clean(path)
+	if err := f.failUnmount[path]; err != nil {
+		delete(f.failUnmount, path)
+		return err
+	}
 	for i := len(f.table) - 1; i >= 0; i-- {
 		m := f.table[i]
 		if m.entry.MountPoint != path {
