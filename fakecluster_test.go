@@ -176,3 +176,18 @@ func savedRecord(t *testing.T, d *driver, id string) volumeRecord {
 	}
 	return rec
 }
+
+// restart is a new driver process on d's node, recovering before it serves (recover.go) as main
+// does: the same kubelet root and mount table (the kernel's, which outlive the process), and
+// nothing in memory: no store, budget, lock or cache.
+func (c *fakeCluster) restart(d *driver) (*driver, chan string) {
+	c.t.Helper()
+	n, events := c.node()
+	n.kubeletRoot, n.mounter = d.kubeletRoot, d.mounter
+	n.budget.limit = d.budget.limit
+	n.store = newVolumeStore(filepath.Dir(d.store.dir), n.budget)
+	if err := n.recover(); err != nil {
+		c.t.Fatalf("recover: %v", err)
+	}
+	return n, events
+}
