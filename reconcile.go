@@ -185,6 +185,11 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 		}
 	}
 	if err := d.store.save(next); err != nil {
+		if rebuild {
+			// The view shows next, the record still rec: the next reconcile must rebuild the
+			// view even if its verdict is "as it is" (access back before the save succeeded).
+			d.store.viewUnsaved(rec.VolumeID)
+		}
 		return errors.Join(append(errs, err)...)
 	}
 	if rebuild {

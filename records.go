@@ -140,7 +140,8 @@ type volumeStore struct {
 	// unverified are the volumes recovered at start whose pod's view has not been rebuilt
 	// since: a crash between a reconcile's swap of the view and its save of the record leaves
 	// a view the record does not describe (the record is saved last), and only a rebuild from
-	// fresh verdicts puts them back in step.
+	// fresh verdicts puts them back in step. A save that fails after the swap does the same
+	// (viewUnsaved).
 	unverified map[string]bool
 }
 
@@ -237,6 +238,14 @@ func (s *volumeStore) viewUnverified(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.unverified[id]
+}
+
+// viewUnsaved records that the volume's view was swapped but its record could not be saved: as
+// after a crash, the record no longer describes the view until a reconcile rebuilds it.
+func (s *volumeStore) viewUnsaved(id string) {
+	s.mu.Lock()
+	s.unverified[id] = true
+	s.mu.Unlock()
 }
 
 // viewVerified records that the volume's view was rebuilt from its saved record.
