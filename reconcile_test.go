@@ -241,12 +241,7 @@ func TestReconcileWhoseRecordCannotBeSavedIsRetriedWhole(t *testing.T) {
 	c := newFakeCluster(t)
 	d, events := c.node()
 	publishVolume(t, d, "vol-1")
-	record := d.store.recordPath("vol-1")
-	saved, _ := os.ReadFile(record)
-	// Nothing can be renamed over a non-empty directory: every save fails.
-	if err := os.Remove(record); err != nil || os.MkdirAll(filepath.Join(record, "full"), 0o700) != nil {
-		t.Fatal(err)
-	}
+	fix := unsavable(t, d, "vol-1")
 	c.allowed = false
 	if err := reconcileVolume(t, d, "vol-1"); err == nil || !sees(podView(t, d, "vol-1")) {
 		t.Fatalf("revoked, record unsavable: %v, the pod sees %v; want an error and no files", err, podView(t, d, "vol-1"))
@@ -256,11 +251,64 @@ func TestReconcileWhoseRecordCannotBeSavedIsRetriedWhole(t *testing.T) {
 	}
 	expectEvents(t, events, "record unsavable")
 
-	if err := os.RemoveAll(record); err != nil || os.WriteFile(record, saved, 0o600) != nil {
-		t.Fatal(err)
-	}
+	fix()
 	if err := reconcileVolume(t, d, "vol-1"); err != nil || !savedRecord(t, d, "vol-1").Shares[0].Revoked {
 		t.Fatalf("retried: %v; want the revocation saved", err)
 	}
 	expectEvents(t, events, "retried", reasonRevoked)
+}
+
+// unsavable makes every save of volume id's record fail, as on a full tmpfs: nothing can be
+// renamed over a non-empty directory. The returned func puts the record back as it was.
+func unsavable(t *testing.T, d *driver, id string) (fix func()) {
+	t.Helper()
+	record := d.store.recordPath(id)
+	saved, err := os.ReadFile(record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(record); err != nil || os.MkdirAll(filepath.Join(record, "full"), 0o700) != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := os.RemoveAll(record); err != nil || os.WriteFile(record, saved, 0o600) != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A change whose record cannot be saved leaves a view its record does not describe (the view is
+// swapped first), and the next reconcile must rebuild it even when its verdict is "as it is":
+// when access flips back in between, the pod gets exactly what its record says. Before the fix,
+// a pod revoked, then granted again, stayed without its files; and a pod restored, then denied
+// again, kept its files while revoked.
+func TestReconcileAfterAnUnsavedChangeRebuildsTheView(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		first, again bool // the grant during the unsaved reconcile, and at the next one
+		want         []string
+	}{
+		{"revoked unsaved, then granted again", false, true, []string{"ca.crt", "CA"}},
+		{"restored unsaved, then denied again", true, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newFakeCluster(t)
+			d, _ := c.node()
+			publishVolume(t, d, "vol-1")
+			if tc.first { // a restore: the volume starts revoked
+				c.allowed = false
+				must(t, reconcileVolume(t, d, "vol-1"))
+			}
+			fix := unsavable(t, d, "vol-1")
+			c.allowed = tc.first
+			if err := reconcileVolume(t, d, "vol-1"); err == nil {
+				t.Fatal("the save did not fail")
+			}
+			fix()
+			c.allowed = tc.again
+			if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), tc.want...) {
+				t.Fatalf("next reconcile: %v; the pod sees %v, want %q as its record says", err, podView(t, d, "vol-1"), tc.want)
+			}
+		})
+	}
 }
