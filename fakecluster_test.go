@@ -16,10 +16,8 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -94,11 +92,6 @@ func (c *fakeCluster) deleteSource() {
 	if err := c.client.CoreV1().Secrets("p").Delete(context.Background(), "src", metav1.DeleteOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
-}
-
-// forbidden is the API server's refusal of a request by the driver.
-func forbidden() error {
-	return apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "src", errors.New("no RoleBinding"))
 }
 
 // podView is what the pod sees in volume id: each file of its view and its content; nil when
