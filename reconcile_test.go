@@ -7,6 +7,7 @@ package main
 //     that refreshes comes back with the source as it is now, one that does not with exactly
 //     the files it was published with;
 //   - refreshed when the source has a new version, and only then;
+//   - revoked when the share is deleted, and back when it is created again as it was;
 //   - as it is when the source is deleted, or any API request fails: an outage never revokes;
 //   - as it is, told once, when the share's pinned source was replaced by another object;
 //   - narrowed to what the share's new list still shares, even when nothing else can be judged;
@@ -114,6 +115,25 @@ func TestReconcileRefreshesOnlyANewVersion(t *testing.T) {
 	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].ResourceVersion != "2" {
 		t.Fatalf("record %+v: want resourceVersion 2", rec.Shares[0])
 	}
+}
+
+// The share deleted (gone from the informer, and its live GET answers NotFound): revoked, told
+// once; created again as it was, the volume resumes.
+func TestReconcileRevokesADeletedShare(t *testing.T) {
+	c := newFakeCluster(t)
+	d, events := c.node()
+	publishVolume(t, d, "vol-1")
+	deleteShareFromCache(t, d, "share")
+	for range 2 {
+		if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1")) {
+			t.Fatalf("share deleted: %v, the pod sees %v; want nothing", err, podView(t, d, "vol-1"))
+		}
+	}
+	putSecretShare(t, d, "share", "share-1", "p", "src")
+	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "CA") {
+		t.Fatalf("share back: %v, the pod sees %v", err, podView(t, d, "vol-1"))
+	}
+	expectEvents(t, events, "deleted and back", reasonRevoked, reasonRestored)
 }
 
 // The source deleted: the last files stay, as the kubelet's own secret volumes keep theirs.
