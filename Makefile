@@ -38,10 +38,11 @@ unit:
 	go test ./...
 
 ## tools-test: the release tools' own tests (tools/ociimage: reproducibility, SBOMs, static
-## binaries, push, `make release` itself and its cosign signatures); no root, no cluster. Part of
-## `make test`.
+## binaries, push, `make release` itself and its cosign signatures) and tools/benchtable's; no root,
+## no cluster. Part of `make test`.
 tools-test: helm cosign
 	cd tools/ociimage && go test ./...
+	cd tools && go test ./benchtable
 
 ## deps, tools: apt packages and binaries (built once, cached in _output/bin) for `make test`:
 ## everything. deps-cluster, tools-cluster: only what `make up` runs (no helm,

@@ -74,9 +74,12 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 [[ -z $(git status --porcelain --untracked-files=no 2>/dev/null) ]] || commit="$commit (with uncommitted changes)"
 command="make bench" smoke=false
 [[ -n ${BENCH_SMOKE:-} ]] && command="BENCH_SMOKE=1 make bench" smoke=true
+# What the benchmarks ran against: the API server and etcd (they play the kubelet: no kubelet or
+# container runtime is involved), and the committed BENCHMARKS.md as the run to compare with.
+platform="Kubernetes $("$KBIN/kube-apiserver" --version | awk '{print $2}') (kube-apiserver), etcd $("$KBIN/etcd" --version | awk '/etcd Version/ {print $3}')"
 "$OUT/benchtable" -in "$OUT/raw.txt" -out "$OUT/BENCHMARKS.md" -commit "$commit" \
 	-wall "$((wall / 60)) min $((wall % 60)) s" -command "$command" -smoke="$smoke" -load "$load" \
-	-nodes "$ROOT/_output/nodes-api.txt"
+	-nodes "$ROOT/_output/nodes-api.txt" -platform "$platform" -baseline BENCHMARKS.md
 if ((status == 0)) && [[ -z ${BENCH_SMOKE:-} && $filter == . ]]; then
 	cp "$OUT/BENCHMARKS.md" BENCHMARKS.md
 	echo "wrote BENCHMARKS.md"

@@ -13,7 +13,7 @@
 #   hack/cluster.sh down                         stop and clean up everything (idempotent)
 #   hack/cluster.sh check-down                   fail, listing them, if `down` left anything behind
 #   hack/cluster.sh node-kill NODE               a power loss of NODE's daemons: SIGKILL to its kubelet,
-#                                                its containerd and its driver (the pods' other processes run on)
+#                                                its containerd and its driver processes (node plugin, status replica; the pods' other processes run on)
 #   hack/cluster.sh node-start NODE              start NODE's containerd and kubelet again (its state kept)
 #
 # Nodes (NODES=1 by default): one control plane (etcd, API server, controller manager, scheduler,
@@ -805,7 +805,7 @@ mounts_under() {
 
 unmount_all() {
 	local prefixes=("$KUBELET_ROOT" "$CL") mp i
-	# Pod network namespaces of containerd's CRI (containerd 1.6 always puts them there).
+	# Pod network namespaces of containerd's CRI (it always puts them there).
 	for mp in /run/netns/cni-*; do [[ -e $mp ]] && prefixes+=("$mp"); done
 	# Repeat: mounts can be stacked, and unmounting a parent may expose nothing new but a
 	# lazily detached one disappears only from the list after the syscall.
@@ -868,7 +868,7 @@ teardown() {
 		a=${a#unix://}
 		[[ $a == /run/containerd/s/* ]] && rm -f "$a"
 	done
-	# libcni's result cache (/var/lib/cni/results, not configurable in containerd 1.6) has
+	# libcni's result cache (/var/lib/cni/results, not configurable in containerd) has
 	# NETWORK-SANDBOXID-IFNAME entries for our sandboxes.
 	for f in "$CTRD"/state/io.containerd.grpc.v1.cri/sandboxes/* \
 		"$CL"/nodes/*/containerd/state/io.containerd.grpc.v1.cri/sandboxes/*; do
@@ -959,10 +959,11 @@ cmd_node_kill() {
 		[[ -e $f ]] && kill -0 "$(cat "$f")" 2>/dev/null || die "node $1: $(basename "$f" .pid) is not running"
 		pids+=("$(cat "$f")")
 	done
+	# The node plugin, and a status controller replica when one runs on this node: the same binary.
 	while read -r p; do
 		[[ "$(cat "/proc/$p/comm" 2>/dev/null)" == shared-resourc* ]] && pids+=("$p") && drivers=$((drivers + 1))
 	done < <(find "/sys/fs/cgroup/pids/$parent" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un)
-	((drivers == 1)) || die "node $1: found $drivers driver processes in its pod cgroups, want 1"
+	((drivers >= 1 && drivers <= 3)) || die "node $1: found $drivers driver processes in its pod cgroups, want the node plugin and at most two status controller replicas"
 	kill_wait KILL 3 "${pids[@]}" || die "node $1: processes survive SIGKILL: ${pids[*]}"
 	rm -f "$PIDS/kubelet$(node_sfx "$k").pid" "$PIDS/containerd$(node_sfx "$k").pid"
 	log "node $1: killed kubelet, containerd and driver (pids ${pids[*]})"

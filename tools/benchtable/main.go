@@ -31,6 +31,8 @@ func main() {
 	command := flag.String("command", "make bench", "the command that produced the output")
 	load := flag.String("load", "", "the machine's load averages around the run (/proc/loadavg), for the record")
 	smoke := flag.Bool("smoke", false, "the output is from a smoke run (BENCH_SMOKE=1): scenarios shrunk, figures not comparable")
+	platform := flag.String("platform", "", "what the benchmarks ran against (the API server's and etcd's versions), for the record and the next run's comparison")
+	baselineFile := flag.String("baseline", "", "the BENCHMARKS.md this run replaces: its figures are shown beside this run's (\"Against the previous run\")")
 	nodes := flag.String("nodes", "", "the three real nodes' API requests against the model (TestNodesAPIRequestsMatchTheModel's line, written by `make test`); shown beside the fleet when the file exists")
 	flag.Parse()
 	var threeNodes string
@@ -73,7 +75,14 @@ func main() {
 		w = f
 	}
 	bw := bufio.NewWriter(w)
-	render(bw, res, meta{commit: *commit, wall: *wall, command: *command, load: *load, smoke: *smoke, date: measured, threeNodes: threeNodes})
+	var prev *baseline
+	if *baselineFile != "" {
+		if prev, err = readBaseline(*baselineFile); err != nil {
+			fatal(err)
+		}
+	}
+	render(bw, res, meta{commit: *commit, wall: *wall, command: *command, load: *load, smoke: *smoke, date: measured, threeNodes: threeNodes,
+		platform: *platform, baseline: prev})
 	if err := bw.Flush(); err != nil {
 		fatal(err)
 	}
@@ -480,7 +489,9 @@ type meta struct {
 	commit, wall, command, load string
 	smoke                       bool
 	date                        time.Time
-	threeNodes                  string // the multi-node suite's API figure, "" when there is none
+	threeNodes                  string    // the multi-node suite's API figure, "" when there is none
+	platform                    string    // the API server and etcd the run used
+	baseline                    *baseline // the previous run, or nil
 }
 
 // threeNodesIntro introduces the multi-node suite's figure under the fleet's table.
@@ -503,6 +514,9 @@ func render(w io.Writer, r *results, m meta) {
 	if m.commit != "" {
 		fmt.Fprintf(w, "- Commit: %s\n", m.commit)
 	}
+	if m.platform != "" {
+		fmt.Fprintf(w, "- Platform: %s\n", m.platform)
+	}
 	fmt.Fprintf(w, "- Machine: %s\n", machine(r.cpu))
 	fmt.Fprintf(w, "- Go: %s; runs per figure: up to %d (each figure is the median of its runs, with min and max)\n", runtime.Version(), runs)
 	if m.wall != "" {
@@ -514,6 +528,7 @@ func render(w io.Writer, r *results, m meta) {
 	fmt.Fprintln(w)
 
 	var missed []string
+	var shown []struct{ name, median, min, max string }
 	for _, s := range sections() {
 		fmt.Fprintf(w, "## %s\n\n%s\n\n", s.title, s.intro)
 		fmt.Fprintf(w, "| Figure | Median | Min | Max | Runs | Target | Met |\n|---|---:|---:|---:|---:|---|---|\n")
@@ -538,11 +553,17 @@ func render(w io.Writer, r *results, m meta) {
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %s | %s |\n", f.what,
 				fmt.Sprintf(f.format, st.median), fmt.Sprintf(f.format, st.min), fmt.Sprintf(f.format, st.max), len(v), f.target, met)
+			shown = append(shown, struct{ name, median, min, max string }{strings.TrimSpace(f.what),
+				fmt.Sprintf(f.format, st.median), fmt.Sprintf(f.format, st.min), fmt.Sprintf(f.format, st.max)})
 		}
 		fmt.Fprintln(w)
 		if strings.HasPrefix(s.title, "Fleet: many nodes") && m.threeNodes != "" {
 			fmt.Fprintf(w, "%s\n\n    %s\n\n", threeNodesIntro, m.threeNodes)
 		}
+	}
+
+	if m.baseline != nil {
+		renderBaseline(w, m.baseline, shown)
 	}
 
 	fmt.Fprintf(w, "## Targets missed\n\n")

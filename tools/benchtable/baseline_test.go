@@ -1,0 +1,56 @@
+package main
+
+// Specifies the side-by-side section: the previous BENCHMARKS.md's figures are read back by name
+// and shown beside this run's, with a ratio only where the units agree.
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestBaselineShowsThePreviousMedianBesideThisOne(t *testing.T) {
+	prev := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	if err := os.WriteFile(prev, []byte(`# Benchmarks
+
+- Date: 2026-11-24 10:18 UTC
+- Commit: 305f37b
+- Platform: Kubernetes v1.34.4 (kube-apiserver), etcd 3.6.4
+
+| Figure | Median | Min | Max | Runs | Target | Met |
+|---|---:|---:|---:|---:|---|---|
+| cold p50, 1KiB | 4.92 ms | 4.43 ms | 6.30 ms | 5 | ≤ 5 ms | yes |
+| warm p50, 1KiB | not run | | | | ≤ 0.5 ms | |
+| RSS, 1000 volumes, 0 Secrets | 37.3 MiB | 34.2 MiB | 38.4 MiB | 5 | ≤ 40 MiB | yes |
+| driver CPU per cold publish (p50), 1KiB | 2.44 ms | 1.98 ms | 2.49 ms | 5 |  |  |
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := readBaseline(prev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	renderBaseline(&out, b, []struct{ name, median, min, max string }{
+		{"cold p50, 1KiB", "4.00 ms", "3.90 ms", "4.10 ms"},
+		{"warm p50, 1KiB", "0.90 ms", "0.80 ms", "1.00 ms"},
+		{"RSS, 1000 volumes, 0 Secrets", "36.0 MiB", "35.0 MiB", "37.0 MiB"},
+		{"100 volumes: publishes/s", "900 /s", "800 /s", "1000 /s"},
+	})
+	got := out.String()
+	for _, want := range []string{
+		"Kubernetes v1.34.4",
+		"| cold p50, 1KiB | 4.92 ms [4.43 ms, 6.30 ms] | 4.00 ms [3.90 ms, 4.10 ms] | 0.81 |",
+		"| warm p50, 1KiB | not run [, ] | 0.90 ms [0.80 ms, 1.00 ms] |  |",
+		"| RSS, 1000 volumes, 0 Secrets | 37.3 MiB [34.2 MiB, 38.4 MiB] | 36.0 MiB [35.0 MiB, 37.0 MiB] | 0.97 |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "publishes/s") || strings.Contains(got, "driver CPU") {
+		t.Errorf("a figure the previous run lacks, or one not compared, is shown:\n%s", got)
+	}
+}
