@@ -113,15 +113,8 @@ func TestPublishBeyondTheBudgetIsRefusedUntilThereIsRoom(t *testing.T) {
 }
 
 func TestRefreshBeyondTheBudgetKeepsTheLastFiles(t *testing.T) {
-	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "1"},
-		Data: map[string][]byte{"ca.crt": []byte("CA")}})
-	d, _ := nodeWorldWith(t, client)
-	events := make(chan string, 10)
-	d.events = &record.FakeRecorder{Events: events}
+	d, client, events := publishedVolumeOfOneKey(t)
 	ctx := context.Background()
-	if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
-		t.Fatal(err)
-	}
 	one := d.budget.inUse()
 	newCopy := chargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: make([]byte, 5000)}})
 	d.budget.limit = one + newCopy - 1 // the new copy does not fit beside the old one
@@ -184,15 +177,8 @@ func TestPublishOfMoreFilesThanAVolumeHoldsIsRefused(t *testing.T) {
 // A refresh that would make the volume hold more files and directories than it may keeps the
 // volume's last files and tells the pod once, as one over the budget does.
 func TestRefreshToMoreFilesThanAVolumeHoldsKeepsTheLastFiles(t *testing.T) {
-	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "1"},
-		Data: map[string][]byte{"ca.crt": []byte("CA")}})
-	d, _ := nodeWorldWith(t, client)
-	events := make(chan string, 10)
-	d.events = &record.FakeRecorder{Events: events}
+	d, client, events := publishedVolumeOfOneKey(t)
 	ctx := context.Background()
-	if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
-		t.Fatal(err)
-	}
 	before := d.budget.inUse()
 	if _, err := client.CoreV1().Secrets("p").Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "2"},
 		Data: emptyKeys(maxVolumeEntries + 1)}, metav1.UpdateOptions{}); err != nil {
@@ -214,4 +200,19 @@ func TestRefreshToMoreFilesThanAVolumeHoldsKeepsTheLastFiles(t *testing.T) {
 	if d.budget.inUse() != before {
 		t.Fatalf("%d bytes in use, want %d as before", d.budget.inUse(), before)
 	}
+}
+
+// publishedVolumeOfOneKey is a node with volume vol-1 published over Secret p/src (ca.crt = CA,
+// resourceVersion 1), the client serving that Secret, and the events the pod is told.
+func publishedVolumeOfOneKey(t *testing.T) (*driver, *fake.Clientset, chan string) {
+	t.Helper()
+	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "1"},
+		Data: map[string][]byte{"ca.crt": []byte("CA")}})
+	d, _ := nodeWorldWith(t, client)
+	events := make(chan string, 10)
+	d.events = &record.FakeRecorder{Events: events}
+	if _, err := (&nodeServer{d: d}).NodePublishVolume(context.Background(), publishRequest(t, d, "vol-1")); err != nil {
+		t.Fatal(err)
+	}
+	return d, client, events
 }
