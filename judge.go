@@ -229,10 +229,10 @@ func (d *driver) narrowShare(rec volumeRecord, i int, sh shareSpec, base shareVe
 }
 
 // narrowInstead is what share i of rec becomes when want, a verdict that changed its list, brought
-// a new copy that did not fit in the node's budget (got: the share keeps its last files): its
-// copy keeps only what the new list still shares. Narrowing only drops files, so it needs no
-// reservation; the volume store charges the smaller copy when the record naming it is saved
-// (budget.go). Should even that fail, got stands (logged).
+// a new copy that did not fit in the node's budget or could not be written (a full tmpfs; got:
+// the share keeps its last files): its copy keeps only what the new list still shares. Narrowing
+// only drops files, so it needs no reservation; the volume store charges the smaller copy when
+// the record naming it is saved (budget.go). Should even that fail, got stands (logged).
 func (d *driver) narrowInstead(vol volumeDir, rec volumeRecord, i int, want, got shareVerdict) shareVerdict {
 	sh := shareSpec{Kind: rec.Shares[i].Kind, Name: rec.Shares[i].Name, Items: want.state.Exposed}
 	v := d.narrowShare(rec, i, sh, got)

@@ -5,7 +5,8 @@ package main
 // re-created and its pin refuses the new object, or which object the share now is cannot be
 // told (shareidentity.go) because its source cannot be read. On each, a share whose list
 // (spec.items) narrowed keeps only the files the new list still shares, for a volume that
-// refreshes and one that does not; nothing else about it changes. (Before these paths narrowed,
+// refreshes and one that does not; nothing else about it changes. A new copy that cannot be
+// written (over the budget, or on a full tmpfs) still drops them. (Before these paths narrowed,
 // the review and pin paths left the dropped key in the pod's view: 2 files where 1 is shared.)
 
 import (
@@ -14,6 +15,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -173,4 +175,60 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyDoesNotFit(t *testing.T) {
 		t.Fatalf("%d bytes in use (%d before), the share counts %d (%d before): want %d, tls.crt's page and entries given back",
 			d.budget.inUse(), before, rec.Shares[0].Bytes, old.Shares[0].Bytes, want)
 	}
+}
+
+// The list narrows while the source grows, and the new copy cannot be written (its tmpfs is full:
+// ENOSPC, or out of inodes; here a file size limit makes the write fail with EFBIG): the share
+// keeps its last files, but only those the new list still shares.
+func TestKeysNoLongerSharedLeaveWhenTheNewCopyCannotBeWritten(t *testing.T) {
+	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "1"},
+		Data: map[string][]byte{"ca.crt": []byte("CA"), "tls.crt": []byte("LEAF")}})
+	d, _ := nodeWorldWith(t, client)
+	setItems := func(items ...map[string]any) {
+		if err := d.shares.informers[kindSecret].GetStore().Update(&unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": "share"},
+			"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "items": list(items...)},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setItems(entry("ca.crt"), entry("tls.crt"))
+	ctx := context.Background()
+	if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
+		t.Fatal(err)
+	}
+	setItems(entry("ca.crt"))
+	if _, err := client.CoreV1().Secrets("p").Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "2"},
+		Data: map[string][]byte{"ca.crt": make([]byte, 64<<10), "tls.crt": []byte("LEAF")}}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	withFileSizeLimit(t, 16<<10, func() { d.relistCycle(ctx, 0) })
+	files, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint("vol-1"), "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := slices.Sorted(maps.Keys(files))
+	t.Logf("the pod sees %q", got)
+	if !slices.Equal(got, []string{"ca.crt"}) || string(files["ca.crt"].Data) != "CA" {
+		t.Fatalf("the pod sees %q, want only the last ca.crt (tls.crt is no longer shared)", got)
+	}
+}
+
+// withFileSizeLimit runs f with the process's file size limit (RLIMIT_FSIZE) at n bytes: a write
+// past it fails (EFBIG; Go ignores SIGXFSZ), as a write past a full tmpfs fails with ENOSPC.
+func withFileSizeLimit(t *testing.T, n uint64, f func()) {
+	t.Helper()
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: n, Max: old.Max}); err != nil {
+		t.Skipf("cannot set a file size limit: %v", err)
+	}
+	defer func() {
+		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	f()
 }

@@ -225,11 +225,15 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 			var err error
 			others := volumeEntryCount(w.next.Shares) - w.next.Shares[i].Entries
 			if v, err = writeNewCopy(vol, rec.Shares[i], i, v, room, others); err != nil {
+				// Not written (a full tmpfs: ENOSPC, out of inodes): the share is as it was...
 				w.errs = append(w.errs, fmt.Errorf("writing the copy of %s: %w", rec.Shares[i], err))
-				continue
+				v = shareVerdict{state: rec.Shares[i]}
 			}
 			if v.files == nil && !rec.Shares[i].Exposed.same(want.state.Exposed) {
 				v = d.narrowInstead(vol, rec, i, want, v) // judge.go: keys no longer shared still go
+			}
+			if err != nil && v.files == nil {
+				continue // ...but for the keys no longer shared, when there were some to drop
 			}
 			w.copied = w.copied || v.files != nil // nil: it did not fit, and was not written
 		}
