@@ -7,7 +7,9 @@ package main
 //
 //	share     the pod's access  the source                     verdict
 //	deleted   -                 -                              revoked (its files leave the view)
-//	another object under its name, over another source object  revoked, told once (shareidentity.go)
+//	another object under its name, over another source object, or one that cannot be read (not
+//	          found, forbidden, an API error: the volume's object is gone all the same)
+//	                                                           revoked, told once (shareidentity.go)
 //	another object under its name, over the same source object the volume's: adopted, judged as below
 //	exists    denied            -                              revoked
 //	exists    granted           - (refresh off)                restored if revoked (the copy kept is what comes back), else as it is
@@ -22,8 +24,8 @@ package main
 // share is refreshed from the source (keysChanged: it gains and loses keys in one swap); where it
 // cannot be (refreshResource=false, the source lacks a listed key, the pod's items select a key
 // no longer shared, the source cannot be read or was re-created and the pin refuses it, the
-// review of the pod's access or the check of the share's identity failed) its copy keeps only
-// the files the new list still shares, and gains none (judge_narrow_test.go). Keys that stopped
+// review of the pod's access failed) its copy keeps only the files the new list still shares,
+// and gains none (judge_narrow_test.go). Keys that stopped
 // being shared never stay: no error or setting keeps them. (Only a share that cannot be read
 // itself has no list to narrow to; it stays as it was until it can be.)
 //
@@ -59,13 +61,7 @@ type shareVerdict struct {
 func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) shareVerdict {
 	st := rec.Shares[i]
 	if sh, err := memo.share(ctx, st.shareRef); err == nil {
-		same, err := d.shareIdentity(ctx, st, sh, memo)
-		if err != nil {
-			// Which object this is stays unknown; what the name's list no longer shares goes
-			// anyway (the list can only narrow what the volume shows).
-			return d.narrowDespite(rec, i, sh, err)
-		}
-		if !same {
+		if !d.shareIdentity(ctx, st, sh, memo) {
 			return replacedShare(rec, st, sh)
 		}
 		v := d.judgeShareObject(ctx, rec, i, memo)

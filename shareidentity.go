@@ -31,26 +31,33 @@ package main
 import (
 	"context"
 	"fmt"
+
+	"k8s.io/klog/v2"
 )
 
 // reasonShareReplaced is the event on a pod whose volume's share was replaced by another object.
 const reasonShareReplaced = "SharedResourceReplaced"
 
 // shareIdentity says whether sh, the share named as share i of rec is now, is the object the
-// volume was published from (or one that may stand in for it: same source object). An error is
-// an API error reading the source: the share is judged again next cycle.
-func (d *driver) shareIdentity(ctx context.Context, st shareState, sh shareSpec, memo *cycleMemo) (same bool, err error) {
+// volume was published from (or one that may stand in for it: same source object). Once the
+// UIDs differ, the volume's object is known gone: an answer, not an outage. So a source that
+// cannot be read (not found, forbidden, any API error) does not keep the volume as it was: the
+// new object is not the volume's until its source is read and proves to be the volume's own
+// (adopted then, restoring the volume).
+func (d *driver) shareIdentity(ctx context.Context, st shareState, sh shareSpec, memo *cycleMemo) bool {
 	switch {
 	case st.ShareUID == "" || sh.UID == "" || sh.UID == st.ShareUID:
-		return true, nil
+		return true
 	case st.SourceUID == "":
-		return false, nil
+		return false
 	}
 	src, err := memo.source(ctx, sh)
 	if err != nil {
-		return false, err
+		klog.V(2).InfoS("The share was replaced and its new source cannot be read; it does not feed the volume", "share", st.String(),
+			"source", klog.KRef(sh.SourceNamespace, sh.SourceName), "err", err)
+		return false
 	}
-	return src.UID == st.SourceUID, nil
+	return src.UID == st.SourceUID
 }
 
 // replacedShare is the verdict on a share whose object was replaced by another under the same

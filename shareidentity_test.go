@@ -11,15 +11,19 @@ package main
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
@@ -185,6 +189,51 @@ func TestShareReplacedUnseenRevokesTheFilesItStillShows(t *testing.T) {
 	}
 	if evs := drainEvents(events, reasonShareReplaced); len(evs) != 1 || !strings.Contains(evs[0], "were removed from the volume") {
 		t.Fatalf("events %q, want one %s saying the files were removed", evs, reasonShareReplaced)
+	}
+}
+
+// The share deleted (with its grants) and created again by a tenant over a source the driver
+// cannot read: a missing Secret, or one it may not read. The volume's object is known gone (the
+// name holds another UID): that is an answer, not an outage, so the files leave and the pod is
+// told; the new object is not adopted until its source can be read and is the volume's. (Before,
+// the failed GET left the volume as it was, every cycle: the pod kept REAL-CA.)
+func TestShareRecreatedOverAnUnreadableSourceIsRevoked(t *testing.T) {
+	for _, src := range []string{"does-not-exist", "locked"} {
+		t.Run("t/"+src, func(t *testing.T) {
+			client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "1"},
+				Data: map[string][]byte{"ca.crt": []byte("REAL-CA")}})
+			client.PrependReactor("get", "secrets", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+				if a.(k8stesting.GetAction).GetName() == "locked" {
+					return true, nil, apierrors.NewForbidden(corev1.Resource("secrets"), "locked", errors.New("no RoleBinding"))
+				}
+				return false, nil, nil
+			})
+			d, _ := nodeWorldWith(t, client)
+			events := make(chan string, 20)
+			d.events = &record.FakeRecorder{Events: events}
+			putSecretShare(t, d, "share", "share-1", "p", "src")
+			ctx := context.Background()
+			if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
+				t.Fatal(err)
+			}
+			putSecretShare(t, d, "share", "share-2", "t", src)
+			d.relistCycle(ctx, 0)
+			d.relistCycle(ctx, 0)
+			got := viewOf(t, d, "vol-1")
+			t.Logf("the pod sees %q", got)
+			if got != "" {
+				t.Fatalf("the pod sees %q, want nothing: the share it was published from is gone", got)
+			}
+			if evs := drainEvents(events, reasonShareReplaced); len(evs) != 1 {
+				t.Fatalf("events %q, want one %s", evs, reasonShareReplaced)
+			}
+			// The admin creates it again over the volume's own Secret: adopted, restored.
+			putSecretShare(t, d, "share", "share-3", "p", "src")
+			d.relistCycle(ctx, 0)
+			if got := viewOf(t, d, "vol-1"); got != "REAL-CA" {
+				t.Fatalf("after the share was created again over p/src the pod sees %q, want REAL-CA", got)
+			}
+		})
 	}
 }
 
