@@ -10,7 +10,8 @@ package main
 //	another object under its name, over another source object, or one that cannot be read (not
 //	          found, forbidden, an API error: the volume's object is gone all the same)
 //	                                                           revoked, told once (shareidentity.go)
-//	another object under its name, over the same source object the volume's: adopted, judged as below
+//	another object under its name, over the same source object the volume's, listing no key the
+//	          volume's did not (spec.items the same or narrower): adopted, judged as below
 //	exists    denied            -                              revoked
 //	exists    granted           - (refresh off)                restored if revoked (the copy kept is what comes back), else as it is
 //	exists    granted           not found                      as it is: the last files stay, as kubelet secret volumes do

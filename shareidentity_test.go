@@ -12,7 +12,9 @@ package main
 import (
 	"context"
 	"errors"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -232,6 +234,68 @@ func TestShareRecreatedOverAnUnreadableSourceIsRevoked(t *testing.T) {
 			d.relistCycle(ctx, 0)
 			if got := viewOf(t, d, "vol-1"); got != "REAL-CA" {
 				t.Fatalf("after the share was created again over p/src the pod sees %q, want REAL-CA", got)
+			}
+		})
+	}
+}
+
+// A share re-created over the volume's own Secret, but listing more of it: share-1 shared only
+// ca.crt; share-2 has no list (every key, tls.key too). Adopting it would hand running pods a key
+// they were never given, so it is replaced (revoked, told once). One listing the same keys, or
+// fewer, is adopted. (Before, any object over the same source was adopted: the pod gained tls.key.)
+func TestShareRecreatedExposingMoreIsNotAdopted(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		items   []any // the new object's spec.items; nil for none (every key)
+		adopted bool
+	}{
+		{"no list", nil, false},
+		{"ca.crt and tls.key", list(entry("ca.crt"), entry("tls.key")), false},
+		{"ca.crt", list(entry("ca.crt")), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "1"},
+				Data: map[string][]byte{"ca.crt": []byte("REAL-CA"), "tls.key": []byte("KEY")}})
+			d, _ := nodeWorldWith(t, client)
+			events := make(chan string, 20)
+			d.events = &record.FakeRecorder{Events: events}
+			put := func(uid string, items []any) {
+				u := &unstructured.Unstructured{Object: map[string]any{
+					"metadata": map[string]any{"name": "share"},
+					"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}},
+				}}
+				if items != nil {
+					u.Object["spec"].(map[string]any)["items"] = items
+				}
+				u.SetUID(types.UID(uid))
+				if err := d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+					t.Fatal(err)
+				}
+			}
+			put("share-1", list(entry("ca.crt")))
+			ctx := context.Background()
+			if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
+				t.Fatal(err)
+			}
+			put("share-2", tc.items)
+			d.relistCycle(ctx, 0)
+			files, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint("vol-1"), "data"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := slices.Sorted(maps.Keys(files))
+			t.Logf("the pod sees %q", seen)
+			rec, _ := d.store.get("vol-1")
+			replaced := drainEvents(events, reasonShareReplaced)
+			if tc.adopted {
+				if !slices.Equal(seen, []string{"ca.crt"}) || rec.Shares[0].ShareUID != "share-2" || len(replaced) != 0 {
+					t.Fatalf("the pod sees %q, share UID %s, events %q: want ca.crt alone, share-2 adopted, no event", seen, rec.Shares[0].ShareUID, replaced)
+				}
+				return
+			}
+			if len(seen) != 0 || !rec.Shares[0].ShareReplaced || rec.Shares[0].ShareUID != "share-1" || len(replaced) != 1 {
+				t.Fatalf("the pod sees %q, share UID %s (replaced: %v), events %q: want nothing, the share replaced (still share-1's), one event",
+					seen, rec.Shares[0].ShareUID, rec.Shares[0].ShareReplaced, replaced)
 			}
 		})
 	}
