@@ -13,9 +13,9 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"testing"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -166,12 +166,13 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyDoesNotFit(t *testing.T) {
 	}
 }
 
-// The list narrows while the source grows, and the new copy cannot be written (its tmpfs is full:
-// ENOSPC, or out of inodes; here a file size limit makes the write fail with EFBIG): the share
-// keeps its last files, but only those the new list still shares.
+// The list changes (tls.crt dropped, extra.crt added) and the new copy cannot be written (its
+// tmpfs is full: ENOSPC, or out of inodes; here a name in the way, a file that is not the
+// writer's where extra.crt's link goes, makes the writer refuse): the share keeps its last files,
+// but only those the new list still shares.
 func TestKeysNoLongerSharedLeaveWhenTheNewCopyCannotBeWritten(t *testing.T) {
 	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "1"},
-		Data: map[string][]byte{"ca.crt": []byte("CA"), "tls.crt": []byte("LEAF")}})
+		Data: map[string][]byte{"ca.crt": []byte("CA"), "tls.crt": []byte("LEAF"), "extra.crt": []byte("EXTRA")}})
 	d, _ := nodeWorldWith(t, client)
 	setItems := func(items ...map[string]any) {
 		if err := d.shares.informers[kindSecret].GetStore().Update(&unstructured.Unstructured{Object: map[string]any{
@@ -186,12 +187,12 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyCannotBeWritten(t *testing.T) {
 	if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
 		t.Fatal(err)
 	}
-	setItems(entry("ca.crt"))
-	if _, err := client.CoreV1().Secrets("p").Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "2"},
-		Data: map[string][]byte{"ca.crt": make([]byte, 64<<10), "tls.crt": []byte("LEAF")}}, metav1.UpdateOptions{}); err != nil {
+	rec, _ := d.store.get("vol-1")
+	if err := os.WriteFile(filepath.Join(d.store.dirOf(rec).shareDir(0), "extra.crt"), []byte("in the way"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	withFileSizeLimit(t, 16<<10, func() { d.relistCycle(ctx, 0) })
+	setItems(entry("ca.crt"), entry("extra.crt"))
+	d.relistCycle(ctx, 0)
 	files, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint("vol-1"), "data"))
 	if err != nil {
 		t.Fatal(err)
@@ -201,23 +202,4 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyCannotBeWritten(t *testing.T) {
 	if !slices.Equal(got, []string{"ca.crt"}) || string(files["ca.crt"].Data) != "CA" {
 		t.Fatalf("the pod sees %q, want only the last ca.crt (tls.crt is no longer shared)", got)
 	}
-}
-
-// withFileSizeLimit runs f with the process's file size limit (RLIMIT_FSIZE) at n bytes: a write
-// past it fails (EFBIG; Go ignores SIGXFSZ), as a write past a full tmpfs fails with ENOSPC.
-func withFileSizeLimit(t *testing.T, n uint64, f func()) {
-	t.Helper()
-	var old syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: n, Max: old.Max}); err != nil {
-		t.Skipf("cannot set a file size limit: %v", err)
-	}
-	defer func() {
-		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
-			t.Fatal(err)
-		}
-	}()
-	f()
 }
