@@ -42,14 +42,18 @@ const pageSize = 4096
 // forgotten, and charges the volumes it loads at start. So the bytes in use are, at every moment
 // no operation is in progress, exactly the sum over the records saved: a step that fails between
 // a charge and its save (a record that cannot be written) cannot leave a charge behind, nor
-// give back bytes twice. Operations in progress hold reservations: room for a volume before its
+// give back bytes twice. One exception keeps the count from falling below the memory held: a
+// reconcile that rewrote copies and then could not save the record naming them leaves the new
+// copies on disk, so the store charges that volume the larger of its saved record's bytes and
+// what its tmpfs holds (chargeUnsaved), the same on every cycle that fails so, until the next
+// save or forget. Operations in progress hold reservations: room for a volume before its
 // record is saved (publish), for a share's new copy beside its old one until the record naming
 // it is saved (refresh). A reservation is released when its operation ends, whatever happened.
 type volumeBudget struct {
 	limit int64
 
 	mu       sync.Mutex
-	saved    int64 // the saved records' bytes: changed only by the volume store (charge)
+	saved    int64 // the volumes' charges (their saved records'): changed only by the volume store (charge)
 	reserved int64 // held by operations in progress (reservation)
 }
 

@@ -43,10 +43,11 @@ func checkOptions(o *options) error {
 	return nil
 }
 
-// The flag package's own errors: an unknown flag, or a value it cannot parse.
+// The flag package's own errors: an unknown flag, or a value it cannot parse ("for flag -name",
+// or for a boolean "for -name").
 var (
 	unknownFlagError = regexp.MustCompile(`^flag provided but not defined: -+(.*)$`)
-	badValueError    = regexp.MustCompile(`^invalid (?:boolean )?value ".*" for flag -+([^:]*): `)
+	badValueError    = regexp.MustCompile(`^invalid (?:boolean )?value ".*" for (?:flag )?-+([^:]*): `)
 )
 
 // explainParseError adds to the flag package's error what is allowed: the flag's own usage for a

@@ -55,6 +55,8 @@ func TestRefusedFlagsExitTwoSayingWhatIsAllowed(t *testing.T) {
 		{[]string{"--kube-api-burst=0"}, []string{"--kube-api-burst=0", "at least 1"}},
 		{[]string{"--relist-spread=half"}, []string{`\"half\"`, "relist-spread", "0 to 1", `default \"0.5\"`}},
 		{[]string{"--no-such-flag"}, []string{"no-such-flag", "--help"}},
+		// The flag package words a bad boolean differently ("for -version", no "flag").
+		{[]string{"--version=maybe"}, []string{`\"maybe\"`, "--version is print the version", `default \"false\"`}},
 	} {
 		code, _, stderr := runMain(t, tc.args...)
 		if code != 2 {

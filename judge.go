@@ -7,8 +7,11 @@ package main
 //
 //	share     the pod's access  the source                     verdict
 //	deleted   -                 -                              revoked (its files leave the view)
-//	another object under its name, over another source object  revoked, told once (shareidentity.go)
-//	another object under its name, over the same source object the volume's: adopted, judged as below
+//	another object under its name, over another source object, or one that cannot be read (not
+//	          found, forbidden, an API error: the volume's object is gone all the same)
+//	                                                           revoked, told once (shareidentity.go)
+//	another object under its name, over the same source object the volume's, listing no key the
+//	          volume's did not (spec.items the same or narrower): adopted, judged as below
 //	exists    denied            -                              revoked
 //	exists    granted           - (refresh off)                restored if revoked (the copy kept is what comes back), else as it is
 //	exists    granted           not found                      as it is: the last files stay, as kubelet secret volumes do
@@ -22,8 +25,8 @@ package main
 // share is refreshed from the source (keysChanged: it gains and loses keys in one swap); where it
 // cannot be (refreshResource=false, the source lacks a listed key, the pod's items select a key
 // no longer shared, the source cannot be read or was re-created and the pin refuses it, the
-// review of the pod's access or the check of the share's identity failed) its copy keeps only
-// the files the new list still shares, and gains none (judge_narrow_test.go). Keys that stopped
+// review of the pod's access failed) its copy keeps only the files the new list still shares,
+// and gains none (judge_narrow_test.go). Keys that stopped
 // being shared never stay: no error or setting keeps them. (Only a share that cannot be read
 // itself has no list to narrow to; it stays as it was until it can be.)
 //
@@ -59,13 +62,7 @@ type shareVerdict struct {
 func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) shareVerdict {
 	st := rec.Shares[i]
 	if sh, err := memo.share(ctx, st.shareRef); err == nil {
-		same, err := d.shareIdentity(ctx, st, sh, memo)
-		if err != nil {
-			// Which object this is stays unknown; what the name's list no longer shares goes
-			// anyway (the list can only narrow what the volume shows).
-			return d.narrowDespite(rec, i, sh, err)
-		}
-		if !same {
+		if !d.shareIdentity(ctx, st, sh, memo) {
 			return replacedShare(rec, st, sh)
 		}
 		v := d.judgeShareObject(ctx, rec, i, memo)
@@ -229,10 +226,10 @@ func (d *driver) narrowShare(rec volumeRecord, i int, sh shareSpec, base shareVe
 }
 
 // narrowInstead is what share i of rec becomes when want, a verdict that changed its list, brought
-// a new copy that did not fit in the node's budget (got: the share keeps its last files): its
-// copy keeps only what the new list still shares. Narrowing only drops files, so it needs no
-// reservation; the volume store charges the smaller copy when the record naming it is saved
-// (budget.go). Should even that fail, got stands (logged).
+// a new copy that did not fit in the node's budget or could not be written (a full tmpfs; got:
+// the share keeps its last files): its copy keeps only what the new list still shares. Narrowing
+// only drops files, so it needs no reservation; the volume store charges the smaller copy when
+// the record naming it is saved (budget.go). Should even that fail, got stands (logged).
 func (d *driver) narrowInstead(vol volumeDir, rec volumeRecord, i int, want, got shareVerdict) shareVerdict {
 	sh := shareSpec{Kind: rec.Shares[i].Kind, Name: rec.Shares[i].Name, Items: want.state.Exposed}
 	v := d.narrowShare(rec, i, sh, got)

@@ -155,7 +155,8 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error {
 	vol := d.store.dirOf(rec)
 	// New copies hold room in the budget beside the old ones until the record naming them is
-	// saved: then the store charges what the record says, and the room goes back, saved or not.
+	// saved: then the store charges what the record says, and the room goes back. Not saved, the
+	// store charges what is on disk instead (chargeUnsaved), and the room goes back all the same.
 	room := d.budget.reservation()
 	defer room.release()
 	w := d.writeCopies(vol, rec, verdicts, room)
@@ -178,6 +179,8 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 		}
 		var err error
 		if conflicts, err = vol.rebuildView(next.Shares); err != nil {
+			// The old view still links the old copies' files, beside the new copies.
+			d.store.chargeUnsaved(rec.VolumeID, d.store.chargeOf(rec.VolumeID)+w.written)
 			return errors.Join(append(errs, err)...)
 		}
 		if filesChanged {
@@ -185,6 +188,11 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 		}
 	}
 	if err := d.store.save(next); err != nil {
+		if w.copied {
+			// The new copies are on disk and in the view, the old ones freed: the volume stays
+			// charged for them, not for the saved record alone (records.go's chargeUnsaved).
+			d.store.chargeUnsaved(rec.VolumeID, volumeBytes(rec)-w.replaced+w.written)
+		}
 		if rebuild {
 			// The view shows next, the record still rec: the next reconcile must rebuild the
 			// view even if its verdict is "as it is" (access back before the save succeeded).
@@ -208,7 +216,10 @@ type copiesWritten struct {
 	next    volumeRecord  // the record to save: rec with each share's new state
 	changes []shareChange // to report
 	copied  bool          // a share's copy was rewritten
-	errs    []error       // the shares' errors; each such share is left as it was
+	// written are the bytes of the copies rewritten (chargedBytes), replaced those their shares
+	// were charged before (rec's): what the volume holds that rec does not say, until next is saved.
+	written, replaced int64
+	errs              []error // the shares' errors; each such share is left as it was
 }
 
 // writeCopies writes the new copies the verdicts on rec's shares bring.
@@ -225,13 +236,21 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 			var err error
 			others := volumeEntryCount(w.next.Shares) - w.next.Shares[i].Entries
 			if v, err = writeNewCopy(vol, rec.Shares[i], i, v, room, others); err != nil {
+				// Not written (a full tmpfs: ENOSPC, out of inodes): the share is as it was...
 				w.errs = append(w.errs, fmt.Errorf("writing the copy of %s: %w", rec.Shares[i], err))
-				continue
+				v = shareVerdict{state: rec.Shares[i]}
 			}
 			if v.files == nil && !rec.Shares[i].Exposed.same(want.state.Exposed) {
 				v = d.narrowInstead(vol, rec, i, want, v) // judge.go: keys no longer shared still go
 			}
-			w.copied = w.copied || v.files != nil // nil: it did not fit, and was not written
+			if err != nil && v.files == nil {
+				continue // ...but for the keys no longer shared, when there were some to drop
+			}
+			if v.files != nil { // nil: it did not fit, and was not written
+				w.copied = true
+				w.written += v.state.Bytes
+				w.replaced += rec.Shares[i].Bytes
+			}
 		}
 		w.next.Shares[i] = v.state
 		if v.change != nil {

@@ -129,14 +129,20 @@ func (r *volumeRecord) accessKey(i int) accessKey {
 
 // volumeStore keeps the published volumes in memory and persists each record in its volume.
 // It is the node's volume budget's one owner (budget.go): what it charges for a volume is
-// the bytes of the record it saved (volumeBytes), from the save until the volume is forgotten.
+// the bytes of the record it saved (volumeBytes), from the save until the volume is forgotten,
+// or more while copies its record does not name are on disk (chargeUnsaved).
 type volumeStore struct {
 	dir    string // <state dir>/volumes
 	budget *volumeBudget
 	mu     sync.Mutex
 	vols   map[string]volumeRecord
-	// charged is what each volume's saved record charges to the budget.
+	// charged is what each volume charges to the budget: its saved record's bytes, or the larger
+	// of those and its unsaved charge.
 	charged map[string]int64
+	// unsaved is, for a volume whose copies were rewritten but whose record could not be saved
+	// after (a full tmpfs), the bytes its tmpfs holds that the saved record does not describe
+	// (chargeUnsaved); until the next save or forget.
+	unsaved map[string]int64
 	// unverified are the volumes recovered at start whose pod's view has not been rebuilt
 	// since: a crash between a reconcile's swap of the view and its save of the record leaves
 	// a view the record does not describe (the record is saved last), and only a rebuild from
@@ -147,7 +153,7 @@ type volumeStore struct {
 
 func newVolumeStore(stateDir string, budget *volumeBudget) *volumeStore {
 	return &volumeStore{dir: filepath.Join(stateDir, "volumes"), budget: budget,
-		vols: map[string]volumeRecord{}, charged: map[string]int64{}, unverified: map[string]bool{}}
+		vols: map[string]volumeRecord{}, charged: map[string]int64{}, unsaved: map[string]int64{}, unverified: map[string]bool{}}
 }
 
 // mountPoint is where the volume's tmpfs is mounted. id has passed validateVolumeID.
@@ -203,7 +209,8 @@ func (s *volumeStore) save(rec volumeRecord) error {
 	return nil
 }
 
-// keep puts rec in memory and charges its bytes in place of the volume's previous record's.
+// keep puts rec in memory and charges its bytes in place of the volume's previous charge (its
+// previous record's, or an unsaved charge: rec describes the disk now).
 func (s *volumeStore) keep(rec volumeRecord) {
 	n := volumeBytes(rec)
 	s.mu.Lock()
@@ -211,6 +218,33 @@ func (s *volumeStore) keep(rec volumeRecord) {
 	s.vols[rec.VolumeID] = rec.clone()
 	s.budget.charge(n - s.charged[rec.VolumeID])
 	s.charged[rec.VolumeID] = n
+	delete(s.unsaved, rec.VolumeID)
+}
+
+// chargeUnsaved keeps volume id charged for n bytes its tmpfs holds though its saved record
+// does not describe them: a reconcile rewrote copies and then could not save the record naming
+// them. Those pages are real (the old copies' were freed, or are held by the view still), so
+// until the next save or forget the volume is charged the larger of its saved record's bytes and
+// n; a reconcile failing the same way every cycle charges the same, not more each time. An
+// unknown volume: nothing.
+func (s *volumeStore) chargeUnsaved(id string, n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.vols[id]
+	if !ok {
+		return
+	}
+	c := max(volumeBytes(rec), n)
+	s.budget.charge(c - s.charged[id])
+	s.charged[id] = c
+	s.unsaved[id] = n
+}
+
+// chargeOf is what volume id charges to the budget now (0: unknown).
+func (s *volumeStore) chargeOf(id string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.charged[id]
 }
 
 // forget drops a volume from memory and frees its bytes; its record goes away with its tmpfs.
@@ -220,6 +254,7 @@ func (s *volumeStore) forget(id string) {
 	defer s.mu.Unlock()
 	s.budget.charge(-s.charged[id])
 	delete(s.charged, id)
+	delete(s.unsaved, id)
 	delete(s.vols, id)
 	delete(s.unverified, id)
 }

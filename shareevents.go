@@ -15,9 +15,12 @@ package main
 // cycle. Events for one share coalesce: while the reaction waits, or waits to run, more events
 // for the share add nothing (the delaying queue keeps the earliest deadline, the queue each share
 // once); an event during the reaction runs it once more afterwards, so the last edit is always
-// seen. A share's change thus reaches its volumes within the spread window after the watch
-// reports it (plus the reaction's own requests): within the relist's bound, which it shortens
-// for the share that changed (docs/scale.md).
+// seen. A volume whose lock is held when the reaction comes (a publish, an unpublish, the
+// relist's reconcile of it, which may have read the share before the event) is skipped, and the
+// share's reaction runs again busyRetryDelay later, until no volume of it was busy: the event is
+// never dropped for a volume. A share's change thus reaches its volumes within the spread window
+// after the watch reports it (plus the reaction's own requests, and the operations holding their
+// locks): within the relist's bound, which it shortens for the share that changed (docs/scale.md).
 
 import (
 	"context"
@@ -40,9 +43,20 @@ func newShareEventQueue(sched relistSchedule) *shareEventQueue {
 	}
 }
 
+// busyRetryDelay is how long a share's reaction waits to run again when one of its volumes was
+// busy: a publish or unpublish takes about a second; the retry only tries the volumes' locks
+// and reconciles those that are free, one review per service account and one read of the source.
+const busyRetryDelay = time.Second
+
 // add is the watch's report that share name of kind k changed.
 func (e *shareEventQueue) add(k shareKind, name string) {
 	e.q.AddAfter(shareRef{Kind: k, Name: name}, e.delay())
+}
+
+// retry runs ref's reaction again busyRetryDelay from now (or with an earlier event, whichever
+// comes first).
+func (e *shareEventQueue) retry(ref shareRef) {
+	e.q.AddAfter(ref, busyRetryDelay)
 }
 
 // run calls react for each share whose delay has passed, one at a time, until ctx ends.
@@ -61,17 +75,24 @@ func (e *shareEventQueue) run(ctx context.Context, react func(context.Context, s
 	}
 }
 
-// runShareEvents reconciles the volumes of each changed share, paced (see the top of this file).
+// runShareEvents reconciles the volumes of each changed share, paced (see the top of this file),
+// and again shortly when one of them was busy.
 func (d *driver) runShareEvents(ctx context.Context, events *shareEventQueue) {
-	events.run(ctx, d.reconcileShare)
+	events.run(ctx, func(ctx context.Context, ref shareRef) {
+		if d.reconcileShare(ctx, ref) {
+			events.retry(ref)
+		}
+	})
 }
 
-// reconcileShare reconciles the volumes of one share, for an event on it.
-func (d *driver) reconcileShare(ctx context.Context, ref shareRef) {
+// reconcileShare reconciles the volumes of one share, for an event on it. busy says whether it
+// skipped one whose lock was held.
+func (d *driver) reconcileShare(ctx context.Context, ref shareRef) (busy bool) {
 	memo := d.newCycleMemo()
 	for _, rec := range d.store.list() {
-		if slices.Contains(rec.specs(), ref) {
-			d.reconcileIfIdle(ctx, rec.VolumeID, memo)
+		if slices.Contains(rec.specs(), ref) && !d.reconcileIfIdle(ctx, rec.VolumeID, memo) {
+			busy = true
 		}
 	}
+	return busy
 }

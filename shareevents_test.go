@@ -3,8 +3,8 @@ package main
 // Specification of the pacing of reactions to share events (shareevents.go): each node waits a
 // random part of the relist's spread window, so a fleet's reactions to one edit spread over
 // that window as its cycles' requests do, never all in its first moment; events for one share
-// coalesce into one reaction while they wait; an event during a reaction is not lost; a node
-// without spread reacts at once. (Before the pacing every node reacted at once: the whole
+// coalesce into one reaction while they wait; an event during a reaction is not lost, nor one
+// for a volume that is busy when it comes; a node without spread reacts at once. (Before the pacing every node reacted at once: the whole
 // fleet's reactions in the window's first 1%.)
 
 import (
@@ -129,4 +129,43 @@ func TestShareEventsWaitTheirDelayAndCoalesce(t *testing.T) {
 	p.clock.Step(11 * time.Second)
 	close(gate)
 	p.settle(t, "an edit during the reaction", a, b, a, a)
+}
+
+// A share's event while one of its volumes is busy (a publish, an unpublish, the relist's own
+// reconcile of it, which may have read the share before the event, holds its lock): the
+// reaction skips that volume, and comes back for it shortly after, so the event is not lost.
+// (Before, the skipped volume waited for the next relist: the deleted share's files stayed.)
+func TestShareEventOnABusyVolumeIsRetried(t *testing.T) {
+	d, _ := identityWorld(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
+		t.Fatal(err)
+	}
+	events := newShareEventQueue(newRelistSchedule(time.Minute, 0)) // reacts at once
+	stopped := make(chan struct{})
+	go func() {
+		d.runShareEvents(ctx, events)
+		close(stopped)
+	}()
+	defer func() {
+		cancel()
+		<-stopped // no reaction still writes when the test's directory goes
+	}()
+	if !d.locks.tryLock("vol-1") {
+		t.Fatal("vol-1 is locked")
+	}
+	deleteShareFromCache(t, d, "share")
+	events.add(kindSecret, "share")
+	for events.q.Len() > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the reaction ran, and found vol-1 busy
+	d.locks.unlock("vol-1")
+	deadline := time.Now().Add(5 * time.Second)
+	for viewOf(t, d, "vol-1") != "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("5 s after its lock was released the pod still sees %q: the deleted share's event was lost", viewOf(t, d, "vol-1"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

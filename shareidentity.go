@@ -11,9 +11,11 @@ package main
 //
 //   - the new object shares the very source object the volume was made from (same source UID:
 //     the share was re-created as it was, by a Helm reinstall, a GitOps prune, an admin's
-//     delete-and-apply): nothing was taken over, the volume adopts the new UID and goes on
-//     (restored when the deletion had revoked it);
-//   - any other object: the share stays revoked in the volume (its files, if a missed delete
+//     delete-and-apply), and no key of it the volume's did not (its spec.items the same or
+//     narrower): nothing was taken over, the volume adopts the new UID and goes on (restored
+//     when the deletion had revoked it);
+//   - any other object (one that lists more keys of the same source, too: it would hand running
+//     pods keys they were never given): the share stays revoked in the volume (its files, if a missed delete
 //     left them, leave it), and the pod gets one Warning event, SharedResourceReplaced, saying
 //     which objects these are and what accepts the new one: re-creating the pod. A new pod is
 //     a new publish, which uses the share as it is now after the pod's own review, as any pod
@@ -31,26 +33,33 @@ package main
 import (
 	"context"
 	"fmt"
+
+	"k8s.io/klog/v2"
 )
 
 // reasonShareReplaced is the event on a pod whose volume's share was replaced by another object.
 const reasonShareReplaced = "SharedResourceReplaced"
 
 // shareIdentity says whether sh, the share named as share i of rec is now, is the object the
-// volume was published from (or one that may stand in for it: same source object). An error is
-// an API error reading the source: the share is judged again next cycle.
-func (d *driver) shareIdentity(ctx context.Context, st shareState, sh shareSpec, memo *cycleMemo) (same bool, err error) {
+// volume was published from (or one that may stand in for it: same source object, exposing no
+// key the volume's did not). Once the UIDs differ, the volume's object is known gone: an
+// answer, not an outage. So a source that cannot be read (not found, forbidden, any API error)
+// does not keep the volume as it was: the new object is not the volume's until its source is
+// read and proves to be the volume's own (adopted then, restoring the volume).
+func (d *driver) shareIdentity(ctx context.Context, st shareState, sh shareSpec, memo *cycleMemo) bool {
 	switch {
 	case st.ShareUID == "" || sh.UID == "" || sh.UID == st.ShareUID:
-		return true, nil
-	case st.SourceUID == "":
-		return false, nil
+		return true
+	case st.SourceUID == "" || !sh.Items.within(st.Exposed):
+		return false
 	}
 	src, err := memo.source(ctx, sh)
 	if err != nil {
-		return false, err
+		klog.V(2).InfoS("The share was replaced and its new source cannot be read; it does not feed the volume", "share", st.String(),
+			"source", klog.KRef(sh.SourceNamespace, sh.SourceName), "err", err)
+		return false
 	}
-	return src.UID == st.SourceUID, nil
+	return src.UID == st.SourceUID
 }
 
 // replacedShare is the verdict on a share whose object was replaced by another under the same

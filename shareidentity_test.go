@@ -11,15 +11,21 @@ package main
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
@@ -185,6 +191,113 @@ func TestShareReplacedUnseenRevokesTheFilesItStillShows(t *testing.T) {
 	}
 	if evs := drainEvents(events, reasonShareReplaced); len(evs) != 1 || !strings.Contains(evs[0], "were removed from the volume") {
 		t.Fatalf("events %q, want one %s saying the files were removed", evs, reasonShareReplaced)
+	}
+}
+
+// The share deleted (with its grants) and created again by a tenant over a source the driver
+// cannot read: a missing Secret, or one it may not read. The volume's object is known gone (the
+// name holds another UID): that is an answer, not an outage, so the files leave and the pod is
+// told; the new object is not adopted until its source can be read and is the volume's. (Before,
+// the failed GET left the volume as it was, every cycle: the pod kept REAL-CA.)
+func TestShareRecreatedOverAnUnreadableSourceIsRevoked(t *testing.T) {
+	for _, src := range []string{"does-not-exist", "locked"} {
+		t.Run("t/"+src, func(t *testing.T) {
+			client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "1"},
+				Data: map[string][]byte{"ca.crt": []byte("REAL-CA")}})
+			client.PrependReactor("get", "secrets", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+				if a.(k8stesting.GetAction).GetName() == "locked" {
+					return true, nil, apierrors.NewForbidden(corev1.Resource("secrets"), "locked", errors.New("no RoleBinding"))
+				}
+				return false, nil, nil
+			})
+			d, _ := nodeWorldWith(t, client)
+			events := make(chan string, 20)
+			d.events = &record.FakeRecorder{Events: events}
+			putSecretShare(t, d, "share", "share-1", "p", "src")
+			ctx := context.Background()
+			if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
+				t.Fatal(err)
+			}
+			putSecretShare(t, d, "share", "share-2", "t", src)
+			d.relistCycle(ctx, 0)
+			d.relistCycle(ctx, 0)
+			got := viewOf(t, d, "vol-1")
+			t.Logf("the pod sees %q", got)
+			if got != "" {
+				t.Fatalf("the pod sees %q, want nothing: the share it was published from is gone", got)
+			}
+			if evs := drainEvents(events, reasonShareReplaced); len(evs) != 1 {
+				t.Fatalf("events %q, want one %s", evs, reasonShareReplaced)
+			}
+			// The admin creates it again over the volume's own Secret: adopted, restored.
+			putSecretShare(t, d, "share", "share-3", "p", "src")
+			d.relistCycle(ctx, 0)
+			if got := viewOf(t, d, "vol-1"); got != "REAL-CA" {
+				t.Fatalf("after the share was created again over p/src the pod sees %q, want REAL-CA", got)
+			}
+		})
+	}
+}
+
+// A share re-created over the volume's own Secret, but listing more of it: share-1 shared only
+// ca.crt; share-2 has no list (every key, tls.key too). Adopting it would hand running pods a key
+// they were never given, so it is replaced (revoked, told once). One listing the same keys, or
+// fewer, is adopted. (Before, any object over the same source was adopted: the pod gained tls.key.)
+func TestShareRecreatedExposingMoreIsNotAdopted(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		items   []any // the new object's spec.items; nil for none (every key)
+		adopted bool
+	}{
+		{"no list", nil, false},
+		{"ca.crt and tls.key", list(entry("ca.crt"), entry("tls.key")), false},
+		{"ca.crt", list(entry("ca.crt")), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "1"},
+				Data: map[string][]byte{"ca.crt": []byte("REAL-CA"), "tls.key": []byte("KEY")}})
+			d, _ := nodeWorldWith(t, client)
+			events := make(chan string, 20)
+			d.events = &record.FakeRecorder{Events: events}
+			put := func(uid string, items []any) {
+				u := &unstructured.Unstructured{Object: map[string]any{
+					"metadata": map[string]any{"name": "share"},
+					"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}},
+				}}
+				if items != nil {
+					u.Object["spec"].(map[string]any)["items"] = items
+				}
+				u.SetUID(types.UID(uid))
+				if err := d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+					t.Fatal(err)
+				}
+			}
+			put("share-1", list(entry("ca.crt")))
+			ctx := context.Background()
+			if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
+				t.Fatal(err)
+			}
+			put("share-2", tc.items)
+			d.relistCycle(ctx, 0)
+			files, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint("vol-1"), "data"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := slices.Sorted(maps.Keys(files))
+			t.Logf("the pod sees %q", seen)
+			rec, _ := d.store.get("vol-1")
+			replaced := drainEvents(events, reasonShareReplaced)
+			if tc.adopted {
+				if !slices.Equal(seen, []string{"ca.crt"}) || rec.Shares[0].ShareUID != "share-2" || len(replaced) != 0 {
+					t.Fatalf("the pod sees %q, share UID %s, events %q: want ca.crt alone, share-2 adopted, no event", seen, rec.Shares[0].ShareUID, replaced)
+				}
+				return
+			}
+			if len(seen) != 0 || !rec.Shares[0].ShareReplaced || rec.Shares[0].ShareUID != "share-1" || len(replaced) != 1 {
+				t.Fatalf("the pod sees %q, share UID %s (replaced: %v), events %q: want nothing, the share replaced (still share-1's), one event",
+					seen, rec.Shares[0].ShareUID, rec.Shares[0].ShareReplaced, replaced)
+			}
+		})
 	}
 }
 

@@ -72,6 +72,27 @@ func (e exposure) same(o exposure) bool {
 	return e.all() == o.all() && e.fingerprint() == o.fingerprint()
 }
 
+// within says whether e exposes no key of the source that o does not: o exposes every key, or
+// each key e lists is one o lists (under whatever name: a file name shows no byte of a key).
+func (e exposure) within(o exposure) bool {
+	if o.all() {
+		return true
+	}
+	if e.all() {
+		return false
+	}
+	keys := make(map[string]bool, len(o))
+	for _, k := range o {
+		keys[k.Key] = true
+	}
+	for _, k := range e {
+		if !keys[k.Key] {
+			return false
+		}
+	}
+	return true
+}
+
 // shares says whether the exposure shares the source's key under name.
 func (e exposure) shares(key, name string) bool {
 	if e.all() {
