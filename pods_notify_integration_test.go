@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -337,6 +338,20 @@ func TestPodsRestartOnChangeExampleWorks(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
 		}
+	}
+	// Before 1.36 (RestartAllContainersOnContainerExits off) the API server refuses the
+	// Deployment, saying why; the README says what to use there.
+	if v, err := s.kube.Discovery().ServerVersion(); err != nil {
+		t.Fatal(err)
+	} else if minor, _ := strconv.Atoi(strings.TrimRight(v.Minor, "+")); minor < 36 {
+		cmd := exec.Command(s.kubectl, "--kubeconfig", s.kubeconfig, "apply", "-f", "-")
+		cmd.Stdin = strings.NewReader(manifest)
+		out, err := cmd.CombinedOutput()
+		t.Cleanup(func() { kubectl(manifest, "delete", "-f", "-", "--wait=false", "--ignore-not-found") })
+		if err == nil || !strings.Contains(string(out), "restartPolicyRules") {
+			t.Fatalf("Kubernetes 1.%d: applying %s: %v, want it refused naming restartPolicyRules:\n%s", minor, file, err, out)
+		}
+		return
 	}
 	kubectl(manifest, "apply", "-f", "-")
 	t.Cleanup(func() { kubectl(manifest, "delete", "-f", "-", "--wait=false", "--ignore-not-found") })
