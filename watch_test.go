@@ -258,12 +258,19 @@ func TestWatchSignalsTheNamedProcessOncePerChange(t *testing.T) {
 	}
 	count := filepath.Join(tmp, "hups")
 	child := exec.Command(counter, "-test.run=^TestWatchHelperHUPCounter$")
-	child.Env = append(os.Environ(), "WATCH_HUP_COUNT_FILE="+count)
+	workerCount := filepath.Join(tmp, "worker-hups")
+	child.Env = append(os.Environ(), "WATCH_HUP_COUNT_FILE="+count, "WATCH_HUP_WORKER_COUNT_FILE="+workerCount)
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
-	watchEventually(t, 5*time.Second, func() error { _, err := os.Stat(count); return err }) // its handler is installed
+	watchEventually(t, 5*time.Second, func() error { // both handlers are installed
+		if _, err := os.Stat(count); err != nil {
+			return err
+		}
+		_, err := os.Stat(workerCount)
+		return err
+	})
 
 	var stderr syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
@@ -287,6 +294,9 @@ func TestWatchSignalsTheNamedProcessOncePerChange(t *testing.T) {
 	if n := hups(); n != 2 {
 		t.Errorf("hup-counter got %d SIGHUPs after two changes and one rewrite of the same file, want 2", n)
 	}
+	if b, _ := os.ReadFile(workerCount); strings.Count(string(b), "HUP") != 0 {
+		t.Errorf("the worker (a hup-counter child of hup-counter) was signalled too: %q; only the topmost process of the name is", b)
+	}
 	if err := child.Process.Signal(syscall.Signal(0)); err != nil {
 		t.Errorf("the signalled process is gone: %v", err)
 	}
@@ -302,7 +312,8 @@ func TestWatchSignalsTheNamedProcessOncePerChange(t *testing.T) {
 }
 
 // TestWatchHelperHUPCounter is not a test: TestWatchSignalsTheNamedProcessOncePerChange runs
-// the test binary as this, a process that appends a line per SIGHUP to a file.
+// the test binary as this, a process that appends a line per SIGHUP to a file, and that starts
+// one "worker" of the same name counting into another file (as nginx's master does).
 func TestWatchHelperHUPCounter(t *testing.T) {
 	file := os.Getenv("WATCH_HUP_COUNT_FILE")
 	if file == "" {
@@ -310,6 +321,14 @@ func TestWatchHelperHUPCounter(t *testing.T) {
 	}
 	hup := make(chan os.Signal, 10)
 	signal.Notify(hup, syscall.SIGHUP)
+	if worker := os.Getenv("WATCH_HUP_WORKER_COUNT_FILE"); worker != "" {
+		w := exec.Command(os.Args[0], "-test.run=^TestWatchHelperHUPCounter$")
+		w.Env = append(os.Environ(), "WATCH_HUP_COUNT_FILE="+worker, "WATCH_HUP_WORKER_COUNT_FILE=")
+		if err := w.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { w.Process.Kill(); w.Wait() }()
+	}
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
