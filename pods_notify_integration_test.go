@@ -127,15 +127,6 @@ func (s *podSuite) notifyPod(t *testing.T, d *appsv1.Deployment) *corev1.Pod {
 	return s.waitRunning(t, d.Namespace, name, 90*time.Second)
 }
 
-func appStatus(p *corev1.Pod) *corev1.ContainerStatus {
-	for i := range p.Status.ContainerStatuses {
-		if p.Status.ContainerStatuses[i].Name == "app" {
-			return &p.Status.ContainerStatuses[i]
-		}
-	}
-	return nil
-}
-
 // restarts is the app container's restartCount and whether it runs now.
 func restarts(p *corev1.Pod) (count int32, running bool) {
 	for _, cs := range p.Status.ContainerStatuses {
@@ -224,15 +215,12 @@ func TestPodsRestartInPlaceWhenTheShareChanges(t *testing.T) {
 			return nil
 		})
 		took = append(took, time.Since(start))
-		// The kubelet's part: from the watcher's exit 42 to the app running again (the status
-		// times have a resolution of one second).
+		// What the status says of the restart: the kubelet records a synthetic last state for
+		// every container (reason RestartingAllContainers, exit 137, no times), the watcher's
+		// exit 42 included; the restart counts of both go up by one.
 		for _, cs := range p.Status.InitContainerStatuses {
 			if term := cs.LastTerminationState.Terminated; cs.Name == "share-watcher" && term != nil {
-				if app := appStatus(p); app != nil && app.State.Running != nil {
-					t.Logf("change %d: Secret updated -> watcher exited %d: %v; watcher exit -> app running: %v (restartCounts: watcher %d, app %d)",
-						i, term.ExitCode, term.FinishedAt.Sub(start).Round(time.Second), app.State.Running.StartedAt.Sub(term.FinishedAt.Time),
-						cs.RestartCount, app.RestartCount)
-				}
+				t.Logf("change %d: share-watcher restartCount %d, last state %s, exit %d", i, cs.RestartCount, term.Reason, term.ExitCode)
 			}
 		}
 		if p.UID != pod.UID || p.Spec.NodeName != pod.Spec.NodeName {
