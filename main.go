@@ -185,6 +185,12 @@ func defaultServiceAccount() string {
 const maxVerbosity = 5
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == watchCommand { // watch.go: the pods' watcher, not the driver
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		code := runWatchCommand(ctx, os.Args[2:], os.Stderr)
+		stop()
+		os.Exit(code)
+	}
 	o, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		return
