@@ -23,8 +23,9 @@ if [[ -z ${KUBE_VERSION:-} && -z ${TEST_ARGS:-} ]]; then matrix=("${KUBE_MINORS[
 # What proves a user's install works on a minor: the install from the registry with helm, a share
 # read, revoked and regranted, refreshed, the driver killed and restarted and upgraded between two
 # pushed releases, pods deleted leaving nothing, the read-only view, the CRD schema and the
-# admission policy against that API server, OpenShift's documented objects.
-MATRIX_TESTS='^(TestPodsInstalledFromTheRegistry|TestPodsReadCABundleSharedFromPlatformNamespace|TestPodsWithoutUseGrantStayContainerCreating|TestPodsRevokedWhileRunningThenRegranted|TestPodsSeeSourceUpdatesAtomicallyUnlessRefreshFalse|TestPodsDriverRecreated|TestPodsDeletedLeaveNothingOnTheNode|TestDriverKilledAndRestartedKeepsServingItsVolumes|TestReadOnlyInTheMountNamespaceThePodSees|TestShareItemsSchema|TestSharePolicyGuardsTheListOfKeys|TestSharePolicyRequiresReadOnTheSource|TestSharePolicyGuardsThePin|TestOpenShiftCRDSchemaAgainstOurs|TestOpenShiftDocumentedObjectsAreAccepted)$'
+# admission policy against that API server, OpenShift's documented objects, and the restart-in-place
+# example (refused with a clear message where RestartAllContainers is off: before 1.36).
+MATRIX_TESTS='^(TestPodsInstalledFromTheRegistry|TestPodsRestartOnChangeExampleWorks|TestPodsReadCABundleSharedFromPlatformNamespace|TestPodsWithoutUseGrantStayContainerCreating|TestPodsRevokedWhileRunningThenRegranted|TestPodsSeeSourceUpdatesAtomicallyUnlessRefreshFalse|TestPodsDriverRecreated|TestPodsDeletedLeaveNothingOnTheNode|TestDriverKilledAndRestartedKeepsServingItsVolumes|TestReadOnlyInTheMountNamespaceThePodSees|TestShareItemsSchema|TestSharePolicyGuardsTheListOfKeys|TestSharePolicyRequiresReadOnTheSource|TestSharePolicyGuardsThePin|TestOpenShiftCRDSchemaAgainstOurs|TestOpenShiftDocumentedObjectsAreAccepted)$'
 [[ $(id -u) == 0 ]] || { echo "make test needs root (it mounts file systems and runs a kubelet)" >&2; exit 1; }
 if [[ -z ${TEST_NODES:-} ]]; then
 	TEST_NODES="1 3"
