@@ -124,20 +124,8 @@ func TestKeysNoLongerSharedLeaveOnEveryPath(t *testing.T) {
 func TestKeysNoLongerSharedLeaveWhenTheNewCopyDoesNotFit(t *testing.T) {
 	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "1"},
 		Data: map[string][]byte{"ca.crt": []byte("CA"), "tls.crt": []byte("LEAF")}})
-	d, _ := nodeWorldWith(t, client)
-	setItems := func(items ...map[string]any) {
-		if err := d.shares.informers[kindSecret].GetStore().Update(&unstructured.Unstructured{Object: map[string]any{
-			"metadata": map[string]any{"name": "share"},
-			"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "items": list(items...)},
-		}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	setItems(entry("ca.crt"), entry("tls.crt"))
+	d, setItems := publishedThroughTheList(t, client, entry("ca.crt"), entry("tls.crt"))
 	ctx := context.Background()
-	if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
-		t.Fatal(err)
-	}
 	before := d.budget.inUse()
 	old, _ := d.store.get("vol-1")
 	d.budget.limit = before // nothing more fits
@@ -173,20 +161,8 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyDoesNotFit(t *testing.T) {
 func TestKeysNoLongerSharedLeaveWhenTheNewCopyCannotBeWritten(t *testing.T) {
 	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "1"},
 		Data: map[string][]byte{"ca.crt": []byte("CA"), "tls.crt": []byte("LEAF"), "extra.crt": []byte("EXTRA")}})
-	d, _ := nodeWorldWith(t, client)
-	setItems := func(items ...map[string]any) {
-		if err := d.shares.informers[kindSecret].GetStore().Update(&unstructured.Unstructured{Object: map[string]any{
-			"metadata": map[string]any{"name": "share"},
-			"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "items": list(items...)},
-		}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	setItems(entry("ca.crt"), entry("tls.crt"))
+	d, setItems := publishedThroughTheList(t, client, entry("ca.crt"), entry("tls.crt"))
 	ctx := context.Background()
-	if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
-		t.Fatal(err)
-	}
 	rec, _ := d.store.get("vol-1")
 	if err := os.WriteFile(filepath.Join(d.store.dirOf(rec).shareDir(0), "extra.crt"), []byte("in the way"), 0o600); err != nil {
 		t.Fatal(err)
@@ -202,4 +178,24 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyCannotBeWritten(t *testing.T) {
 	if !slices.Equal(got, []string{"ca.crt"}) || string(files["ca.crt"].Data) != "CA" {
 		t.Fatalf("the pod sees %q, want only the last ca.crt (tls.crt is no longer shared)", got)
 	}
+}
+
+// publishedThroughTheList is a node with volume vol-1 published through the share "share" over
+// Secret p/src (which client serves) listing items, and the function that changes that list.
+func publishedThroughTheList(t *testing.T, client *fake.Clientset, items ...map[string]any) (*driver, func(...map[string]any)) {
+	t.Helper()
+	d, _ := nodeWorldWith(t, client)
+	setItems := func(items ...map[string]any) {
+		if err := d.shares.informers[kindSecret].GetStore().Update(&unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": "share"},
+			"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "items": list(items...)},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setItems(items...)
+	if _, err := (&nodeServer{d: d}).NodePublishVolume(context.Background(), publishRequest(t, d, "vol-1")); err != nil {
+		t.Fatal(err)
+	}
+	return d, setItems
 }

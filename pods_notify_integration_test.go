@@ -255,10 +255,7 @@ func TestPodsRestartInPlaceWhenTheShareChanges(t *testing.T) {
 
 func TestPodsNoRestartWhenRefreshIsFalse(t *testing.T) {
 	s := podsEnv(t, podsShared)
-	f := s.newShare(t, map[string][]byte{"ca.crt": []byte("ca-v0")})
-	ns := s.podNamespace(t, "notify-pinned")
-	s.createServiceAccount(t, ns, "web")
-	s.grant(t, ns, kindSecret, f.share, serviceAccount(ns, "web"))
+	f, ns := s.notifyShare(t, "notify-pinned")
 	pod := s.notifyPod(t, s.notifyDeployment(ns, "web", "web", map[string]string{attrSharedSecret: f.share, attrRefreshResource: "false"}, false))
 	s.updateSecret(t, f.platform, f.secret, map[string][]byte{"ca.crt": []byte("ca-v1")})
 	s.assertNoRestart(t, ns, pod.Name, `refreshResource: "false"`)
@@ -266,10 +263,7 @@ func TestPodsNoRestartWhenRefreshIsFalse(t *testing.T) {
 
 func TestPodsNoRestartWhenTheDriverRestarts(t *testing.T) {
 	s := podsEnv(t, podsAlone)
-	f := s.newShare(t, map[string][]byte{"ca.crt": []byte("ca-v0")})
-	ns := s.podNamespace(t, "notify-driver")
-	s.createServiceAccount(t, ns, "web")
-	s.grant(t, ns, kindSecret, f.share, serviceAccount(ns, "web"))
+	f, ns := s.notifyShare(t, "notify-driver")
 	pod := s.notifyPod(t, s.notifyDeployment(ns, "web", "web", map[string]string{attrSharedSecret: f.share}, false))
 	old, err := s.driverPod(context.Background())
 	if err != nil {
@@ -294,10 +288,7 @@ func TestPodsNoRestartWhenTheDriverRestarts(t *testing.T) {
 
 func TestPodsSignalTheAppOncePerChange(t *testing.T) {
 	s := podsEnv(t, podsShared)
-	f := s.newShare(t, map[string][]byte{"ca.crt": []byte("ca-v0")})
-	ns := s.podNamespace(t, "notify-signal")
-	s.createServiceAccount(t, ns, "web")
-	s.grant(t, ns, kindSecret, f.share, serviceAccount(ns, "web"))
+	f, ns := s.notifyShare(t, "notify-signal")
 	pod := s.notifyPod(t, s.notifyDeployment(ns, "proxy", "web", map[string]string{attrSharedSecret: f.share}, true))
 	hups := func() (int, error) {
 		out, stderr, err := s.exec(ns, pod.Name, "cat", "/work/hups")
@@ -380,4 +371,15 @@ func TestPodsRestartOnChangeExampleWorks(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// notifyShare is a share of a Secret holding ca.crt = ca-v0, and a namespace (named from prefix)
+// whose service account "web" may use it.
+func (s *podSuite) notifyShare(t *testing.T, prefix string) (*shareFixture, string) {
+	t.Helper()
+	f := s.newShare(t, map[string][]byte{"ca.crt": []byte("ca-v0")})
+	ns := s.podNamespace(t, prefix)
+	s.createServiceAccount(t, ns, "web")
+	s.grant(t, ns, kindSecret, f.share, serviceAccount(ns, "web"))
+	return f, ns
 }
