@@ -6,7 +6,7 @@ package main
 // manifests: it lints; deploy.yaml and deploy/cluster-wide-read.yaml are exactly what it renders
 // (hack/manifests.sh); every value reaches the objects it sets, and a render with every value
 // changed is accepted by the API server (but for Prometheus Operator's kinds, which a plain
-// cluster lacks); the README's values table lists every value. The pod suite installs the driver
+// cluster lacks); the values table is checked by docs_test.go. The pod suite installs the driver
 // with this chart (`helm upgrade --install`, pods_integration_test.go).
 
 import (
@@ -18,9 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 
@@ -33,8 +31,6 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
-
-const chartDir = "charts/shared-resource-csi"
 
 // helmBinary is $HELM (hack/test.sh sets it) or the one `make tools` builds.
 func helmBinary(t testing.TB) string {
@@ -413,53 +409,5 @@ func TestChartNonDefaultRenderIsAccepted(t *testing.T) {
 	cmd.Stdin = bytes.NewReader(manifest)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("kubectl apply --dry-run=server of the non-default render: %v\n%s", err, out)
-	}
-}
-
-// valueKeys lists values.yaml's leaves as dotted paths (a list or an empty map is a leaf).
-func valueKeys(t *testing.T) []string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := yaml.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	var keys []string
-	var walk func(prefix string, v any)
-	walk = func(prefix string, v any) {
-		if sub, ok := v.(map[string]any); ok && len(sub) > 0 && !strings.HasSuffix("."+prefix, ".resources") && prefix != "updateStrategy" {
-			for k, vv := range sub {
-				walk(strings.TrimPrefix(prefix+"."+k, "."), vv)
-			}
-			return
-		}
-		keys = append(keys, prefix)
-	}
-	walk("", m)
-	sort.Strings(keys)
-	return keys
-}
-
-// The README's values table has one row per value, and no row for a value that does not exist.
-func TestREADMEValuesTableMatchesTheChart(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, table, ok := strings.Cut(string(readme), "<!-- values table -->")
-	if !ok {
-		t.Fatal("README.md has no <!-- values table --> marker")
-	}
-	table, _, _ = strings.Cut(table, "\n\n")
-	var documented []string
-	for _, m := range regexp.MustCompile("(?m)^\\| `([A-Za-z.]+)` \\|").FindAllStringSubmatch(table, -1) {
-		documented = append(documented, m[1])
-	}
-	sort.Strings(documented)
-	if want := valueKeys(t); !slices.Equal(documented, want) {
-		t.Errorf("README values table rows %q\nwant (values.yaml) %q", documented, want)
 	}
 }

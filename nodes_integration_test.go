@@ -774,7 +774,13 @@ func TestNodesRollingUpgradeNeverFailsARead(t *testing.T) {
 		readyOn := map[string]bool{}
 		for _, p := range list.Items {
 			n := p.Spec.NodeName
-			if p.UID == old[n].UID {
+			was, onANode := old[n]
+			if !onANode {
+				// A new DaemonSet pod is created unbound and bound by the scheduler a moment
+				// later: until then its node name is empty, and it counts for no node.
+				continue
+			}
+			if p.UID == was.UID {
 				if p.DeletionTimestamp != nil && gone[n] == 0 {
 					gone[n] = time.Since(start)
 				}
