@@ -45,23 +45,34 @@ func valueKeys(t *testing.T) []string {
 	return keys
 }
 
-// The README's values table has one row per value, and no row for a value that does not exist.
-func TestREADMEValuesTableMatchesTheChart(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+// docTable is the Markdown table that follows marker (an HTML comment) in file, up to the first
+// blank line.
+func docTable(t *testing.T, file, marker string) string {
+	t.Helper()
+	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, table, ok := strings.Cut(string(readme), "<!-- values table -->")
+	_, table, ok := strings.Cut(string(b), marker)
 	if !ok {
-		t.Fatal("README.md has no <!-- values table --> marker")
+		t.Fatalf("%s has no %s marker", file, marker)
 	}
-	table, _, _ = strings.Cut(table, "\n\n")
+	table, _, _ = strings.Cut(strings.TrimLeft(table, "\n"), "\n\n")
+	return table
+}
+
+// referenceDoc holds the values table.
+const referenceDoc = "docs/reference.md"
+
+// The values table has one row per value of the chart, and no row for a value that does not exist.
+func TestValuesTableMatchesTheChart(t *testing.T) {
+	table := docTable(t, referenceDoc, "<!-- values table -->")
 	var documented []string
 	for _, m := range regexp.MustCompile("(?m)^\\| `([A-Za-z.]+)` \\|").FindAllStringSubmatch(table, -1) {
 		documented = append(documented, m[1])
 	}
 	sort.Strings(documented)
 	if want := valueKeys(t); !slices.Equal(documented, want) {
-		t.Errorf("README values table rows %q\nwant (values.yaml) %q", documented, want)
+		t.Errorf("%s values table rows %q\nwant (values.yaml) %q", referenceDoc, documented, want)
 	}
 }
