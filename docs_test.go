@@ -4,6 +4,7 @@ package main
 // exactly what exists. Files only: a unit test, no cluster, no root, no tool binary.
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -61,7 +63,7 @@ func docTable(t *testing.T, file, marker string) string {
 	return table
 }
 
-// referenceDoc holds the values table.
+// referenceDoc holds the values and flags tables.
 const referenceDoc = "docs/reference.md"
 
 // The values table has one row per value of the chart, and no row for a value that does not exist.
@@ -74,5 +76,41 @@ func TestValuesTableMatchesTheChart(t *testing.T) {
 	sort.Strings(documented)
 	if want := valueKeys(t); !slices.Equal(documented, want) {
 		t.Errorf("%s values table rows %q\nwant (values.yaml) %q", referenceDoc, documented, want)
+	}
+}
+
+// The flags table has one row per flag the driver defines (newFlagSet, the command line the
+// driver parses), and no row for a flag it does not; a flag whose default is not empty (nor
+// taken from the environment, nor a switch) shows that default.
+func TestFlagsTableMatchesTheDriversFlags(t *testing.T) {
+	table := docTable(t, referenceDoc, "<!-- flags table -->")
+	defaults := map[string]string{}
+	var documented []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `--([a-z-]+)` \\| *([^|]*?) *\\|").FindAllStringSubmatch(table, -1) {
+		documented = append(documented, m[1])
+		defaults[m[1]] = strings.ReplaceAll(m[2], "`", "")
+	}
+	sort.Strings(documented)
+	fs, _ := newFlagSet(&options{})
+	var defined []string
+	fs.VisitAll(func(f *flag.Flag) {
+		defined = append(defined, f.Name)
+		cell, ok := defaults[f.Name]
+		if !ok || f.DefValue == "" || f.DefValue == "false" {
+			return
+		}
+		if strings.Contains(cell, f.DefValue) {
+			return
+		}
+		if want, err := time.ParseDuration(f.DefValue); err == nil {
+			if got, err := time.ParseDuration(strings.TrimSpace(cell)); err == nil && got == want {
+				return
+			}
+		}
+		t.Errorf("%s flags table: --%s's default is %q, the driver's %q", referenceDoc, f.Name, cell, f.DefValue)
+	})
+	sort.Strings(defined)
+	if !slices.Equal(documented, defined) {
+		t.Errorf("%s flags table rows %q\nwant (the driver's flags) %q", referenceDoc, documented, defined)
 	}
 }
