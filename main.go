@@ -90,9 +90,11 @@ type options struct {
 	showVersion     bool
 }
 
-func parseFlags(args []string) (*options, error) {
-	o := &options{}
-	fs := flag.NewFlagSet("shared-resource-csi", flag.ContinueOnError)
+// newFlagSet is the driver's command line: its own flags, bound to o, and klog's --v and
+// --vmodule, which stay bound to klogFlags (where parseFlags caps them). docs/reference.md's flags
+// table lists exactly the flags of fs (docs_test.go).
+func newFlagSet(o *options) (fs, klogFlags *flag.FlagSet) {
+	fs = flag.NewFlagSet("shared-resource-csi", flag.ContinueOnError)
 	fs.StringVar(&o.role, "role", roleNode, "what this process is (roles.go): node, the CSI node plugin, one per node (the DaemonSet); status, the controller that alone writes the shares' status, under a service account of its own (the Deployment)")
 	fs.StringVar(&o.endpoint, "endpoint", "unix:///var/lib/kubelet/plugins/"+driverName+"/csi.sock", "CSI endpoint (unix socket) the kubelet calls")
 	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/kubelet/plugins/"+driverName, "directory for the volumes' tmpfs mounts and records; must be under the kubelet root so mounts propagate")
@@ -116,13 +118,19 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.statusLease, "status-lease-duration", 15*time.Second, "duration of the status writer's Lease (at least 1s): a crashed writer is replaced within about this plus two --relist-interval, the pace at which the other replicas look at the Lease")
 	fs.StringVar(&o.serviceAccount, "service-account", defaultServiceAccount(), "the service accounts that read sources, as NAMESPACE:NAME, comma-separated: the node plugin's and the status controller's (default: $POD_NAMESPACE:$SERVICE_ACCOUNT); only named in the command an admin runs to let the driver read a source")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klogFlags = flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	klogFlags.VisitAll(func(f *flag.Flag) {
 		if f.Name == "v" || f.Name == "vmodule" {
 			fs.Var(f.Value, f.Name, f.Usage)
 		}
 	})
+	return fs, klogFlags
+}
+
+func parseFlags(args []string) (*options, error) {
+	o := &options{}
+	fs, klogFlags := newFlagSet(o)
 	// The flag package's own messages would go to stderr without klog; parseFlags returns them
 	// (see flagcheck.go) and only --help prints, to stdout.
 	fs.SetOutput(io.Discard)
