@@ -1,0 +1,143 @@
+package main
+
+// The driver: the one value every server and loop of the node plugin shares (no package-level
+// state), how it is built from the options (wire), and the volume locks that let one operation
+// at a time work on a volume. The gRPC servers (csi.go), the relist (refresh.go), the share
+// events (shareevents.go) and recovery at start (recover.go) are its entry points; the layer
+// order of the files below them: docs/how-it-works.md.
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/tools/record"
+)
+
+const driverName = "csi.sharedresource.openshift.io"
+
+// driver holds everything the servers and loops share. It has no package-level state.
+type driver struct {
+	version     string
+	nodeID      string
+	kubeletRoot string
+	tmpfsSize   int64
+	budget      *volumeBudget // the bytes of all volumes on the node
+	// account is the driver's own service account, named in what an admin must run when the
+	// driver may not read a source.
+	account driverAccount
+
+	mounter mounter // kernelMounter; a fake in unit tests
+	store   *volumeStore
+	locks   *volumeLocks
+	shares  *shareIndex
+	sources *sourceCache
+	authz   *authorizer
+	events  record.EventRecorder // a record.FakeRecorder in unit tests
+	metrics *metrics
+	crash   crashPoints // a no-op but in the crash tests' build (crashsteps.go)
+}
+
+func (d *driver) ready() bool { return d.shares.synced() }
+
+// wiring is the driver built from the options, and what serving it needs besides.
+type wiring struct {
+	d           *driver
+	kube        *kubeClient
+	broadcaster record.EventBroadcaster
+	shareEvents *shareEventQueue // changed shares, from the CRD watch, paced (shareevents.go)
+	sockPath    string           // the CSI socket
+}
+
+// wire checks the options and builds the driver and its clients. Nothing is served yet; the
+// event broadcaster runs (the caller shuts it down).
+func wire(ctx context.Context, o *options) (*wiring, error) {
+	if o.nodeID == "" {
+		return nil, fmt.Errorf("--node-id or $NODE_NAME is required")
+	}
+	size, err := resource.ParseQuantity(o.tmpfsSize)
+	if err != nil || size.Value() < reservedBytes*2 {
+		return nil, fmt.Errorf("--tmpfs-size %q must be a quantity of at least %d bytes", o.tmpfsSize, reservedBytes*2)
+	}
+	budget, err := parseVolumeBudget(o.volumeBudget, o.cacheBytes)
+	if err != nil {
+		return nil, err
+	}
+	account, err := parseDriverAccount(o.serviceAccount)
+	if err != nil {
+		return nil, err
+	}
+	sockPath, err := endpointPath(o.endpoint)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range []*string{&o.stateDir, &o.kubeletRoot} {
+		if !filepath.IsAbs(*p) || hasControlChars(*p) {
+			return nil, fmt.Errorf("%q must be an absolute path without control characters", *p)
+		}
+		*p = filepath.Clean(*p)
+	}
+
+	m := newMetrics()
+	kube, err := newKube(o, m)
+	if err != nil {
+		return nil, err
+	}
+	sources, err := newSourceCache(kube, o.cacheEntries, o.cacheBytes, o.cacheTTL)
+	if err != nil {
+		return nil, err
+	}
+	// One event broadcaster for the process.
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(eventSink{c: kube.core})
+
+	shareEvents := newShareEventQueue(newRelistSchedule(o.relistInterval, o.relistSpread))
+	volumes := &volumeBudget{limit: budget}
+	d := &driver{
+		version:     version,
+		nodeID:      o.nodeID,
+		kubeletRoot: o.kubeletRoot,
+		tmpfsSize:   size.Value(),
+		budget:      volumes,
+		account:     account,
+		mounter:     kernelMounter{},
+		store:       newVolumeStore(o.stateDir, volumes), // the budget's owner
+		locks:       newVolumeLocks(),
+		sources:     sources,
+		authz:       newAuthorizer(sarClient{c: kube.authz}, o.authzTTL),
+		metrics:     m,
+		crash:       newCrashPoints(),
+		events:      broadcaster.NewRecorder(kube.scheme, corev1.EventSource{Component: "shared-resource-csi", Host: o.nodeID}),
+		shares:      newShareIndex(kube.dyn, shareEvents.add),
+	}
+	m.registerDriverGauges(d)
+	return &wiring{d: d, kube: kube, broadcaster: broadcaster, shareEvents: shareEvents, sockPath: sockPath}, nil
+}
+
+// volumeLocks lets one operation at a time work on a volume. Callers that find the lock held
+// get Aborted (the kubelet retries), rather than queueing behind a slow operation.
+type volumeLocks struct {
+	mu   sync.Mutex
+	held map[string]struct{}
+}
+
+func newVolumeLocks() *volumeLocks { return &volumeLocks{held: map[string]struct{}{}} }
+
+func (l *volumeLocks) tryLock(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, busy := l.held[id]; busy {
+		return false
+	}
+	l.held[id] = struct{}{}
+	return true
+}
+
+func (l *volumeLocks) unlock(id string) {
+	l.mu.Lock()
+	delete(l.held, id)
+	l.mu.Unlock()
+}
