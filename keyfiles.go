@@ -16,6 +16,15 @@ import (
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
+// sharedFiles is the files share i of rec gets from src, the source as sh exposes it: an error
+// when the source lacks a listed key, or the pod's items select a key the share does not expose.
+func sharedFiles(rec volumeRecord, i int, sh shareSpec, src *sourceData) (map[string]atomicwriter.File, error) {
+	if len(src.Missing) > 0 {
+		return nil, &missingSharedKeysError{share: sh, keys: src.Missing}
+	}
+	return projectFiles(src.Files, rec.Items, i, rec.DefaultMode, sh.Items)
+}
+
 // missingKeysError says which selected keys a source lacks.
 type missingKeysError struct{ keys []string }
 

@@ -2,17 +2,15 @@ package main
 
 // NodePublishVolume's work, in two halves: fetchVolume admits every share (looks it up, checks
 // the pod may use it, GETs its source: admitShare) and composes the pod's view without writing
-// anything, so a volume is published whole or not at all; createVolume then makes it on the
-// node, step by step, and undoes exactly the steps that ran when one fails. csi.go has validated
-// the request and holds the volume's lock.
+// anything, so a volume is published whole or not at all; createVolume (volume.go, the volume's
+// owner) then makes it on the node, step by step, and undoes exactly the steps that ran when one
+// fails. csi.go has validated the request and holds the volume's lock.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -95,86 +93,6 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 	return rec, view, nil
 }
 
-// createVolume makes a fetched volume on the node, in these steps:
-//
-//	(0) room for its bytes, reserved in the node's volume budget (budget.go) until the record,
-//	    saved, charges them (or the publish is undone);
-//	(1) the volume's dir, <state dir>/volumes/<id> (a leftover of a crash is cleaned first);
-//	(2) its tmpfs, size-limited;
-//	(3) the shares' copies and the pod's view, written into it;
-//	(4) the record, saved, saying whether the driver makes the target (before it does, so a crash
-//	    between the two leaves a record that owns the directory);
-//	(5) the target dir, unless the kubelet made it;
-//	(6) the read-only bind of the view onto the target.
-//
-// Each step registers its undo; if a later step fails, the undos run in reverse and the node is
-// as before. A crash test kills the driver after each step (crashsteps.go).
-func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
-	var undo []func()
-	succeeded := false
-	defer func() {
-		if !succeeded {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
-		}
-	}()
-
-	// (0)
-	room := d.budget.reservation()
-	defer room.release()
-	if err := room.take(volumeBytes(rec)); err != nil {
-		return status.Errorf(codes.ResourceExhausted, "volume %s cannot be published on this node: %v", rec.VolumeID, err)
-	}
-	vol := d.store.dirOf(rec)
-	// (1)
-	if err := d.prepareVolumeDir(vol.dir); err != nil {
-		return status.Errorf(codes.Internal, "creating volume dir: %v", err)
-	}
-	undo = append(undo, func() { removeDirLogged(vol.dir) })
-	d.crash.reached(stepPublishDir)
-	// (2)
-	if err := d.mounter.mountTmpfs(vol.dir, d.tmpfsSize, rec.MountContext); err != nil {
-		if rec.MountContext != "" {
-			return status.Errorf(codes.FailedPrecondition, "mounting tmpfs for volume %s with the SELinux option %s failed (is SELinux enabled on this node?): %v", rec.VolumeID, rec.MountContext, err)
-		}
-		return status.Errorf(codes.Internal, "mounting tmpfs for volume %s: %v", rec.VolumeID, err)
-	}
-	undo = append(undo, func() { d.unmountLogged(vol.dir) })
-	d.crash.reached(stepPublishTmpfs)
-	// (3)
-	if err := vol.populate(view); err != nil {
-		return writeError(rec.VolumeID, d.tmpfsSize, err)
-	}
-	d.crash.reached(stepPublishData)
-	// (4)
-	exists, err := d.checkTarget(rec.TargetPath)
-	if err != nil {
-		return err
-	}
-	rec.CreatedTarget = !exists
-	if err := d.store.save(rec); err != nil {
-		return status.Errorf(codes.Internal, "%v", err)
-	}
-	undo = append(undo, func() { d.store.forget(rec.VolumeID) }) // and its bytes
-	d.crash.reached(stepPublishRecord)
-	// (5)
-	if !exists {
-		if err := createTarget(rec.TargetPath); err != nil {
-			return err
-		}
-		undo = append(undo, func() { removeDirLogged(rec.TargetPath) })
-	}
-	d.crash.reached(stepPublishTarget)
-	// (6)
-	if err := d.mounter.bindReadOnly(vol.dataDir(), rec.TargetPath); err != nil {
-		return status.Errorf(codes.Internal, "bind-mounting volume %s onto %s: %v", rec.VolumeID, rec.TargetPath, err)
-	}
-	succeeded = true
-	d.crash.reached(stepPublishBind)
-	return nil
-}
-
 // admitShare looks up one share of a publish, checks the pod may use it and GETs its source.
 //
 // The review decides what the pod learns: a pod that may not use the share is told so, and
@@ -222,13 +140,6 @@ func (d *driver) admitShare(ctx context.Context, v *volumeRequest, spec shareRef
 	return sh, src, nil
 }
 
-func writeError(volumeID string, limit int64, err error) error {
-	if errors.Is(err, unix.ENOSPC) {
-		return status.Errorf(codes.ResourceExhausted, "writing volume %s: the tmpfs size limit of %d bytes is too small (raise --tmpfs-size): %v", volumeID, limit, err)
-	}
-	return status.Errorf(codes.Internal, "writing volume %s: %v", volumeID, err)
-}
-
 // sourceError maps a failed GET of a share's source to the code the kubelet should see.
 func sourceError(sh shareSpec, err error, account driverAccount) error {
 	what := fmt.Sprintf("%s %s/%s (referenced by %s %q)", sh.Kind, sh.SourceNamespace, sh.SourceName, sh.Kind.shareTypeName(), sh.Name)
@@ -243,22 +154,4 @@ func sourceError(sh shareSpec, err error, account driverAccount) error {
 	default:
 		return status.Errorf(codes.Unavailable, "reading %s: %v", what, err)
 	}
-}
-
-// prepareVolumeDir creates the volume's directory. A directory left by an earlier crash holds no
-// live volume (every live volume is in the store), so it is cleaned first.
-func (d *driver) prepareVolumeDir(volDir string) error {
-	err := os.Mkdir(volDir, 0o700)
-	if errors.Is(err, os.ErrNotExist) { // the volumes dir itself: made once, not stat'ed per publish
-		if err := os.MkdirAll(d.store.dir, 0o700); err != nil {
-			return err
-		}
-		err = os.Mkdir(volDir, 0o700)
-	}
-	if errors.Is(err, os.ErrExist) {
-		klog.InfoS("Removing leftover volume dir", "dir", volDir)
-		d.cleanOrphan(volDir)
-		err = os.Mkdir(volDir, 0o700)
-	}
-	return err
 }

@@ -1,7 +1,7 @@
 package main
 
 // The set of volumes this node serves, and what the driver remembers of each: its record. Each
-// record lives inside the volume's own tmpfs (volumes/<id>/record.json, see volumedir.go), so it
+// record lives inside the volume's own tmpfs (volumes/<id>/record.json, see volume.go), so it
 // exists exactly as long as the volume does: it survives a driver restart, disappears with the
 // tmpfs on unpublish or reboot (when the pods are gone too), and can never be left behind on the
 // host disk. Records hold names, never data. Records persist across driver upgrades: their JSON
@@ -17,8 +17,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-
-	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
 // volumeRecord is what the driver must remember about a published volume.
@@ -114,12 +112,6 @@ func (r *volumeRecord) sameRequest(v *volumeRequest) bool {
 		r.PodNamespace == v.PodNamespace && r.PodName == v.PodName && r.PodUID == v.PodUID &&
 		r.ServiceAccount == v.ServiceAccount && r.TargetPath == v.TargetPath &&
 		r.DefaultMode == v.DefaultMode && slices.Equal(r.Items, v.Items) && r.GID == v.GID && r.MountContext == v.MountContext
-}
-
-// project turns share i's source data, as the share exposes it (shared), into the files it
-// contributes to this volume.
-func (r *volumeRecord) project(i int, src map[string][]byte, shared exposure) (map[string]atomicwriter.File, error) {
-	return projectFiles(src, r.Items, i, r.DefaultMode, shared)
 }
 
 func (r *volumeRecord) accessKey(i int) accessKey {
