@@ -47,6 +47,8 @@ func (s *identityServer) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeRe
 	return &csi.ProbeResponse{Ready: wrapperspb.Bool(s.d.ready())}, nil
 }
 
+func (d *driver) ready() bool { return d.shares.synced() }
+
 type nodeServer struct {
 	csi.UnimplementedNodeServer
 	d *driver

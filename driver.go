@@ -9,12 +9,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"path/filepath"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 )
 
 const driverName = "csi.sharedresource.openshift.io"
@@ -40,8 +43,6 @@ type driver struct {
 	metrics *metrics
 	crash   crashPoints // a no-op but in the crash tests' build (crashsteps.go)
 }
-
-func (d *driver) ready() bool { return d.shares.synced() }
 
 // wiring is the driver built from the options, and what serving it needs besides.
 type wiring struct {
@@ -113,31 +114,61 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 		events:      broadcaster.NewRecorder(kube.scheme, corev1.EventSource{Component: "shared-resource-csi", Host: o.nodeID}),
 		shares:      newShareIndex(kube.dyn, shareEvents.add),
 	}
-	m.registerDriverGauges(d)
+	m.registerDriverGauges(d.gauges())
 	return &wiring{d: d, kube: kube, broadcaster: broadcaster, shareEvents: shareEvents, sockPath: sockPath}, nil
 }
 
-// volumeLocks lets one operation at a time work on a volume. Callers that find the lock held
-// get Aborted (the kubelet retries), rather than queueing behind a slow operation.
-type volumeLocks struct {
-	mu   sync.Mutex
-	held map[string]struct{}
-}
-
-func newVolumeLocks() *volumeLocks { return &volumeLocks{held: map[string]struct{}{}} }
-
-func (l *volumeLocks) tryLock(id string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, busy := l.held[id]; busy {
-		return false
+// gauges are the driver's readings its metrics report at scrape time.
+func (d *driver) gauges() driverGauges {
+	return driverGauges{
+		ready:       d.ready,
+		volumes:     d.store.count,
+		mounts:      d.countMounts,
+		volumeBytes: d.budget.inUse,
+		budget:      func() int64 { return d.budget.limit },
+		sources:     d.sources.snapshot,
 	}
-	l.held[id] = struct{}{}
-	return true
 }
 
-func (l *volumeLocks) unlock(id string) {
-	l.mu.Lock()
-	delete(l.held, id)
-	l.mu.Unlock()
+// newKube builds the API clients with the driver's rate limit, encoding and request metrics.
+func newKube(o *options, m *metrics) (*kubeClient, error) {
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	// Protobuf for Secrets, ConfigMaps, reviews, events and the Lease (the share CRDs are JSON), and no
+	// gzip: Secrets do not compress, and gzipping a 1 MiB Secret doubled the API server's time
+	// to answer its GET.
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.DisableCompression = true
+	cfg.UserAgent = "shared-resource-csi/" + version
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &countingTransport{next: rt, m: m} })
+	return newKubeClient(cfg)
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return rest.InClusterConfig()
+}
+
+// parseVolumeBudget reads --volume-bytes-budget: a quantity, 0 for none, or empty for the
+// default derived from the container's memory limit (none, with a warning, when there is none).
+func parseVolumeBudget(s string, cacheBytes int64) (int64, error) {
+	if s == "" {
+		budget, err := defaultVolumeBudget(cacheBytes)
+		if err != nil {
+			klog.InfoS("No volume budget: volumes may grow until the container's memory limit; set --volume-bytes-budget", "reason", err.Error())
+			return 0, nil
+		}
+		klog.InfoS("Volume budget from the container's memory limit", "bytes", budget)
+		return budget, nil
+	}
+	q, err := resource.ParseQuantity(s)
+	if err != nil || q.Value() < 0 {
+		return 0, fmt.Errorf("--volume-bytes-budget %q must be a quantity (128Mi), 0 for none, or empty for the default", s)
+	}
+	return q.Value(), nil
 }

@@ -384,3 +384,5 @@ func (d *driver) readForbidden(st shareState, sh shareSpec) shareVerdict {
 	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshFailed,
 		why: fmt.Sprintf("%s: the driver may not read %s; %s", what, sh.sourceKey(), d.account.grantReadHint(sh.sourceKey()))}}
 }
+
+func quote(s string) string { return "\"" + s + "\"" }

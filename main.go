@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
@@ -23,10 +22,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
-	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
@@ -237,23 +233,6 @@ func runNode(ctx context.Context, o *options) error {
 	return w.serve(ctx, o)
 }
 
-// newKube builds the API clients with the driver's rate limit, encoding and request metrics.
-func newKube(o *options, m *metrics) (*kubeClient, error) {
-	cfg, err := restConfig(o.kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
-	// Protobuf for Secrets, ConfigMaps, reviews, events and the Lease (the share CRDs are JSON), and no
-	// gzip: Secrets do not compress, and gzipping a 1 MiB Secret doubled the API server's time
-	// to answer its GET.
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.DisableCompression = true
-	cfg.UserAgent = "shared-resource-csi/" + version
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &countingTransport{next: rt, m: m} })
-	return newKubeClient(cfg)
-}
-
 // serve runs the CSI server, the health server, the share informers, the relist and share-event
 // loops and the kubelet registration, until ctx ends (nil) or one of them fails (its error). On
 // return it stops them in the reverse order. Never the status writer: that is the status
@@ -312,30 +291,4 @@ func (w *wiring) serve(ctx context.Context, o *options) error {
 	case err := <-errs:
 		return err
 	}
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		return clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
-	return rest.InClusterConfig()
-}
-
-// parseVolumeBudget reads --volume-bytes-budget: a quantity, 0 for none, or empty for the
-// default derived from the container's memory limit (none, with a warning, when there is none).
-func parseVolumeBudget(s string, cacheBytes int64) (int64, error) {
-	if s == "" {
-		budget, err := defaultVolumeBudget(cacheBytes)
-		if err != nil {
-			klog.InfoS("No volume budget: volumes may grow until the container's memory limit; set --volume-bytes-budget", "reason", err.Error())
-			return 0, nil
-		}
-		klog.InfoS("Volume budget from the container's memory limit", "bytes", budget)
-		return budget, nil
-	}
-	q, err := resource.ParseQuantity(s)
-	if err != nil || q.Value() < 0 {
-		return 0, fmt.Errorf("--volume-bytes-budget %q must be a quantity (128Mi), 0 for none, or empty for the default", s)
-	}
-	return q.Value(), nil
 }

@@ -272,5 +272,3 @@ func (d *driver) event(rec volumeRecord, eventType, reason, format string, args 
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: rec.PodNamespace, Name: rec.PodName, UID: types.UID(rec.PodUID)}
 	d.events.Eventf(ref, eventType, reason, format, args...)
 }
-
-func quote(s string) string { return "\"" + s + "\"" }

@@ -3,35 +3,20 @@ package main
 // The volume on disk, and its one owner. Publish, reconcile, unpublish and recovery call down
 // into this file for everything about a volume on the node: making it (createVolume), taking it
 // off (teardown), cleaning a dir that holds no usable record (cleanOrphan), measuring one a
-// previous run left (countRecovered), and writing its directory (volumeDir). Below it: the
-// volume's record in the store (records.go, which charges the node's budget: budget.go), its
-// target and bind (target.go), and the mounts (tmpfs.go). Every step acts only on what the
-// driver made: its own bind (checked by device and inode), its own target dir, its own tmpfs.
-//
-// A volume's directory: the tmpfs mounted at <state dir>/volumes/<volume id>, and what it holds.
-//
-//	record.json   the volume's record (records.go): names and flags, never data
-//	shares/<i>/   share i's copy: its files as last fetched, out of the pod's view
-//	data/         the pod's view, bind-mounted read-only onto the target
-//
-// A share's copy is what it shows while it is granted, and what comes back after a revocation.
-// The view is composed from the copies of the shares the pod may see (composeFiles: the first
-// share listed wins a path), and its files are hard links to the copies' files, so a volume's
-// bytes are held in memory once. volumeDir is the only code that writes the copies and the
-// only code that builds the view: publish builds it from the copies it has just written, a
-// reconcile rebuilds it from the copies on disk, through the same writeView.
-//
-// Every directory is written by internal/atomicwriter, so a reader (or a crash) sees a whole old
-// or a whole new set of files. Writes to one volume are serialized by its lock (volumeLocks).
+// previous run left (countRecovered), counting the mounts the volumes hold (countMounts), and
+// the lock that lets one operation at a time work on a volume (volumeLocks). Below it: the
+// volume's target and bind (target.go), its record in the store (records.go, which charges the
+// node's budget: budget.go), its directory's layout, copies and view (volumedir.go), and the
+// mounts (tmpfs.go). Every step acts only on what the driver made: its own bind (checked by
+// device and inode), its own target dir, its own tmpfs.
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -40,110 +25,6 @@ import (
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
-
-const (
-	recordFile = "record.json"
-	dataDir    = "data"   // the pod's view
-	sharesDir  = "shares" // shares/<i>: share i's copy
-)
-
-// volumeDir is one volume's directory. Get one from volumeStore.dirOf.
-type volumeDir struct {
-	dir string // the tmpfs's mount point
-	gid int    // the group owning the files written (the pod's fsGroup), or -1 (atomicwriter.Writer.GID)
-}
-
-func (l volumeDir) dataDir() string { return filepath.Join(l.dir, dataDir) }
-func (l volumeDir) shareDir(i int) string {
-	return filepath.Join(l.dir, sharesDir, strconv.Itoa(i))
-}
-
-// volumeView is a pod's view composed from the shares' files, not yet written.
-type volumeView struct {
-	files map[string]atomicwriter.File // path -> file: what data/ will hold
-	// conflicts are the paths two shares both provide; the earlier share has each of them.
-	conflicts []pathConflict
-	// perShare is each share's files (nil for a share not shown): the copies the view's files
-	// are linked from.
-	perShare []map[string]atomicwriter.File
-}
-
-// composeView composes the view of shares (the volume's, in its order) from each one's files;
-// perShare[i] is nil for a share that contributes nothing (revoked).
-func composeView(shares []shareRef, perShare []map[string]atomicwriter.File) volumeView {
-	files, conflicts := composeFiles(shares, perShare)
-	return volumeView{files: files, conflicts: conflicts, perShare: perShare}
-}
-
-// populate fills a new volume: every share's copy, then the view linked from them. (The writer
-// creates shares/ with the first copy.)
-func (l volumeDir) populate(v volumeView) error {
-	for i, files := range v.perShare {
-		if err := l.writeCopy(i, files); err != nil {
-			return err
-		}
-	}
-	return l.writeView(v)
-}
-
-// writeCopy replaces share i's copy with files; nil empties it.
-func (l volumeDir) writeCopy(i int, files map[string]atomicwriter.File) error {
-	return atomicwriter.Writer{Dir: l.shareDir(i), GID: l.gid}.Write(files)
-}
-
-// writeView makes data/ hold exactly v's files, in one atomic swap. Each file is a hard link to
-// the same file in a share's copy (atomicwriter.Writer.Origins): the first share whose copy has
-// it with the same mode and bytes (a share that lost the path to an earlier one in composeFiles
-// holds other bytes there, or the same ones). The writer writes a file it cannot link.
-func (l volumeDir) writeView(v volumeView) error {
-	origins := make(map[string]string, len(v.files))
-	for p, f := range v.files {
-		for i, copied := range v.perShare {
-			if c, ok := copied[p]; ok && c.Mode == f.Mode && bytes.Equal(c.Data, f.Data) {
-				origins[p] = l.shareDir(i)
-				break
-			}
-		}
-	}
-	return atomicwriter.Writer{Dir: l.dataDir(), GID: l.gid, Origins: origins}.Write(v.files)
-}
-
-// rebuildView composes the view again from the copies on disk of the shares not revoked, and
-// writes it. It returns the paths two shares both provide, for the caller to report.
-func (l volumeDir) rebuildView(shares []shareState) ([]pathConflict, error) {
-	specs := make([]shareRef, len(shares))
-	perShare := make([]map[string]atomicwriter.File, len(shares))
-	for i, st := range shares {
-		specs[i] = st.shareRef
-		if st.Revoked {
-			continue
-		}
-		files, err := atomicwriter.ReadFiles(l.shareDir(i))
-		if err != nil {
-			return nil, err
-		}
-		perShare[i] = files
-	}
-	v := composeView(specs, perShare)
-	return v.conflicts, l.writeView(v)
-}
-
-// dropRevokedCopies empties the copies of the revoked shares of a refreshing volume: a restore
-// fetches fresh data anyway, so revoked bytes are not kept. (A refreshResource=false share keeps
-// its copy: it is exactly what comes back.) Call it only with a record already saved, so that a
-// crash never leaves a granted share with an empty copy.
-func (l volumeDir) dropRevokedCopies(rec volumeRecord) {
-	if !rec.Refresh {
-		return
-	}
-	for i, st := range rec.Shares {
-		if st.Revoked {
-			if err := l.writeCopy(i, nil); err != nil {
-				klog.ErrorS(err, "Emptying a revoked share's copy failed", "volumeID", rec.VolumeID)
-			}
-		}
-	}
-}
 
 // createVolume makes a fetched volume on the node, in these steps:
 //
@@ -333,4 +214,52 @@ func removeDirLogged(p string) {
 	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 		klog.ErrorS(err, "Removing dir failed", "path", p)
 	}
+}
+
+// volumeLocks lets one operation at a time work on a volume. Callers that find the lock held
+// get Aborted (the kubelet retries), rather than queueing behind a slow operation.
+type volumeLocks struct {
+	mu   sync.Mutex
+	held map[string]struct{}
+}
+
+func newVolumeLocks() *volumeLocks { return &volumeLocks{held: map[string]struct{}{}} }
+
+func (l *volumeLocks) tryLock(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, busy := l.held[id]; busy {
+		return false
+	}
+	l.held[id] = struct{}{}
+	return true
+}
+
+func (l *volumeLocks) unlock(id string) {
+	l.mu.Lock()
+	delete(l.held, id)
+	l.mu.Unlock()
+}
+
+// countMounts counts the mounts the driver holds: each volume's tmpfs and its binds.
+func (d *driver) countMounts() int {
+	mounts, err := d.mounter.mounts()
+	if err != nil {
+		return -1
+	}
+	devices := map[string]bool{}
+	prefix := d.store.dir + "/"
+	n := 0
+	for _, m := range mounts {
+		if strings.HasPrefix(m.MountPoint, prefix) && m.FSType == "tmpfs" {
+			devices[m.MajorMinor] = true
+			n++
+		}
+	}
+	for _, m := range mounts {
+		if devices[m.MajorMinor] && !strings.HasPrefix(m.MountPoint, prefix) {
+			n++
+		}
+	}
+	return n
 }

@@ -41,12 +41,24 @@ import (
 
 func main() {
 	verbose := flag.Bool("v", false, "print each function read")
+	layers := flag.String("layers", "", "a file listing the driver's files top to bottom, a layer a line: print every call that goes up the order")
 	dir := flag.String("dir", ".", "the driver's package directory")
 	flag.Parse()
 	p, err := load(*dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+	if *layers != "" {
+		up, err := p.callsUp(*layers)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Printf("calls up the layer order (%s): %d\n", *layers, len(up))
+		for _, c := range up {
+			fmt.Println("  " + c)
+		}
 	}
 	if *verbose {
 		var names []string
@@ -261,6 +273,57 @@ func (p *pkg) implementation(m *types.Func) *types.Func {
 	return found
 }
 
+// callsUp reads the layer order (a layer a line, its files separated by spaces; # comments) and
+// returns every call, of any function of the package, from a file to a file of a layer above it.
+// A call within a layer is allowed; a file missing from the order is an error.
+func (p *pkg) callsUp(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	rank := map[string]int{}
+	for i, line := range strings.Split(string(b), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		for _, f := range strings.Fields(line) {
+			rank[f] = i
+		}
+	}
+	var out []string
+	seen := map[string]bool{}
+	for f, fd := range p.decls {
+		from := p.fileOf(f)
+		if _, ok := rank[from]; !ok {
+			return nil, fmt.Errorf("%s is not in %s", from, path)
+		}
+		ast.Inspect(fd.Body, func(n ast.Node) bool {
+			id, ok := n.(*ast.Ident)
+			if !ok {
+				return true
+			}
+			g, ok := p.info.Uses[id].(*types.Func)
+			if !ok || g.Pkg() != p.pkg || p.decls[g.Origin()] == nil {
+				return true
+			}
+			to := p.fileOf(g.Origin())
+			if rank[to] < rank[from] {
+				c := fmt.Sprintf("%s %s -> %s %s", from, f.Name(), to, g.Name())
+				if !seen[c] {
+					seen[c] = true
+					out = append(out, c)
+				}
+			}
+			return true
+		})
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// fileOf is the name of the file declaring f.
+func (p *pkg) fileOf(f *types.Func) string {
+	return filepath.Base(p.fset.Position(p.decls[f].Pos()).Filename)
+}
+
 // callees are the package's functions fd calls, in source order.
 func (p *pkg) callees(fd *ast.FuncDecl) []*types.Func {
 	var out []*types.Func
@@ -310,10 +373,6 @@ type walker struct {
 	verbose bool
 }
 
-func (w *walker) fileOf(f *types.Func) string {
-	return filepath.Base(w.p.fset.Position(w.p.decls[f].Pos()).Filename)
-}
-
 // at puts the reader in file, reading fn, with stack the files of the callers; call says the
 // reader comes by a call, not back from one.
 func (w *walker) at(file, fn string, stack []string, call bool) {
@@ -344,7 +403,7 @@ func (w *walker) at(file, fn string, stack []string, call bool) {
 
 func (w *walker) visit(f *types.Func, stack []string) {
 	w.read[f] = true
-	file := w.fileOf(f)
+	file := w.p.fileOf(f)
 	w.at(file, f.Name(), stack, true)
 	calls := w.p.callees(w.p.decls[f])
 	for i, c := range calls {

@@ -1,0 +1,131 @@
+package main
+
+// A volume's directory: the tmpfs mounted at <state dir>/volumes/<volume id>, and what it holds.
+//
+//	record.json   the volume's record (records.go): names and flags, never data
+//	shares/<i>/   share i's copy: its files as last fetched, out of the pod's view
+//	data/         the pod's view, bind-mounted read-only onto the target
+//
+// A share's copy is what it shows while it is granted, and what comes back after a revocation.
+// The view is composed from the copies of the shares the pod may see (composeFiles: the first
+// share listed wins a path), and its files are hard links to the copies' files, so a volume's
+// bytes are held in memory once. volumeDir is the only code that writes the copies and the
+// only code that builds the view: publish builds it from the copies it has just written, a
+// reconcile rebuilds it from the copies on disk, through the same writeView.
+//
+// Every directory is written by internal/atomicwriter, so a reader (or a crash) sees a whole old
+// or a whole new set of files. Writes to one volume are serialized by its lock (volumeLocks).
+
+import (
+	"bytes"
+	"path/filepath"
+	"strconv"
+
+	"k8s.io/klog/v2"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+)
+
+const (
+	recordFile = "record.json"
+	dataDir    = "data"   // the pod's view
+	sharesDir  = "shares" // shares/<i>: share i's copy
+)
+
+// volumeDir is one volume's directory. Get one from volumeStore.dirOf.
+type volumeDir struct {
+	dir string // the tmpfs's mount point
+	gid int    // the group owning the files written (the pod's fsGroup), or -1 (atomicwriter.Writer.GID)
+}
+
+func (l volumeDir) dataDir() string { return filepath.Join(l.dir, dataDir) }
+func (l volumeDir) shareDir(i int) string {
+	return filepath.Join(l.dir, sharesDir, strconv.Itoa(i))
+}
+
+// volumeView is a pod's view composed from the shares' files, not yet written.
+type volumeView struct {
+	files map[string]atomicwriter.File // path -> file: what data/ will hold
+	// conflicts are the paths two shares both provide; the earlier share has each of them.
+	conflicts []pathConflict
+	// perShare is each share's files (nil for a share not shown): the copies the view's files
+	// are linked from.
+	perShare []map[string]atomicwriter.File
+}
+
+// composeView composes the view of shares (the volume's, in its order) from each one's files;
+// perShare[i] is nil for a share that contributes nothing (revoked).
+func composeView(shares []shareRef, perShare []map[string]atomicwriter.File) volumeView {
+	files, conflicts := composeFiles(shares, perShare)
+	return volumeView{files: files, conflicts: conflicts, perShare: perShare}
+}
+
+// populate fills a new volume: every share's copy, then the view linked from them. (The writer
+// creates shares/ with the first copy.)
+func (l volumeDir) populate(v volumeView) error {
+	for i, files := range v.perShare {
+		if err := l.writeCopy(i, files); err != nil {
+			return err
+		}
+	}
+	return l.writeView(v)
+}
+
+// writeCopy replaces share i's copy with files; nil empties it.
+func (l volumeDir) writeCopy(i int, files map[string]atomicwriter.File) error {
+	return atomicwriter.Writer{Dir: l.shareDir(i), GID: l.gid}.Write(files)
+}
+
+// writeView makes data/ hold exactly v's files, in one atomic swap. Each file is a hard link to
+// the same file in a share's copy (atomicwriter.Writer.Origins): the first share whose copy has
+// it with the same mode and bytes (a share that lost the path to an earlier one in composeFiles
+// holds other bytes there, or the same ones). The writer writes a file it cannot link.
+func (l volumeDir) writeView(v volumeView) error {
+	origins := make(map[string]string, len(v.files))
+	for p, f := range v.files {
+		for i, copied := range v.perShare {
+			if c, ok := copied[p]; ok && c.Mode == f.Mode && bytes.Equal(c.Data, f.Data) {
+				origins[p] = l.shareDir(i)
+				break
+			}
+		}
+	}
+	return atomicwriter.Writer{Dir: l.dataDir(), GID: l.gid, Origins: origins}.Write(v.files)
+}
+
+// rebuildView composes the view again from the copies on disk of the shares not revoked, and
+// writes it. It returns the paths two shares both provide, for the caller to report.
+func (l volumeDir) rebuildView(shares []shareState) ([]pathConflict, error) {
+	specs := make([]shareRef, len(shares))
+	perShare := make([]map[string]atomicwriter.File, len(shares))
+	for i, st := range shares {
+		specs[i] = st.shareRef
+		if st.Revoked {
+			continue
+		}
+		files, err := atomicwriter.ReadFiles(l.shareDir(i))
+		if err != nil {
+			return nil, err
+		}
+		perShare[i] = files
+	}
+	v := composeView(specs, perShare)
+	return v.conflicts, l.writeView(v)
+}
+
+// dropRevokedCopies empties the copies of the revoked shares of a refreshing volume: a restore
+// fetches fresh data anyway, so revoked bytes are not kept. (A refreshResource=false share keeps
+// its copy: it is exactly what comes back.) Call it only with a record already saved, so that a
+// crash never leaves a granted share with an empty copy.
+func (l volumeDir) dropRevokedCopies(rec volumeRecord) {
+	if !rec.Refresh {
+		return
+	}
+	for i, st := range rec.Shares {
+		if st.Revoked {
+			if err := l.writeCopy(i, nil); err != nil {
+				klog.ErrorS(err, "Emptying a revoked share's copy failed", "volumeID", rec.VolumeID)
+			}
+		}
+	}
+}
