@@ -96,16 +96,16 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 	broadcaster.StartRecordingToSink(eventSink{c: kube.core})
 
 	shareEvents := newShareEventQueue(newRelistSchedule(o.relistInterval, o.relistSpread))
-	volumes := &volumeBudget{limit: budget}
+	nodeBudget := &volumeBudget{limit: budget}
 	d := &driver{
 		version:     version,
 		nodeID:      o.nodeID,
 		kubeletRoot: o.kubeletRoot,
 		tmpfsSize:   size.Value(),
-		budget:      volumes,
+		budget:      nodeBudget,
 		account:     account,
 		mounter:     kernelMounter{},
-		store:       newVolumeStore(o.stateDir, volumes), // the budget's owner
+		store:       newVolumeStore(o.stateDir, nodeBudget), // the budget's owner
 		locks:       newVolumeLocks(),
 		sources:     sources,
 		authz:       newAuthorizer(sarClient{c: kube.authz}, o.authzTTL),

@@ -106,11 +106,11 @@ func (m *cycleMemo) decision(ctx context.Context, key accessKey) (decision, erro
 
 // source is sh's source as sh exposes it.
 func (m *cycleMemo) source(ctx context.Context, sh shareSpec) (*sourceData, error) {
-	key := cacheKey{sh.sourceKey(), sh.Items.fingerprint()}
+	key := cacheKey{sh.sourceKey(), sh.Exposed.fingerprint()}
 	if r, ok := m.sources[key]; ok {
 		return r.data, r.err
 	}
-	data, err := m.d.sources.refresh(ctx, sh.sourceKey(), sh.Items)
+	data, err := m.d.sources.refresh(ctx, sh.sourceKey(), sh.Exposed)
 	m.sources[key] = memoSource{data, err}
 	return data, err
 }
@@ -147,7 +147,7 @@ func (d *driver) judgeShareObject(ctx context.Context, rec volumeRecord, i int, 
 		return shareVerdict{state: st, err: err}
 	case denied != "":
 		v := revokeShare(st, denied)
-		if !rec.Refresh && sh.Name != "" && !st.Exposed.same(sh.Items) {
+		if !rec.Refresh && sh.Name != "" && !st.Exposed.same(sh.Exposed) {
 			// A revoked refreshResource=false share keeps its copy for when access comes back;
 			// what the share no longer exposes leaves it now.
 			return d.narrowShare(rec, i, sh, v)
@@ -201,7 +201,7 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
 		return d.narrowIfListChanged(rec, i, sh, d.readForbidden(st, sh))
 	case err != nil:
-		if !st.Exposed.same(sh.Items) {
+		if !st.Exposed.same(sh.Exposed) {
 			// The list is the share's, not the source's: what it no longer shares goes now.
 			klog.ErrorS(err, "Reading the source of a share failed; keeping only what its new list still shares", "volumeID", rec.VolumeID, "share", st.String())
 			return d.narrowShare(rec, i, sh, shareVerdict{state: st})
@@ -217,7 +217,7 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	st.ReadForbidden, st.SourceReplaced = false, false
 	st.SourceUID = cmp.Or(st.SourceUID, src.UID) // a record from before UIDs were kept adopts it
 	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
-	sameKeys := st.Exposed.same(sh.Items)
+	sameKeys := st.Exposed.same(sh.Exposed)
 	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion && sameKeys {
 		if resumed {
 			return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshResumed, why: sh.sourceKey().String()}}
@@ -245,7 +245,7 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	st.Revoked = false
 	st.SourceNamespace, st.SourceName, st.ResourceVersion = sh.SourceNamespace, sh.SourceName, src.ResourceVersion
 	st.SourceUID = cmp.Or(src.UID, st.SourceUID)
-	st.Exposed = sh.Items
+	st.Exposed = sh.Exposed
 	return shareVerdict{state: st, files: files, change: change}
 }
 
@@ -261,8 +261,8 @@ func (d *driver) narrowShare(rec volumeRecord, i int, sh shareSpec, base shareVe
 	if err != nil {
 		return shareVerdict{state: rec.Shares[i], err: fmt.Errorf("reading the copy of %s to drop keys no longer shared: %w", st.shareRef, err)}
 	}
-	kept := keepShared(held, rec.Items, i, st.Exposed, sh.Items)
-	st.Exposed = sh.Items
+	kept := keepShared(held, rec.Items, i, st.Exposed, sh.Exposed)
+	st.Exposed = sh.Exposed
 	base.state = st
 	if len(kept) == len(held) {
 		return base // nothing the pod sees changes; the record notes the new list
@@ -280,7 +280,7 @@ func (d *driver) narrowShare(rec volumeRecord, i int, sh shareSpec, base shareVe
 // only drops files, so it needs no reservation; the volume store charges the smaller copy when
 // the record naming it is saved (budget.go). Should even that fail, got stands (logged).
 func (d *driver) narrowInstead(vol volumeDir, rec volumeRecord, i int, want, got shareVerdict) shareVerdict {
-	sh := shareSpec{Kind: rec.Shares[i].Kind, Name: rec.Shares[i].Name, Items: want.state.Exposed}
+	sh := shareSpec{Kind: rec.Shares[i].Kind, Name: rec.Shares[i].Name, Exposed: want.state.Exposed}
 	v := d.narrowShare(rec, i, sh, got)
 	if v.err != nil || v.files == nil {
 		if v.err != nil {
@@ -305,7 +305,7 @@ func (d *driver) narrowInstead(vol volumeDir, rec volumeRecord, i int, want, got
 // narrowIfListChanged is base, narrowed (narrowShare) when the share's list is not the one
 // share i of rec was made through.
 func (d *driver) narrowIfListChanged(rec volumeRecord, i int, sh shareSpec, base shareVerdict) shareVerdict {
-	if rec.Shares[i].Exposed.same(sh.Items) {
+	if rec.Shares[i].Exposed.same(sh.Exposed) {
 		return base
 	}
 	return d.narrowShare(rec, i, sh, base)
@@ -316,7 +316,7 @@ func (d *driver) narrowIfListChanged(rec volumeRecord, i int, sh shareSpec, base
 // in which case its copy keeps only what the new list still shares (narrowShare) and the error
 // is logged: keys that stopped being shared never stay, whatever else failed.
 func (d *driver) narrowDespite(rec volumeRecord, i int, sh shareSpec, err error) shareVerdict {
-	if rec.Shares[i].Exposed.same(sh.Items) {
+	if rec.Shares[i].Exposed.same(sh.Exposed) {
 		return shareVerdict{state: rec.Shares[i], err: err}
 	}
 	klog.ErrorS(err, "Checking a share failed; keeping only what its new list still shares", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
@@ -332,10 +332,10 @@ func shareRead(ctx context.Context, memo *cycleMemo, ref shareRef) bool {
 
 // exposureSummary says what sh exposes, for an event: the names it shares, never others.
 func exposureSummary(sh shareSpec) string {
-	if sh.Items.all() {
+	if sh.Exposed.all() {
 		return "it shares every key of its source"
 	}
-	return "it shares only " + quoteAll(sh.Items.names())
+	return "it shares only " + quoteAll(sh.Exposed.names())
 }
 
 // revokeShare is the verdict on a share the pod may no longer see: revoked, reported once.

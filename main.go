@@ -227,7 +227,7 @@ func runNode(ctx context.Context, o *options) error {
 	// Shut down last, once serve has stopped everything that records events.
 	defer w.broadcaster.Shutdown()
 	// Volumes from the previous run first: they must be known before any request is served.
-	if err := w.d.recover(); err != nil {
+	if err := w.d.recoverVolumes(); err != nil {
 		return fmt.Errorf("recovering volumes: %w", err)
 	}
 	return w.serve(ctx, o)

@@ -53,19 +53,19 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 	rec := newVolumeRecord(v)
 	perShare := make([]map[string]atomicwriter.File, len(v.Shares))
 	var size int64
-	for i, spec := range v.Shares {
-		sh, src, err := d.admitShare(ctx, v, spec)
+	for i, ref := range v.Shares {
+		sh, src, err := d.admitShare(ctx, v, ref)
 		if err != nil {
 			return volumeRecord{}, volumeView{}, err
 		}
-		rec.Shares = append(rec.Shares, shareState{shareRef: spec,
-			SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion, Exposed: sh.Items,
+		rec.Shares = append(rec.Shares, shareState{shareRef: ref,
+			SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion, Exposed: sh.Exposed,
 			ShareUID: sh.UID, SourceUID: src.UID})
 		if perShare[i], err = sharedFiles(rec, i, sh, src); err != nil {
 			if errors.As(err, new(*notSharedError)) {
-				return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %q: %v", spec.Kind.shareTypeName(), spec.Name, err)
+				return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %q: %v", ref.Kind.shareTypeName(), ref.Name, err)
 			}
-			return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", spec.Kind, sh.SourceNamespace, sh.SourceName, err)
+			return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", ref.Kind, sh.SourceNamespace, sh.SourceName, err)
 		}
 		rec.Shares[i].Bytes, rec.Shares[i].Entries = chargedBytes(perShare[i]), filesEntries(perShare[i])
 		size += src.Size
@@ -106,13 +106,13 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 // with the review, every refused publish, retried by the kubelet with its backoff, would read a
 // Secret on the API server for nothing. A cold publish waits for the review, then the GET (tens
 // of milliseconds each); a warm one finds both cached.
-func (d *driver) admitShare(ctx context.Context, v *volumeRequest, spec shareRef) (shareSpec, *sourceData, error) {
-	sh, shareErr := d.shares.get(ctx, spec.Kind, spec.Name)
+func (d *driver) admitShare(ctx context.Context, v *volumeRequest, ref shareRef) (shareSpec, *sourceData, error) {
+	sh, shareErr := d.shares.get(ctx, ref.Kind, ref.Name)
 	missing, broken := apierrors.IsNotFound(shareErr), errors.As(shareErr, new(*badShareError))
 	if shareErr != nil && !missing && !broken {
-		return sh, nil, status.Errorf(codes.Unavailable, "reading %s %q, will retry: %v", spec.Kind.shareTypeName(), spec.Name, shareErr)
+		return sh, nil, status.Errorf(codes.Unavailable, "reading %s %q, will retry: %v", ref.Kind.shareTypeName(), ref.Name, shareErr)
 	}
-	key := accessKey{Namespace: v.PodNamespace, ServiceAccount: v.ServiceAccount, Kind: spec.Kind, Share: spec.Name}
+	key := accessKey{Namespace: v.PodNamespace, ServiceAccount: v.ServiceAccount, Kind: ref.Kind, Share: ref.Name}
 	dec, err := d.authz.check(ctx, key)
 	switch {
 	case apierrors.IsForbidden(err):
@@ -126,11 +126,11 @@ func (d *driver) admitShare(ctx context.Context, v *volumeRequest, spec shareRef
 	case !dec.Allowed:
 		return sh, nil, status.Error(codes.PermissionDenied, deniedMessage(key, dec.Reason))
 	case missing:
-		return sh, nil, status.Errorf(codes.NotFound, "%s %q does not exist: a cluster admin must create it (cluster-scoped, group %s)", spec.Kind.shareTypeName(), spec.Name, shareGroup)
+		return sh, nil, status.Errorf(codes.NotFound, "%s %q does not exist: a cluster admin must create it (cluster-scoped, group %s)", ref.Kind.shareTypeName(), ref.Name, shareGroup)
 	case broken:
 		return sh, nil, status.Errorf(codes.FailedPrecondition, "%v", shareErr)
 	}
-	src, err := d.sources.get(ctx, sh.sourceKey(), sh.Items)
+	src, err := d.sources.get(ctx, sh.sourceKey(), sh.Exposed)
 	switch {
 	case err != nil:
 		return sh, nil, sourceError(sh, err, d.account)

@@ -78,7 +78,7 @@ type shareState struct {
 	Exposed exposure `json:"exposed,omitempty"`
 }
 
-func (r *volumeRecord) specs() []shareRef {
+func (r *volumeRecord) refs() []shareRef {
 	out := make([]shareRef, len(r.Shares))
 	for i, s := range r.Shares {
 		out[i] = s.shareRef
@@ -108,7 +108,7 @@ func newVolumeRecord(v *volumeRequest) volumeRecord {
 
 // sameRequest says whether a repeated NodePublishVolume asks for what this volume already is.
 func (r *volumeRecord) sameRequest(v *volumeRequest) bool {
-	return slices.Equal(r.specs(), v.Shares) && r.Refresh == v.Refresh &&
+	return slices.Equal(r.refs(), v.Shares) && r.Refresh == v.Refresh &&
 		r.PodNamespace == v.PodNamespace && r.PodName == v.PodName && r.PodUID == v.PodUID &&
 		r.ServiceAccount == v.ServiceAccount && r.TargetPath == v.TargetPath &&
 		r.DefaultMode == v.DefaultMode && slices.Equal(r.Items, v.Items) && r.GID == v.GID && r.MountContext == v.MountContext
@@ -159,7 +159,8 @@ func (s *volumeStore) dirOf(rec volumeRecord) volumeDir {
 // clone copies the record with a Shares slice of its own. The store hands out and keeps only
 // clones, so its copy changes only by save, once the disk has: a reconcile builds the next record
 // on a clone, and one that fails half-way must be retried whole by the next cycle, not find its
-// revocation already "done" (commit c260805). (Items is never changed after publish.)
+// revocation already "done" in memory while the disk and the pod's view still show the share
+// (the next cycle would then never rebuild the view). (Items is never changed after publish.)
 func (r volumeRecord) clone() volumeRecord {
 	r.Shares = slices.Clone(r.Shares)
 	return r

@@ -9,8 +9,9 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// recover loads the volumes left by a previous run: whole ones are resumed, broken ones cleaned.
-func (d *driver) recover() error {
+// recoverVolumes loads the volumes left by a previous run: whole ones are resumed, broken ones
+// cleaned.
+func (d *driver) recoverVolumes() error {
 	ids, err := d.store.volumeIDsOnDisk()
 	if err != nil {
 		return fmt.Errorf("listing %s: %w", d.store.dir, err)
