@@ -1,7 +1,7 @@
 package main
 
 // The CSI Identity and Node services: the top of the node plugin. Handlers validate (pure, no
-// I/O: validate.go), take the volume's lock (volumeLocks, driver.go: a second call for a volume in
+// I/O: validate.go), take the volume's lock (volumeLocks, volume.go: a second call for a volume in
 // progress is answered Aborted), call publish (publish.go) or unpublish (unpublish.go) and return
 // gRPC status errors a cluster admin can act on. The interceptor logs every call with its secrets stripped, and counts it.
 

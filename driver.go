@@ -1,10 +1,10 @@
 package main
 
 // The driver: the one value every server and loop of the node plugin shares (no package-level
-// state), how it is built from the options (wire), and the volume locks that let one operation
-// at a time work on a volume. The gRPC servers (csi.go), the relist (refresh.go), the share
-// events (shareevents.go) and recovery at start (recover.go) are its entry points; the layer
-// order of the files below them: docs/how-it-works.md.
+// state), and how it is built from the options (wire: the API clients, the volume budget, the
+// gauges). The gRPC servers (csi.go), the relist (refresh.go), the share events
+// (shareevents.go) and recovery at start (recover.go) are its entry points; the layer order of
+// the files below them: docs/how-it-works.md (checked by hack/walks).
 
 import (
 	"context"

@@ -112,38 +112,9 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 		vol.dropRevokedCopies(rec)
 		return errors.Join(errs...)
 	}
-	var conflicts []pathConflict
-	if rebuild {
-		// The crash points are a change's steps (crash_integration_test.go); a rebuild that changes
-		// nothing has none.
-		if filesChanged {
-			d.crash.reached(stepReconcileCopies)
-		}
-		var err error
-		if conflicts, err = vol.rebuildView(next.Shares); err != nil {
-			// The old view still links the old copies' files, beside the new copies.
-			d.store.chargeUnsaved(rec.VolumeID, d.store.chargeOf(rec.VolumeID)+w.written)
-			return errors.Join(append(errs, err)...)
-		}
-		if filesChanged {
-			d.crash.reached(stepReconcileData)
-		}
-	}
-	if err := d.store.save(next); err != nil {
-		if w.copied {
-			// The new copies are on disk and in the view, the old ones freed: the volume stays
-			// charged for them, not for the saved record alone (records.go's chargeUnsaved).
-			d.store.chargeUnsaved(rec.VolumeID, volumeBytes(rec)-w.replaced+w.written)
-		}
-		if rebuild {
-			// The view shows next, the record still rec: the next reconcile must rebuild the
-			// view even if its verdict is "as it is" (access back before the save succeeded).
-			d.store.viewUnsaved(rec.VolumeID)
-		}
+	conflicts, err := d.saveReconciled(vol, rec, w, rebuild, filesChanged)
+	if err != nil {
 		return errors.Join(append(errs, err)...)
-	}
-	if rebuild {
-		d.store.viewVerified(rec.VolumeID)
 	}
 	if len(changes) > 0 {
 		d.crash.reached(stepReconcileRecord)
