@@ -178,10 +178,13 @@ func isDataRoot(root string) bool {
 	return root == "/"+dataDir || root == "/"+dataDir+"//deleted"
 }
 
+// podDirExists says whether the kubelet still has the pod's directory: it removes it only after
+// the pod's volumes are unmounted, so a volume whose pod dir is gone will never be unpublished.
 func (d *driver) podDirExists(podUID string) bool {
 	return dirExists(filepath.Join(d.kubeletRoot, "pods", podUID))
 }
 
+// dirExists says whether p is a directory (not a link to one).
 func dirExists(p string) bool {
 	fi, err := os.Lstat(p)
 	return err == nil && fi.IsDir()
