@@ -233,11 +233,36 @@ func (s *volumeStore) chargeUnsaved(id string, n int64) {
 	s.unsaved[id] = n
 }
 
-// chargeOf is what volume id charges to the budget now (0: unknown).
-func (s *volumeStore) chargeOf(id string) int64 {
+// chargeUnsavedBeyond is chargeUnsaved with n bytes more than the volume charges now: a
+// reconcile wrote new copies of n bytes and could not rebuild the view, which still links the
+// old copies' files.
+func (s *volumeStore) chargeUnsavedBeyond(id string, n int64) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.charged[id]
+	now := s.charged[id]
+	s.mu.Unlock()
+	s.chargeUnsaved(id, now+n)
+}
+
+// saveRebuilt saves a reconciled volume's record and keeps the store's account of its disk in
+// step either way. rebuilt says its view was rebuilt for next; unsaved is what its tmpfs holds
+// should next not be saved (0: no copy was rewritten, the saved record still says it). Saved: a
+// rebuilt view is verified (viewVerified). Not saved: the volume is charged unsaved
+// (chargeUnsaved), and a rebuilt view shows next while the record still says the old state, so
+// the next reconcile must rebuild it even if its verdict is "as it is" (viewUnsaved).
+func (s *volumeStore) saveRebuilt(next volumeRecord, rebuilt bool, unsaved int64) error {
+	if err := s.save(next); err != nil {
+		if unsaved > 0 {
+			s.chargeUnsaved(next.VolumeID, unsaved)
+		}
+		if rebuilt {
+			s.viewUnsaved(next.VolumeID)
+		}
+		return err
+	}
+	if rebuilt {
+		s.viewVerified(next.VolumeID)
+	}
+	return nil
 }
 
 // forget drops a volume from memory and frees its bytes; its record goes away with its tmpfs.

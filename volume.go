@@ -211,28 +211,21 @@ func (d *driver) saveReconciled(vol volumeDir, rec volumeRecord, w copiesWritten
 		var err error
 		if conflicts, err = vol.rebuildView(next.Shares); err != nil {
 			// The old view still links the old copies' files, beside the new copies.
-			d.store.chargeUnsaved(rec.VolumeID, d.store.chargeOf(rec.VolumeID)+w.written)
+			d.store.chargeUnsavedBeyond(rec.VolumeID, w.written)
 			return nil, err
 		}
 		if filesChanged {
 			d.crash.reached(stepReconcileData)
 		}
 	}
-	if err := d.store.save(next); err != nil {
-		if w.copied {
-			// The new copies are on disk and in the view, the old ones freed: the volume stays
-			// charged for them, not for the saved record alone (records.go's chargeUnsaved).
-			d.store.chargeUnsaved(rec.VolumeID, volumeBytes(rec)-w.replaced+w.written)
-		}
-		if rebuild {
-			// The view shows next, the record still rec: the next reconcile must rebuild the
-			// view even if its verdict is "as it is" (access back before the save succeeded).
-			d.store.viewUnsaved(rec.VolumeID)
-		}
-		return nil, err
+	// Should the save fail with new copies written, they are on disk and in the view, the old ones
+	// freed: the volume stays charged for them, not for the saved record alone.
+	var unsaved int64
+	if w.copied {
+		unsaved = volumeBytes(rec) - w.replaced + w.written
 	}
-	if rebuild {
-		d.store.viewVerified(rec.VolumeID)
+	if err := d.store.saveRebuilt(next, rebuild, unsaved); err != nil {
+		return nil, err
 	}
 	return conflicts, nil
 }
