@@ -53,9 +53,9 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 	}()
 
 	// (0)
-	room := d.budget.reservation()
+	room, err := d.budget.reserve(volumeBytes(rec))
 	defer room.release()
-	if err := room.take(volumeBytes(rec)); err != nil {
+	if err != nil {
 		return status.Errorf(codes.ResourceExhausted, "volume %s cannot be published on this node: %v", rec.VolumeID, err)
 	}
 	vol := d.store.dirOf(rec)
