@@ -92,6 +92,14 @@ type reservation struct {
 // reservation starts an empty reservation; release it when the operation ends.
 func (b *volumeBudget) reservation() *reservation { return &reservation{b: b} }
 
+// reserve starts a reservation of n bytes, or refuses with a *budgetExceeded when they do not fit
+// beside what is in use (the reservation is then empty). Release it when the operation ends,
+// either way.
+func (b *volumeBudget) reserve(n int64) (*reservation, error) {
+	r := b.reservation()
+	return r, r.take(n)
+}
+
 // take adds n bytes to the reservation, or refuses with a *budgetExceeded when they do not fit
 // beside what is in use.
 func (r *reservation) take(n int64) error {

@@ -117,7 +117,7 @@ func (w *budgetWorld) restart() {
 	n.store = newVolumeStore(filepath.Dir(w.d.store.dir), n.budget)
 	n.locks = newVolumeLocks()
 	w.d = &n
-	if err := w.d.recover(); err != nil {
+	if err := w.d.recoverVolumes(); err != nil {
 		w.t.Fatal(err)
 	}
 }

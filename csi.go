@@ -1,14 +1,13 @@
 package main
 
-// The CSI Identity and Node services. Handlers validate (pure, no I/O: validate.go), take the
-// volume's lock (volumeLocks, here: a second call for a volume in progress is answered Aborted),
-// call publish (publish.go) or unpublish (unpublish.go) and return gRPC status errors a cluster
-// admin can act on. The interceptor logs every call with its secrets stripped, and counts it.
+// The CSI Identity and Node services: the top of the node plugin. Handlers validate (pure, no
+// I/O: validate.go), take the volume's lock (volumeLocks, volume.go: a second call for a volume in
+// progress is answered Aborted), call publish (publish.go) or unpublish (unpublish.go) and return
+// gRPC status errors a cluster admin can act on. The interceptor logs every call with its secrets stripped, and counts it.
 
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -19,33 +18,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 )
-
-const driverName = "csi.sharedresource.openshift.io"
-
-// driver holds everything the servers and loops share. It has no package-level state.
-type driver struct {
-	version     string
-	nodeID      string
-	kubeletRoot string
-	tmpfsSize   int64
-	budget      *volumeBudget // the bytes of all volumes on the node
-	// account is the driver's own service account, named in what an admin must run when the
-	// driver may not read a source.
-	account driverAccount
-
-	mounter mounter // kernelMounter; a fake in unit tests
-	store   *volumeStore
-	locks   *volumeLocks
-	shares  *shareIndex
-	sources *sourceCache
-	authz   *authorizer
-	events  record.EventRecorder // a record.FakeRecorder in unit tests
-	metrics *metrics
-	crash   crashPoints // a no-op but in the crash tests' build (crashsteps.go)
-}
 
 // Compile-time checks that the servers implement the CSI interfaces.
 var (
@@ -203,29 +177,4 @@ func stripMessage(m protoreflect.Message) {
 	for _, fd := range secret {
 		m.Clear(fd)
 	}
-}
-
-// volumeLocks lets one operation at a time work on a volume. Callers that find the lock held
-// get Aborted (the kubelet retries), rather than queueing behind a slow operation.
-type volumeLocks struct {
-	mu   sync.Mutex
-	held map[string]struct{}
-}
-
-func newVolumeLocks() *volumeLocks { return &volumeLocks{held: map[string]struct{}{}} }
-
-func (l *volumeLocks) tryLock(id string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, busy := l.held[id]; busy {
-		return false
-	}
-	l.held[id] = struct{}{}
-	return true
-}
-
-func (l *volumeLocks) unlock(id string) {
-	l.mu.Lock()
-	delete(l.held, id)
-	l.mu.Unlock()
 }

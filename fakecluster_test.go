@@ -179,7 +179,7 @@ func (c *fakeCluster) restart(d *driver) (*driver, chan string) {
 	n.kubeletRoot, n.mounter = d.kubeletRoot, d.mounter
 	n.budget.limit = d.budget.limit
 	n.store = newVolumeStore(filepath.Dir(d.store.dir), n.budget)
-	if err := n.recover(); err != nil {
+	if err := n.recoverVolumes(); err != nil {
 		c.t.Fatalf("recover: %v", err)
 	}
 	return n, events

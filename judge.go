@@ -89,7 +89,7 @@ func (d *driver) judgeShareObject(ctx context.Context, rec volumeRecord, i int, 
 		return shareVerdict{state: st, err: err}
 	case denied != "":
 		v := revokeShare(st, denied)
-		if !rec.Refresh && sh.Name != "" && !st.Exposed.same(sh.Items) {
+		if !rec.Refresh && sh.Name != "" && !st.Exposed.same(sh.Exposed) {
 			// A revoked refreshResource=false share keeps its copy for when access comes back;
 			// what the share no longer exposes leaves it now.
 			return d.narrowShare(rec, i, sh, v)
@@ -143,7 +143,7 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
 		return d.narrowIfListChanged(rec, i, sh, d.readForbidden(st, sh))
 	case err != nil:
-		if !st.Exposed.same(sh.Items) {
+		if !st.Exposed.same(sh.Exposed) {
 			// The list is the share's, not the source's: what it no longer shares goes now.
 			klog.ErrorS(err, "Reading the source of a share failed; keeping only what its new list still shares", "volumeID", rec.VolumeID, "share", st.String())
 			return d.narrowShare(rec, i, sh, shareVerdict{state: st})
@@ -159,7 +159,7 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	st.ReadForbidden, st.SourceReplaced = false, false
 	st.SourceUID = cmp.Or(st.SourceUID, src.UID) // a record from before UIDs were kept adopts it
 	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
-	sameKeys := st.Exposed.same(sh.Items)
+	sameKeys := st.Exposed.same(sh.Exposed)
 	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion && sameKeys {
 		if resumed {
 			return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshResumed, why: sh.sourceKey().String()}}
@@ -187,17 +187,8 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	st.Revoked = false
 	st.SourceNamespace, st.SourceName, st.ResourceVersion = sh.SourceNamespace, sh.SourceName, src.ResourceVersion
 	st.SourceUID = cmp.Or(src.UID, st.SourceUID)
-	st.Exposed = sh.Items
+	st.Exposed = sh.Exposed
 	return shareVerdict{state: st, files: files, change: change}
-}
-
-// sharedFiles is the files share i of rec gets from src, the source as sh exposes it: an error
-// when the source lacks a listed key, or the pod's items select a key the share does not expose.
-func sharedFiles(rec volumeRecord, i int, sh shareSpec, src *sourceData) (map[string]atomicwriter.File, error) {
-	if len(src.Missing) > 0 {
-		return nil, &missingSharedKeysError{share: sh, keys: src.Missing}
-	}
-	return rec.project(i, src.Files, sh.Items)
 }
 
 // narrowShare is the verdict base becomes when the share's list changed and its source is not
@@ -212,8 +203,8 @@ func (d *driver) narrowShare(rec volumeRecord, i int, sh shareSpec, base shareVe
 	if err != nil {
 		return shareVerdict{state: rec.Shares[i], err: fmt.Errorf("reading the copy of %s to drop keys no longer shared: %w", st.shareRef, err)}
 	}
-	kept := keepShared(held, rec.Items, i, st.Exposed, sh.Items)
-	st.Exposed = sh.Items
+	kept := keepShared(held, rec.Items, i, st.Exposed, sh.Exposed)
+	st.Exposed = sh.Exposed
 	base.state = st
 	if len(kept) == len(held) {
 		return base // nothing the pod sees changes; the record notes the new list
@@ -231,7 +222,7 @@ func (d *driver) narrowShare(rec volumeRecord, i int, sh shareSpec, base shareVe
 // only drops files, so it needs no reservation; the volume store charges the smaller copy when
 // the record naming it is saved (budget.go). Should even that fail, got stands (logged).
 func (d *driver) narrowInstead(vol volumeDir, rec volumeRecord, i int, want, got shareVerdict) shareVerdict {
-	sh := shareSpec{Kind: rec.Shares[i].Kind, Name: rec.Shares[i].Name, Items: want.state.Exposed}
+	sh := shareSpec{Kind: rec.Shares[i].Kind, Name: rec.Shares[i].Name, Exposed: want.state.Exposed}
 	v := d.narrowShare(rec, i, sh, got)
 	if v.err != nil || v.files == nil {
 		if v.err != nil {
@@ -256,7 +247,7 @@ func (d *driver) narrowInstead(vol volumeDir, rec volumeRecord, i int, want, got
 // narrowIfListChanged is base, narrowed (narrowShare) when the share's list is not the one
 // share i of rec was made through.
 func (d *driver) narrowIfListChanged(rec volumeRecord, i int, sh shareSpec, base shareVerdict) shareVerdict {
-	if rec.Shares[i].Exposed.same(sh.Items) {
+	if rec.Shares[i].Exposed.same(sh.Exposed) {
 		return base
 	}
 	return d.narrowShare(rec, i, sh, base)
@@ -267,7 +258,7 @@ func (d *driver) narrowIfListChanged(rec volumeRecord, i int, sh shareSpec, base
 // in which case its copy keeps only what the new list still shares (narrowShare) and the error
 // is logged: keys that stopped being shared never stay, whatever else failed.
 func (d *driver) narrowDespite(rec volumeRecord, i int, sh shareSpec, err error) shareVerdict {
-	if rec.Shares[i].Exposed.same(sh.Items) {
+	if rec.Shares[i].Exposed.same(sh.Exposed) {
 		return shareVerdict{state: rec.Shares[i], err: err}
 	}
 	klog.ErrorS(err, "Checking a share failed; keeping only what its new list still shares", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
@@ -283,10 +274,10 @@ func shareRead(ctx context.Context, memo *cycleMemo, ref shareRef) bool {
 
 // exposureSummary says what sh exposes, for an event: the names it shares, never others.
 func exposureSummary(sh shareSpec) string {
-	if sh.Items.all() {
+	if sh.Exposed.all() {
 		return "it shares every key of its source"
 	}
-	return "it shares only " + quoteAll(sh.Items.names())
+	return "it shares only " + quoteAll(sh.Exposed.names())
 }
 
 // revokeShare is the verdict on a share the pod may no longer see: revoked, reported once.
@@ -335,3 +326,5 @@ func (d *driver) readForbidden(st shareState, sh shareSpec) shareVerdict {
 	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshFailed,
 		why: fmt.Sprintf("%s: the driver may not read %s; %s", what, sh.sourceKey(), d.account.grantReadHint(sh.sourceKey()))}}
 }
+
+func quote(s string) string { return "\"" + s + "\"" }

@@ -16,6 +16,15 @@ import (
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
+// sharedFiles is the files share i of rec gets from src, the source as sh exposes it: an error
+// when the source lacks a listed key, or the pod's items select a key the share does not expose.
+func sharedFiles(rec volumeRecord, i int, sh shareSpec, src *sourceData) (map[string]atomicwriter.File, error) {
+	if len(src.Missing) > 0 {
+		return nil, &missingSharedKeysError{share: sh, keys: src.Missing}
+	}
+	return projectFiles(src.Files, rec.Items, i, rec.DefaultMode, sh.Exposed)
+}
+
 // missingKeysError says which selected keys a source lacks.
 type missingKeysError struct{ keys []string }
 
@@ -141,7 +150,7 @@ type pathConflict struct {
 // composeFiles merges the shares' files in the volume's order. A path produced by two shares (or
 // a file of one that is a directory of another) goes to the earlier share, as in a projected
 // volume the first source listed wins; the conflicts are returned so they can be reported.
-func composeFiles(specs []shareRef, perShare []map[string]atomicwriter.File) (map[string]atomicwriter.File, []pathConflict) {
+func composeFiles(refs []shareRef, perShare []map[string]atomicwriter.File) (map[string]atomicwriter.File, []pathConflict) {
 	out := map[string]atomicwriter.File{}
 	owner := map[string]int{} // path -> share index, including the directories of each file
 	var conflicts []pathConflict
@@ -160,7 +169,7 @@ func composeFiles(specs []shareRef, perShare []map[string]atomicwriter.File) (ma
 			// its parent directories that is a file of an earlier share.
 			for q := range pathAndParents(p) {
 				if j, taken := owner[q]; taken && j != i && (q == p || isFile(out, q)) {
-					conflicts = append(conflicts, pathConflict{Path: p, Kept: specs[j], Dropped: specs[i]})
+					conflicts = append(conflicts, pathConflict{Path: p, Kept: refs[j], Dropped: refs[i]})
 					continue next
 				}
 			}

@@ -74,8 +74,19 @@ func newMetrics() *metrics {
 	return m
 }
 
+// driverGauges are what the gauges read from the driver at scrape time, handed over by the
+// driver's wiring (driver.go): the metrics sit below every part of the driver and call none.
+type driverGauges struct {
+	ready       func() bool
+	volumes     func() int
+	mounts      func() int
+	volumeBytes func() int64 // in use, against the budget
+	budget      func() int64 // the budget's limit
+	sources     func() (entries int, bytes int64, stats cacheStats)
+}
+
 // registerDriverGauges adds gauges read from the driver's state at scrape time.
-func (m *metrics) registerDriverGauges(d *driver) {
+func (m *metrics) registerDriverGauges(d driverGauges) {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: metricsPrefix + name, Help: help}, f)
 	}
@@ -83,7 +94,7 @@ func (m *metrics) registerDriverGauges(d *driver) {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: metricsPrefix + name, Help: help}, f)
 	}
 	cacheStat := func(pick func(int, int64, cacheStats) float64) func() float64 {
-		return func() float64 { return pick(d.sources.snapshot()) }
+		return func() float64 { return pick(d.sources()) }
 	}
 	ready := func() float64 {
 		if d.ready() {
@@ -93,11 +104,11 @@ func (m *metrics) registerDriverGauges(d *driver) {
 	}
 	m.registry.MustRegister(
 		gauge("ready", "1 when the driver is ready (its /healthz answers 200: the share caches are synced), else 0.", ready),
-		gauge("volumes", "Volumes published on this node.", func() float64 { return float64(d.store.count()) }),
-		gauge("mounts", "Mounts the driver holds (tmpfs and read-only binds).", func() float64 { return float64(d.countMounts()) }),
+		gauge("volumes", "Volumes published on this node.", func() float64 { return float64(d.volumes()) }),
+		gauge("mounts", "Mounts the driver holds (tmpfs and read-only binds).", func() float64 { return float64(d.mounts()) }),
 		gauge("volume_bytes", "Memory the volumes on this node hold (their files' tmpfs pages, charged to the driver's container), counted against the budget.",
-			func() float64 { return float64(d.budget.inUse()) }),
-		gauge("volume_bytes_budget", "The budget of volume memory on this node (--volume-bytes-budget); 0: none.", func() float64 { return float64(d.budget.limit) }),
+			func() float64 { return float64(d.volumeBytes()) }),
+		gauge("volume_bytes_budget", "The budget of volume memory on this node (--volume-bytes-budget); 0: none.", func() float64 { return float64(d.budget()) }),
 		gauge("source_cache_entries", "Secrets/ConfigMaps in the source cache.", cacheStat(func(n int, _ int64, _ cacheStats) float64 { return float64(n) })),
 		gauge("source_cache_bytes", "Bytes of data in the source cache.", cacheStat(func(_ int, b int64, _ cacheStats) float64 { return float64(b) })),
 		counter("source_cache_hits_total", "Source lookups served from the cache.", cacheStat(func(_ int, _ int64, s cacheStats) float64 { return float64(s.Hits) })),
@@ -190,27 +201,4 @@ func requestResource(path string) string {
 		return "other"
 	}
 	return segs[0]
-}
-
-// countMounts counts the mounts the driver holds: each volume's tmpfs and its binds.
-func (d *driver) countMounts() int {
-	mounts, err := d.mounter.mounts()
-	if err != nil {
-		return -1
-	}
-	devices := map[string]bool{}
-	prefix := d.store.dir + "/"
-	n := 0
-	for _, m := range mounts {
-		if strings.HasPrefix(m.MountPoint, prefix) && m.FSType == "tmpfs" {
-			devices[m.MajorMinor] = true
-			n++
-		}
-	}
-	for _, m := range mounts {
-		if devices[m.MajorMinor] && !strings.HasPrefix(m.MountPoint, prefix) {
-			n++
-		}
-	}
-	return n
 }

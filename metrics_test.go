@@ -34,7 +34,7 @@ func metricsDriver(t *testing.T) *driver {
 	})
 	d := newTestDriver(t, nil, nil)
 	d.shares = newShareIndex(dyn, func(shareKind, string) {}) // never started: its cache is empty
-	d.metrics.registerDriverGauges(d)
+	d.metrics.registerDriverGauges(d.gauges())
 	return d
 }
 

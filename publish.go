@@ -2,17 +2,15 @@ package main
 
 // NodePublishVolume's work, in two halves: fetchVolume admits every share (looks it up, checks
 // the pod may use it, GETs its source: admitShare) and composes the pod's view without writing
-// anything, so a volume is published whole or not at all; createVolume then makes it on the
-// node, step by step, and undoes exactly the steps that ran when one fails. csi.go has validated
-// the request and holds the volume's lock.
+// anything, so a volume is published whole or not at all; createVolume (volume.go, the volume's
+// owner) then makes it on the node, step by step, and undoes exactly the steps that ran when one
+// fails. csi.go has validated the request and holds the volume's lock.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -55,19 +53,19 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 	rec := newVolumeRecord(v)
 	perShare := make([]map[string]atomicwriter.File, len(v.Shares))
 	var size int64
-	for i, spec := range v.Shares {
-		sh, src, err := d.admitShare(ctx, v, spec)
+	for i, ref := range v.Shares {
+		sh, src, err := d.admitShare(ctx, v, ref)
 		if err != nil {
 			return volumeRecord{}, volumeView{}, err
 		}
-		rec.Shares = append(rec.Shares, shareState{shareRef: spec,
-			SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion, Exposed: sh.Items,
+		rec.Shares = append(rec.Shares, shareState{shareRef: ref,
+			SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion, Exposed: sh.Exposed,
 			ShareUID: sh.UID, SourceUID: src.UID})
 		if perShare[i], err = sharedFiles(rec, i, sh, src); err != nil {
 			if errors.As(err, new(*notSharedError)) {
-				return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %q: %v", spec.Kind.shareTypeName(), spec.Name, err)
+				return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %q: %v", ref.Kind.shareTypeName(), ref.Name, err)
 			}
-			return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", spec.Kind, sh.SourceNamespace, sh.SourceName, err)
+			return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", ref.Kind, sh.SourceNamespace, sh.SourceName, err)
 		}
 		rec.Shares[i].Bytes, rec.Shares[i].Entries = chargedBytes(perShare[i]), filesEntries(perShare[i])
 		size += src.Size
@@ -95,86 +93,6 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 	return rec, view, nil
 }
 
-// createVolume makes a fetched volume on the node, in these steps:
-//
-//	(0) room for its bytes, reserved in the node's volume budget (budget.go) until the record,
-//	    saved, charges them (or the publish is undone);
-//	(1) the volume's dir, <state dir>/volumes/<id> (a leftover of a crash is cleaned first);
-//	(2) its tmpfs, size-limited;
-//	(3) the shares' copies and the pod's view, written into it;
-//	(4) the record, saved, saying whether the driver makes the target (before it does, so a crash
-//	    between the two leaves a record that owns the directory);
-//	(5) the target dir, unless the kubelet made it;
-//	(6) the read-only bind of the view onto the target.
-//
-// Each step registers its undo; if a later step fails, the undos run in reverse and the node is
-// as before. A crash test kills the driver after each step (crashsteps.go).
-func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
-	var undo []func()
-	succeeded := false
-	defer func() {
-		if !succeeded {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
-		}
-	}()
-
-	// (0)
-	room := d.budget.reservation()
-	defer room.release()
-	if err := room.take(volumeBytes(rec)); err != nil {
-		return status.Errorf(codes.ResourceExhausted, "volume %s cannot be published on this node: %v", rec.VolumeID, err)
-	}
-	vol := d.store.dirOf(rec)
-	// (1)
-	if err := d.prepareVolumeDir(vol.dir); err != nil {
-		return status.Errorf(codes.Internal, "creating volume dir: %v", err)
-	}
-	undo = append(undo, func() { removeDirLogged(vol.dir) })
-	d.crash.reached(stepPublishDir)
-	// (2)
-	if err := d.mounter.mountTmpfs(vol.dir, d.tmpfsSize, rec.MountContext); err != nil {
-		if rec.MountContext != "" {
-			return status.Errorf(codes.FailedPrecondition, "mounting tmpfs for volume %s with the SELinux option %s failed (is SELinux enabled on this node?): %v", rec.VolumeID, rec.MountContext, err)
-		}
-		return status.Errorf(codes.Internal, "mounting tmpfs for volume %s: %v", rec.VolumeID, err)
-	}
-	undo = append(undo, func() { d.unmountLogged(vol.dir) })
-	d.crash.reached(stepPublishTmpfs)
-	// (3)
-	if err := vol.populate(view); err != nil {
-		return writeError(rec.VolumeID, d.tmpfsSize, err)
-	}
-	d.crash.reached(stepPublishData)
-	// (4)
-	exists, err := d.checkTarget(rec.TargetPath)
-	if err != nil {
-		return err
-	}
-	rec.CreatedTarget = !exists
-	if err := d.store.save(rec); err != nil {
-		return status.Errorf(codes.Internal, "%v", err)
-	}
-	undo = append(undo, func() { d.store.forget(rec.VolumeID) }) // and its bytes
-	d.crash.reached(stepPublishRecord)
-	// (5)
-	if !exists {
-		if err := createTarget(rec.TargetPath); err != nil {
-			return err
-		}
-		undo = append(undo, func() { removeDirLogged(rec.TargetPath) })
-	}
-	d.crash.reached(stepPublishTarget)
-	// (6)
-	if err := d.mounter.bindReadOnly(vol.dataDir(), rec.TargetPath); err != nil {
-		return status.Errorf(codes.Internal, "bind-mounting volume %s onto %s: %v", rec.VolumeID, rec.TargetPath, err)
-	}
-	succeeded = true
-	d.crash.reached(stepPublishBind)
-	return nil
-}
-
 // admitShare looks up one share of a publish, checks the pod may use it and GETs its source.
 //
 // The review decides what the pod learns: a pod that may not use the share is told so, and
@@ -188,13 +106,13 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 // with the review, every refused publish, retried by the kubelet with its backoff, would read a
 // Secret on the API server for nothing. A cold publish waits for the review, then the GET (tens
 // of milliseconds each); a warm one finds both cached.
-func (d *driver) admitShare(ctx context.Context, v *volumeRequest, spec shareRef) (shareSpec, *sourceData, error) {
-	sh, shareErr := d.shares.get(ctx, spec.Kind, spec.Name)
+func (d *driver) admitShare(ctx context.Context, v *volumeRequest, ref shareRef) (shareSpec, *sourceData, error) {
+	sh, shareErr := d.shares.get(ctx, ref.Kind, ref.Name)
 	missing, broken := apierrors.IsNotFound(shareErr), errors.As(shareErr, new(*badShareError))
 	if shareErr != nil && !missing && !broken {
-		return sh, nil, status.Errorf(codes.Unavailable, "reading %s %q, will retry: %v", spec.Kind.shareTypeName(), spec.Name, shareErr)
+		return sh, nil, status.Errorf(codes.Unavailable, "reading %s %q, will retry: %v", ref.Kind.shareTypeName(), ref.Name, shareErr)
 	}
-	key := accessKey{Namespace: v.PodNamespace, ServiceAccount: v.ServiceAccount, Kind: spec.Kind, Share: spec.Name}
+	key := accessKey{Namespace: v.PodNamespace, ServiceAccount: v.ServiceAccount, Kind: ref.Kind, Share: ref.Name}
 	dec, err := d.authz.check(ctx, key)
 	switch {
 	case apierrors.IsForbidden(err):
@@ -208,11 +126,11 @@ func (d *driver) admitShare(ctx context.Context, v *volumeRequest, spec shareRef
 	case !dec.Allowed:
 		return sh, nil, status.Error(codes.PermissionDenied, deniedMessage(key, dec.Reason))
 	case missing:
-		return sh, nil, status.Errorf(codes.NotFound, "%s %q does not exist: a cluster admin must create it (cluster-scoped, group %s)", spec.Kind.shareTypeName(), spec.Name, shareGroup)
+		return sh, nil, status.Errorf(codes.NotFound, "%s %q does not exist: a cluster admin must create it (cluster-scoped, group %s)", ref.Kind.shareTypeName(), ref.Name, shareGroup)
 	case broken:
 		return sh, nil, status.Errorf(codes.FailedPrecondition, "%v", shareErr)
 	}
-	src, err := d.sources.get(ctx, sh.sourceKey(), sh.Items)
+	src, err := d.sources.get(ctx, sh.sourceKey(), sh.Exposed)
 	switch {
 	case err != nil:
 		return sh, nil, sourceError(sh, err, d.account)
@@ -220,13 +138,6 @@ func (d *driver) admitShare(ctx context.Context, v *volumeRequest, spec shareRef
 		return sh, nil, status.Error(codes.FailedPrecondition, replacedMessage(sh, src.UID))
 	}
 	return sh, src, nil
-}
-
-func writeError(volumeID string, limit int64, err error) error {
-	if errors.Is(err, unix.ENOSPC) {
-		return status.Errorf(codes.ResourceExhausted, "writing volume %s: the tmpfs size limit of %d bytes is too small (raise --tmpfs-size): %v", volumeID, limit, err)
-	}
-	return status.Errorf(codes.Internal, "writing volume %s: %v", volumeID, err)
 }
 
 // sourceError maps a failed GET of a share's source to the code the kubelet should see.
@@ -243,22 +154,4 @@ func sourceError(sh shareSpec, err error, account driverAccount) error {
 	default:
 		return status.Errorf(codes.Unavailable, "reading %s: %v", what, err)
 	}
-}
-
-// prepareVolumeDir creates the volume's directory. A directory left by an earlier crash holds no
-// live volume (every live volume is in the store), so it is cleaned first.
-func (d *driver) prepareVolumeDir(volDir string) error {
-	err := os.Mkdir(volDir, 0o700)
-	if errors.Is(err, os.ErrNotExist) { // the volumes dir itself: made once, not stat'ed per publish
-		if err := os.MkdirAll(d.store.dir, 0o700); err != nil {
-			return err
-		}
-		err = os.Mkdir(volDir, 0o700)
-	}
-	if errors.Is(err, os.ErrExist) {
-		klog.InfoS("Removing leftover volume dir", "dir", volDir)
-		d.cleanOrphan(volDir)
-		err = os.Mkdir(volDir, 0o700)
-	}
-	return err
 }

@@ -70,64 +70,6 @@ type shareChange struct {
 	reason string // the event's reason, when not the kind's own (a share replaced: shareidentity.go)
 }
 
-// cycleMemo remembers, for one pass over volumes, each access decision and each source fetched.
-type cycleMemo struct {
-	d       *driver
-	access  map[accessKey]memoDecision
-	sources map[cacheKey]memoSource
-	shares  map[shareRef]memoShare
-}
-
-type memoShare struct {
-	sh  shareSpec
-	err error
-}
-
-type memoDecision struct {
-	d   decision
-	err error
-}
-
-type memoSource struct {
-	data *sourceData
-	err  error
-}
-
-func (d *driver) newCycleMemo() *cycleMemo {
-	return &cycleMemo{d: d, access: map[accessKey]memoDecision{}, sources: map[cacheKey]memoSource{}, shares: map[shareRef]memoShare{}}
-}
-
-// share reads the share from the informer, with a live GET when it is not cached, so that a
-// share missing from the cache is confirmed deleted before any volume is revoked for it.
-func (m *cycleMemo) share(ctx context.Context, ref shareRef) (shareSpec, error) {
-	if r, ok := m.shares[ref]; ok {
-		return r.sh, r.err
-	}
-	sh, err := m.d.shares.get(ctx, ref.Kind, ref.Name)
-	m.shares[ref] = memoShare{sh, err}
-	return sh, err
-}
-
-func (m *cycleMemo) decision(ctx context.Context, key accessKey) (decision, error) {
-	if r, ok := m.access[key]; ok {
-		return r.d, r.err
-	}
-	dec, err := m.d.authz.recheck(ctx, key)
-	m.access[key] = memoDecision{dec, err}
-	return dec, err
-}
-
-// source is sh's source as sh exposes it.
-func (m *cycleMemo) source(ctx context.Context, sh shareSpec) (*sourceData, error) {
-	key := cacheKey{sh.sourceKey(), sh.Items.fingerprint()}
-	if r, ok := m.sources[key]; ok {
-		return r.data, r.err
-	}
-	data, err := m.d.sources.refresh(ctx, sh.sourceKey(), sh.Items)
-	m.sources[key] = memoSource{data, err}
-	return data, err
-}
-
 // reconcile brings one volume to what the cluster says it should be: judge, then apply (see the
 // top of this file). The caller holds the volume's lock. It returns the first error met; the
 // shares it concerns were left as they were.
@@ -170,38 +112,9 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 		vol.dropRevokedCopies(rec)
 		return errors.Join(errs...)
 	}
-	var conflicts []pathConflict
-	if rebuild {
-		// The crash points are a change's steps (crash_integration_test.go); a rebuild that changes
-		// nothing has none.
-		if filesChanged {
-			d.crash.reached(stepReconcileCopies)
-		}
-		var err error
-		if conflicts, err = vol.rebuildView(next.Shares); err != nil {
-			// The old view still links the old copies' files, beside the new copies.
-			d.store.chargeUnsaved(rec.VolumeID, d.store.chargeOf(rec.VolumeID)+w.written)
-			return errors.Join(append(errs, err)...)
-		}
-		if filesChanged {
-			d.crash.reached(stepReconcileData)
-		}
-	}
-	if err := d.store.save(next); err != nil {
-		if w.copied {
-			// The new copies are on disk and in the view, the old ones freed: the volume stays
-			// charged for them, not for the saved record alone (records.go's chargeUnsaved).
-			d.store.chargeUnsaved(rec.VolumeID, volumeBytes(rec)-w.replaced+w.written)
-		}
-		if rebuild {
-			// The view shows next, the record still rec: the next reconcile must rebuild the
-			// view even if its verdict is "as it is" (access back before the save succeeded).
-			d.store.viewUnsaved(rec.VolumeID)
-		}
+	conflicts, err := d.saveReconciled(vol, rec, w, rebuild, filesChanged)
+	if err != nil {
 		return errors.Join(append(errs, err)...)
-	}
-	if rebuild {
-		d.store.viewVerified(rec.VolumeID)
 	}
 	if len(changes) > 0 {
 		d.crash.reached(stepReconcileRecord)
@@ -330,5 +243,3 @@ func (d *driver) event(rec volumeRecord, eventType, reason, format string, args 
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: rec.PodNamespace, Name: rec.PodName, UID: types.UID(rec.PodUID)}
 	d.events.Eventf(ref, eventType, reason, format, args...)
 }
-
-func quote(s string) string { return "\"" + s + "\"" }

@@ -1,7 +1,7 @@
 package main
 
 // The set of volumes this node serves, and what the driver remembers of each: its record. Each
-// record lives inside the volume's own tmpfs (volumes/<id>/record.json, see volumedir.go), so it
+// record lives inside the volume's own tmpfs (volumes/<id>/record.json, see volume.go), so it
 // exists exactly as long as the volume does: it survives a driver restart, disappears with the
 // tmpfs on unpublish or reboot (when the pods are gone too), and can never be left behind on the
 // host disk. Records hold names, never data. Records persist across driver upgrades: their JSON
@@ -17,8 +17,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-
-	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
 // volumeRecord is what the driver must remember about a published volume.
@@ -80,7 +78,7 @@ type shareState struct {
 	Exposed exposure `json:"exposed,omitempty"`
 }
 
-func (r *volumeRecord) specs() []shareRef {
+func (r *volumeRecord) refs() []shareRef {
 	out := make([]shareRef, len(r.Shares))
 	for i, s := range r.Shares {
 		out[i] = s.shareRef
@@ -110,16 +108,10 @@ func newVolumeRecord(v *volumeRequest) volumeRecord {
 
 // sameRequest says whether a repeated NodePublishVolume asks for what this volume already is.
 func (r *volumeRecord) sameRequest(v *volumeRequest) bool {
-	return slices.Equal(r.specs(), v.Shares) && r.Refresh == v.Refresh &&
+	return slices.Equal(r.refs(), v.Shares) && r.Refresh == v.Refresh &&
 		r.PodNamespace == v.PodNamespace && r.PodName == v.PodName && r.PodUID == v.PodUID &&
 		r.ServiceAccount == v.ServiceAccount && r.TargetPath == v.TargetPath &&
 		r.DefaultMode == v.DefaultMode && slices.Equal(r.Items, v.Items) && r.GID == v.GID && r.MountContext == v.MountContext
-}
-
-// project turns share i's source data, as the share exposes it (shared), into the files it
-// contributes to this volume.
-func (r *volumeRecord) project(i int, src map[string][]byte, shared exposure) (map[string]atomicwriter.File, error) {
-	return projectFiles(src, r.Items, i, r.DefaultMode, shared)
 }
 
 func (r *volumeRecord) accessKey(i int) accessKey {
@@ -167,7 +159,8 @@ func (s *volumeStore) dirOf(rec volumeRecord) volumeDir {
 // clone copies the record with a Shares slice of its own. The store hands out and keeps only
 // clones, so its copy changes only by save, once the disk has: a reconcile builds the next record
 // on a clone, and one that fails half-way must be retried whole by the next cycle, not find its
-// revocation already "done" (commit c260805). (Items is never changed after publish.)
+// revocation already "done" in memory while the disk and the pod's view still show the share
+// (the next cycle would then never rebuild the view). (Items is never changed after publish.)
 func (r volumeRecord) clone() volumeRecord {
 	r.Shares = slices.Clone(r.Shares)
 	return r
@@ -240,11 +233,36 @@ func (s *volumeStore) chargeUnsaved(id string, n int64) {
 	s.unsaved[id] = n
 }
 
-// chargeOf is what volume id charges to the budget now (0: unknown).
-func (s *volumeStore) chargeOf(id string) int64 {
+// chargeUnsavedBeyond is chargeUnsaved with n bytes more than the volume charges now: a
+// reconcile wrote new copies of n bytes and could not rebuild the view, which still links the
+// old copies' files.
+func (s *volumeStore) chargeUnsavedBeyond(id string, n int64) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.charged[id]
+	now := s.charged[id]
+	s.mu.Unlock()
+	s.chargeUnsaved(id, now+n)
+}
+
+// saveRebuilt saves a reconciled volume's record and keeps the store's account of its disk in
+// step either way. rebuilt says its view was rebuilt for next; unsaved is what its tmpfs holds
+// should next not be saved (0: no copy was rewritten, the saved record still says it). Saved: a
+// rebuilt view is verified (viewVerified). Not saved: the volume is charged unsaved
+// (chargeUnsaved), and a rebuilt view shows next while the record still says the old state, so
+// the next reconcile must rebuild it even if its verdict is "as it is" (viewUnsaved).
+func (s *volumeStore) saveRebuilt(next volumeRecord, rebuilt bool, unsaved int64) error {
+	if err := s.save(next); err != nil {
+		if unsaved > 0 {
+			s.chargeUnsaved(next.VolumeID, unsaved)
+		}
+		if rebuilt {
+			s.viewUnsaved(next.VolumeID)
+		}
+		return err
+	}
+	if rebuilt {
+		s.viewVerified(next.VolumeID)
+	}
+	return nil
 }
 
 // forget drops a volume from memory and frees its bytes; its record goes away with its tmpfs.

@@ -6,12 +6,12 @@ package main
 import (
 	"fmt"
 
-	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 	"k8s.io/klog/v2"
 )
 
-// recover loads the volumes left by a previous run: whole ones are resumed, broken ones cleaned.
-func (d *driver) recover() error {
+// recoverVolumes loads the volumes left by a previous run: whole ones are resumed, broken ones
+// cleaned.
+func (d *driver) recoverVolumes() error {
 	ids, err := d.store.volumeIDsOnDisk()
 	if err != nil {
 		return fmt.Errorf("listing %s: %w", d.store.dir, err)
@@ -56,17 +56,4 @@ func (d *driver) recover() error {
 	}
 	klog.InfoS("Recovered volumes", "resumed", resumed, "cleaned", cleaned)
 	return nil
-}
-
-// countRecovered measures what a resumed volume's shares cost from their copies: a record
-// written before shares had their bytes recorded, or before entries were charged (budget.go),
-// says less than they hold. The store charges the volume as it remembers it, whether it fits or
-// not (it exists). A copy that cannot be read keeps what its record says.
-func (d *driver) countRecovered(rec *volumeRecord) {
-	vol := d.store.dirOf(*rec)
-	for i := range rec.Shares {
-		if files, err := atomicwriter.ReadFiles(vol.shareDir(i)); err == nil {
-			rec.Shares[i].Bytes, rec.Shares[i].Entries = chargedBytes(files), filesEntries(files)
-		}
-	}
 }

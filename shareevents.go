@@ -90,7 +90,7 @@ func (d *driver) runShareEvents(ctx context.Context, events *shareEventQueue) {
 func (d *driver) reconcileShare(ctx context.Context, ref shareRef) (busy bool) {
 	memo := d.newCycleMemo()
 	for _, rec := range d.store.list() {
-		if slices.Contains(rec.specs(), ref) && !d.reconcileIfIdle(ctx, rec.VolumeID, memo) {
+		if slices.Contains(rec.refs(), ref) && !d.reconcileIfIdle(ctx, rec.VolumeID, memo) {
 			busy = true
 		}
 	}

@@ -50,7 +50,7 @@ func (d *driver) shareIdentity(ctx context.Context, st shareState, sh shareSpec,
 	switch {
 	case st.ShareUID == "" || sh.UID == "" || sh.UID == st.ShareUID:
 		return true
-	case st.SourceUID == "" || !sh.Items.within(st.Exposed):
+	case st.SourceUID == "" || !sh.Exposed.within(st.Exposed):
 		return false
 	}
 	src, err := memo.source(ctx, sh)

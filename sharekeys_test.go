@@ -128,7 +128,7 @@ func TestShareObjectWithBadItemsIsInvalid(t *testing.T) {
 	}
 	unstructured.SetNestedSlice(u.Object, list(entry("ca.crt", "ca.pem")), "spec", "items")
 	sh, err := shareFromObject(kindSecret, u)
-	if err != nil || !slices.Equal(sh.Items, exposure{{"ca.crt", "ca.pem"}}) {
+	if err != nil || !slices.Equal(sh.Exposed, exposure{{"ca.crt", "ca.pem"}}) {
 		t.Fatalf("got %+v, %v", sh, err)
 	}
 }

@@ -27,8 +27,9 @@ type shareSpec struct {
 	// The object the share was made for, and whether it follows a re-created one
 	// (sourcepin.go).
 	Pin sourcePin
-	// Items is what the share exposes of its source (spec.items, sharekeys.go): nil is every key.
-	Items exposure
+	// Exposed is what the share exposes of its source, its spec.items (sharekeys.go): nil is
+	// every key. (The pod's own items attribute is volumeRequest.Items.)
+	Exposed exposure
 }
 
 // sourceKey names the share's source object.
@@ -51,7 +52,7 @@ func shareFromObject(k shareKind, u *unstructured.Unstructured) (shareSpec, erro
 	if err != nil {
 		return s, &badShareError{fmt.Sprintf("%s %q: %v: fix the share", k.shareTypeName(), s.Name, err)}
 	}
-	s.Items = items
+	s.Exposed = items
 	return s, nil
 }
 

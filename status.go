@@ -278,7 +278,7 @@ func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstruct
 // the GET's error, a *missingSharedKeysError, or nil.
 func (w *statusWriter) sourceProblem(ctx context.Context, sh shareSpec) (uid string, problem error) {
 	opts := metav1.GetOptions{ResourceVersion: "0"}
-	if sh.Items.all() {
+	if sh.Exposed.all() {
 		m, err := w.cfg.Meta.Resource(sourceGVR(sh.Kind)).Namespace(sh.SourceNamespace).Get(ctx, sh.SourceName, opts)
 		if err != nil {
 			return "", err
@@ -289,7 +289,7 @@ func (w *statusWriter) sourceProblem(ctx context.Context, sh shareSpec) (uid str
 	if err != nil {
 		return "", err
 	}
-	if _, missing := sh.Items.filter(d.Files); len(missing) > 0 {
+	if _, missing := sh.Exposed.filter(d.Files); len(missing) > 0 {
 		return d.UID, &missingSharedKeysError{share: sh, keys: missing}
 	}
 	return d.UID, nil
@@ -302,7 +302,7 @@ func exposedNames(k shareKind, u *unstructured.Unstructured) []string {
 	if err != nil {
 		return nil
 	}
-	return sh.Items.names()
+	return sh.Exposed.names()
 }
 
 // readyCondition turns the answer to a GET of the share's source into the Ready condition. The
@@ -318,10 +318,10 @@ func readyCondition(sh shareSpec, uid string, getErr error, account driverAccoun
 	case getErr == nil:
 		c.Status, c.Reason = metav1.ConditionTrue, reasonSourceAvailable
 		c.Message = src + " exists and the driver can read it; the share exposes "
-		if sh.Items.all() {
+		if sh.Exposed.all() {
 			c.Message += "every key of it"
 		} else {
-			c.Message += "only " + quoteAll(sh.Items.names())
+			c.Message += "only " + quoteAll(sh.Exposed.names())
 		}
 	case errors.As(getErr, &missing):
 		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceKeyMissing

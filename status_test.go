@@ -79,7 +79,7 @@ func TestReadyConditionOfInvalidShare(t *testing.T) {
 // A share with a list: Ready says what it exposes, and a listed key the source lacks makes it
 // not Ready, naming that key.
 func TestReadyConditionOfAShareWithAList(t *testing.T) {
-	sh := shareSpec{Kind: kindSecret, Name: "corp-ca", SourceNamespace: "platform", SourceName: "tls", Items: exposure{{"ca.crt", "ca.pem"}, {"tls.crt", "tls.crt"}}}
+	sh := shareSpec{Kind: kindSecret, Name: "corp-ca", SourceNamespace: "platform", SourceName: "tls", Exposed: exposure{{"ca.crt", "ca.pem"}, {"tls.crt", "tls.crt"}}}
 	c := readyCondition(sh, "", nil, "")
 	if c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, `the share exposes only "ca.pem", "tls.crt"`) {
 		t.Errorf("readable: %+v", c)

@@ -2,7 +2,7 @@ package main
 
 // The pod's side of a volume: its target path (checked, created) and the read-only bind of the
 // volume's view onto it; recognising that bind later, cheaply, so that unpublish and recovery
-// only ever unmount what the driver mounted.
+// only ever unmount what the driver mounted; and whether a pod's directory is still there.
 
 import (
 	"errors"
@@ -176,4 +176,16 @@ func (d *driver) bindIsOurs(vol volumeDir, target string) (bool, error) {
 // "/data//deleted" once the directory was removed under the bind (a wiped state dir).
 func isDataRoot(root string) bool {
 	return root == "/"+dataDir || root == "/"+dataDir+"//deleted"
+}
+
+// podDirExists says whether the kubelet still has the pod's directory: it removes it only after
+// the pod's volumes are unmounted, so a volume whose pod dir is gone will never be unpublished.
+func (d *driver) podDirExists(podUID string) bool {
+	return dirExists(filepath.Join(d.kubeletRoot, "pods", podUID))
+}
+
+// dirExists says whether p is a directory (not a link to one).
+func dirExists(p string) bool {
+	fi, err := os.Lstat(p)
+	return err == nil && fi.IsDir()
 }

@@ -1,6 +1,6 @@
 package main
 
-// Specification of taking a volume off the node (unpublish.go) on a fake node, step by step:
+// Specification of taking a volume off the node (unpublish.go, volume.go) on a fake node, step by step:
 //   - teardown removes the volume's own binds at the target (all of them), the target dir if the
 //     driver made it, the tmpfs with the record, the volume dir, and frees its budget; it never
 //     unmounts a mount it did not make;

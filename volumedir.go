@@ -38,9 +38,9 @@ type volumeDir struct {
 	gid int    // the group owning the files written (the pod's fsGroup), or -1 (atomicwriter.Writer.GID)
 }
 
-func (l volumeDir) dataDir() string { return filepath.Join(l.dir, dataDir) }
-func (l volumeDir) shareDir(i int) string {
-	return filepath.Join(l.dir, sharesDir, strconv.Itoa(i))
+func (vd volumeDir) dataDir() string { return filepath.Join(vd.dir, dataDir) }
+func (vd volumeDir) shareDir(i int) string {
+	return filepath.Join(vd.dir, sharesDir, strconv.Itoa(i))
 }
 
 // volumeView is a pod's view composed from the shares' files, not yet written.
@@ -62,68 +62,68 @@ func composeView(shares []shareRef, perShare []map[string]atomicwriter.File) vol
 
 // populate fills a new volume: every share's copy, then the view linked from them. (The writer
 // creates shares/ with the first copy.)
-func (l volumeDir) populate(v volumeView) error {
+func (vd volumeDir) populate(v volumeView) error {
 	for i, files := range v.perShare {
-		if err := l.writeCopy(i, files); err != nil {
+		if err := vd.writeCopy(i, files); err != nil {
 			return err
 		}
 	}
-	return l.writeView(v)
+	return vd.writeView(v)
 }
 
 // writeCopy replaces share i's copy with files; nil empties it.
-func (l volumeDir) writeCopy(i int, files map[string]atomicwriter.File) error {
-	return atomicwriter.Writer{Dir: l.shareDir(i), GID: l.gid}.Write(files)
+func (vd volumeDir) writeCopy(i int, files map[string]atomicwriter.File) error {
+	return atomicwriter.Writer{Dir: vd.shareDir(i), GID: vd.gid}.Write(files)
 }
 
 // writeView makes data/ hold exactly v's files, in one atomic swap. Each file is a hard link to
 // the same file in a share's copy (atomicwriter.Writer.Origins): the first share whose copy has
 // it with the same mode and bytes (a share that lost the path to an earlier one in composeFiles
 // holds other bytes there, or the same ones). The writer writes a file it cannot link.
-func (l volumeDir) writeView(v volumeView) error {
+func (vd volumeDir) writeView(v volumeView) error {
 	origins := make(map[string]string, len(v.files))
 	for p, f := range v.files {
 		for i, copied := range v.perShare {
 			if c, ok := copied[p]; ok && c.Mode == f.Mode && bytes.Equal(c.Data, f.Data) {
-				origins[p] = l.shareDir(i)
+				origins[p] = vd.shareDir(i)
 				break
 			}
 		}
 	}
-	return atomicwriter.Writer{Dir: l.dataDir(), GID: l.gid, Origins: origins}.Write(v.files)
+	return atomicwriter.Writer{Dir: vd.dataDir(), GID: vd.gid, Origins: origins}.Write(v.files)
 }
 
 // rebuildView composes the view again from the copies on disk of the shares not revoked, and
 // writes it. It returns the paths two shares both provide, for the caller to report.
-func (l volumeDir) rebuildView(shares []shareState) ([]pathConflict, error) {
-	specs := make([]shareRef, len(shares))
+func (vd volumeDir) rebuildView(shares []shareState) ([]pathConflict, error) {
+	refs := make([]shareRef, len(shares))
 	perShare := make([]map[string]atomicwriter.File, len(shares))
 	for i, st := range shares {
-		specs[i] = st.shareRef
+		refs[i] = st.shareRef
 		if st.Revoked {
 			continue
 		}
-		files, err := atomicwriter.ReadFiles(l.shareDir(i))
+		files, err := atomicwriter.ReadFiles(vd.shareDir(i))
 		if err != nil {
 			return nil, err
 		}
 		perShare[i] = files
 	}
-	v := composeView(specs, perShare)
-	return v.conflicts, l.writeView(v)
+	v := composeView(refs, perShare)
+	return v.conflicts, vd.writeView(v)
 }
 
 // dropRevokedCopies empties the copies of the revoked shares of a refreshing volume: a restore
 // fetches fresh data anyway, so revoked bytes are not kept. (A refreshResource=false share keeps
 // its copy: it is exactly what comes back.) Call it only with a record already saved, so that a
 // crash never leaves a granted share with an empty copy.
-func (l volumeDir) dropRevokedCopies(rec volumeRecord) {
+func (vd volumeDir) dropRevokedCopies(rec volumeRecord) {
 	if !rec.Refresh {
 		return
 	}
 	for i, st := range rec.Shares {
 		if st.Revoked {
-			if err := l.writeCopy(i, nil); err != nil {
+			if err := vd.writeCopy(i, nil); err != nil {
 				klog.ErrorS(err, "Emptying a revoked share's copy failed", "volumeID", rec.VolumeID)
 			}
 		}

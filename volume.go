@@ -1,0 +1,304 @@
+package main
+
+// The volume on disk, and its one owner. Publish, reconcile, unpublish and recovery call down
+// into this file for everything about a volume on the node: making it (createVolume), writing a
+// reconciled one's view and record (saveReconciled), taking it off (teardown), cleaning a dir
+// that holds no usable record (cleanOrphan), measuring one a previous run left
+// (countRecovered), counting the mounts the volumes hold (countMounts), and the lock that lets
+// one operation at a time work on a volume (volumeLocks). Below it: the volume's target and bind
+// (target.go), its record in the store (records.go, which charges the node's budget: budget.go),
+// its directory's layout, copies and view (volumedir.go), and the mounts (tmpfs.go). Every step
+// acts only on what the driver made: its own bind (checked by device and inode), its own target
+// dir, its own tmpfs.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+)
+
+// createVolume makes a fetched volume on the node, in these steps:
+//
+//	(0) room for its bytes, reserved in the node's volume budget (budget.go) until the record,
+//	    saved, charges them (or the publish is undone);
+//	(1) the volume's dir, <state dir>/volumes/<id> (a leftover of a crash is cleaned first);
+//	(2) its tmpfs, size-limited;
+//	(3) the shares' copies and the pod's view, written into it;
+//	(4) the record, saved, saying whether the driver makes the target (before it does, so a crash
+//	    between the two leaves a record that owns the directory);
+//	(5) the target dir, unless the kubelet made it;
+//	(6) the read-only bind of the view onto the target.
+//
+// Each step registers its undo; if a later step fails, the undos run in reverse and the node is
+// as before. A crash test kills the driver after each step (crashsteps.go).
+func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
+	var undo []func()
+	succeeded := false
+	defer func() {
+		if !succeeded {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+
+	// (0)
+	room, err := d.budget.reserve(volumeBytes(rec))
+	defer room.release()
+	if err != nil {
+		return status.Errorf(codes.ResourceExhausted, "volume %s cannot be published on this node: %v", rec.VolumeID, err)
+	}
+	vol := d.store.dirOf(rec)
+	// (1)
+	if err := d.prepareVolumeDir(vol.dir); err != nil {
+		return status.Errorf(codes.Internal, "creating volume dir: %v", err)
+	}
+	undo = append(undo, func() { removeDirLogged(vol.dir) })
+	d.crash.reached(stepPublishDir)
+	// (2)
+	if err := d.mounter.mountTmpfs(vol.dir, d.tmpfsSize, rec.MountContext); err != nil {
+		if rec.MountContext != "" {
+			return status.Errorf(codes.FailedPrecondition, "mounting tmpfs for volume %s with the SELinux option %s failed (is SELinux enabled on this node?): %v", rec.VolumeID, rec.MountContext, err)
+		}
+		return status.Errorf(codes.Internal, "mounting tmpfs for volume %s: %v", rec.VolumeID, err)
+	}
+	undo = append(undo, func() { d.unmountLogged(vol.dir) })
+	d.crash.reached(stepPublishTmpfs)
+	// (3)
+	if err := vol.populate(view); err != nil {
+		return writeError(rec.VolumeID, d.tmpfsSize, err)
+	}
+	d.crash.reached(stepPublishData)
+	// (4)
+	exists, err := d.checkTarget(rec.TargetPath)
+	if err != nil {
+		return err
+	}
+	rec.CreatedTarget = !exists
+	if err := d.store.save(rec); err != nil {
+		return status.Errorf(codes.Internal, "%v", err)
+	}
+	undo = append(undo, func() { d.store.forget(rec.VolumeID) }) // and its bytes
+	d.crash.reached(stepPublishRecord)
+	// (5)
+	if !exists {
+		if err := createTarget(rec.TargetPath); err != nil {
+			return err
+		}
+		undo = append(undo, func() { removeDirLogged(rec.TargetPath) })
+	}
+	d.crash.reached(stepPublishTarget)
+	// (6)
+	if err := d.mounter.bindReadOnly(vol.dataDir(), rec.TargetPath); err != nil {
+		return status.Errorf(codes.Internal, "bind-mounting volume %s onto %s: %v", rec.VolumeID, rec.TargetPath, err)
+	}
+	succeeded = true
+	d.crash.reached(stepPublishBind)
+	return nil
+}
+
+func writeError(volumeID string, limit int64, err error) error {
+	if errors.Is(err, unix.ENOSPC) {
+		return status.Errorf(codes.ResourceExhausted, "writing volume %s: the tmpfs size limit of %d bytes is too small (raise --tmpfs-size): %v", volumeID, limit, err)
+	}
+	return status.Errorf(codes.Internal, "writing volume %s: %v", volumeID, err)
+}
+
+// prepareVolumeDir creates the volume's directory. A directory left by an earlier crash holds no
+// live volume (every live volume is in the store), so it is cleaned first.
+func (d *driver) prepareVolumeDir(volDir string) error {
+	err := os.Mkdir(volDir, 0o700)
+	if errors.Is(err, os.ErrNotExist) { // the volumes dir itself: made once, not stat'ed per publish
+		if err := os.MkdirAll(d.store.dir, 0o700); err != nil {
+			return err
+		}
+		err = os.Mkdir(volDir, 0o700)
+	}
+	if errors.Is(err, os.ErrExist) {
+		klog.InfoS("Removing leftover volume dir", "dir", volDir)
+		d.cleanOrphan(volDir)
+		err = os.Mkdir(volDir, 0o700)
+	}
+	return err
+}
+
+// teardown undoes a published volume in the reverse order of publish. Each step acts only on
+// what the driver made: its own bind (checked by device), its own target dir, its own tmpfs.
+func (d *driver) teardown(rec volumeRecord) error {
+	vol := d.store.dirOf(rec)
+	for {
+		ours, err := d.bindIsOurs(vol, rec.TargetPath)
+		if err != nil {
+			return err
+		}
+		if !ours {
+			break
+		}
+		if err := d.mounter.unmount(rec.TargetPath); err != nil {
+			return fmt.Errorf("unmounting %s: %w", rec.TargetPath, err)
+		}
+	}
+	d.crash.reached(stepUnpublishBind)
+	if rec.CreatedTarget {
+		if err := os.Remove(rec.TargetPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("removing target dir: %w", err)
+		}
+	}
+	d.crash.reached(stepUnpublishTarget)
+	if err := d.mounter.unmount(vol.dir); err != nil {
+		return fmt.Errorf("unmounting tmpfs %s: %w", vol.dir, err)
+	}
+	d.crash.reached(stepUnpublishTmpfs)
+	if err := os.Remove(vol.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing %s: %w", vol.dir, err)
+	}
+	d.crash.reached(stepUnpublishDir)
+	d.store.forget(rec.VolumeID) // and its bytes (none for a volume cleaned at recovery: not yet counted)
+	return nil
+}
+
+// cleanOrphan removes a volume dir that has no usable record: any bind of its tmpfs under the
+// kubelet's pods dir (recognised by device and root), then the tmpfs, then the empty dir.
+func (d *driver) cleanOrphan(volDir string) {
+	mounts, err := d.mounter.mounts()
+	if err != nil {
+		klog.ErrorS(err, "Cannot read mounts; leaving orphan volume dir", "dir", volDir)
+		return
+	}
+	if tm, ok := mountAt(mounts, volDir); ok {
+		podsDir := filepath.Join(d.kubeletRoot, "pods") + "/"
+		for _, m := range mounts {
+			if m.MajorMinor == tm.MajorMinor && isDataRoot(m.Root) && strings.HasPrefix(m.MountPoint, podsDir) &&
+				validateTargetPath(d.kubeletRoot, m.MountPoint, "") == nil {
+				d.unmountLogged(m.MountPoint)
+				// The directory held the driver's own bind (the driver creates targets; the
+				// kubelet only their parents). Remove, not RemoveAll: only if it is empty.
+				removeDirLogged(m.MountPoint)
+			}
+		}
+		d.unmountLogged(volDir)
+	}
+	// Remove, not RemoveAll: if anything is still in there, it is not ours to delete.
+	removeDirLogged(volDir)
+}
+
+// saveReconciled writes a reconciled volume's next state (w.next, its new copies already
+// written) to disk: the pod's view rebuilt from the copies when rebuild, then the record saved,
+// last, so a crash leaves the old record with a view the next reconcile rebuilds. filesChanged
+// says the rebuild is a change's (it has crash points). A failure leaves the store charging what
+// the tmpfs holds (chargeUnsaved) and, after a rebuild, the view marked as one the record does
+// not describe (viewUnsaved). It returns the paths two shares both provide, for the caller to
+// report.
+func (d *driver) saveReconciled(vol volumeDir, rec volumeRecord, w copiesWritten, rebuild, filesChanged bool) ([]pathConflict, error) {
+	next := w.next
+	var conflicts []pathConflict
+	if rebuild {
+		// The crash points are a change's steps (crash_integration_test.go); a rebuild that changes
+		// nothing has none.
+		if filesChanged {
+			d.crash.reached(stepReconcileCopies)
+		}
+		var err error
+		if conflicts, err = vol.rebuildView(next.Shares); err != nil {
+			// The old view still links the old copies' files, beside the new copies.
+			d.store.chargeUnsavedBeyond(rec.VolumeID, w.written)
+			return nil, err
+		}
+		if filesChanged {
+			d.crash.reached(stepReconcileData)
+		}
+	}
+	// Should the save fail with new copies written, they are on disk and in the view, the old ones
+	// freed: the volume stays charged for them, not for the saved record alone.
+	var unsaved int64
+	if w.copied {
+		unsaved = volumeBytes(rec) - w.replaced + w.written
+	}
+	if err := d.store.saveRebuilt(next, rebuild, unsaved); err != nil {
+		return nil, err
+	}
+	return conflicts, nil
+}
+
+// countRecovered measures what a resumed volume's shares cost from their copies: a record
+// written before shares had their bytes recorded, or before entries were charged (budget.go),
+// says less than they hold. The store charges the volume as it remembers it, whether it fits or
+// not (it exists). A copy that cannot be read keeps what its record says.
+func (d *driver) countRecovered(rec *volumeRecord) {
+	vol := d.store.dirOf(*rec)
+	for i := range rec.Shares {
+		if files, err := atomicwriter.ReadFiles(vol.shareDir(i)); err == nil {
+			rec.Shares[i].Bytes, rec.Shares[i].Entries = chargedBytes(files), filesEntries(files)
+		}
+	}
+}
+
+func (d *driver) unmountLogged(p string) {
+	if err := d.mounter.unmount(p); err != nil {
+		klog.ErrorS(err, "Unmount failed", "path", p)
+	}
+}
+
+func removeDirLogged(p string) {
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		klog.ErrorS(err, "Removing dir failed", "path", p)
+	}
+}
+
+// volumeLocks lets one operation at a time work on a volume. Callers that find the lock held
+// get Aborted (the kubelet retries), rather than queueing behind a slow operation.
+type volumeLocks struct {
+	mu   sync.Mutex
+	held map[string]struct{}
+}
+
+func newVolumeLocks() *volumeLocks { return &volumeLocks{held: map[string]struct{}{}} }
+
+func (l *volumeLocks) tryLock(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, busy := l.held[id]; busy {
+		return false
+	}
+	l.held[id] = struct{}{}
+	return true
+}
+
+func (l *volumeLocks) unlock(id string) {
+	l.mu.Lock()
+	delete(l.held, id)
+	l.mu.Unlock()
+}
+
+// countMounts counts the mounts the driver holds: each volume's tmpfs and its binds.
+func (d *driver) countMounts() int {
+	mounts, err := d.mounter.mounts()
+	if err != nil {
+		return -1
+	}
+	devices := map[string]bool{}
+	prefix := d.store.dir + "/"
+	n := 0
+	for _, m := range mounts {
+		if strings.HasPrefix(m.MountPoint, prefix) && m.FSType == "tmpfs" {
+			devices[m.MajorMinor] = true
+			n++
+		}
+	}
+	for _, m := range mounts {
+		if devices[m.MajorMinor] && !strings.HasPrefix(m.MountPoint, prefix) {
+			n++
+		}
+	}
+	return n
+}
