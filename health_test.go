@@ -22,7 +22,8 @@ func TestHealthListenerCapsOthersButNeverTheNode(t *testing.T) {
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") }),
 		ReadHeaderTimeout: time.Minute, // the silent connections below stay open for the whole test
 	}
-	go srv.Serve(newHealthListener(lis, 2))
+	capped := newHealthListener(lis, 2)
+	go srv.Serve(capped)
 	defer srv.Close()
 	addr := lis.Addr().String()
 	// Another host: 127.0.0.2, which reaches 127.0.0.1 but is not the address the server was
@@ -50,6 +51,17 @@ func TestHealthListenerCapsOthersButNeverTheNode(t *testing.T) {
 		t.Fatalf("a request from another host: %q %v", status, err)
 	}
 
+	// The server closes its side of that request's connection a moment after the response
+	// (under load, later than the client sees it): wait until its place is given back.
+	waitOpen := func(want int64) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); capped.open.Load() != want; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d connections from other hosts counted, want %d", capped.open.Load(), want)
+			}
+		}
+	}
+	waitOpen(0)
 	// Two silent connections from another host fill the cap.
 	var silent []net.Conn
 	for range 2 {
@@ -60,7 +72,7 @@ func TestHealthListenerCapsOthersButNeverTheNode(t *testing.T) {
 		defer c.Close()
 		silent = append(silent, c)
 	}
-	time.Sleep(100 * time.Millisecond) // accepted and counted
+	waitOpen(2) // accepted and counted
 	// The next one from another host is closed at once.
 	c, err := other.Dial("tcp", addr)
 	if err != nil {

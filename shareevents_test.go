@@ -55,11 +55,13 @@ type pacedQueue struct {
 	mu    sync.Mutex
 	done  []shareRef
 	gate  chan struct{} // when set, a reaction waits on it
+	// atGate tells the test that a reaction has started and waits on the gate.
+	atGate chan shareRef
 }
 
 func newPacedQueue(t *testing.T, delay time.Duration) *pacedQueue {
 	clock := clocktesting.NewFakeClock(time.Now())
-	p := &pacedQueue{clock: clock, shareEventQueue: &shareEventQueue{
+	p := &pacedQueue{clock: clock, atGate: make(chan shareRef, 1), shareEventQueue: &shareEventQueue{
 		q:     workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[shareRef]{Clock: clock}),
 		delay: func() time.Duration { return delay },
 	}}
@@ -70,6 +72,10 @@ func newPacedQueue(t *testing.T, delay time.Duration) *pacedQueue {
 		gate := p.gate
 		p.mu.Unlock()
 		if gate != nil {
+			select {
+			case p.atGate <- ref:
+			default:
+			}
 			<-gate
 		}
 		p.mu.Lock()
@@ -123,7 +129,11 @@ func TestShareEventsWaitTheirDelayAndCoalesce(t *testing.T) {
 	p.mu.Unlock()
 	p.add(a.Kind, a.Name)
 	p.clock.Step(11 * time.Second)
-	time.Sleep(50 * time.Millisecond) // the reaction has started and waits on the gate
+	select { // the reaction has started and waits on the gate
+	case <-p.atGate:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reaction to the event did not start")
+	}
 	p.add(a.Kind, a.Name)
 	p.add(a.Kind, a.Name)
 	p.clock.Step(11 * time.Second)

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -252,7 +253,10 @@ func TestWatchSignalsTheNamedProcessOncePerChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	tmp := t.TempDir()
-	counter := filepath.Join(tmp, "hup-counter")
+	// A name of this run's own: the watcher signals every process of the name on the machine, so
+	// a fixed name would count the signals of another test binary running the same test.
+	name := fmt.Sprintf("hup-%08x", rand.Uint32())
+	counter := filepath.Join(tmp, name)
 	if err := os.Symlink(bin, counter); err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +280,7 @@ func TestWatchSignalsTheNamedProcessOncePerChange(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
-		done <- runWatchCommand(ctx, []string{"--dir", dir, "--signal", "HUP", "--process", "hup-counter"}, &stderr)
+		done <- runWatchCommand(ctx, []string{"--dir", dir, "--signal", "HUP", "--process", name}, &stderr)
 	}()
 	waitLogged(t, &stderr, "watching "+dir)
 	hups := func() int { b, _ := os.ReadFile(count); return strings.Count(string(b), "HUP") }
