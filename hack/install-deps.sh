@@ -27,7 +27,7 @@ pkgs=(
 if [[ $scope == all ]]; then
 	pkgs+=(
 		prometheus # for its promtool: the tests check the chart's alerts and dashboard with it
-		jq         # the README's commands for moving from OpenShift's driver (openshift_integration_test.go)
+		jq         # the README's commands for moving from OpenShift's driver (test/e2e/api/openshift_test.go)
 	)
 fi
 
