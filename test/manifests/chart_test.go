@@ -10,7 +10,6 @@ package manifests
 import (
 	"github.com/shared-resource/csi-driver/test/e2e/framework"
 
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -29,88 +28,25 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// helmBinary is $HELM (hack/test.sh sets it) or the one `make tools` builds.
-func helmBinary(t testing.TB) string {
-	t.Helper()
-	h := os.Getenv("HELM")
-	if h == "" {
-		h = "_output/bin/helm"
-	}
-	if _, err := os.Stat(h); err != nil {
-		t.Fatalf("no helm binary (%v): run `make tools`, which builds it from the Go module proxy", err)
-	}
-	return h
-}
-
-func runHelm(t testing.TB, args ...string) []byte {
-	t.Helper()
-	cmd := exec.Command(helmBinary(t), args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.Bytes())
-	}
-	return out
-}
-
 func TestChartLints(t *testing.T) {
-	out := runHelm(t, "lint", "--strict", framework.ChartDir)
+	out := framework.RunHelm(t, "lint", "--strict", framework.ChartDir)
 	t.Logf("%s", out)
 }
 
 func TestDeployManifestsAreTheChartRendered(t *testing.T) {
-	helmBinary(t)
+	framework.HelmBinary(t)
 	out, err := exec.Command("hack/manifests.sh", "--check").CombinedOutput()
 	if err != nil {
 		t.Fatalf("hack/manifests.sh --check: %v\n%s", err, out)
 	}
 }
 
-// nonDefaultValues changes every value of values.yaml.
-const nonDefaultValues = `
-image: {repository: registry.example.com/team/shared-resource-csi, tag: v9.8.7, pullPolicy: Always}
-namespace: {name: srcsi-chart-test, create: false}
-openshift: {enabled: true}
-crds: {install: false}
-sourceAccess: {namespaces: [default, kube-public], clusterWide: true}
-admissionPolicy: {enabled: false}
-flowControl: {enabled: false, nominalConcurrencyShares: 5}
-driver:
-  relistInterval: 2m
-  relistSpread: 0.25
-  tmpfsSize: 16Mi
-  cacheMaxEntries: 50
-  cacheMaxBytes: 1048576
-  cacheTTL: 3s
-  authzCacheTTL: 4s
-  kubeAPIQPS: 7.5
-  kubeAPIBurst: 15
-  logLevel: 4
-  healthPort: 9810
-  healthHost: $(HOST_IP)
-  healthMaxConnections: 8
-  volumeBytesBudget: 32Mi
-  extraArgs: [--status-lease-duration=30s]
-statusController: {replicas: 3, resources: {requests: {cpu: 5m, memory: 16Mi}, limits: {memory: 64Mi}}}
-kubeletDir: /var/lib/k0s/kubelet
-resources: {requests: {cpu: 20m, memory: 32Mi}, limits: {memory: 128Mi}}
-tolerations: [{key: dedicated, operator: Equal, value: storage, effect: NoSchedule}]
-nodeSelector: {kubernetes.io/os: linux}
-priorityClassName: system-cluster-critical
-updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 10%}}
-monitoring:
-  podMonitor: {enabled: true, interval: 15s, labels: {release: kube-prometheus-stack}}
-  prometheusRule: {enabled: true, labels: {release: kube-prometheus-stack, team: storage}}
-  dashboard: {enabled: true, namespace: default, labels: {grafana_folder: storage}}
-`
-
 func TestChartValuesReachTheObjects(t *testing.T) {
 	values := filepath.Join(t.TempDir(), "values.yaml")
-	if err := os.WriteFile(values, []byte(nonDefaultValues), 0o600); err != nil {
+	if err := os.WriteFile(values, []byte(framework.NonDefaultValues), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	objs := framework.RenderedObjects(t, runHelm(t, "template", "r", framework.ChartDir, "-f", values))
+	objs := framework.RenderedObjects(t, framework.RunHelm(t, "template", "r", framework.ChartDir, "-f", values))
 
 	for _, gone := range []string{"Namespace", "CustomResourceDefinition", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
 		"FlowSchema", "PriorityLevelConfiguration"} {
@@ -186,7 +122,7 @@ func TestChartValuesReachTheObjects(t *testing.T) {
 	}
 	checkStatusController(t, objs)
 	// flowControl's level, rendered with its share changed.
-	plc := framework.RenderedObjects(t, runHelm(t, "template", "r", framework.ChartDir, "--set", "flowControl.nominalConcurrencyShares=5",
+	plc := framework.RenderedObjects(t, framework.RunHelm(t, "template", "r", framework.ChartDir, "--set", "flowControl.nominalConcurrencyShares=5",
 		"--show-only", "templates/flowcontrol.yaml"))
 	var pl flowcontrolv1.PriorityLevelConfiguration
 	fromObject(t, plc, "PriorityLevelConfiguration", "shared-resource-csi", &pl, nil)
@@ -201,7 +137,7 @@ func TestChartValuesReachTheObjects(t *testing.T) {
 }
 
 // checkStatusController: the status controller's Deployment takes the image, the namespace, its
-// replicas and resources, and the shared driver values; on OpenShift (nonDefaultValues) it leaves
+// replicas and resources, and the shared driver values; on OpenShift (framework.NonDefaultValues) it leaves
 // the user to the restricted SCC; its args are accepted by the binary.
 func checkStatusController(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
@@ -242,7 +178,7 @@ func checkStatusController(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 }
 
-// checkMonitoringObjects: the monitoring values of nonDefaultValues reach the PodMonitor, the
+// checkMonitoringObjects: the monitoring values of framework.NonDefaultValues reach the PodMonitor, the
 // PrometheusRule and the dashboard's ConfigMap, which hold the chart's files as they are.
 func checkMonitoringObjects(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
@@ -351,33 +287,4 @@ func fromObject(t *testing.T, objs []*unstructured.Unstructured, kind, name stri
 		}
 	}
 	t.Fatalf("no %s %q rendered", kind, name)
-}
-
-// The API server accepts the render with every value changed (a server-side dry run: nothing
-// is created), once the namespace it expects exists.
-func TestChartNonDefaultRenderIsAccepted(t *testing.T) {
-	e := framework.E2e(t)
-	values := filepath.Join(t.TempDir(), "values.yaml")
-	ns := e.Namespace(t, "srcsi-chart")
-	vals := strings.ReplaceAll(nonDefaultValues, "srcsi-chart-test", ns)
-	if err := os.WriteFile(values, []byte(vals), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// Without Prometheus Operator's CRDs the API server knows no PodMonitor or PrometheusRule:
-	// those two are checked by TestChartValuesReachTheObjects and promtool (test/manifests/monitoring_rules_test.go).
-	list := map[string]any{"apiVersion": "v1", "kind": "List", "items": []any{}}
-	for _, o := range framework.RenderedObjects(t, runHelm(t, "template", "r", framework.ChartDir, "-f", values)) {
-		if !strings.HasPrefix(o.GetAPIVersion(), "monitoring.coreos.com/") {
-			list["items"] = append(list["items"].([]any), o.Object)
-		}
-	}
-	manifest, err := json.Marshal(list)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(framework.KubectlBinary(), "--kubeconfig", e.Kubeconfig, "apply", "--dry-run=server", "-f", "-")
-	cmd.Stdin = bytes.NewReader(manifest)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("kubectl apply --dry-run=server of the non-default render: %v\n%s", err, out)
-	}
 }

@@ -35,7 +35,7 @@ func runPromtool(t *testing.T, dir string, args ...string) {
 // renderedRuleSpec is the spec of the PrometheusRule the chart renders: a Prometheus rule file.
 func renderedRuleSpec(t *testing.T) map[string]any {
 	t.Helper()
-	objs := framework.RenderedObjects(t, runHelm(t, "template", "r", framework.ChartDir, "--set", "monitoring.prometheusRule.enabled=true",
+	objs := framework.RenderedObjects(t, framework.RunHelm(t, "template", "r", framework.ChartDir, "--set", "monitoring.prometheusRule.enabled=true",
 		"--show-only", "templates/prometheusrule.yaml"))
 	rule := framework.FindObject(objs, "PrometheusRule", "shared-resource-csi")
 	if rule == nil {

@@ -1,5 +1,9 @@
 package framework
 
+// Helpers of the API-server suites (test/e2e/api) that other tiers use too: shares and their
+// sharers, RBAC fixes as an admin runs them, the node's state before and after (hostState), the
+// OpenShift objects, status conditions.
+
 import (
 	"bytes"
 	"context"

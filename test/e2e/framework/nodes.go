@@ -1,5 +1,8 @@
 package framework
 
+// The nodes of a multi-node cluster (test/e2e/nodes), as the other suites also look at them: what
+// each node holds (volumes, mounts), pods placed on a node, the status controller's Lease.
+
 import (
 	"bufio"
 	"bytes"

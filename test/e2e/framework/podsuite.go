@@ -1,5 +1,9 @@
 package framework
 
+// The pod suite (test/e2e/pods), which the three-node suite reuses: the driver installed from the
+// cluster's registry as a user installs a release, pods mounting shares, their files, events and
+// logs, the node's volumes and mounts, relist cycles counted on the driver's /metrics.
+
 import (
 	"bytes"
 	"context"
