@@ -18,12 +18,14 @@ IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN)/$(BINARY) .
 
-## vet: go vet of both test tiers (with and without the build tag integration), gofmt,
+## vet: go vet of the driver's module (without and with the build tag root, its mount tests), of
+## test/'s module (the end-to-end suites, benchmarks and manifests tests: test/README.md), gofmt,
 ## check-workflows, and actionlint on .github/workflows (shellcheck and pyflakes off: whether they
 ## ran would depend on what the machine has installed, so a workflow could pass here and fail in CI).
 vet: actionlint check-workflows
 	go vet ./...
-	go vet -tags integration ./...
+	go vet -tags root ./...
+	cd test && go vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 	$(BIN)/actionlint -shellcheck= -pyflakes= .github/workflows/*.yaml
 
@@ -33,7 +35,7 @@ check-workflows:
 	go test -count=1 ./hack/pinnedactions
 
 ## unit: the tests that need neither root nor a cluster (a quick check while coding): every
-## test not behind the build tag integration.
+## test of the driver's module not behind the build tag root.
 unit:
 	go test ./...
 
@@ -66,8 +68,8 @@ registry:
 	hack/build-tools.sh registry
 
 ## test: everything, as root: the release tools' tests (tools-test), then brings up the local
-## cluster, runs every test (-tags integration: the unit tests and the cluster and root suites)
-## against it, tears it down; on the newest supported Kubernetes minor, then the matrix of the
+## cluster, runs every test (the root module's with -tags root: the unit and mount tests; test/'s
+## suites: test/README.md) against it, tears it down; on the newest supported Kubernetes minor, then the matrix of the
 ## older ones (hack/test.sh says which tests). KUBE_VERSION=1.NN: the whole suite on that minor only. The pod suite runs `make release` into the cluster's registry, so
 ## ociimage and cosign are built here, outside the cluster's network namespace (no network there).
 test: vet tools build tools-test $(BIN)/ociimage cosign

@@ -5,7 +5,7 @@ package main
 // the bytes in use and the flag, and fits once another volume is gone; a refresh that does not
 // fit keeps the volume's last files and tells the pod once, and goes through when room is made.
 // What the kernel charges, and that the driver is not OOM-killed, is measured on the cluster
-// (pods_budget_integration_test.go).
+// (test/e2e/pods/budget_test.go).
 
 import (
 	"context"

@@ -5,7 +5,7 @@ package main
 // a fake API server (fakecluster_test.go) with the SharedSecret "share" over Secret p/src. It
 // runs in well under a second, without root or a cluster. Each step is one promise; the file
 // named beside it specifies the promise in detail, and the same story against a real kernel,
-// API server and kubelet is driver_integration_test.go's and pods_integration_test.go's.
+// API server and kubelet is test/e2e/api/driver_test.go's and test/e2e/pods/pods_test.go's.
 
 import (
 	"context"

@@ -2,7 +2,7 @@ package main
 
 // Specification of the Lease elector's record keeping (lease.go): transitions counted, the acquire
 // time kept on renewal, a candidate's slow poll. Taking over, renewing and releasing against a real API server are in
-// status_integration_test.go.
+// test/e2e/api/status_test.go.
 
 import (
 	"testing"

@@ -6,8 +6,8 @@ package main
 // and the Grafana dashboard (dashboards/shared-resource-csi.json) hold; that each alert says how
 // bad it is and what to check; and, without a cluster, that every metric they use is one the
 // driver's registry exports. The same check against a deployed driver's /metrics is
-// TestPodsMonitoringUsesOnlyExportedMetrics (pods_monitoring_integration_test.go); that the expressions parse
-// and the alerts fire is checked with promtool (monitoring_rules_integration_test.go).
+// TestPodsMonitoringUsesOnlyExportedMetrics (test/e2e/pods/monitoring_test.go); that the expressions parse
+// and the alerts fire is checked with promtool (test/manifests/monitoring_rules_test.go).
 
 import (
 	"encoding/json"
@@ -439,7 +439,7 @@ func TestAlertsSayWhatToCheck(t *testing.T) {
 }
 
 // Every metric the alerts and the dashboard use is one the driver's registry exports (checked
-// here without a cluster; against a deployed driver in pods_monitoring_integration_test.go).
+// here without a cluster; against a deployed driver in test/e2e/pods/monitoring_test.go).
 func TestMonitoringUsesOnlyTheDriversMetrics(t *testing.T) {
 	d := metricsDriver(t)
 	// Labelled families have no series until first used; give each one.

@@ -2,7 +2,7 @@ package main
 
 // Specification of how the driver reads the mount table (tmpfs.go): /proc/self/mountinfo parsed
 // field by field with its octal escapes, malformed lines refused, and the topmost mount at a path
-// found. Needs no root: the tests that mount are in tmpfs_integration_test.go.
+// found. Needs no root: the tests that mount are in tmpfs_root_test.go.
 
 import (
 	"slices"

@@ -10,8 +10,8 @@ package main
 //     the GET of the source only for a pod the review allowed; the review decides alone what the
 //     pod is told. Fakes stand in for the API server, each able to hold its request until the
 //     test lets it go, or counting what it was asked.
-// The same story against the real kernel, API server and kubelet: driver_integration_test.go,
-// crash_integration_test.go, pods_integration_test.go.
+// The same story against the real kernel, API server and kubelet: test/e2e/api/driver_test.go,
+// test/e2e/api/crash_test.go, test/e2e/pods/pods_test.go.
 
 import (
 	"context"

@@ -8,7 +8,7 @@ package main
 // the next relist) ends with the node as if nothing had crashed. The production build has no
 // crash point (crashpoint_off.go), so these tests make each step's state from a whole operation,
 // undoing the steps that come after it; the same story, with the driver SIGKILLed at each crash
-// point of its test build: crash_integration_test.go.
+// point of its test build: test/e2e/api/crash_test.go.
 
 import (
 	"context"

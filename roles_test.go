@@ -6,8 +6,8 @@ package main
 // what is allowed. The wiring tests run the real run() against a recording stand-in for the API
 // server (no cluster): what matters here is which requests each role sends. That the API server
 // refuses the node plugin's account the status writes, and that the status controller's
-// Deployment writes status in a real cluster, is specified in leastprivilege_integration_test.go
-// and status_integration_test.go.
+// Deployment writes status in a real cluster, is specified in test/e2e/api/leastprivilege_test.go
+// and test/e2e/api/status_test.go.
 
 import (
 	"context"

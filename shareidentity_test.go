@@ -7,7 +7,7 @@ package main
 // object); created again over the very Secret the volume was made from, it is adopted and the
 // volume resumes; a new publish uses the share as it is now. The same story against the real
 // API server and kubelet: TestShareRecreatedOverAnotherSecretDoesNotFeedRunningPods
-// (pods_identity_integration_test.go).
+// (test/e2e/pods/identity_test.go).
 
 import (
 	"context"

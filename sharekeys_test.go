@@ -2,7 +2,7 @@ package main
 
 // Specification of a share's list of keys (sharekeys.go): which spec.items the driver accepts
 // (the CRD schema's rules, restated; the schema itself is tested against the API server in
-// pods_keys_integration_test.go), and the filter that leaves nothing of an unlisted key: no
+// test/e2e/pods/keys_test.go), and the filter that leaves nothing of an unlisted key: no
 // name, no byte. FuzzExposureFilter checks both against the API server's own key rule
 // (k8s.io/apimachinery's IsConfigMapKey), which shares no code with the driver's.
 

@@ -3,7 +3,7 @@ package main
 // Specification of the Ready condition a share carries (status.go), as an admin reads it: its
 // status, reason and message for each answer the API server can give about the source, and for
 // a share whose ref cannot be used. Pure: no API server is asked. Who writes the condition, and
-// `kubectl get`'s Ready column, are specified against the real API server in status_integration_test.go.
+// `kubectl get`'s Ready column, are specified against the real API server in test/e2e/api/status_test.go.
 
 import (
 	"context"

@@ -2,7 +2,7 @@ package main
 
 // Specification of a volume's tmpfs mount data (tmpfs.go), without root: its size and its
 // number of inodes are always capped, and the inode cap leaves room for a volume at its bound of
-// files and directories while it is updated. The mount itself: tmpfs_integration_test.go.
+// files and directories while it is updated. The mount itself: tmpfs_root_test.go.
 
 import (
 	"fmt"

@@ -3,7 +3,7 @@ package main
 // A driver for unit tests: its API server is whatever fakes the test hands in (a review, the
 // sources), its shares are put straight into the informers' caches, and its node is a temp
 // dir with a fake mounter, so it needs neither root nor a cluster. Tests that need the real
-// thing start the real binary (harness_integration_test.go).
+// thing start the real binary (test/e2e/framework/harness.go).
 
 import (
 	"path/filepath"

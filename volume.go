@@ -203,7 +203,7 @@ func (d *driver) saveReconciled(vol volumeDir, rec volumeRecord, w copiesWritten
 	next := w.next
 	var conflicts []pathConflict
 	if rebuild {
-		// The crash points are a change's steps (crash_integration_test.go); a rebuild that changes
+		// The crash points are a change's steps (test/e2e/api/crash_test.go); a rebuild that changes
 		// nothing has none.
 		if filesChanged {
 			d.crash.reached(stepReconcileCopies)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make bench`: runs the benchmarks (bench_integration_test.go) against a local control plane (kube-apiserver
+# `make bench`: runs the benchmarks (test/bench, and the root's BenchmarkTmpfsWrite in
+# tmpfs_root_test.go, build tag root) against a local control plane (kube-apiserver
 # + etcd; no kubelet is needed: the benchmarks play the kubelet) that it brings up and always
 # tears down, then writes BENCHMARKS.md with tools/benchtable. Needs root (the driver mounts).
 #
@@ -31,7 +32,8 @@ filter=${BENCH_FILTER:-.}
 
 # Built before the cluster's network namespace is entered: there is no route out of it.
 echo "building the benchmarks..."
-go test -tags integration -vet=off -c -o "$OUT/bench.test" .
+go -C test test -vet=off -c -o "$OUT/bench.test" ./bench
+go test -tags root -vet=off -c -o "$OUT/root.test" .
 (cd tools && go build -trimpath -o "$OUT/benchtable" ./benchtable)
 
 # A run killed earlier may have left a cluster behind.
@@ -39,30 +41,36 @@ hack/cluster.sh down >/dev/null 2>&1 || true
 trap 'hack/cluster.sh down' EXIT
 hack/cluster.sh up --control-plane-only
 
-# -benchtime 1x: each run of a benchmark is one whole scenario (see bench_integration_test.go).
+# -benchtime 1x: each run of a benchmark is one whole scenario (see test/bench/bench_test.go).
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-# Every benchmark but the fleet -count N times, then the fleet (BenchmarkFleet, bench_fleet_integration_test.go)
+# Every benchmark but the fleet -count N times, then the fleet (BenchmarkFleet, test/bench/fleet_test.go)
 # once: one run of it is several minutes, and its figures are rates over many requests.
+# bench BINARY ARGS...: BINARY is bench.test (test/bench) or root.test (the root's, build tag
+# root: BenchmarkTmpfsWrite).
 bench() {
+	local binary=$1
+	shift
 	local args=(-test.run '^$' -test.benchtime 1x -test.timeout 60m "$@")
 	hack/cluster.sh exec -- env \
 		DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi" \
 		KUBECTL="$KBIN/kubectl" \
 		BENCH_SMOKE="${BENCH_SMOKE:-}" \
-		"$OUT/bench.test" "${args[@]}"
+		"$OUT/$binary" "${args[@]}"
 }
 fleet_filter=$filter
 [[ $filter == . ]] && fleet_filter='^BenchmarkFleet$'
 set +e
 {
-	bench -test.bench "$filter" -test.count "$count" -test.skip '^BenchmarkFleet$'
+	bench root.test -test.bench "$filter" -test.count "$count"
+	s0=$?
+	bench bench.test -test.bench "$filter" -test.count "$count" -test.skip '^BenchmarkFleet$'
 	s1=$?
 	s2=0
 	if [[ $fleet_filter == *Fleet* ]]; then
-		bench -test.count 1 -test.bench "$fleet_filter"
+		bench bench.test -test.count 1 -test.bench "$fleet_filter"
 		s2=$?
 	fi
-	exit $((s1 | s2))
+	exit $((s0 | s1 | s2))
 } | tee "$OUT/raw.txt"
 status=${PIPESTATUS[0]}
 set -e

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make e2e-kind`: the real-pod suite (pods_integration_test.go, TestPods...) against a kind cluster, for
+# `make e2e-kind`: the real-pod suite (test/e2e/pods/pods_test.go, TestPods...) against a kind cluster, for
 # machines with Docker and kind (https://kind.sigs.k8s.io). It cannot run on the project's CI
 # machines (no registry, no privileged Docker); there, `make test` runs the same suite against the
 # local cluster of hack/cluster.sh.
@@ -48,10 +48,10 @@ kind load image-archive "$IMAGE_TAR" --name "$CLUSTER"
 docker image inspect "$BUSYBOX" >/dev/null 2>&1 || docker pull "$BUSYBOX"
 kind load docker-image "$BUSYBOX" --name "$CLUSTER"
 
-# A static test binary (the suites behind the build tag integration): the node image has no Go
+# A static test binary of the pod suite (test/e2e/pods, in test/'s module): the node image has no Go
 # toolchain.
-CGO_ENABLED=0 go test -tags integration -c -o _output/pods.test .
-CGO_ENABLED=0 go build -o _output/kind-driver-binary . # harness_integration_test.go wants $DRIVER_BINARY to exist
+CGO_ENABLED=0 go -C test test -c -o "$ROOT/_output/pods.test" ./e2e/pods
+CGO_ENABLED=0 go build -o _output/kind-driver-binary . # test/e2e/framework/harness.go wants $DRIVER_BINARY to exist
 docker exec "$NODE" mkdir -p "$WORK/hack"
 docker cp _output/pods.test "$NODE:$WORK/pods.test"
 docker cp _output/kind-driver-binary "$NODE:$WORK/shared-resource-csi"
@@ -71,4 +71,5 @@ docker exec -w "$WORK" \
 	-e SRCSI_BUSYBOX_IMAGE="docker.io/library/$BUSYBOX" \
 	-e SRCSI_DRIVER_IMAGE="$IMAGE" \
 	-e DRIVER_BINARY="$WORK/shared-resource-csi" \
+	-e SRCSI_REPO_ROOT="$WORK" \
 	"$NODE" ./pods.test -test.run '^TestPods' -test.v -test.timeout 30m ${TEST_ARGS:-}

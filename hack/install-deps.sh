@@ -27,7 +27,7 @@ pkgs=(
 if [[ $scope == all ]]; then
 	pkgs+=(
 		prometheus # for its promtool: the tests check the chart's alerts and dashboard with it
-		jq         # the commands of docs/moving-from-openshift.md (openshift_integration_test.go)
+		jq         # the commands of docs/moving-from-openshift.md (test/e2e/api/openshift_test.go)
 	)
 fi
 

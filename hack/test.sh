@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Runs the whole test suite against local clusters that it brings up and always tears down.
-# Called by `make test` (after build and tools); needs root. Phases, each on a cluster of its own:
-#   1. the newest supported minor, one node: every test but the multi-node suite;
-#   2. the newest minor, three nodes (NODES=3): the multi-node suite (nodes_integration_test.go,
-#      TestNodes*);
+# Called by `make test` (after build and tools); needs root. The suites, by what they need
+# (test/README.md): the root's tests of the mount code (build tag root) and test/ (its own Go
+# module): e2e/api, e2e/pods, e2e/nodes, manifests. Phases, each on a cluster of its own:
+#   1. the newest supported minor, one node: the root module's tests with the tag root (the unit
+#      tests and the mount tests), then test/'s e2e/api, e2e/pods, manifests and e2e/framework;
+#   2. the newest minor, three nodes (NODES=3): the multi-node suite (test/e2e/nodes);
 #   3. each older supported minor (hack/lib/versions.sh), one node: the tests that prove a user's
-#      install works there (MATRIX_TESTS below).
+#      install works there (MATRIX_TESTS below, in test/e2e/api and test/e2e/pods).
 # After each phase `down` must leave nothing behind (hack/cluster.sh check-down).
 # KUBE_VERSION=1.NN: phases 1 and 2 on that minor only, no matrix.
 # TEST_ARGS: more `go test` flags for the phases (with TEST_ARGS the matrix is skipped). A -run in it picks the phase: the three-node one if it names TestNodes,
-# else the one-node one.
+# else the one-node one. TEST_PACKAGES: the one-node phase's packages of test/ (default below).
 # TEST_NODES: the phases to run on the main minor ("1 3" by default, or as the -run picks).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -41,33 +43,51 @@ start=$(date +%s)
 
 # The crash tests run the driver's test build, with its crash points compiled in (crashsteps.go).
 CGO_ENABLED=0 go build -trimpath -tags crashpoints -o _output/bin/shared-resource-csi-crashpoints .
-# Modules are downloaded first: there is no route out of the cluster's network namespace.
+# Modules are downloaded first, the driver's and test/'s: there is no route out of the cluster's
+# network namespace.
 go mod download
+go -C test mod download
 
-# gotest MINOR LOG ARGS...: the package's tests inside the network namespace of the cluster of
-# MINOR, where the API server is reachable. -tags integration: the suites that need the cluster or
-# root, besides the unit tests (which alone are `go test ./...`).
+# gotest MINOR LOG DIR ARGS...: `go test` in DIR (the root, or test/) inside the network
+# namespace of the cluster of MINOR, where the API server is reachable. -p 1: one package at a
+# time (the suites share the cluster and its node), each with -parallel 4 as one package had.
 gotest() {
-	local minor=$1 log=$2
-	shift 2
+	local minor=$1 log=$2 dir=$3
+	shift 3
 	KUBE_VERSION=$minor hack/cluster.sh exec -- env \
 		DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi" \
 		CRASH_DRIVER_BINARY="$ROOT/_output/bin/shared-resource-csi-crashpoints" \
 		KUBECTL="$(kube_bin_dir "$ROOT" "$minor")/kubectl" \
 		HELM="$ROOT/_output/bin/helm" \
 		SRCSI_NODES_API_OUT="$ROOT/_output/nodes-api.txt" \
-		go test -tags integration -count=1 -timeout 40m -parallel 4 -v "$@" 2>&1 | tee "$log"
+		go -C "$dir" test -count=1 -timeout 40m -p 1 -parallel 4 -v "$@" 2>&1 | tee "$log"
 	return "${PIPESTATUS[0]}"
 }
+# The one-node phase's packages of test/: the driver against the API server, real pods, the chart
+# and monitoring files (helm, promtool; no cluster), and the framework's own tests.
+TEST_PACKAGES=${TEST_PACKAGES:-./e2e/api ./e2e/pods ./manifests ./e2e/framework}
 
 status=0
 set +e
 if [[ $TEST_NODES == *1* ]]; then
 	KUBE_VERSION=$main_minor NODES=1 hack/cluster.sh up || exit 1
 	echo "cluster of 1 node (Kubernetes $main_minor) up in $(($(date +%s) - start)) s"
+	# The root module (its unit tests and, as root, the mount tests: build tag root) beside test/'s
+	# suites, as they ran in one test binary before: its log is _output/test-root.log.
 	# shellcheck disable=SC2086 # TEST_ARGS is a list of flags
-	gotest "$main_minor" _output/test.log -skip '^TestNodes' ${TEST_ARGS:-} . ./internal/...
+	gotest "$main_minor" _output/test-root.log "$ROOT" -tags root ${TEST_ARGS:-} . ./internal/... >/dev/null &
+	root_pid=$!
+	# shellcheck disable=SC2086 # TEST_ARGS and TEST_PACKAGES are lists
+	gotest "$main_minor" _output/test.log "$ROOT/test" ${TEST_ARGS:-} $TEST_PACKAGES
 	status=$?
+	wait "$root_pid"
+	root_status=$?
+	grep -E '^(ok|FAIL)|--- FAIL' _output/test-root.log
+	if ((root_status != 0)); then
+		# Its failures in full: the log is otherwise only on the machine.
+		grep -B 2 -A 30 -- '--- FAIL' _output/test-root.log | grep -vE '^[IEW][0-9]{4} ' | head -400
+	fi
+	((status != 0)) || status=$root_status
 	# Nothing may be left behind of one node either.
 	hack/cluster.sh down && hack/cluster.sh check-down
 	down_status=$?
@@ -79,7 +99,7 @@ if [[ $TEST_NODES == *3* ]]; then
 	KUBE_VERSION=$main_minor NODES=3 hack/cluster.sh up || exit 1
 	echo "cluster of 3 nodes (Kubernetes $main_minor) up in $(($(date +%s) - phase)) s"
 	# shellcheck disable=SC2086
-	gotest "$main_minor" _output/test-nodes.log -run '^TestNodes' ${TEST_ARGS:-} .
+	gotest "$main_minor" _output/test-nodes.log "$ROOT/test" -run '^TestNodes' ${TEST_ARGS:-} ./e2e/nodes
 	nodes_status=$?
 	((status != 0)) || status=$nodes_status
 	# `down` must leave nothing behind of three nodes either: a test of the harness itself.
@@ -94,7 +114,7 @@ for minor in "${matrix[@]}"; do
 	phase=$(date +%s)
 	KUBE_VERSION=$minor NODES=1 hack/cluster.sh up || exit 1
 	echo "cluster of 1 node (Kubernetes $minor) up in $(($(date +%s) - phase)) s"
-	gotest "$minor" "_output/test-$minor.log" -run "$MATRIX_TESTS" .
+	gotest "$minor" "_output/test-$minor.log" "$ROOT/test" -run "$MATRIX_TESTS" ./e2e/api ./e2e/pods
 	minor_status=$?
 	((status != 0)) || status=$minor_status
 	hack/cluster.sh down && hack/cluster.sh check-down

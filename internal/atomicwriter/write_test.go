@@ -3,8 +3,8 @@ package atomicwriter
 // Specifies Writer.Write, one behaviour per test: the layout it makes; how it updates and
 // revokes; which writes it skips; what it refuses, leaving the dir unchanged; what it removes
 // and what it never touches. What needs root to check (exact modes, group ownership, a full file
-// system) is in write_root_integration_test.go. Reading back is specified in read_test.go, concurrent
-// readers in race_test.go, hard links in link_integration_test.go.
+// system) is in write_root_test.go. Reading back is specified in read_test.go, concurrent
+// readers in race_test.go, hard links in link_root_test.go.
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-// Command benchtable turns the output of the driver's benchmarks (bench_integration_test.go, run by
+// Command benchtable turns the output of the driver's benchmarks (test/bench/bench_test.go, run by
 // hack/bench.sh with -count=N) into BENCHMARKS.md: every figure issue 5 asks for as the median
 // of the N runs with their min and max, each target and whether the median meets it, the
 // machine, the date and how to reproduce. Standard library only.
@@ -213,7 +213,7 @@ type section struct {
 	rows  []figure
 }
 
-// The benchmarks' names and units, as bench_integration_test.go reports them at full scale.
+// The benchmarks' names and units, as test/bench/bench_test.go reports them at full scale.
 const (
 	latency    = "BenchmarkPublishLatency/size="
 	throughput = "BenchmarkPublishThroughput/volumes="
@@ -459,12 +459,12 @@ func sections() []section {
 	return []section{
 		{"NodePublishVolume latency", "One publish at a time, timed over the CSI socket as the kubelet sees it. Cold: the first volume of a share (SubjectAccessReview + GET of the source). Warm: both cached. 50 cold and 500 warm publishes per run.", lat},
 		{"Where a publish's time goes", "Driver CPU: CPU time of all the driver's threads during the call (scheduler accounting). Floor: the same two API requests a cold publish makes, asked directly by the benchmark.", extra},
-		{"Writing a file into a fresh tmpfs", "BenchmarkTmpfsWrite (tmpfs_integration_test.go): mount a tmpfs, write one file, unmount, 200 times per run; the median write. It is why the driver mounts each volume's tmpfs with huge=within_size: large folios where a file covers them, small pages elsewhere (a 1 KiB file still takes one page).", writes},
+		{"Writing a file into a fresh tmpfs", "BenchmarkTmpfsWrite (tmpfs_root_test.go): mount a tmpfs, write one file, unmount, 200 times per run; the median write. It is why the driver mounts each volume's tmpfs with huge=within_size: large folios where a file covers them, small pages elsewhere (a 1 KiB file still takes one page).", writes},
 		{"Throughput", "One share, one service account, 10 concurrent callers: all volumes published, then all unpublished.", tput},
 		{"API requests, counted at the API server", "At the API server: from its audit log, the requests sent with the driver's user agent, when the cluster keeps one (`make bench` does); otherwise apiserver_request_total before and after, every client's requests in a window the scenario keeps free of others (on a shared cluster, others' requests land in it). The same counts from apiserver_request_total (`*-apiserver`), the audit log (`*-audit`) and the driver's own counter (`*-driver`) are all under All measurements.", api},
 		{"Relist cycle", "Volume i: service account i mod 50 (5 namespaces x 10), share (i / 50) mod 10; two volumes per (SA, share). The cycle measured starts after every volume is published.", relistRows},
 		{"Memory", "The driver with 1000 volumes (10 shares, 10 SAs) after a whole relist cycle over them, while the cluster holds 0, 10,000 and 50,000 Secrets of 256 bytes in 50 namespaces no share points at.", mem},
-		{"Fleet: many nodes, one API server", "BenchmarkFleet (bench_fleet_integration_test.go): K driver processes, each a node of its own, against the one API server, with deploy.yaml's flags (status Lease included) but --relist-interval=10s; 20 volumes per node over 10 service accounts, at 50 nodes 100 shares x 10 pods. Measured at the API server over 3 relist intervals: its audit log (the drivers' requests, by user agent) and its CPU time (/proc). Run once per `make bench`. docs/scale.md turns these into a cost model.", fleet},
+		{"Fleet: many nodes, one API server", "BenchmarkFleet (test/bench/fleet_test.go): K driver processes, each a node of its own, against the one API server, with deploy.yaml's flags (status Lease included) but --relist-interval=10s; 20 volumes per node over 10 service accounts, at 50 nodes 100 shares x 10 pods. Measured at the API server over 3 relist intervals: its audit log (the drivers' requests, by user agent) and its CPU time (/proc). Run once per `make bench`. docs/scale.md turns these into a cost model.", fleet},
 		{"Fleet: every node restarted at once", "All 50 drivers killed and started again in the same moment; the two intervals after it against the steady mean before it, counted in 1 s windows at the API server. Relist requests: SubjectAccessReviews and GETs of sources, what the jitter spreads; all requests also count each driver's start-up (LIST and WATCH of the share CRDs, the Lease).", roll},
 		{"Scale tests: one node and the fleet", "The enhancement's two scale tests, each 1000 volumes over 10 service accounts: on one node, and spread over the 50 nodes (20 each).", scaleRows},
 		{"Leaks", "1000 publish/unpublish cycles by 10 concurrent callers over 10 shares and 10 SAs with a relist every second; counts from the driver's /metrics before and after (given up to 10 s to settle).", leak},
@@ -495,7 +495,7 @@ type meta struct {
 }
 
 // threeNodesIntro introduces the multi-node suite's figure under the fleet's table.
-const threeNodesIntro = "Three real nodes (kubelet, containerd and the deployed DaemonSet each; `make test`'s TestNodesAPIRequestsMatchTheModel in nodes_integration_test.go, relist interval 3 s, on each node pods of 2 service accounts on 2 shares): the drivers' requests in the API server's audit log (by node address) over 8 relist intervals, per node per cycle, against docs/scale.md's model A + S + 1 + (shares + interval/2s)/nodes:"
+const threeNodesIntro = "Three real nodes (kubelet, containerd and the deployed DaemonSet each; `make test`'s TestNodesAPIRequestsMatchTheModel in test/e2e/nodes/nodes_test.go, relist interval 3 s, on each node pods of 2 service accounts on 2 shares): the drivers' requests in the API server's audit log (by node address) over 8 relist intervals, per node per cycle, against docs/scale.md's model A + S + 1 + (shares + interval/2s)/nodes:"
 
 func render(w io.Writer, r *results, m meta) {
 	runs := 0
@@ -509,7 +509,7 @@ func render(w io.Writer, r *results, m meta) {
 	if m.smoke {
 		fmt.Fprintf(w, "**Smoke run: every scenario shrunk (fewer samples, volumes and Secrets than the rows say) and run once. It shows that the benchmarks work; its figures are not the driver's.**\n\n")
 	}
-	fmt.Fprintf(w, "Generated by `%s` (hack/bench.sh, tools/benchtable) from one run of bench_integration_test.go: the real driver binary against a real kube-apiserver + etcd (hack/cluster.sh, control plane only), called over its CSI socket by the benchmark playing the kubelet, as root.\n\n", m.command)
+	fmt.Fprintf(w, "Generated by `%s` (hack/bench.sh, tools/benchtable) from one run of test/bench/bench_test.go: the real driver binary against a real kube-apiserver + etcd (hack/cluster.sh, control plane only), called over its CSI socket by the benchmark playing the kubelet, as root.\n\n", m.command)
 	fmt.Fprintf(w, "- Date: %s\n", m.date.UTC().Format("2006-01-02 15:04 MST"))
 	if m.commit != "" {
 		fmt.Fprintf(w, "- Commit: %s\n", m.commit)

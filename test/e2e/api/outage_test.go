@@ -1,0 +1,194 @@
+package api
+
+// Specification of outages: the API server unreachable during a run never revokes a volume, and
+// the driver recovers when it is back; a deleted source keeps the last good data. The driver
+// reaches the API server through a TCP proxy the test controls; cutting the proxy refuses new
+// connections and drops open ones, which is what the driver sees when the API server stops (the
+// real server keeps serving the other tests).
+
+import (
+	"github.com/shared-resource/csi-driver/test/e2e/framework"
+
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// apiProxy forwards TCP connections to the API server until cut.
+type apiProxy struct {
+	addr     string
+	upstream string
+	mu       sync.Mutex
+	lis      net.Listener
+	conns    map[net.Conn]struct{}
+}
+
+func startAPIProxy(t *testing.T, upstream string) *apiProxy {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &apiProxy{addr: lis.Addr().String(), upstream: upstream, conns: map[net.Conn]struct{}{}}
+	p.serve(lis)
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *apiProxy) serve(lis net.Listener) {
+	p.mu.Lock()
+	p.lis = lis
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go p.forward(c)
+		}
+	}()
+}
+
+func (p *apiProxy) forward(c net.Conn) {
+	up, err := net.Dial("tcp", p.upstream)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+	p.mu.Unlock()
+	go func() { io.Copy(up, c); up.Close() }()
+	io.Copy(c, up)
+	c.Close()
+}
+
+// cut stops accepting and drops every open connection.
+func (p *apiProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lis != nil {
+		p.lis.Close()
+		p.lis = nil
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = map[net.Conn]struct{}{}
+}
+
+// restore listens again on the same address.
+func (p *apiProxy) restore(t *testing.T) {
+	var lis net.Listener
+	var err error
+	for i := 0; i < 50; i++ { // the port may linger for a moment
+		if lis, err = net.Listen("tcp", p.addr); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.serve(lis)
+}
+
+// proxiedKubeconfig writes a copy of the driver's kubeconfig (deploy.yaml's ServiceAccount) whose
+// server is the proxy; TLS still verifies the API server's certificate under its real name.
+func proxiedKubeconfig(t *testing.T, e *framework.KubeEnv) (path string, proxy *apiProxy) {
+	cfg, err := clientcmd.LoadFromFile(e.DriverKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := cfg.Contexts[cfg.CurrentContext]
+	cluster := cfg.Clusters[ctx.Cluster]
+	u, err := url.Parse(cluster.Server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy = startAPIProxy(t, u.Host)
+	if cluster.TLSServerName == "" {
+		cluster.TLSServerName = u.Hostname()
+	}
+	cluster.Server = "https://" + proxy.addr
+	path = filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path, proxy
+}
+
+func TestAPIServerOutageNeverRevokesAndRecovers(t *testing.T) {
+	e := framework.E2e(t)
+	kc, proxy := proxiedKubeconfig(t, e)
+	p := e.StartDriver(t, framework.WithArgs("--kubeconfig="+kc))
+	f, v := publishedVolume(t, e, p)
+
+	proxy.cut()
+	// While the API server is unreachable, access is revoked and the Secret rotated: the driver
+	// cannot know, and an error must never revoke. Several cycles pass.
+	f.revoke()
+	rotated := map[string][]byte{"ca.crt": p.Secret("rotated")}
+	e.UpdateSecret(t, f.platform, "ca-bundle", rotated)
+	time.Sleep(3 * relist)
+	if err := framework.SameFiles(framework.ReadVolume(t, v.Target), asStrings(f.data)); err != nil {
+		t.Fatalf("during the outage the volume changed: %v", err)
+	}
+	// New publishes fail Unavailable (the kubelet retries), and leave nothing behind.
+	w := p.Volume(f.consumer, "app", map[string]string{framework.AttrSharedSecret: f.share})
+	err := p.Publish(w)
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("publish during the outage: %v, want Unavailable", err)
+	}
+	if _, err := os.Lstat(w.Target); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a failed publish left its target: %v", err)
+	}
+
+	proxy.restore(t)
+	restoredAt := time.Now()
+	// Within one interval of the API server's return, the revocation takes effect...
+	framework.Eventually(t, relist+relistSlack, func() error {
+		if files := framework.ReadVolume(t, v.Target); len(files) != 0 {
+			return fmt.Errorf("still %d files", len(files))
+		}
+		return nil
+	})
+	t.Logf("revocation applied %v after the API server came back", time.Since(restoredAt).Round(100*time.Millisecond))
+	// ...and, granted again, the volume shows the rotated data; new publishes work.
+	e.Grant(t, f.consumer, framework.KindSecret, f.share, framework.ServiceAccount(f.consumer, "app"))
+	framework.Eventually(t, relist+relistSlack, func() error { return framework.SameFiles(framework.ReadVolume(t, v.Target), asStrings(rotated)) })
+	framework.Eventually(t, relist+relistSlack, func() error { return p.Publish(w) })
+	p.UnpublishAll(t, v, w)
+}
+
+func TestSourceDeletedKeepsLastGoodData(t *testing.T) {
+	e := framework.E2e(t)
+	p := e.StartDriver(t)
+	f, v := publishedVolume(t, e, p)
+	if err := e.Kube.CoreV1().Secrets(f.platform).Delete(t.Context(), "ca-bundle", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * relist)
+	// Deleting a Secret (e.g. to re-create it during a rotation) does not blank its consumers.
+	if err := framework.SameFiles(framework.ReadVolume(t, v.Target), asStrings(f.data)); err != nil {
+		t.Fatalf("after the source was deleted: %v", err)
+	}
+	// Re-created with new data: the volume follows.
+	recreated := map[string][]byte{"ca.crt": p.Secret("recreated")}
+	e.CreateSecret(t, f.platform, "ca-bundle", recreated)
+	framework.Eventually(t, relist+relistSlack, func() error { return framework.SameFiles(framework.ReadVolume(t, v.Target), asStrings(recreated)) })
+	// A new publish while the source is missing fails FailedPrecondition (tested in test/e2e/api/driver_test.go).
+	p.UnpublishAll(t, v)
+}
