@@ -3,7 +3,7 @@ package framework
 // The chart's monitoring files as the suites read them: which expressions the alert rules
 // (rules/shared-resource-csi.yaml) and the Grafana dashboard (dashboards/shared-resource-csi.json)
 // hold, and which metric names those use, read with Prometheus's own PromQL parser (the driver's
-// module may not depend on Prometheus: its unit test, monitoring_test.go at the root, scans).
+// module may not depend on Prometheus: the names it exports are testdata/exported-metrics.txt).
 // TestPodsMonitoringUsesOnlyExportedMetrics (test/e2e/pods) checks them against a deployed
 // driver's /metrics; test/manifests checks with promtool that they parse and that the alerts fire.
 
@@ -27,7 +27,7 @@ const (
 	MonitoringDashboardFile = "charts/shared-resource-csi/dashboards/shared-resource-csi.json"
 )
 
-// prometheusOwnMetrics are series Prometheus makes for each target, not the driver: an alert on
+// PrometheusOwnMetrics are series Prometheus makes for each target, not the driver: an alert on
 // a driver that cannot be scraped at all can only use them.
 var PrometheusOwnMetrics = []string{"up"}
 
@@ -96,7 +96,7 @@ func readRules(b []byte) ([]alertRule, error) {
 	return out, nil
 }
 
-// dashboardExprs returns the PromQL of a Grafana dashboard: each panel target's expr (rows'
+// DashboardExprs returns the PromQL of a Grafana dashboard: each panel target's expr (rows'
 // panels included), and the expression of each label_values(...) query variable.
 func DashboardExprs(b []byte) ([]string, error) {
 	var d struct {
@@ -157,7 +157,7 @@ type dashboardPanel struct {
 	Panels []dashboardPanel `json:"panels"`
 }
 
-// monitoringMetricNames returns every metric name the chart's alerts and dashboard use, each
+// MonitoringMetricNames returns every metric name the chart's alerts and dashboard use, each
 // with where it is used.
 func MonitoringMetricNames(t *testing.T) map[string][]string {
 	t.Helper()

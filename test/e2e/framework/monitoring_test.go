@@ -1,8 +1,19 @@
 package framework
 
+// Specification of the chart's monitoring files (files only: no cluster): which metric names a
+// PromQL expression selects, read with Prometheus's own parser; which expressions the alert rules
+// and the Grafana dashboard hold; that each alert says how bad it is and what to check; and that
+// every metric they use is one the driver exports (testdata/exported-metrics.txt, which the
+// root's TestExportedMetricsFileIsTheRegistry keeps equal to the driver's registry). The same
+// check against a deployed driver's /metrics is TestPodsMonitoringUsesOnlyExportedMetrics
+// (test/e2e/pods); that the expressions parse and the alerts fire, with promtool, is
+// test/manifests.
+
 import (
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -50,5 +61,98 @@ func TestMonitoringFilesUseMetrics(t *testing.T) {
 	}
 	if _, err := os.Stat(MonitoringRulesFile); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestDashboardExprs(t *testing.T) {
+	const dashboard = `{
+	  "panels": [
+	    {"type": "row", "panels": [{"targets": [{"expr": "in_a_row"}]}]},
+	    {"targets": [{"expr": "a"}, {"expr": "rate(b[5m])"}]}
+	  ],
+	  "templating": {"list": [
+	    {"type": "datasource", "query": "prometheus"},
+	    {"type": "query", "query": "label_values(c{job=~\"$job\"}, instance)"},
+	    {"type": "query", "query": {"query": "label_values(d, job)", "refId": "x"}},
+	    {"type": "query", "query": "label_values(job)"},
+	    {"type": "query", "query": "query_result(e)"}
+	  ]}
+	}`
+	got, err := DashboardExprs([]byte(dashboard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"in_a_row", "a", "rate(b[5m])", `c{job=~"$job"}`, "d", "query_result(e)"}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %q\nwant %q", got, want)
+	}
+}
+
+// Each alert says how bad it is (severity critical or warning), waits before firing (for), and
+// tells the on-call person what happened (summary) and what to check (description).
+func TestAlertsSayWhatToCheck(t *testing.T) {
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, MonitoringRulesFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := readRules(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rules) == 0 {
+		t.Fatal("no rules")
+	}
+	seen := map[string]bool{}
+	for _, r := range rules {
+		if r.Alert == "" {
+			t.Errorf("rule %q is not an alert", r.Record)
+			continue
+		}
+		if seen[r.Alert] {
+			t.Errorf("%s: twice", r.Alert)
+		}
+		seen[r.Alert] = true
+		if !strings.HasPrefix(r.Alert, "SharedResourceCSI") {
+			t.Errorf("%s: not named SharedResourceCSI...", r.Alert)
+		}
+		if sev := r.Labels["severity"]; sev != "critical" && sev != "warning" {
+			t.Errorf("%s: severity %q", r.Alert, sev)
+		}
+		if r.For == "" {
+			t.Errorf("%s: fires on the first evaluation (no for:)", r.Alert)
+		}
+		if r.Annotations["summary"] == "" || len(r.Annotations["description"]) < 100 {
+			t.Errorf("%s: summary %q, description %q", r.Alert, r.Annotations["summary"], r.Annotations["description"])
+		}
+		if !strings.Contains(r.Annotations["description"], "kubectl") {
+			t.Errorf("%s: the description names no kubectl command to check with", r.Alert)
+		}
+	}
+}
+
+// Every metric the alerts and the dashboard use is one the driver exports: the names of
+// testdata/exported-metrics.txt, or one of Prometheus's own series.
+func TestMonitoringUsesOnlyTheDriversMetrics(t *testing.T) {
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(root)
+	b, err := os.ReadFile("testdata/exported-metrics.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := strings.Fields(string(b))
+	if !slices.Contains(exported, "sharedresource_ready") {
+		t.Fatalf("testdata/exported-metrics.txt lists no sharedresource_ready: %q", exported)
+	}
+	for name, where := range MonitoringMetricNames(t) {
+		if !slices.Contains(exported, name) && !slices.Contains(PrometheusOwnMetrics, name) {
+			t.Errorf("%s (used by %s) is not a metric the driver exports (testdata/exported-metrics.txt)", name, strings.Join(slices.Compact(where), ", "))
+		}
 	}
 }
