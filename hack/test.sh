@@ -72,10 +72,10 @@ set +e
 if [[ $TEST_NODES == *1* ]]; then
 	KUBE_VERSION=$main_minor NODES=1 hack/cluster.sh up || exit 1
 	echo "cluster of 1 node (Kubernetes $main_minor) up in $(($(date +%s) - start)) s"
-	# The root module (its unit tests and, as root, the mount tests: build tag root) beside test/'s
+	# The root module (its unit tests, hack/'s tools' tests and, as root, the mount tests: build tag root) beside test/'s
 	# suites, as they ran in one test binary before: its log is _output/test-root.log.
 	# shellcheck disable=SC2086 # TEST_ARGS is a list of flags
-	gotest "$main_minor" _output/test-root.log "$ROOT" -tags root ${TEST_ARGS:-} . ./internal/... >/dev/null &
+	gotest "$main_minor" _output/test-root.log "$ROOT" -tags root ${TEST_ARGS:-} . ./internal/... ./hack/... >/dev/null &
 	root_pid=$!
 	# shellcheck disable=SC2086 # TEST_ARGS and TEST_PACKAGES are lists
 	gotest "$main_minor" _output/test.log "$ROOT/test" ${TEST_ARGS:-} $TEST_PACKAGES
