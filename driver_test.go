@@ -81,8 +81,10 @@ func TestTheDriversStory(t *testing.T) {
 	step("restart: a new driver over the same node resumes the volume, and its relist", func(t *testing.T) { // recover_test.go
 		charged := d.budget.inUse()
 		d, events = c.restart(d)
-		if _, ok := d.store.get(id); !ok || d.budget.inUse() != charged {
-			t.Fatalf("resumed %v, %d bytes charged (%d before the restart)", ok, d.budget.inUse(), charged)
+		rec, ok := d.store.get(id)
+		if !ok || rec.TargetPath != req.TargetPath || d.budget.inUse() != charged || d.mounter.(*fakeMounter).count() != 2 {
+			t.Fatalf("resumed %v at %q, %d bytes charged (%d before the restart), %d mounts; want the volume as it was, bound",
+				ok, rec.TargetPath, d.budget.inUse(), charged, d.mounter.(*fakeMounter).count())
 		}
 		seesOnly(t, "ca.crt", "CA3")
 		if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, req); err != nil || d.mounter.(*fakeMounter).count() != 2 {

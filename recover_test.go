@@ -1,8 +1,9 @@
 package main
 
 // Specification of recovery at start (recover.go) on a fake node: a new driver over the state a
-// previous one left resumes each whole volume (its record, its budget, its relist, its bind) and
-// cleans each broken one, and leaves alone what it did not make. Then the crash points
+// previous one left resumes each whole volume (its record, its budget, its relist, its bind: the
+// restart step of driver_test.go's story) and cleans each broken one, and leaves alone what it
+// did not make. Then the crash points
 // (crashsteps.go): for a crash just after each step of publish, unpublish and reconcile, the
 // state that step leaves is made on the node, a new driver recovers, and the kubelet's retry (or
 // the next relist) ends with the node as if nothing had crashed. The production build has no
@@ -181,24 +182,6 @@ func TestRecoverFromACrashAfterEachReconcileStep(t *testing.T) {
 			})
 		})
 	}
-}
-
-// A whole volume is resumed as it was: the same mounts, its charge in the budget, and its relist.
-func TestRecoverResumesAWholeVolume(t *testing.T) {
-	c := newFakeCluster(t)
-	d, _ := c.node()
-	req := publishVolume(t, d, "vol-1")
-	charged := d.budget.inUse()
-	d, events := c.restart(d)
-	if rec, ok := d.store.get("vol-1"); !ok || rec.TargetPath != req.TargetPath || d.budget.inUse() != charged || d.mounter.(*fakeMounter).count() != 2 {
-		t.Fatalf("resumed %v, %d bytes charged (%d before), %d mounts; want the volume as it was", ok, d.budget.inUse(), charged, d.mounter.(*fakeMounter).count())
-	}
-	c.setSource(map[string]string{"ca.crt": "CA2"})
-	d.relistCycle(context.Background(), 0)
-	if !sees(podView(t, d, "vol-1"), "ca.crt", "CA2") {
-		t.Fatalf("the relist after a restart: the pod sees %v, want CA2", podView(t, d, "vol-1"))
-	}
-	expectEvents(t, events, "refreshed after the restart", reasonRefreshed)
 }
 
 // What is not whole is cleaned; an entry that is no volume id is not the driver's, and stays.
