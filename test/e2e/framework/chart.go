@@ -15,7 +15,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
-// renderedObjects parses a multi-document render into objects.
+// RenderedObjects parses a multi-document render into objects.
 func RenderedObjects(t testing.TB, manifest []byte) []*unstructured.Unstructured {
 	t.Helper()
 	var objs []*unstructured.Unstructured
@@ -42,7 +42,7 @@ func FindObject(objs []*unstructured.Unstructured, kind, name string) *unstructu
 	return nil
 }
 
-// promtoolBinary is $PROMTOOL or promtool on $PATH.
+// PromtoolBinary is $PROMTOOL or promtool on $PATH.
 func PromtoolBinary(t *testing.T) string {
 	t.Helper()
 	p := os.Getenv("PROMTOOL")
