@@ -1,3 +1,6 @@
+// Package framework is the end-to-end suites' shared harness: the kube env, the driver as a
+// subprocess playing the kubelet over its CSI socket, the pod suite, the three nodes, counting
+// (/metrics, the audit log) and the API's names.
 package framework
 
 // Helpers of the API-server suites (test/e2e/api) that other tiers use too: shares and their
@@ -136,7 +139,7 @@ func (e *KubeEnv) ServiceAccountKubeconfig(t *testing.T, rules []rbacv1.PolicyRu
 	if _, err := e.Kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role}, Rules: rules}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.Kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{}) })
+	t.Cleanup(func() { _ = e.Kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{}) })
 	crb := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: role},
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
@@ -146,7 +149,7 @@ func (e *KubeEnv) ServiceAccountKubeconfig(t *testing.T, rules []rbacv1.PolicyRu
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		e.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), role, metav1.DeleteOptions{})
+		_ = e.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), role, metav1.DeleteOptions{})
 	})
 	expiry := int64(3600)
 	tr, err := e.Kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name,
@@ -422,6 +425,7 @@ func (e *KubeEnv) Shell(t *testing.T, dir, command string) string {
 	return string(out)
 }
 
+// CrdGVR is the CustomResourceDefinitions resource.
 var CrdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // CreateCRD creates a CRD for the test, deletes it afterwards, and waits until its resource is
@@ -443,10 +447,12 @@ func (e *KubeEnv) CreateCRD(t *testing.T, crd *unstructured.Unstructured, probe 
 	})
 }
 
+// ListedShareObject is ShareObject with spec.items set to items (when not nil).
 func ListedShareObject(kind ShareKind, name, ns, src string, items []any) *unstructured.Unstructured {
 	u := ShareObject(kind, name, ns, src)
 	if items != nil {
-		unstructured.SetNestedSlice(u.Object, items, "spec", "items")
+		// A fresh object: spec is a map, so setting spec.items cannot fail.
+		_ = unstructured.SetNestedSlice(u.Object, items, "spec", "items")
 	}
 	return u
 }
@@ -475,8 +481,8 @@ func (e *KubeEnv) NewSharer(t *testing.T) *sharer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		e.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
-		e.Kube.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = e.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = e.Kube.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	cfg, err := clientcmd.BuildConfigFromFlags("", e.Kubeconfig)
 	if err != nil {
@@ -507,15 +513,17 @@ func (e *KubeEnv) GrantGet(t *testing.T, subject rbacv1.Subject, ns, resource, n
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		e.Kube.RbacV1().RoleBindings(ns).Delete(context.Background(), rn, metav1.DeleteOptions{})
-		e.Kube.RbacV1().Roles(ns).Delete(context.Background(), rn, metav1.DeleteOptions{})
+		_ = e.Kube.RbacV1().RoleBindings(ns).Delete(context.Background(), rn, metav1.DeleteOptions{})
+		_ = e.Kube.RbacV1().Roles(ns).Delete(context.Background(), rn, metav1.DeleteOptions{})
 	})
 }
 
+// UserSubject is an RBAC subject for the user name.
 func UserSubject(name string) rbacv1.Subject {
 	return rbacv1.Subject{Kind: "User", APIGroup: rbacv1.GroupName, Name: name}
 }
 
+// ShareObject is a share of kind named name, of the source ns/src.
 func ShareObject(kind ShareKind, name, ns, src string) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": ShareGroup + "/v1alpha1",
@@ -626,6 +634,7 @@ func (e *KubeEnv) WantReadyColumn(t *testing.T, resource string, want map[string
 	}
 }
 
+// StatusLeaseHolder is the holder of the status controller's Lease.
 func (e *KubeEnv) StatusLeaseHolder() (string, error) {
 	l, err := e.Kube.CoordinationV1().Leases(DriverNamespace).Get(context.Background(), StatusLeaseName, metav1.GetOptions{})
 	if err != nil {

@@ -68,6 +68,7 @@ const (
 // ShareKind is the Kind of the object a share copies ("Secret", "ConfigMap").
 type ShareKind string
 
+// The share kinds.
 const (
 	KindSecret    ShareKind = "Secret"
 	KindConfigMap ShareKind = "ConfigMap"
@@ -150,6 +151,7 @@ func shareConditions(u *unstructured.Unstructured) ([]metav1.Condition, error) {
 // the environment variable crashEnv: the process kills itself there.
 type CrashStep string
 
+// CrashEnv is the environment variable that arms a crash point of the test build.
 const CrashEnv = "SRCSI_TEST_CRASH_AT"
 
 // The crash points of each operation, in the order it reaches them.
@@ -159,8 +161,10 @@ var (
 	ReconcileSteps = []CrashStep{"reconcile:copies", "reconcile:data", "reconcile:record"}
 )
 
+// Quote puts s in double quotes.
 func Quote(s string) string { return "\"" + s + "\"" }
 
+// HasOption says whether the comma-separated mount options include opt.
 func HasOption(options, opt string) bool { return slices.Contains(strings.Split(options, ","), opt) }
 
 // mountEntry is one line of /proc/self/mountinfo (proc(5)), read by the tests themselves.

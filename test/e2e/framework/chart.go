@@ -33,6 +33,7 @@ func RenderedObjects(t testing.TB, manifest []byte) []*unstructured.Unstructured
 	}
 }
 
+// FindObject is the object of kind and name among objs, or nil.
 func FindObject(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
 	for _, o := range objs {
 		if o.GetKind() == kind && (name == "" || o.GetName() == name) {
@@ -69,6 +70,7 @@ func HelmBinary(t testing.TB) string {
 	return h
 }
 
+// RunHelm runs helm with args and returns its output, or fails t.
 func RunHelm(t testing.TB, args ...string) []byte {
 	t.Helper()
 	cmd := exec.Command(HelmBinary(t), args...)

@@ -264,7 +264,7 @@ func (e *KubeEnv) Namespace(t testing.TB, prefix string) string {
 		t.Fatalf("creating namespace: %v", err)
 	}
 	t.Cleanup(func() {
-		e.Kube.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = e.Kube.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	return name
 }
@@ -334,6 +334,7 @@ func (e *KubeEnv) WaitMayGet(t testing.TB, sa rbacv1.Subject, ns, resource, name
 	})
 }
 
+// CreateSecret creates the Secret ns/name holding data.
 func (e *KubeEnv) CreateSecret(t *testing.T, ns, name string, data map[string][]byte) {
 	t.Helper()
 	_, err := e.Kube.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}, metav1.CreateOptions{})
@@ -342,6 +343,7 @@ func (e *KubeEnv) CreateSecret(t *testing.T, ns, name string, data map[string][]
 	}
 }
 
+// UpdateSecret replaces the data of the Secret ns/name.
 func (e *KubeEnv) UpdateSecret(t *testing.T, ns, name string, data map[string][]byte) {
 	t.Helper()
 	s, err := e.Kube.CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
@@ -373,6 +375,7 @@ func (e *KubeEnv) CreateShare(t *testing.T, kind ShareKind, name, srcNS, srcName
 	t.Cleanup(func() { e.DeleteShare(t, kind, name) })
 }
 
+// DeleteShare deletes the share of kind named name.
 func (e *KubeEnv) DeleteShare(t *testing.T, kind ShareKind, name string) {
 	err := e.Dyn.Resource(ShareGVR(kind)).Delete(context.Background(), name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -436,6 +439,7 @@ func (e *KubeEnv) WaitAccess(t *testing.T, ns string, kind ShareKind, share stri
 	})
 }
 
+// ServiceAccount is an RBAC subject for the ServiceAccount ns/name.
 func ServiceAccount(ns, name string) rbacv1.Subject {
 	return rbacv1.Subject{Kind: "ServiceAccount", Namespace: ns, Name: name}
 }
@@ -655,16 +659,16 @@ func (p *DriverProc) WaitReady() {
 // Kill stops the driver with SIGKILL, as a crash or OOM kill would.
 func (p *DriverProc) Kill() {
 	p.conn.Close()
-	p.Cmd.Process.Signal(syscall.SIGKILL)
-	p.Cmd.Wait()
+	_ = p.Cmd.Process.Signal(syscall.SIGKILL)
+	_ = p.Cmd.Wait() // the kill's "signal: killed"
 }
 
 // WaitKilled waits for the driver to die by SIGKILL on its own (a crash point) and fails the
 // test if it exits any other way or not at all.
 func (p *DriverProc) WaitKilled() {
 	p.t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- p.Cmd.Wait() }()
+	done := make(chan struct{})
+	go func() { _ = p.Cmd.Wait(); close(done) }() // how it died is read from ProcessState below
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):
@@ -684,13 +688,13 @@ func (p *DriverProc) Disarm() { p.Binary, p.env = p.kube.Binary, nil }
 // left under its temp root (deepest first), so tests never leak mounts into each other.
 func (p *DriverProc) Cleanup() {
 	if p.Cmd != nil && p.Cmd.ProcessState == nil {
-		p.Cmd.Process.Signal(syscall.SIGTERM)
+		_ = p.Cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
-		go func() { p.Cmd.Wait(); close(done) }()
+		go func() { _ = p.Cmd.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
-			p.Cmd.Process.Kill()
+			_ = p.Cmd.Process.Kill()
 			<-done
 		}
 	}
@@ -707,14 +711,15 @@ func (p *DriverProc) Cleanup() {
 		p.t.Logf("driver log (last 60 lines):\n%s", Tail(log, 60))
 	}
 	for _, m := range MountsUnder(p.Root) {
-		syscall.Unmount(m, syscall.MNT_DETACH)
+		_ = syscall.Unmount(m, syscall.MNT_DETACH) // best effort: the test has ended
 	}
 	if p.ownMountNS {
-		syscall.Unmount(p.Root, syscall.MNT_DETACH)
+		_ = syscall.Unmount(p.Root, syscall.MNT_DETACH)
 	}
 	os.RemoveAll(p.Root)
 }
 
+// Tail is the last n lines of b.
 func Tail(b []byte, n int) string {
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	if len(lines) > n {
@@ -754,7 +759,7 @@ func (p *DriverProc) Secret(prefix string) []byte {
 
 // TestVolume is one in-line volume of one pod, as the kubelet would ask for it.
 type TestVolume struct {
-	Id, PodUID, PodName, PodNS, sa, Target string
+	ID, PodUID, PodName, PodNS, sa, Target string
 	Attrs                                  map[string]string
 	FsGroup                                string   // the kubelet's volume_mount_group
 	MountFlags                             []string // e.g. an SELinux context=
@@ -765,7 +770,7 @@ func (p *DriverProc) Volume(podNS, sa string, attrs map[string]string) *TestVolu
 	p.t.Helper()
 	uid := fmt.Sprintf("%08x-0000-4000-8000-%012x", randUint32(), randUint32())
 	v := &TestVolume{
-		Id:     "csi-" + RandSuffix() + RandSuffix(),
+		ID:     "csi-" + RandSuffix() + RandSuffix(),
 		PodUID: uid, PodName: "pod-" + RandSuffix(), PodNS: podNS, sa: sa, Attrs: attrs,
 	}
 	v.Target = filepath.Join(p.KubeletRoot, "pods", uid, "volumes", "kubernetes.io~csi", "vol", "mount")
@@ -781,6 +786,7 @@ func randUint32() uint32 {
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }
 
+// PublishRequest is the NodePublishVolume request the kubelet sends for v.
 func (v *TestVolume) PublishRequest() *csi.NodePublishVolumeRequest {
 	vc := map[string]string{
 		CtxPodName: v.PodName, CtxPodNamespace: v.PodNS, CtxPodUID: v.PodUID,
@@ -790,7 +796,7 @@ func (v *TestVolume) PublishRequest() *csi.NodePublishVolumeRequest {
 		vc[k] = val
 	}
 	return &csi.NodePublishVolumeRequest{
-		VolumeId:   v.Id,
+		VolumeId:   v.ID,
 		TargetPath: v.Target,
 		Readonly:   true,
 		VolumeCapability: &csi.VolumeCapability{
@@ -817,11 +823,12 @@ func (p *DriverProc) Publish(v *TestVolume) error {
 	return p.RetryAborted(func() error { return p.PublishOnce(v) })
 }
 
+// Unpublish calls NodeUnpublishVolume for v, retrying Aborted as the kubelet does.
 func (p *DriverProc) Unpublish(v *TestVolume) error {
 	return p.RetryAborted(func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, err := p.Node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.Id, TargetPath: v.Target})
+		_, err := p.Node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.ID, TargetPath: v.Target})
 		return err
 	})
 }
@@ -842,9 +849,8 @@ func (p *DriverProc) RetryAborted(call func() error) error {
 	}
 }
 
-// readVolume returns the files a pod sees at the target (symlinks followed, hidden entries skipped).
-// sameFiles says how got differs from want, file by file (nil when they hold the same files and
-// bytes): what a volume holds, read on the node (readVolume) or in the pod (podFiles), against
+// SameFiles says how got differs from want, file by file (nil when they hold the same files and
+// bytes): what a volume holds, read on the node (ReadVolume) or in the pod (podFiles), against
 // what it should.
 func SameFiles[V ~string | ~[]byte](got, want map[string]V) error {
 	var diffs []string
@@ -956,7 +962,7 @@ func (p *DriverProc) UnpublishAll(t *testing.T, vols ...*TestVolume) {
 	t.Helper()
 	for _, v := range vols {
 		if err := p.Unpublish(v); err != nil {
-			t.Fatalf("unpublish %s: %v", v.Id, err)
+			t.Fatalf("unpublish %s: %v", v.ID, err)
 		}
 	}
 	p.AssertNothingLeft(t, vols...)

@@ -27,7 +27,7 @@ import (
 
 // ClusterNode is one node of the local cluster, as hack/cluster.sh records it ($SRCSI_NODES_FILE).
 type ClusterNode struct {
-	Name, Ip string
+	Name, IP string
 	Mntns    string // its mount namespace; "-": the machine's (the first node)
 }
 

@@ -78,6 +78,7 @@ func (s *PodSuite) SharedToNewPod(t *testing.T, src string, data map[string][]by
 // budgetValues give the driver a small container: budget = 96Mi - 8Mi - 64Mi = 24Mi.
 var budgetValues = []string{"--set", "resources.limits.memory=96Mi", "--set", "driver.cacheMaxBytes=8388608"}
 
+// BudgetBytes is the volume budget the pod suite's driver runs with.
 const BudgetBytes = 24 << 20
 
 // UseSmallDriver gives the driver the small container of budgetValues for the test, and its
@@ -176,10 +177,12 @@ const (
 	// keeps: within one TTL a burst of publishes of one share costs one GET and one review.
 	PodsCacheTTL = 10 * time.Second
 
+	// The chart's objects the pod suite looks at.
 	PodsDriverNS    = DriverNamespace
 	DriverDaemonSet = "shared-resource-csi-driver"
 	DriverSelector  = "app.kubernetes.io/name=shared-resource-csi,app.kubernetes.io/component=node-plugin"
-	// The status controller (--role=status), the chart's Deployment: the only writer of status.
+	// StatusDeployment is the status controller (--role=status), the chart's Deployment: the
+	// only writer of status.
 	StatusDeployment = "shared-resource-csi-status"
 	statusSelector   = "app.kubernetes.io/name=shared-resource-csi,app.kubernetes.io/component=status-controller"
 	// DriverMetricsPort is deploy.yaml's --health-address; the driver pod is on the host network.
@@ -218,6 +221,7 @@ var (
 type podsMode int
 
 const (
+	// The modes of a pod suite test.
 	PodsShared podsMode = iota // runs in parallel with other shared tests
 	PodsAlone                  // runs with no other pod test: it restarts the driver or counts its requests
 )
@@ -465,7 +469,7 @@ func (s *PodSuite) statusControllerReady(ctx context.Context) error {
 	return nil
 }
 
-// DriverPodReady: the driver pod on node runs our image, is Ready, and is registered with the
+// DriverPodReady says the driver pod on node runs our image, is Ready, and is registered with the
 // node's kubelet.
 func (s *PodSuite) DriverPodReady(ctx context.Context, node string, pod *corev1.Pod) error {
 	if img := pod.Spec.Containers[0].Image; img != s.Image {
@@ -519,6 +523,7 @@ func (s *PodSuite) DriverPodOn(ctx context.Context, node string) (*corev1.Pod, e
 	return &live[0], nil
 }
 
+// PodReady says whether the pod's Ready condition is true.
 func PodReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
@@ -528,6 +533,7 @@ func PodReady(p *corev1.Pod) bool {
 	return false
 }
 
+// PodLog is the log of the pod ns/name.
 func (s *PodSuite) PodLog(ctx context.Context, ns, name string) (string, error) {
 	b, err := s.Kube.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	return string(b), err
@@ -570,6 +576,7 @@ func (s *PodSuite) PodNamespace(t *testing.T, prefix string) string {
 	return ns
 }
 
+// CreateServiceAccount creates the ServiceAccount ns/name.
 func (s *PodSuite) CreateServiceAccount(t *testing.T, ns, name string) {
 	t.Helper()
 	_, err := s.Kube.CoreV1().ServiceAccounts(ns).Create(context.Background(),
@@ -587,6 +594,7 @@ type ConsumerSpec struct {
 	Script   string            // sh -c script; default: sleep
 }
 
+// ConsumerPod is a pod ns/name as c describes it.
 func (s *PodSuite) ConsumerPod(ns, name string, c ConsumerSpec) *corev1.Pod {
 	script := c.Script
 	if script == "" {
@@ -618,6 +626,7 @@ func (s *PodSuite) ConsumerPod(ns, name string, c ConsumerSpec) *corev1.Pod {
 	}
 }
 
+// CreatePod creates the pod ConsumerPod describes.
 func (s *PodSuite) CreatePod(t *testing.T, ns, name string, c ConsumerSpec) {
 	t.Helper()
 	if _, err := s.Kube.CoreV1().Pods(ns).Create(context.Background(), s.ConsumerPod(ns, name, c), metav1.CreateOptions{}); err != nil {
@@ -759,12 +768,13 @@ func PodsRandomBytes(n int) []byte {
 	return b
 }
 
-// ShareFixture: a Secret in its own "platform" namespace shared as a SharedSecret.
+// ShareFixture is a Secret in its own "platform" namespace shared as a SharedSecret.
 type ShareFixture struct {
 	Platform, Secret, Share string
 	data                    map[string][]byte
 }
 
+// NewShare shares a new Secret holding data (ShareFixture).
 func (s *PodSuite) NewShare(t *testing.T, data map[string][]byte) *ShareFixture {
 	t.Helper()
 	f := &ShareFixture{Platform: s.SourceNamespace(t, "platform"), Secret: "ca-bundle", Share: "corp-ca-" + RandSuffix(), data: data}
@@ -773,8 +783,10 @@ func (s *PodSuite) NewShare(t *testing.T, data map[string][]byte) *ShareFixture 
 	return f
 }
 
+// Attrs are the volume attributes naming the share.
 func (f *ShareFixture) Attrs() map[string]string { return map[string]string{"sharedSecret": f.Share} }
 
+// EvCount is how many times the event happened.
 func EvCount(ev corev1.Event) int32 {
 	if ev.Series != nil {
 		return ev.Series.Count
@@ -853,7 +865,7 @@ func (s *PodSuite) helm(args ...string) error {
 
 // nodeVolume is one pod's volume as it exists on the node.
 type nodeVolume struct {
-	Id        string // the kubelet's volume handle: the driver's volume id
+	ID        string // the kubelet's volume handle: the driver's volume id
 	PodDir    string // <kubelet>/pods/<uid>
 	target    string // the pod's volume mount point
 	VolumeDir string // the driver's tmpfs for it
@@ -874,8 +886,8 @@ func (s *PodSuite) NodeVolume(t *testing.T, pod *corev1.Pod) *nodeVolume {
 	if err := json.Unmarshal(b, &vd); err != nil || vd.VolumeHandle == "" {
 		t.Fatalf("vol_data.json: %v (%s)", err, b)
 	}
-	v.Id = vd.VolumeHandle
-	v.VolumeDir = filepath.Join(s.Kubelet, "plugins", DriverName, "volumes", v.Id)
+	v.ID = vd.VolumeHandle
+	v.VolumeDir = filepath.Join(s.Kubelet, "plugins", DriverName, "volumes", v.ID)
 	return v
 }
 
@@ -977,6 +989,7 @@ func (s *PodSuite) MeasureCycles(t *testing.T, n int) windowResult {
 	return r
 }
 
+// WaitCycles waits for n relist cycles of the driver.
 func (s *PodSuite) WaitCycles(t *testing.T, n int) {
 	t.Helper()
 	c0 := s.Scrape(t).Sum(MetricRelistCycles, nil)
@@ -989,6 +1002,7 @@ func (s *PodSuite) WaitCycles(t *testing.T, n int) {
 }
 
 const (
+	// The driver's metrics the pod suite reads.
 	MetricRelistCycles  = "sharedresource_relist_cycle_duration_seconds_count"
 	MetricVolumes       = "sharedresource_volumes"
 	MetricCSIOperations = "sharedresource_csi_operations_total"
@@ -1027,7 +1041,9 @@ func (s *PodSuite) NewListedShare(t *testing.T, data map[string][]byte, items []
 	f := &ShareFixture{Platform: s.SourceNamespace(t, "platform"), Secret: "issuer", Share: "issuer-ca-" + RandSuffix(), data: data}
 	s.CreateSecret(t, f.Platform, f.Secret, data)
 	u := ShareObject(KindSecret, f.Share, f.Platform, f.Secret)
-	unstructured.SetNestedSlice(u.Object, items, "spec", "items")
+	if err := unstructured.SetNestedSlice(u.Object, items, "spec", "items"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.Dyn.Resource(ShareGVR(KindSecret)).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating the share: %v", err)
 	}
@@ -1043,7 +1059,9 @@ func (s *PodSuite) SetSharedKeys(t *testing.T, share string, items []any) {
 		if err != nil {
 			return err
 		}
-		unstructured.SetNestedSlice(u.Object, items, "spec", "items")
+		if err := unstructured.SetNestedSlice(u.Object, items, "spec", "items"); err != nil {
+			return err
+		}
 		_, err = s.Dyn.Resource(ShareGVR(KindSecret)).Update(context.Background(), u, metav1.UpdateOptions{})
 		return err
 	})
@@ -1070,7 +1088,7 @@ func (s *PodSuite) ExposedKeysOf(share string) ([]string, error) {
 
 const (
 	notifyExitCode = 42 // the watcher's default --exit-code
-	// NotifyRestartBound: the relist bound, then the kubelet noticing the exit (PLEG), removing
+	// NotifyRestartBound is the relist bound, then the kubelet noticing the exit (PLEG), removing
 	// every container and starting them again in order (the sidecar first).
 	NotifyRestartBound = PodsRelist + PodsRelistSlack + 20*time.Second
 	// notifyQuiet: how long a test waits to see that nothing restarts: two relist bounds.
@@ -1158,7 +1176,7 @@ func (s *PodSuite) NotifyPod(t *testing.T, d *appsv1.Deployment) *corev1.Pod {
 			return err
 		}
 		if len(pods.Items) != 1 {
-			return fmt.Errorf("Deployment %s/%s has %d pods", d.Namespace, d.Name, len(pods.Items))
+			return fmt.Errorf("the Deployment %s/%s has %d pods", d.Namespace, d.Name, len(pods.Items))
 		}
 		name = pods.Items[0].Name
 		return nil
@@ -1176,6 +1194,7 @@ func Restarts(p *corev1.Pod) (count int32, running bool) {
 	return -1, false
 }
 
+// GetPod is the pod ns/name, or fails t.
 func (s *PodSuite) GetPod(t *testing.T, ns, name string) *corev1.Pod {
 	t.Helper()
 	p, err := s.Kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
@@ -1368,7 +1387,7 @@ func (s *PodSuite) helmUpgrade(values ...string) error {
 	return s.helm(append(append([]string{"upgrade", "shared-resource-csi"}, s.chart...), append([]string{"--reset-then-reuse-values"}, values...)...)...)
 }
 
-// CheckPulledFromRelease: the driver pod runs the released image, pulled from the registry. The
+// CheckPulledFromRelease checks that the driver pod runs the released image, pulled from the registry. The
 // kubelet's imageID is what containerd's CRI reports as the image's reference: the first of the
 // image's repo digests, REPO@DIGEST with the digest it was pulled by. The chart names the image
 // by the index digest, so that is the digest, not the linux/amd64 manifest's the node went on to
