@@ -103,6 +103,7 @@ type hostState struct {
 	sentinel map[string]string
 }
 
+// HostState snapshots the mounts and files under the driver's temp root and the files under sentinel.
 func (p *DriverProc) HostState(t *testing.T, sentinel string) hostState {
 	t.Helper()
 	tree := SnapshotTree(t, p.Root, false)
@@ -375,6 +376,7 @@ type openShiftSetup struct {
 	Vars                     *strings.Replacer
 }
 
+// ApplyOpenShiftObjects applies, in new namespaces, the objects an OpenShift user of the driver has.
 func (e *KubeEnv) ApplyOpenShiftObjects(t *testing.T) *openShiftSetup {
 	t.Helper()
 	sfx := RandSuffix()
@@ -464,6 +466,7 @@ type sharer struct {
 	Dyn  dynamic.Interface
 }
 
+// NewSharer makes a user who may create shares (and what they need), for the admission tests.
 func (e *KubeEnv) NewSharer(t *testing.T) *sharer {
 	t.Helper()
 	ctx := context.Background()

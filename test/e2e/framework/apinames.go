@@ -172,6 +172,7 @@ type mountEntry struct {
 	MajorMinor, Root, MountPoint, Options, FSType, Source, SuperOptions string
 }
 
+// ReadMountInfo parses /proc/self/mountinfo.
 func ReadMountInfo() ([]mountEntry, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {

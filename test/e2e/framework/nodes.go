@@ -57,6 +57,7 @@ type nodeState struct {
 	Mounts  []string
 }
 
+// State reads, on the node, the driver's volumes (each with its pod's namespace) and its mounts.
 func (n ClusterNode) State() (nodeState, error) {
 	st := nodeState{Volumes: map[string]string{}}
 	out, err := n.Run("sh", "-c", `cd `+DriverVolumesDir+` 2>/dev/null && for v in *; do [ -d "$v" ] || continue; `+

@@ -177,10 +177,13 @@ const (
 	// keeps: within one TTL a burst of publishes of one share costs one GET and one review.
 	PodsCacheTTL = 10 * time.Second
 
-	// The chart's objects the pod suite looks at.
-	PodsDriverNS    = DriverNamespace
+	// PodsDriverNS is the driver's namespace; DriverDaemonSet and DriverSelector are its
+	// DaemonSet and the label selector of its pods, as the chart names them.
+	PodsDriverNS = DriverNamespace
+	// DriverDaemonSet is the chart's DaemonSet of the driver.
 	DriverDaemonSet = "shared-resource-csi-driver"
-	DriverSelector  = "app.kubernetes.io/name=shared-resource-csi,app.kubernetes.io/component=node-plugin"
+	// DriverSelector selects the driver's pods.
+	DriverSelector = "app.kubernetes.io/name=shared-resource-csi,app.kubernetes.io/component=node-plugin"
 	// StatusDeployment is the status controller (--role=status), the chart's Deployment: the
 	// only writer of status.
 	StatusDeployment = "shared-resource-csi-status"
@@ -188,7 +191,9 @@ const (
 	// DriverMetricsPort is deploy.yaml's --health-address; the driver pod is on the host network.
 	DriverMetricsPort = "9809"
 
-	PodMount   = "/v" // where consumer pods mount the share
+	// PodMount is where consumer pods mount the share.
+	PodMount = "/v"
+	// PodVolName is the name of the consumer pods' volume of the share.
 	PodVolName = "share"
 )
 
@@ -220,8 +225,8 @@ var (
 // How a test shares the driver with the others.
 type podsMode int
 
+// The modes of a pod suite test.
 const (
-	// The modes of a pod suite test.
 	PodsShared podsMode = iota // runs in parallel with other shared tests
 	PodsAlone                  // runs with no other pod test: it restarts the driver or counts its requests
 )
@@ -871,6 +876,7 @@ type nodeVolume struct {
 	VolumeDir string // the driver's tmpfs for it
 }
 
+// NodeVolume is the pod's volume as the node holds it.
 func (s *PodSuite) NodeVolume(t *testing.T, pod *corev1.Pod) *nodeVolume {
 	t.Helper()
 	v := &nodeVolume{PodDir: filepath.Join(s.Kubelet, "pods", string(pod.UID))}
@@ -942,6 +948,7 @@ type windowResult struct {
 	Cycles   int            // relist cycles completed
 }
 
+// StartWindow starts counting the driver's API requests (and metrics) for a window of the test.
 func (s *PodSuite) StartWindow(t *testing.T) *podsWindow {
 	t.Helper()
 	w := &podsWindow{s: s, Start: time.Now(), metrics: s.Scrape(t)}
@@ -1001,8 +1008,8 @@ func (s *PodSuite) WaitCycles(t *testing.T, n int) {
 	})
 }
 
+// The driver's metrics the pod suite reads.
 const (
-	// The driver's metrics the pod suite reads.
 	MetricRelistCycles  = "sharedresource_relist_cycle_duration_seconds_count"
 	MetricVolumes       = "sharedresource_volumes"
 	MetricCSIOperations = "sharedresource_csi_operations_total"
