@@ -90,6 +90,7 @@ func TestSanityNodeService(t *testing.T) {
 	defer sc.Finalize()
 	gomega.RegisterFailHandler(ginkgo.Fail)
 	suite, reporter := ginkgo.GinkgoConfiguration()
+	reporter.NoColor = true // a log file, not a terminal
 	suite.SkipStrings = append(suite.SkipStrings, `\[Controller Server\]`)
 	ok := ginkgo.RunSpecs(t, "csi-sanity (node service)", suite, reporter)
 
@@ -113,6 +114,9 @@ func TestSanityNodeService(t *testing.T) {
 		}
 	}
 	t.Logf("csi-sanity: %d passed, %d skipped, %d failed", len(passed), len(skipped), len(failed))
+	for _, s := range passed {
+		t.Logf("passed: %s", s)
+	}
 	for _, s := range skipped {
 		t.Logf("skipped: %s", s)
 	}
