@@ -29,7 +29,9 @@ import (
 const inodeKernelBytes = 744 + 192 + 512
 
 func TestLongNamedVolumesAreChargedWhatTheirTmpfsHolds(t *testing.T) {
-	seg := func(prefix string, i int) string { return fmt.Sprintf("%s%04d", prefix, i) + strings.Repeat("n", 253-len(prefix)-4) }
+	seg := func(prefix string, i int) string {
+		return fmt.Sprintf("%s%04d", prefix, i) + strings.Repeat("n", 253-len(prefix)-4)
+	}
 	for _, c := range []struct {
 		name  string
 		paths func() []string
