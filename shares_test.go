@@ -4,14 +4,78 @@ package main
 // the driver reads, and nothing of what it does not, whatever its size.
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
+	clientfeatures "k8s.io/client-go/features"
+	clientfeaturestesting "k8s.io/client-go/features/testing"
 	"k8s.io/client-go/tools/cache"
 )
+
+// The informers' heap with forty shares of 1.4 MiB descriptions each (as a share under
+// OpenShift's CRD may have; ours bounds it): what the caches hold grows by what the driver reads
+// of them, not by the shares' size. (The real API server and driver process:
+// test/e2e/api's TestShareCachesHoldOnlyWhatTheDriverReads.)
+func TestShareCachesStayFlatWithLargeShares(t *testing.T) {
+	// The fake client sends no bookmarks: list, then watch, as against an older API server.
+	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
+	const shares = 40
+	// Each list answers new objects, as decoding an API server's answer makes: a description of
+	// its own each.
+	list := func() *unstructured.UnstructuredList {
+		l := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "sharedresource.openshift.io/v1alpha1", "kind": "SharedSecretList",
+			"metadata": map[string]any{"resourceVersion": "1"}}}
+		for i := range shares {
+			l.Items = append(l.Items, unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "sharedresource.openshift.io/v1alpha1", "kind": "SharedSecret",
+				"metadata": map[string]any{"name": fmt.Sprintf("share-%d", i), "uid": fmt.Sprintf("uid-%d", i), "resourceVersion": "1"},
+				"spec": map[string]any{"description": strings.Repeat(fmt.Sprint(i%10), 1400<<10), "secretRef": map[string]any{"namespace": "p", "name": "src"}},
+			}})
+		}
+		return l
+	}
+	listKinds := map[schema.GroupVersionResource]string{}
+	for _, row := range shareKindTable {
+		listKinds[shareGVR(row.kind)] = row.typeName + "List"
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(k8sruntime.NewScheme(), listKinds)
+	dyn.PrependReactor("list", shareKindTable[0].resource, func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		return true, list(), nil
+	})
+	si := newShareIndex(dyn, func(shareKind, string) {})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	si.start(ctx)
+	for deadline := time.Now().Add(30 * time.Second); !si.synced() || len(si.informers[kindSecret].GetStore().ListKeys()) < shares; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the share caches did not sync")
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d shares of 1.4 MiB descriptions: the caches grew the heap by %.1f MiB", shares, float64(grew)/(1<<20))
+	if grew > shares*64<<10 {
+		t.Errorf("%d shares of 1.4 MiB descriptions grew the heap by %.1f MiB; want at most 64 KiB a share", shares, float64(grew)/(1<<20))
+	}
+	if sh, err := si.get(ctx, kindSecret, "share-7"); err != nil || sh.SourceName != "src" || sh.UID != "uid-7" {
+		t.Errorf("share-7 from the cache: %+v, %v", sh, err)
+	}
+}
 
 func TestShareCacheKeepsOnlyWhatTheDriverReads(t *testing.T) {
 	big := strings.Repeat("x", 1400<<10)
