@@ -17,9 +17,9 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
-	k8stesting "k8s.io/client-go/testing"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -40,7 +40,7 @@ func TestShareCachesStayFlatWithLargeShares(t *testing.T) {
 			l.Items = append(l.Items, unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": "sharedresource.openshift.io/v1alpha1", "kind": "SharedSecret",
 				"metadata": map[string]any{"name": fmt.Sprintf("share-%d", i), "uid": fmt.Sprintf("uid-%d", i), "resourceVersion": "1"},
-				"spec": map[string]any{"description": strings.Repeat(fmt.Sprint(i%10), 1400<<10), "secretRef": map[string]any{"namespace": "p", "name": "src"}},
+				"spec":     map[string]any{"description": strings.Repeat(fmt.Sprint(i%10), 1400<<10), "secretRef": map[string]any{"namespace": "p", "name": "src"}},
 			}})
 		}
 		return l
