@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -126,23 +127,77 @@ func (r *reservation) release() {
 // link, or a hard link: tmpfs counts each link as an inode, shmem_link, as its dentry cannot be
 // reclaimed): an inode (shmem_inode_cache: 744 bytes on Linux 6.18, x86_64) and a dentry (192),
 // rounded up to 1 KiB, which is also what tmpfs reserves per inode (BOGO_INODE_SIZE,
-// mm/shmem.c). The review measured about 1.3 KiB per directory of a volume, the atomic writer's
-// links included; those links are counted here as entries of their own.
+// mm/shmem.c). What an entry's name and a link's target cost besides is entryNameBytes and
+// linkTargetBytes: a pod chooses the names (its items), so they are charged by their length.
 const entryBytes = 1024
+
+// What the kernel allocates for a name or a link's target beyond the entry (Linux, 64-bit).
+const (
+	// dnameInlineLen: a name shorter than this lives inside its dentry (DNAME_INLINE_LEN, 32
+	// bytes, or 40 on newer kernels: 32 is the bound that charges more); a longer one takes an
+	// allocation of its own (struct external_name: a 16-byte header, the name, its NUL).
+	dnameInlineLen     = 32
+	externalNameHeader = 16
+	// shortSymlinkLen: a symbolic link whose target is shorter than this keeps a kmalloc'd copy
+	// of it; a longer target takes a page of the tmpfs of its own (SHORT_SYMLINK_LEN,
+	// mm/shmem.c). A top-level link points at "..data/<first segment>", so a segment of 121
+	// bytes or more costs a page in the copy and another in the view.
+	shortSymlinkLen = 128
+)
+
+// kmallocBytes is what an allocation of n bytes takes from the kernel's kmalloc caches, at most:
+// n rounded up to a power of two, 8 at least.
+func kmallocBytes(n int) int64 {
+	s := int64(8)
+	for s < int64(n) {
+		s *= 2
+	}
+	return s
+}
+
+// entryNameBytes is what an entry's name costs beside its dentry: nothing when it fits inside,
+// else its own allocation.
+func entryNameBytes(name string) int64 {
+	if len(name) < dnameInlineLen {
+		return 0
+	}
+	return kmallocBytes(externalNameHeader + len(name) + 1)
+}
+
+// linkTargetBytes is what a symbolic link's target costs: a page when long, else its copy.
+func linkTargetBytes(target string) int64 {
+	if len(target) >= shortSymlinkLen {
+		return pageSize
+	}
+	return kmallocBytes(len(target) + 1)
+}
 
 // pages is n bytes rounded up to whole pages.
 func pages(n int64) int64 { return (n + pageSize - 1) / pageSize * pageSize }
 
-// treeEntries is how many entries files make in a directory the atomic writer fills
-// (internal/atomicwriter's layout): each file and each directory of their paths (pathEntries),
-// a link per first segment, and the directory itself, its payload dir and its ..data link.
-func treeEntries(files map[string]atomicwriter.File) int64 {
-	tops := map[string]bool{}
+// treeBytes is what the entries cost that files make in a directory the atomic writer fills
+// (internal/atomicwriter's layout), their data aside: each file and each directory of their paths
+// (by its name), a link per first segment (by its name and target), and the directory itself,
+// its payload dir and its ..data link (at the longest payload dir name).
+func treeBytes(files map[string]atomicwriter.File) int64 {
+	payload := strings.Repeat("x", atomicwriter.MaxPayloadDirName)
+	n := 3*entryBytes + entryNameBytes(payload) + entryNameBytes("..data") + linkTargetBytes(payload)
+	tops, dirs := map[string]bool{}, map[string]bool{}
 	for p := range files {
 		top, _, _ := strings.Cut(p, "/")
 		tops[top] = true
+		for d := range atomicwriter.ParentDirs(p) {
+			dirs[d] = true
+		}
+		n += entryBytes + entryNameBytes(path.Base(p))
 	}
-	return int64(filesEntries(files) + len(tops) + 3)
+	for d := range dirs {
+		n += entryBytes + entryNameBytes(path.Base(d))
+	}
+	for top := range tops {
+		n += entryBytes + entryNameBytes(top) + linkTargetBytes(atomicwriter.TopLinkTarget(top))
+	}
+	return n
 }
 
 // pathEntries is how many files and directories paths make: each path a file, and each distinct
@@ -158,28 +213,54 @@ func pathEntries(paths []string) int {
 }
 
 // chargedBytes is what one share's files cost: their bytes in whole pages, and the entries of
-// the share's copy and of the view's hard links to it (which share the copy's pages).
+// the share's copy and of the view's hard links to it (which share the copy's pages, but not
+// their names, links and dentries), names and link targets by their length.
 func chargedBytes(files map[string]atomicwriter.File) int64 {
 	var n int64
 	for _, f := range files {
 		n += pages(int64(len(f.Data)))
 	}
-	return n + 2*treeEntries(files)*entryBytes
+	return n + 2*treeBytes(files)
 }
 
 // volumeEntries are a volume's entries besides its shares' files: the tmpfs's root, record.json,
 // shares/, and the view's data/ with its payload dir and ..data link.
 const volumeEntries = 6
 
-// volumeBytes is what the volume rec describes costs: its record in whole pages, its own
-// entries, and its shares' copies (shareState.Bytes).
+// volumeBytes is what the volume rec describes costs: its record in whole pages on its tmpfs, its
+// items in the driver's memory (recordHeapBytes), its own entries, and its shares' copies
+// (shareState.Bytes).
 func volumeBytes(rec volumeRecord) int64 {
-	n := recordPages(rec) + volumeEntries*entryBytes
+	n := recordPages(rec) + recordHeapBytes(rec) + volumeEntries*entryBytes
 	for _, s := range rec.Shares {
 		n += s.Bytes
 	}
 	return n
 }
+
+// recordHeapBytes is what the driver's memory holds of rec's items beside its file: a pod's
+// choice (up to maxItems keys and paths; a path may have 4096 bytes), kept decoded by the store,
+// and copied by an operation on the volume while it runs. So each item is charged twice (the
+// store's copy and one in flight): its struct and slice slot, and its two strings rounded up to
+// the allocator's size classes (an eighth more, and 16 bytes, at most). What else a record holds
+// is bounded and small, within the driver's own margin (driverMemoryMargin). Counted from the
+// items alone, it stays the same while the volume lives, whatever flags its record gains.
+func recordHeapBytes(rec volumeRecord) int64 {
+	str := func(s string) int64 {
+		if s == "" {
+			return 0
+		}
+		return int64(len(s)) + int64(len(s))/8 + 16
+	}
+	var n int64
+	for _, it := range rec.Items {
+		n += itemSlotBytes + str(it.Key) + str(it.Path)
+	}
+	return 2 * n
+}
+
+// itemSlotBytes is an item's struct (an int, two string headers, a mode), rounded up.
+const itemSlotBytes = 64
 
 // recordPages is what rec costs on disk, in whole pages.
 func recordPages(rec volumeRecord) int64 {

@@ -192,7 +192,7 @@ func (w *budgetWorld) onDiskBytes() int64 {
 		if err != nil {
 			w.t.Fatalf("volume %s: %v", rec.VolumeID, err)
 		}
-		sum += recordPages(saved) + volumeEntries*entryBytes
+		sum += recordPages(saved) + recordHeapBytes(saved) + volumeEntries*entryBytes
 		for i := range rec.Shares {
 			files, err := atomicwriter.ReadFiles(w.d.store.dirOf(rec).shareDir(i))
 			if err != nil {

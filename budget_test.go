@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -27,16 +28,82 @@ import (
 
 // A share's files cost their bytes in whole pages, and every entry of its copy and of the view's
 // links to it: each file, each directory of their paths, a link per first segment and the
-// copy's three (entryBytes each, twice).
+// copy's three (entryBytes each, twice), with what short names and link targets take besides:
+// ..data's target and the payload dir's name (up to 32 bytes: 64 each), each top-level link's
+// target ("..data/a": 16).
 func TestChargedBytesArePagesAndEntries(t *testing.T) {
 	files := map[string]atomicwriter.File{"a": {Data: []byte("x")}, "b": {Data: make([]byte, 4096)}, "c": {Data: make([]byte, 4097)}, "d": {}}
-	if got, want := chargedBytes(files), int64(4096+4096+8192)+2*(4+4+3)*entryBytes; got != want {
+	if got, want := chargedBytes(files), int64(4096+4096+8192)+2*((4+4+3)*entryBytes+2*64+4*16); got != want {
 		t.Errorf("chargedBytes = %d, want %d", got, want)
 	}
 	// An empty file is not free, nor is a directory.
-	if got, want := chargedBytes(map[string]atomicwriter.File{"x/y/z": {}}), int64(2*(1+2+1+3)*entryBytes); got != want {
+	if got, want := chargedBytes(map[string]atomicwriter.File{"x/y/z": {}}), int64(2*((1+2+1+3)*entryBytes+2*64+16)); got != want {
 		t.Errorf("chargedBytes of one empty file two directories deep = %d, want %d", got, want)
 	}
+}
+
+// The review's volume of long names: a pod's items name 300 files of 253 bytes each (one key of
+// a byte, under 300 names). On a real tmpfs it held 3,692 KiB of tmpfs pages (its 300 pages of
+// data, a page for each top-level link's target, in the copy and the view, and its record) and
+// some 1 MiB of slab (a name allocation for each of the 1,200 names), and it was charged 2,504
+// KiB. What the kernel holds is counted here from the kernel's rules, apart from budget.go's: a
+// link target of 128 bytes or more takes a page; a name of 32 bytes or more an allocation of its
+// own (16 bytes of header, the name and its NUL: 512 bytes of kmalloc for 253); and each entry an
+// inode and a dentry (936 bytes). A real tmpfs is measured in tmpfs_root_test.go.
+func TestLongNamesAreChargedWhatTheKernelHolds(t *testing.T) {
+	const n, nameLen = 300, 253
+	rec := volumeRecord{VolumeID: "vol-long", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "s"}}}}
+	files := map[string]atomicwriter.File{}
+	for i := range n {
+		name := fmt.Sprintf("%03d", i) + strings.Repeat("n", nameLen-3)
+		files[name] = atomicwriter.File{Data: []byte("x")}
+		rec.Items = append(rec.Items, item{Key: "k", Path: name})
+	}
+	rec.Shares[0].Bytes = chargedBytes(files)
+	charged := volumeBytes(rec)
+	pagesHeld := int64(n)*pageSize + 2*n*pageSize + recordPages(rec) // data, link targets, record
+	slabHeld := int64(4*n) * (512 + 936)                             // the files and links, in the copy and the view
+	if held := pagesHeld + slabHeld; charged < held {
+		t.Errorf("300 items of 253-byte names charged %d KiB, the kernel holds %d KiB (%d KiB of tmpfs pages, %d KiB of slab)",
+			charged>>10, held>>10, pagesHeld>>10, slabHeld>>10)
+	}
+	t.Logf("300 items of 253-byte names charged %d KiB; the kernel holds at least %d KiB of tmpfs pages and %d KiB of slab", charged>>10, pagesHeld>>10, slabHeld>>10)
+}
+
+// A volume's record is kept decoded in the driver's memory, its items a pod's choice (up to
+// maxItems names of up to 253 bytes each, here): the volume is charged for it, beyond what its
+// tmpfs holds, at least twice what one decoded copy takes of the heap (the store's, and the one
+// an operation in progress holds). Measured: records decoded as the store loads them.
+func TestRecordsAreChargedWhatTheHeapHolds(t *testing.T) {
+	const volumes = 20
+	rec := volumeRecord{VolumeID: "vol-heap", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "s"}}}}
+	for i := range maxItems {
+		rec.Items = append(rec.Items, item{Key: fmt.Sprintf("%04d", i) + strings.Repeat("k", 249), Path: fmt.Sprintf("%04d", i) + strings.Repeat("p", 249), Mode: 0o440})
+	}
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	onTmpfs := recordPages(rec) + volumeEntries*entryBytes // what the tmpfs holds for the record and the volume
+	charged := volumeBytes(rec) - onTmpfs
+	held := make([]volumeRecord, volumes)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range held {
+		if err := json.Unmarshal(b, &held[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perCopy := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / volumes
+	runtime.KeepAlive(held)
+	if charged < 2*perCopy {
+		t.Errorf("a record of %d items of 253-byte names takes %d KiB of heap decoded; its volume is charged %d KiB for it, want at least twice that",
+			maxItems, perCopy>>10, charged>>10)
+	}
+	t.Logf("a record of %d items of 253-byte names: %d KiB of heap per decoded copy, charged %d KiB beyond its tmpfs", maxItems, perCopy>>10, charged>>10)
 }
 
 // The review's volumes, charged what they hold: a thousand files sixteen segments deep, of 4 KiB
@@ -66,14 +133,14 @@ func TestManyEntriesAreChargedWhatTheKernelHolds(t *testing.T) {
 // A volume costs its record's pages, as saved, and its own six entries, besides its shares.
 func TestVolumeBytesCountTheRecordAsSaved(t *testing.T) {
 	rec := volumeRecord{VolumeID: "vol-1", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "s"}, Bytes: 10000}}}
-	if got, want := volumeBytes(rec), int64(pageSize+volumeEntries*entryBytes+10000); got != want {
+	if got, want := volumeBytes(rec), int64(pageSize+volumeEntries*entryBytes+10000)+recordHeapBytes(rec); got != want {
 		t.Errorf("volumeBytes of a small record = %d, want %d", got, want)
 	}
 	for i := range 200 { // a long list of items makes a record of several pages
 		rec.Items = append(rec.Items, item{Key: fmt.Sprintf("key-%d", i), Path: fmt.Sprintf("some/where/file-%d", i)})
 	}
 	b, _ := json.MarshalIndent(rec, "", "  ")
-	if got, want := volumeBytes(rec), pages(int64(len(b)))+volumeEntries*entryBytes+10000; got != want || want < 4*pageSize {
+	if got, want := volumeBytes(rec), pages(int64(len(b)))+volumeEntries*entryBytes+10000+recordHeapBytes(rec); got != want || want < 4*pageSize {
 		t.Errorf("volumeBytes of a record of %d bytes = %d, want %d", len(b), got, want)
 	}
 }

@@ -84,6 +84,9 @@ func newShareIndex(dyn dynamic.Interface, onChange func(shareKind, string)) *sha
 		}
 		// Shares are cluster-scoped: the store's key is the name, and no index is needed.
 		inf := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{}) // no resync: nothing here acts on a timer
+		if err := inf.SetTransform(shareTransform(k)); err != nil {
+			panic(err) // cannot happen: the informer has not started
+		}
 		notify := func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
@@ -113,6 +116,52 @@ func newShareIndex(dyn dynamic.Interface, onChange func(shareKind, string)) *sha
 		si.informers[k] = inf
 	}
 	return si
+}
+
+// shareTransform keeps, of each share the informer caches, only what the driver reads: its
+// identity and versions, the spec fields of shareFromObject and pinOf, and the status the status
+// writer writes back (which an update of the status subresource replaces whole: a field not kept
+// here would be cleared). Everything else is dropped as the object arrives: a share's
+// description, annotations, labels and managedFields are whatever size its writer made them, and
+// every node plugin would hold every share whole. (An update of the status subresource takes
+// only the status: the API server keeps the spec and metadata it has.) The same function is
+// safe on an object it already transformed.
+func shareTransform(k shareKind) cache.TransformFunc {
+	refField := shareRefField(k)
+	return func(obj any) (any, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return obj, nil // a tombstone, or a list: nothing cached as is
+		}
+		meta := map[string]any{}
+		if m, ok := u.Object["metadata"].(map[string]any); ok {
+			for _, f := range []string{"name", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp"} {
+				if v, ok := m[f]; ok {
+					meta[f] = v
+				}
+			}
+		}
+		out := map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": meta}
+		keep := func(part string, fields ...string) {
+			m, ok := u.Object[part].(map[string]any)
+			if !ok {
+				if v, present := u.Object[part]; present {
+					out[part] = v // not an object: kept, so that reading it fails as it would have
+				}
+				return
+			}
+			kept := map[string]any{}
+			for _, f := range fields {
+				if v, ok := m[f]; ok {
+					kept[f] = v
+				}
+			}
+			out[part] = kept
+		}
+		keep("spec", refField, sharedItemsField, recreationField)
+		keep("status", pinField, "exposedKeys", "conditions")
+		return &unstructured.Unstructured{Object: out}, nil
+	}
 }
 
 // specChanged says whether an informer update changed a share's spec. Only status changed

@@ -84,6 +84,14 @@ func topLinkTarget(name string) string {
 	return dataLink + "/" + name
 }
 
+// TopLinkTarget is what the top-level link for a first path segment name points at, so a caller
+// can count what the links it asks for cost.
+func TopLinkTarget(name string) string { return topLinkTarget(name) }
+
+// MaxPayloadDirName is the longest name a payload dir gets (and so the longest target of
+// ..data): the time part and a random uint32 in decimal.
+const MaxPayloadDirName = len(payloadDirLayout) + 10
+
 // checkTopName fails if dir/<name> exists and is anything but the writer's own link:
 // overwriting or shadowing it is not the writer's call, and finding out after the swap would
 // leave dir half updated.

@@ -263,7 +263,8 @@ func condition(typ, status, reason string) map[string]any {
 }
 
 // OpenShift's CRD schema against ours. Each object either accepts is listed with what each does:
-// where they differ ours is stricter, and only about shares that could never be mounted. (The
+// where they differ ours is stricter, and only about shares that could never be mounted, or a
+// description longer than 4096 characters (which every node would otherwise hold whole). (The
 // status part: OpenShift's driver writes no status, its ClusterRole has no status permission; the
 // shape its CRD allows is metav1.Condition, as ours.) Then ours replaces theirs, as installing this
 // chart over Builds for OpenShift's CRDs does: shares stored under theirs are still served, given a
@@ -303,6 +304,8 @@ func TestOpenShiftCRDSchemaAgainstOurs(t *testing.T) {
 		{"no spec", framework.KindSecret, nil, true, false},
 		{"spec without the ref", framework.KindSecret, map[string]any{"description": "x"}, false, false},
 		{"ref without namespace", framework.KindConfigMap, map[string]any{"configMapRef": map[string]any{"name": "x"}}, false, false},
+		{"description longer than 4096 characters", framework.KindSecret, map[string]any{"secretRef": map[string]any{"namespace": "a", "name": "b"}, "description": strings.Repeat("d", 4097)}, true, false},
+		{"description of 4096 characters", framework.KindConfigMap, map[string]any{"configMapRef": map[string]any{"namespace": "a", "name": "b"}, "description": strings.Repeat("d", 4096)}, true, true},
 		{"description not a string", framework.KindSecret, map[string]any{"secretRef": map[string]any{"namespace": "a", "name": "b"}, "description": int64(5)}, false, false},
 		{"a field neither has", framework.KindSecret, map[string]any{"secretRef": map[string]any{"namespace": "a", "name": "b"}, "items": "x"}, false, false},
 	} {

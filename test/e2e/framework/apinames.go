@@ -251,14 +251,28 @@ type volumeRecord struct {
 	Shares       []struct {
 		Bytes int64 `json:"bytes"`
 	} `json:"shares"`
+	Items []struct {
+		Key  string `json:"key"`
+		Path string `json:"path"`
+	} `json:"items"`
 }
 
 // volumeBytes is what the volume budget charges for a volume whose record.json is recordLen
-// bytes: its record in whole pages, six entries of its own (the tmpfs root, record.json, shares/,
-// data/, its payload dir and ..data), and its shares' copies.
+// bytes: its record in whole pages, its items in the driver's memory (twice: each item's 64 bytes
+// and its two strings with an eighth and 16 bytes more), six entries of its own (the tmpfs root,
+// record.json, shares/, data/, its payload dir and ..data), and its shares' copies.
 func volumeBytes(rec volumeRecord, recordLen int) int64 {
 	const pageSize = 4096
 	n := (int64(recordLen)+pageSize-1)/pageSize*pageSize + 6*EntryBytes
+	str := func(s string) int64 {
+		if s == "" {
+			return 0
+		}
+		return int64(len(s)) + int64(len(s))/8 + 16
+	}
+	for _, it := range rec.Items {
+		n += 2 * (64 + str(it.Key) + str(it.Path))
+	}
 	for _, s := range rec.Shares {
 		n += s.Bytes
 	}

@@ -507,6 +507,12 @@ func WithArgs(args ...string) driverOption {
 	return func(p *DriverProc) { p.Args = append(p.Args, args...) }
 }
 
+// WithEnv adds environment variables (NAME=value) to the driver's, e.g. GOGC for a test that
+// reads its heap.
+func WithEnv(kv ...string) driverOption {
+	return func(p *DriverProc) { p.env = append(p.env, kv...) }
+}
+
 // asStatusController runs the process as the status controller (--role=status) under the status
 // controller's ServiceAccount, with its Lease in the driver's namespace. It serves no CSI socket:
 // start it with startStatusController.

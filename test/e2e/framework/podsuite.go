@@ -130,6 +130,37 @@ func (s *PodSuite) VolumesOfNamespaces(t *testing.T, namespaces ...string) (n in
 	return n, bytes
 }
 
+// DriverKernelMemory reads what the kernel charges the driver pod's container (cgroup v1) for
+// files and names: the tmpfs pages (memory.stat's shmem), the kernel's own allocations (inodes,
+// dentries, names: memory.kmem.usage_in_bytes), and its whole usage. ok is false when the
+// container's cgroup is not found.
+func (s *PodSuite) DriverKernelMemory(p *corev1.Pod) (shmem, kmem, usage float64, ok bool) {
+	if len(p.Status.ContainerStatuses) == 0 {
+		return 0, 0, 0, false
+	}
+	id := p.Status.ContainerStatuses[0].ContainerID
+	id = id[strings.Index(id, "://")+3:]
+	matches, _ := filepath.Glob("/sys/fs/cgroup/memory/kubepods*/*/pod" + string(p.UID) + "/" + id)
+	if len(matches) == 0 {
+		matches, _ = filepath.Glob("/sys/fs/cgroup/memory/kubepods*/pod" + string(p.UID) + "/" + id)
+	}
+	if len(matches) == 0 {
+		return 0, 0, 0, false
+	}
+	read := func(name string) float64 {
+		b, _ := os.ReadFile(filepath.Join(matches[0], name))
+		v, _ := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+		return v
+	}
+	b, _ := os.ReadFile(filepath.Join(matches[0], "memory.stat"))
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "shmem" {
+			shmem, _ = strconv.ParseFloat(f[1], 64)
+		}
+	}
+	return shmem, read("memory.kmem.usage_in_bytes"), read("memory.usage_in_bytes"), true
+}
+
 // LogCharged logs where the kernel charges the volumes' pages: the shmem (tmpfs) bytes of the
 // driver container's memory cgroup and of its pod's, and the container's usage against its limit.
 func (s *PodSuite) LogCharged(t *testing.T, p *corev1.Pod, when string) {

@@ -233,3 +233,93 @@ func assertNotOOMKilled(t *testing.T, p *corev1.Pod) {
 		}
 	}
 }
+
+// The review's long names, with real pods on the small driver: a pod's items name 300 files of
+// 253 bytes each (one key of a byte), so each volume holds a page for every top-level link's
+// target (in the copy and the view) and a name allocation for every entry: some 3.6 MiB of tmpfs
+// pages and 1.7 MiB of kernel memory, which were charged 2.5 MiB. Pods of such volumes fill the
+// budget: what the driver's container is charged for them by the kernel (tmpfs pages and kernel
+// memory, grown from before the first) stays within what the budget counts for them, the pods
+// beyond it are refused naming the budget, and the driver's container never restarts.
+func TestPodsVolumeBudgetChargesLongNames(t *testing.T) {
+	s := framework.PodsEnv(t, framework.PodsAlone)
+	ctx := context.Background()
+	s.UseSmallDriver(t)
+	ns := s.PodNamespace(t, "longnames")
+	share := s.NewShare(t, map[string][]byte{"k": []byte("x")})
+	s.Grant(t, ns, framework.KindSecret, share.Share, framework.ServiceAccount(ns, "default"))
+	items := make([]string, 300)
+	for i := range items {
+		items[i] = fmt.Sprintf("k=%03d%s", i, strings.Repeat("n", 250))
+	}
+	attrs := share.Attrs()
+	attrs[framework.AttrItems] = strings.Join(items, ",")
+
+	driver, err := s.DriverPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shmem0, kmem0, _, ok := s.DriverKernelMemory(driver)
+	if !ok {
+		t.Fatalf("no memory cgroup found for the driver pod %s", driver.Name)
+	}
+	charged0 := s.Scrape(t).Sum("sharedresource_volume_bytes", nil)
+
+	// One pod at a time, so that each volume is charged before the next publish asks.
+	const pods = 8
+	running, refused := 0, 0
+	for i := range pods {
+		name := fmt.Sprintf("long-%d", i)
+		s.CreatePod(t, ns, name, framework.ConsumerSpec{Attrs: attrs})
+		var state string
+		framework.Eventually(t, 2*time.Minute, func() error {
+			p, err := s.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Status.Phase == corev1.PodRunning {
+				state = "running"
+				return nil
+			}
+			evs, err := s.PodEvents(ns, name, "FailedMount")
+			if err != nil {
+				return err
+			}
+			for _, ev := range evs {
+				if strings.Contains(ev.Message, "ResourceExhausted") && strings.Contains(ev.Message, "--volume-bytes-budget") {
+					state = "refused"
+					return nil
+				}
+			}
+			return fmt.Errorf("pod %s neither running nor refused by the budget", name)
+		})
+		if state == "running" {
+			running++
+		} else {
+			refused++
+		}
+	}
+	driver, err = s.DriverPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shmem, kmem, usage, _ := s.DriverKernelMemory(driver)
+	charged := s.Scrape(t).Sum("sharedresource_volume_bytes", nil)
+	held := (shmem - shmem0) + (kmem - kmem0)
+	t.Logf("budget %d MiB: %d pods of 300 253-byte names running, %d refused; charged %.1f MiB for them; the kernel holds %.1f MiB of tmpfs pages and %.1f MiB of kernel memory more (%.1f MiB); container usage %.1f MiB of 96 MiB",
+		framework.BudgetBytes>>20, running, refused, (charged-charged0)/(1<<20), (shmem-shmem0)/(1<<20), (kmem-kmem0)/(1<<20), held/(1<<20), usage/(1<<20))
+	s.LogCharged(t, driver, "long names")
+	if running == 0 || refused == 0 {
+		t.Errorf("%d pods running, %d refused: want the budget filled, and the pods beyond it refused", running, refused)
+	}
+	if held > charged-charged0 {
+		t.Errorf("the kernel holds %.1f MiB more for the volumes of long names, the budget counts %.1f MiB for them", held/(1<<20), (charged-charged0)/(1<<20))
+	}
+	assertNotOOMKilled(t, driver)
+	time.Sleep(2 * framework.PodsRelist) // a relist or two over every volume
+	if p, err := s.DriverPod(ctx); err != nil {
+		t.Fatal(err)
+	} else {
+		assertNotOOMKilled(t, p)
+	}
+}

@@ -1,0 +1,104 @@
+//go:build root
+
+package main
+
+// The budget against a real tmpfs, as root: volumes whose names a pod chose as long as it may
+// are written the way the driver writes them (the shares' copies and the view of hard links, by
+// the atomic writer, and the record), on a tmpfs of the driver's default size (--tmpfs-size 4Mi),
+// and what the tmpfs then holds (statfs: its pages, and its inodes, each costing the kernel an
+// inode, a dentry and a name of up to 253 bytes) must not be more than what the volume is charged
+// for its tmpfs (volumeBytes, less what it charges for the driver's heap).
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+)
+
+// inodeKernelBytes is what one inode of a volume's tmpfs costs the kernel at most, names of 253
+// bytes included: shmem_inode_cache (744 bytes on Linux 6.18, x86_64), a dentry (192) and the
+// name's own allocation (kmalloc-512 for a 16-byte header, 253 bytes and a NUL). A hard link is
+// counted as an inode by tmpfs, and costs a dentry and a name.
+const inodeKernelBytes = 744 + 192 + 512
+
+func TestLongNamedVolumesAreChargedWhatTheirTmpfsHolds(t *testing.T) {
+	seg := func(prefix string, i int) string {
+		return fmt.Sprintf("%s%04d", prefix, i) + strings.Repeat("n", 253-len(prefix)-4)
+	}
+	for _, c := range []struct {
+		name  string
+		paths func() []string
+	}{
+		{"300 files of 253-byte names", func() []string {
+			var out []string
+			for i := range 300 {
+				out = append(out, seg("f", i))
+			}
+			return out
+		}},
+		{"100 files 8 directories deep, every segment 253 bytes", func() []string {
+			var out []string
+			for i := range 100 {
+				p := seg("d", i)
+				for d := range 7 {
+					p += "/" + seg(fmt.Sprintf("s%d-", d), i)
+				}
+				out = append(out, p+"/"+seg("f", i))
+			}
+			return out
+		}},
+		{"one top directory of 800 files of 253-byte names", func() []string {
+			var out []string
+			for i := range 800 {
+				out = append(out, seg("top", 0)+"/"+seg("f", i))
+			}
+			return out
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := tmpfsTestMount(t, 4<<20)
+			var before unix.Statfs_t
+			if err := unix.Statfs(dir, &before); err != nil {
+				t.Fatal(err)
+			}
+			rec := volumeRecord{VolumeID: "vol-long", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "s"}}}, GID: -1}
+			files := map[string]atomicwriter.File{}
+			for _, p := range c.paths() {
+				files[p] = atomicwriter.File{Data: []byte("x"), Mode: 0o444}
+				rec.Items = append(rec.Items, item{Key: "k", Path: p})
+			}
+			rec.Shares[0].Bytes = chargedBytes(files)
+			vd := volumeDir{dir: dir, gid: -1}
+			if err := vd.populate(composeView(rec.refs(), []map[string]atomicwriter.File{files})); err != nil {
+				t.Fatal(err)
+			}
+			b, err := json.MarshalIndent(rec, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, recordFile), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var after unix.Statfs_t
+			if err := unix.Statfs(dir, &after); err != nil {
+				t.Fatal(err)
+			}
+			blocks := int64(before.Bfree-after.Bfree) * after.Bsize
+			inodes := int64(before.Ffree - after.Ffree)
+			held := blocks + inodes*inodeKernelBytes
+			charged := volumeBytes(rec) - recordHeapBytes(rec)
+			t.Logf("%d KiB of tmpfs pages and %d inodes: %d KiB held at most; charged %d KiB for the tmpfs (and %d KiB for the heap)",
+				blocks>>10, inodes, held>>10, charged>>10, recordHeapBytes(rec)>>10)
+			if charged < held {
+				t.Errorf("charged %d KiB for a tmpfs that holds %d KiB (%d KiB of pages, %d inodes)", charged>>10, held>>10, blocks>>10, inodes)
+			}
+		})
+	}
+}

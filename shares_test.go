@@ -1,0 +1,143 @@
+package main
+
+// Specification of what the share informers keep of a share (shares.go's shareTransform): what
+// the driver reads, and nothing of what it does not, whatever its size.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clientfeatures "k8s.io/client-go/features"
+	clientfeaturestesting "k8s.io/client-go/features/testing"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+)
+
+// The informers' heap with forty shares of 1.4 MiB descriptions each (as a share under
+// OpenShift's CRD may have; ours bounds it): what the caches hold grows by what the driver reads
+// of them, not by the shares' size. (The real API server and driver process:
+// test/e2e/api's TestShareCachesHoldOnlyWhatTheDriverReads.)
+func TestShareCachesStayFlatWithLargeShares(t *testing.T) {
+	// The fake client sends no bookmarks: list, then watch, as against an older API server.
+	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
+	const shares = 40
+	// Each list answers new objects, as decoding an API server's answer makes: a description of
+	// its own each.
+	list := func() *unstructured.UnstructuredList {
+		l := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "sharedresource.openshift.io/v1alpha1", "kind": "SharedSecretList",
+			"metadata": map[string]any{"resourceVersion": "1"}}}
+		for i := range shares {
+			l.Items = append(l.Items, unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "sharedresource.openshift.io/v1alpha1", "kind": "SharedSecret",
+				"metadata": map[string]any{"name": fmt.Sprintf("share-%d", i), "uid": fmt.Sprintf("uid-%d", i), "resourceVersion": "1"},
+				"spec":     map[string]any{"description": strings.Repeat(fmt.Sprint(i%10), 1400<<10), "secretRef": map[string]any{"namespace": "p", "name": "src"}},
+			}})
+		}
+		return l
+	}
+	listKinds := map[schema.GroupVersionResource]string{}
+	for _, row := range shareKindTable {
+		listKinds[shareGVR(row.kind)] = row.typeName + "List"
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(k8sruntime.NewScheme(), listKinds)
+	dyn.PrependReactor("list", shareKindTable[0].resource, func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		return true, list(), nil
+	})
+	si := newShareIndex(dyn, func(shareKind, string) {})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	si.start(ctx)
+	for deadline := time.Now().Add(30 * time.Second); !si.synced() || len(si.informers[kindSecret].GetStore().ListKeys()) < shares; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the share caches did not sync")
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d shares of 1.4 MiB descriptions: the caches grew the heap by %.1f MiB", shares, float64(grew)/(1<<20))
+	if grew > shares*64<<10 {
+		t.Errorf("%d shares of 1.4 MiB descriptions grew the heap by %.1f MiB; want at most 64 KiB a share", shares, float64(grew)/(1<<20))
+	}
+	if sh, err := si.get(ctx, kindSecret, "share-7"); err != nil || sh.SourceName != "src" || sh.UID != "uid-7" {
+		t.Errorf("share-7 from the cache: %+v, %v", sh, err)
+	}
+}
+
+func TestShareCacheKeepsOnlyWhatTheDriverReads(t *testing.T) {
+	big := strings.Repeat("x", 1400<<10)
+	share := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "sharedresource.openshift.io/v1alpha1", "kind": "SharedSecret",
+		"metadata": map[string]any{"name": "corp-ca", "uid": "share-1", "resourceVersion": "7", "generation": int64(3),
+			"annotations":   map[string]any{"example.com/bulk": big},
+			"labels":        map[string]any{"example.com/team": big[:63]},
+			"managedFields": []any{map[string]any{"manager": "kubectl", "fieldsV1": map[string]any{"f:spec": big}}},
+			"finalizers":    []any{"example.com/keep"}},
+		"spec": map[string]any{"description": big, "sourceRecreation": "Follow",
+			"secretRef": map[string]any{"namespace": "platform", "name": "ca"},
+			"items":     []any{map[string]any{"key": "ca.crt", "path": "ca.pem"}}},
+		"status": map[string]any{"sourceUID": "src-1", "exposedKeys": []any{"ca.pem"},
+			"conditions": []any{map[string]any{"type": "Ready", "status": "True", "reason": "SourceAvailable", "message": "ok",
+				"lastTransitionTime": "2026-11-26T06:00:00Z", "observedGeneration": int64(3)}}},
+	}}
+	transform := shareTransform(kindSecret)
+	obj, err := transform(share)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := obj.(*unstructured.Unstructured)
+	b, _ := json.Marshal(kept.Object)
+	if len(b) > 1024 {
+		t.Errorf("the cache keeps %d bytes of a share with a 1.4 MiB description, annotation and managedFields: %s", len(b), b[:200])
+	}
+	for _, f := range [][]string{{"spec", "description"}, {"metadata", "annotations"}, {"metadata", "labels"}, {"metadata", "managedFields"}} {
+		if _, found, _ := unstructured.NestedFieldNoCopy(kept.Object, f...); found {
+			t.Errorf("the cache keeps %s", strings.Join(f, "."))
+		}
+	}
+	// What the driver reads is the same from the kept object as from the whole one.
+	want, err := shareFromObject(kindSecret, share)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := shareFromObject(kindSecret, kept); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("the share read from the cache: %+v (%v), want %+v", got, err, want)
+	}
+	wantConds, _ := shareConditions(share)
+	if got, err := shareConditions(kept); err != nil || !reflect.DeepEqual(got, wantConds) {
+		t.Errorf("conditions from the cache: %+v (%v), want %+v", got, err, wantConds)
+	}
+	if kept.GetName() != "corp-ca" || kept.GetResourceVersion() != "7" || kept.GetGeneration() != 3 || kept.GetUID() != "share-1" ||
+		kept.GetAPIVersion() != share.GetAPIVersion() || kept.GetKind() != share.GetKind() ||
+		!reflect.DeepEqual(exposedNames(kindSecret, kept), exposedNames(kindSecret, share)) {
+		t.Errorf("the cache lost what a status write needs: %s", b)
+	}
+	// Safe on an object already transformed, and on what is not a share object.
+	if again, err := transform(kept); err != nil || !reflect.DeepEqual(again, kept) {
+		t.Errorf("transformed twice: %v (%v), want %v", again, err, kept)
+	}
+	tomb := cache.DeletedFinalStateUnknown{Key: "corp-ca", Obj: share}
+	if got, err := transform(tomb); err != nil || !reflect.DeepEqual(got, tomb) {
+		t.Errorf("a tombstone: %v (%v), want it unchanged", got, err)
+	}
+	// A ref that is not an object still reads as the invalid share it is.
+	bad := share.DeepCopy()
+	bad.Object["spec"] = "not an object"
+	got, _ := transform(bad)
+	if _, err := shareFromObject(kindSecret, got.(*unstructured.Unstructured)); err == nil {
+		t.Error("a share whose spec is not an object reads as valid from the cache")
+	}
+}
