@@ -175,7 +175,17 @@ func TestPodsRestartOnChangeExampleWorks(t *testing.T) {
 		t.Fatal(err)
 	}
 	manifest := regexp.MustCompile(`(?m)^( *)image: busybox:.*$`).ReplaceAllString(string(b), "${1}image: "+s.Busybox+"\n${1}imagePullPolicy: Never")
-	manifest = regexp.MustCompile(`(?m)^( *)image: ghcr.io/shared-resource/shared-resource-csi:.*$`).ReplaceAllString(manifest, "${1}image: "+s.Image)
+	// The watcher's image is the one README.md's install from source produces; here, the image
+	// the suite installed the driver with (that very install, against the cluster's registry).
+	in, err := framework.ReadReadmeInstall()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readmeImage := "image: " + in.Registry + "/shared-resource-csi:" + in.Version + "\n"
+	if !strings.Contains(manifest, readmeImage) {
+		t.Fatalf("%s does not run the image README.md's install produces (%s)", file, strings.TrimSpace(readmeImage))
+	}
+	manifest = strings.ReplaceAll(manifest, readmeImage, "image: "+s.Image+"\n")
 	kubectl := func(stdin string, args ...string) {
 		t.Helper()
 		cmd := exec.Command(s.Kubectl, append([]string{"--kubeconfig", s.Kubeconfig}, args...)...)
@@ -209,6 +219,11 @@ func TestPodsRestartOnChangeExampleWorks(t *testing.T) {
 		pod = &pods.Items[0]
 		return nil
 	})
+	// The sidecar runs what the example says (`watch`) and keeps running: an image without the
+	// subcommand would exit 2 at once.
+	if cs := initStatus(pod, "share-watcher"); cs == nil || cs.State.Running == nil || cs.RestartCount != 0 {
+		t.Fatalf("the example's share-watcher sidecar is not running from its first start: %+v", cs)
+	}
 	s.UpdateSecret(t, "platform-web", "web-ca", map[string][]byte{"ca.crt": []byte("-----BEGIN CERTIFICATE-----\nROTATED\n-----END CERTIFICATE-----\n")})
 	framework.Eventually(t, framework.NotifyRestartBound, func() error {
 		p := s.GetPod(t, ns, pod.Name)
@@ -217,4 +232,14 @@ func TestPodsRestartOnChangeExampleWorks(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// initStatus is the status of the pod's init container (or sidecar) name, or nil.
+func initStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
+	for i := range p.Status.InitContainerStatuses {
+		if p.Status.InitContainerStatuses[i].Name == name {
+			return &p.Status.InitContainerStatuses[i]
+		}
+	}
+	return nil
 }
