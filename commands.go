@@ -31,7 +31,9 @@ type subcommand struct {
 func subcommands() []subcommand {
 	return []subcommand{
 		{watchCommand, "a sidecar: exit 42 (restart the pod's containers in place) or signal a process when the files a pod sees in a share change",
-			func(ctx context.Context, args []string, _, stderr io.Writer) int { return runWatchCommand(ctx, args, stderr) }},
+			func(ctx context.Context, args []string, _, stderr io.Writer) int {
+				return runWatchCommand(ctx, args, stderr)
+			}},
 		{"help", "list the subcommands and the driver's flags; `help NAME` shows a subcommand's flags", runHelp},
 	}
 }
