@@ -35,7 +35,7 @@ kube_bin_dir() { echo "$1/_output/bin/k8s-$2"; }
 # kind_node_image MINOR: the kind node image of MINOR for `make e2e-kind` (hosts with Docker, and
 # GitHub's runners through .github/workflows/ci.yaml): the images kind v0.33.0 publishes, pinned by
 # digest as its release notes give them. Their patch versions are kind's, not the ones pinned above
-# (kind builds its own node images); they are not pulled or run here (no Docker engine).
+# (kind builds its own node images); `make test` does not use them.
 KIND_VERSION=v0.33.0
 kind_node_image() {
 	case $1 in

@@ -1,7 +1,7 @@
 package pods
 
-// Specification, with real pods, of telling the application (README.md, "Telling the
-// application"): a Deployment's pod running `shared-resource-csi watch` as a sidecar with a
+// Specification, with real pods, of telling the application (docs/telling-the-application.md):
+// a Deployment's pod running `shared-resource-csi watch` as a sidecar with a
 // restartPolicyRules entry RestartAllContainers on its exit code is restarted in place when the
 // Secret behind its share changes (same pod, same node, the volume not published again, the
 // restarted app reading the new bytes), and not when refreshResource is "false", when only a key
@@ -195,7 +195,7 @@ func TestPodsRestartOnChangeExampleWorks(t *testing.T) {
 		}
 	}
 	// Before 1.36 (RestartAllContainersOnContainerExits off) the API server refuses the
-	// Deployment, saying why; the README says what to use there.
+	// Deployment, saying why; docs/telling-the-application.md says what to use there.
 	if v, err := s.Kube.Discovery().ServerVersion(); err != nil {
 		t.Fatal(err)
 	} else if minor, _ := strconv.Atoi(strings.TrimRight(v.Minor, "+")); minor < 36 {
