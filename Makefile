@@ -12,7 +12,7 @@ REGISTRY ?= ghcr.io/shared-resource
 # not pulled from anywhere.
 IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 
-.PHONY: build help test unit tools-test vet image deploy up down tools deps tools-cluster deps-cluster helm actionlint check-workflows cosign registry release e2e-kind bench clean manifests
+.PHONY: build help test unit tools-test vet lint deps-lint golangci-lint image deploy up down tools deps tools-cluster deps-cluster helm actionlint check-workflows cosign registry release e2e-kind bench clean manifests
 
 ## build: the static driver binary, version stamped, in _output/bin.
 build:
@@ -24,14 +24,32 @@ help:
 
 ## vet: go vet of the driver's module (without and with the build tag root, its mount tests), of
 ## test/'s module (the end-to-end suites, benchmarks and manifests tests: test/README.md), gofmt,
-## check-workflows, and actionlint on .github/workflows (shellcheck and pyflakes off: whether they
-## ran would depend on what the machine has installed, so a workflow could pass here and fail in CI).
-vet: actionlint check-workflows
+## check-workflows, and lint (shellcheck, actionlint with shellcheck on the workflows' run: steps,
+## golangci-lint on every module). Pyflakes stays off: the workflows hold no Python.
+vet: lint check-workflows
 	go vet ./...
 	go vet -tags root ./...
 	cd test && go vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
-	$(BIN)/actionlint -shellcheck= -pyflakes= .github/workflows/*.yaml
+
+# The shell scripts: every tracked *.sh (the sourced libraries under hack/lib have no shebang) and
+# every tracked file whose first line is a sh or bash shebang (.ci/run).
+SHELL_SCRIPTS = $(sort $(shell git ls-files '*.sh'; git ls-files -z | xargs -0 awk 'FNR == 1 && /^\#!.*[/ ](ba)?sh( |$$)/ { print FILENAME } { nextfile }'))
+# GOLANGCI_LINT: golangci-lint over one module (run in its directory) with the repository's .golangci.yml.
+GOLANGCI_LINT = $(CURDIR)/$(BIN)/golangci-lint run --config $(CURDIR)/.golangci.yml
+
+## lint: shellcheck on every shell script, and on the run: steps of .github/workflows (through
+## actionlint), and golangci-lint (.golangci.yml: staticcheck, revive, errcheck, govet...) on every
+## module with Go code: the driver's as built and with the build tags root and crashpoints, test/,
+## tools/ (benchtable, mkimage) and tools/ociimage.
+lint: deps-lint actionlint golangci-lint
+	shellcheck -x $(SHELL_SCRIPTS)
+	$(BIN)/actionlint -shellcheck=shellcheck -pyflakes= .github/workflows/*.yaml
+	$(GOLANGCI_LINT) ./...
+	$(GOLANGCI_LINT) --build-tags root,crashpoints ./...
+	cd test && $(GOLANGCI_LINT) ./...
+	cd tools && $(GOLANGCI_LINT) ./benchtable/... ./mkimage/...
+	cd tools/ociimage && $(GOLANGCI_LINT) ./...
 
 ## check-workflows: every action .github/workflows uses is pinned by a full commit SHA with a
 ## `# vX.Y.Z` comment (a tag can be moved to other code); hack/pinnedactions.
@@ -60,6 +78,9 @@ tools: deps
 ## deps-cluster: the apt packages `make up` needs (root); no helm, prometheus or jq.
 deps-cluster:
 	hack/install-deps.sh cluster
+## deps-lint: shellcheck alone (`make vet`).
+deps-lint:
+	hack/install-deps.sh lint
 ## tools-cluster: the binaries `make up` runs, built once and cached in _output/bin.
 tools-cluster: deps-cluster
 	hack/build-tools.sh cluster
@@ -69,6 +90,9 @@ helm:
 ## actionlint: actionlint alone, into _output/bin (`make vet`).
 actionlint:
 	hack/build-tools.sh actionlint
+## golangci-lint: golangci-lint alone, into _output/bin (`make vet`).
+golangci-lint:
+	hack/build-tools.sh golangci-lint
 ## cosign: cosign alone, into _output/bin (signing releases, the pod suite).
 cosign:
 	hack/build-tools.sh cosign

@@ -58,7 +58,9 @@ func TestAuthorizerSendsTheServiceAccountIdentity(t *testing.T) {
 		return true, got, nil
 	})
 	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), time.Minute)
-	a.check(context.Background(), accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindConfigMap, Share: "cfg"})
+	if _, err := a.check(context.Background(), accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindConfigMap, Share: "cfg"}); err != nil {
+		t.Fatal(err)
+	}
 	s := got.Spec
 	if s.User != "system:serviceaccount:team-a:app" {
 		t.Errorf("user %q", s.User)

@@ -15,13 +15,21 @@ import (
 
 type crashPoints struct{ at crashStep }
 
+// crashEnv arms one crash point of a test build: SRCSI_TEST_CRASH_AT=<step>.
+const crashEnv = "SRCSI_TEST_CRASH_AT"
+
 func newCrashPoints() crashPoints { return crashPoints{at: crashStep(os.Getenv(crashEnv))} }
 
 func (c crashPoints) reached(step crashStep) {
 	if c.at != "" && c.at == step {
 		klog.InfoS("Test crash point reached; killing the process", "step", step)
 		klog.Flush()
-		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		if err := syscall.Kill(os.Getpid(), syscall.SIGKILL); err != nil {
+			// The crash test fails on any death but SIGKILL's: say why, rather than hang.
+			klog.ErrorS(err, "Test crash point: the process could not kill itself", "step", step)
+			klog.Flush()
+			os.Exit(2)
+		}
 		select {} // never returns: the signal is fatal
 	}
 }

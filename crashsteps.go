@@ -8,9 +8,6 @@ package main
 
 type crashStep string
 
-// crashEnv arms one crash point of a test build: SRCSI_TEST_CRASH_AT=<step>.
-const crashEnv = "SRCSI_TEST_CRASH_AT"
-
 const (
 	stepPublishDir    crashStep = "publish:dir"
 	stepPublishTmpfs  crashStep = "publish:tmpfs"

@@ -73,7 +73,9 @@ func TestSourceCacheServesRepeatedGetsWithinTTL(t *testing.T) {
 		t.Errorf("%d GETs for 100 lookups within the TTL, want 1", gets.Load())
 	}
 	clock.t = clock.t.Add(time.Minute)
-	c.get(context.Background(), key, nil)
+	if _, err := c.get(context.Background(), key, nil); err != nil {
+		t.Fatal(err)
+	}
 	if gets.Load() != 2 {
 		t.Errorf("after the TTL: %d GETs, want 2", gets.Load())
 	}
@@ -104,7 +106,9 @@ func TestSourceCacheBoundsEntriesAndBytes(t *testing.T) {
 		t.Error("no evictions counted")
 	}
 	// An object larger than the whole cache is served but not kept.
-	client.Tracker().Add(secretObj("p", "huge", 1000))
+	if err := client.Tracker().Add(secretObj("p", "huge", 1000)); err != nil {
+		t.Fatal(err)
+	}
 	d, err := c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: "huge"}, nil)
 	if err != nil || len(d.Files["k"]) != 1000 {
 		t.Fatalf("huge object: %v", err)

@@ -81,7 +81,7 @@ func fuzzIsUID(s string) bool {
 		return false
 	}
 	for _, c := range []byte(s) {
-		if !(c >= 'a' && c <= 'f' || c >= '0' && c <= '9' || c == '-') {
+		if (c < 'a' || c > 'f') && (c < '0' || c > '9') && c != '-' {
 			return false
 		}
 	}

@@ -66,8 +66,8 @@ type healthListener struct {
 	open atomic.Int64
 }
 
-func newHealthListener(l net.Listener, max int) *healthListener {
-	return &healthListener{Listener: l, max: int64(max)}
+func newHealthListener(l net.Listener, limit int) *healthListener {
+	return &healthListener{Listener: l, max: int64(limit)}
 }
 
 func (l *healthListener) Accept() (net.Conn, error) {

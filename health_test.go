@@ -19,11 +19,11 @@ func TestHealthListenerCapsOthersButNeverTheNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") }),
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") }),
 		ReadHeaderTimeout: time.Minute, // the silent connections below stay open for the whole test
 	}
 	capped := newHealthListener(lis, 2)
-	go srv.Serve(capped)
+	go func() { _ = srv.Serve(capped) }() // ErrServerClosed when the test closes it
 	defer srv.Close()
 	addr := lis.Addr().String()
 	// Another host: 127.0.0.2, which reaches 127.0.0.1 but is not the address the server was
@@ -36,7 +36,9 @@ func TestHealthListenerCapsOthersButNeverTheNode(t *testing.T) {
 			return "", err
 		}
 		defer c.Close()
-		c.SetDeadline(time.Now().Add(2 * time.Second))
+		if err := c.SetDeadline(time.Now().Add(2 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := io.WriteString(c, "GET /livez HTTP/1.1\r\nHost: driver\r\nConnection: close\r\n\r\n"); err != nil {
 			return "", err
 		}
@@ -78,7 +80,9 @@ func TestHealthListenerCapsOthersButNeverTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if err := c.SetReadDeadline(time.Now().Add(2 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
 		t.Errorf("a connection over the cap: read %v, want EOF (closed by the server at once)", err)
 	}

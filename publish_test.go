@@ -46,7 +46,7 @@ type gatedSAR struct {
 	err              error
 }
 
-func (g *gatedSAR) Create(ctx context.Context, _ *authorizationv1.SubjectAccessReview, _ metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
+func (g *gatedSAR) Create(_ context.Context, _ *authorizationv1.SubjectAccessReview, _ metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
 	close(g.started)
 	<-g.release
 	if g.err != nil {
@@ -61,7 +61,7 @@ type gatedSource struct {
 	err              error
 }
 
-func (g *gatedSource) getSource(ctx context.Context, key sourceKey, _ metav1.GetOptions) (*sourceData, error) {
+func (g *gatedSource) getSource(_ context.Context, _ sourceKey, _ metav1.GetOptions) (*sourceData, error) {
 	close(g.started)
 	<-g.release
 	if g.err != nil {

@@ -46,7 +46,7 @@ func must(t *testing.T, err error) {
 // publishUndo undoes one step of a whole publish (createVolume's numbering), last first.
 var publishUndo = crashStates{
 	stepPublishBind:   func(t *testing.T, d *driver, target string) { must(t, d.mounter.unmount(target)) },
-	stepPublishTarget: func(t *testing.T, d *driver, target string) { must(t, os.Remove(target)) },
+	stepPublishTarget: func(t *testing.T, _ *driver, target string) { must(t, os.Remove(target)) },
 	stepPublishRecord: func(t *testing.T, d *driver, _ string) { must(t, os.Remove(d.store.recordPath("vol-1"))) },
 	stepPublishData: func(t *testing.T, d *driver, _ string) {
 		must(t, os.RemoveAll(filepath.Join(d.store.mountPoint("vol-1"), sharesDir)))
@@ -89,7 +89,7 @@ func TestRecoverFromACrashAfterEachPublishStep(t *testing.T) {
 // unpublishDo does one step of an unpublish (teardown's order).
 var unpublishDo = crashStates{
 	stepUnpublishBind:   func(t *testing.T, d *driver, target string) { must(t, d.mounter.unmount(target)) },
-	stepUnpublishTarget: func(t *testing.T, d *driver, target string) { must(t, os.Remove(target)) },
+	stepUnpublishTarget: func(t *testing.T, _ *driver, target string) { must(t, os.Remove(target)) },
 	stepUnpublishTmpfs:  func(t *testing.T, d *driver, _ string) { must(t, d.mounter.unmount(d.store.mountPoint("vol-1"))) },
 	stepUnpublishDir:    func(t *testing.T, d *driver, _ string) { must(t, os.Remove(d.store.mountPoint("vol-1"))) },
 }

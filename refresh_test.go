@@ -108,7 +108,9 @@ func TestCyclePacerSpacesRequestsOverItsWindow(t *testing.T) {
 	for _, p := range []cyclePacer{newCyclePacer(100, 0), newCyclePacer(1, time.Hour), newCyclePacer(0, time.Hour)} {
 		start := time.Now()
 		for range 3 {
-			p.wait(ctx)
+			if err := p.wait(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if took := time.Since(start); took > 10*time.Millisecond {
 			t.Errorf("a pacer with no window or one request waited %v", took)
@@ -117,7 +119,9 @@ func TestCyclePacerSpacesRequestsOverItsWindow(t *testing.T) {
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	p = newCyclePacer(2, time.Hour)
-	p.wait(ctx)
+	if err := p.wait(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := p.wait(cancelled); err == nil {
 		t.Error("waiting with a cancelled context did not fail")
 	}

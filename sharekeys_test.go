@@ -126,7 +126,9 @@ func TestShareObjectWithBadItemsIsInvalid(t *testing.T) {
 	if err == nil || !errors.As(err, &bad) || !strings.Contains(err.Error(), `SharedSecret "corp-ca": spec.items[1]`) {
 		t.Fatalf("got %v", err)
 	}
-	unstructured.SetNestedSlice(u.Object, list(entry("ca.crt", "ca.pem")), "spec", "items")
+	if err := unstructured.SetNestedSlice(u.Object, list(entry("ca.crt", "ca.pem")), "spec", "items"); err != nil {
+		t.Fatal(err)
+	}
 	sh, err := shareFromObject(kindSecret, u)
 	if err != nil || !slices.Equal(sh.Exposed, exposure{{"ca.crt", "ca.pem"}}) {
 		t.Fatalf("got %+v, %v", sh, err)

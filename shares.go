@@ -92,7 +92,8 @@ func newShareIndex(dyn dynamic.Interface, onChange func(shareKind, string)) *sha
 				onChange(k, u.GetName())
 			}
 		}
-		inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		// AddEventHandler fails only on an informer that has stopped; this one has not started.
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 			// At start-up every share arrives as an add of the initial list. Those are not an
 			// admin's changes: reacting would check every recovered volume at once, and a
 			// rollout would have the whole fleet do it in the same moment. The first relist

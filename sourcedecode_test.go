@@ -114,38 +114,38 @@ func TestGetSecretAnswers(t *testing.T) {
 	}{
 		{name: "the Secret", answer: func(w http.ResponseWriter, _ int) {
 			w.Header().Set("Content-Type", protobufType)
-			w.Write(encode(secret))
+			_, _ = w.Write(encode(secret)) // the client under test judges what arrives
 		}},
 		{name: "403 with a Status", forbid: true, wantErr: "no", answer: func(w http.ResponseWriter, _ int) {
 			w.Header().Set("Content-Type", protobufType)
 			w.WriteHeader(403)
-			w.Write(encode(failure))
+			_, _ = w.Write(encode(failure)) // the client under test judges what arrives
 		}},
 		{name: "200 with a Status of failure", forbid: true, wantErr: "no", answer: func(w http.ResponseWriter, _ int) {
 			w.Header().Set("Content-Type", protobufType)
-			w.Write(encode(failure))
+			_, _ = w.Write(encode(failure)) // the client under test judges what arrives
 		}},
 		{name: "200 with an empty body", wantErr: "empty body", answer: func(w http.ResponseWriter, _ int) {
 			w.Header().Set("Content-Type", protobufType)
 		}},
 		{name: "200 with a ConfigMap", wantErr: "not a Secret", answer: func(w http.ResponseWriter, _ int) {
 			w.Header().Set("Content-Type", protobufType)
-			w.Write(encode(configMap))
+			_, _ = w.Write(encode(configMap)) // the client under test judges what arrives
 		}},
 		{name: "a connection reset, then the Secret", answer: func(w http.ResponseWriter, attempt int) {
 			if attempt == 1 {
 				conn, _, _ := w.(http.Hijacker).Hijack()
-				conn.(*net.TCPConn).SetLinger(0) // close with a reset
+				_ = conn.(*net.TCPConn).SetLinger(0) // close with a reset (the test fails if it is not one)
 				conn.Close()
 				return
 			}
 			w.Header().Set("Content-Type", protobufType)
-			w.Write(encode(secret))
+			_, _ = w.Write(encode(secret)) // the client under test judges what arrives
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var attempts atomic.Int32
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				tc.answer(w, int(attempts.Add(1)))
 			}))
 			defer srv.Close()

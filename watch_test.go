@@ -189,7 +189,9 @@ func TestWatchResyncFindsAChangeWithoutAnEvent(t *testing.T) {
 	// Drop the event, as an overflowed queue would.
 	buf := make([]byte, 4096)
 	time.Sleep(50 * time.Millisecond)
-	syscall.Read(w.fd, buf)
+	if _, err := syscall.Read(w.fd, buf); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), watchReportWithin)
 	defer cancel()
 	if _, err := w.next(ctx); err != nil {
@@ -267,7 +269,7 @@ func TestWatchSignalsTheNamedProcessOncePerChange(t *testing.T) {
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
 	watchEventually(t, 5*time.Second, func() error { // both handlers are installed
 		if _, err := os.Stat(count); err != nil {
 			return err
@@ -331,7 +333,7 @@ func TestWatchHelperHUPCounter(t *testing.T) {
 		if err := w.Start(); err != nil {
 			t.Fatal(err)
 		}
-		defer func() { w.Process.Kill(); w.Wait() }()
+		defer func() { _ = w.Process.Kill(); _ = w.Wait() }()
 	}
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -344,7 +346,9 @@ func TestWatchHelperHUPCounter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f.WriteString("HUP\n")
+			if _, err := f.WriteString("HUP\n"); err != nil {
+				t.Error(err)
+			}
 			f.Close()
 		case <-deadline:
 			return

@@ -9,6 +9,7 @@
 #   cni/{bridge,host-local,loopback,portmap}  CNI plugins (tools/cni)
 #   helm           (helm.sh/helm/v4, tools/helm)
 #   actionlint     (github.com/rhysd/actionlint, tools/actionlint)
+#   golangci-lint  (github.com/golangci/golangci-lint/v2, tools/golangci-lint)
 #   cosign         only with `cosign`: for `make release COSIGN_KEY=...` (github.com/sigstore/cosign/v2, tools/cosign)
 #   registry       distribution's registry: the local cluster's OCI registry (tools/registry)
 #   mkimage        (tools/mkimage, stdlib only)
@@ -23,19 +24,21 @@
 #                                registry, mkimage, pause
 #   hack/build-tools.sh helm     helm alone (`make manifests`, `make release`)
 #   hack/build-tools.sh actionlint  actionlint alone (`make vet`)
+#   hack/build-tools.sh golangci-lint  golangci-lint alone (`make vet`; ~3 min cold on 2 cores)
 #   hack/build-tools.sh cosign   cosign alone (`make release COSIGN_KEY=...`; ~10 min cold on 2 cores,
 #                                so not part of `all`: no test needs it)
 #   hack/build-tools.sh registry distribution's registry alone (hack/cluster.sh up starts it)
 set -euo pipefail
 scope=${1:-all}
 case $scope in
-all) groups=" kube etcd registry helm actionlint mkimage pause node " ;;
+all) groups=" kube etcd registry helm actionlint golangci-lint mkimage pause node " ;;
 cluster) groups=" kube etcd registry mkimage pause node " ;;
 helm) groups=" helm " ;;
 actionlint) groups=" actionlint " ;;
+golangci-lint) groups=" golangci-lint " ;;
 cosign) groups=" cosign " ;;
 registry) groups=" registry " ;;
-*) echo "usage: $0 [all|cluster|helm|actionlint|cosign|registry]" >&2; exit 2 ;;
+*) echo "usage: $0 [all|cluster|helm|actionlint|golangci-lint|cosign|registry]" >&2; exit 2 ;;
 esac
 # want GROUP: true when this run builds GROUP.
 want() { [[ $groups == *" $1 "* ]]; }
@@ -123,6 +126,9 @@ module_tool() {
 module_tool helm helm helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm helm.sh/helm/v4/internal/version.version
 # actionlint: `make vet` checks .github/workflows with it.
 module_tool actionlint actionlint github.com/rhysd/actionlint github.com/rhysd/actionlint/cmd/actionlint
+# golangci-lint: `make vet` runs it over every Go module (.golangci.yml).
+module_tool golangci-lint golangci-lint github.com/golangci/golangci-lint/v2 \
+	github.com/golangci/golangci-lint/v2/cmd/golangci-lint main.version
 # cosign: key-pair signing in `make release COSIGN_KEY=...` (it reports its version from
 # sigs.k8s.io/release-utils/version, which its own Makefile sets).
 module_tool cosign cosign github.com/sigstore/cosign/v2 github.com/sigstore/cosign/v2/cmd/cosign \

@@ -956,7 +956,7 @@ cmd_node_kill() {
 	k=$(node_index "$1")
 	if ((k == 1)); then parent=kubepods; else parent=$(node_name "$k")/kubepods; fi
 	for f in "$PIDS/kubelet$(node_sfx "$k").pid" "$PIDS/containerd$(node_sfx "$k").pid"; do
-		[[ -e $f ]] && kill -0 "$(cat "$f")" 2>/dev/null || die "node $1: $(basename "$f" .pid) is not running"
+		{ [[ -e $f ]] && kill -0 "$(cat "$f")" 2>/dev/null; } || die "node $1: $(basename "$f" .pid) is not running"
 		pids+=("$(cat "$f")")
 	done
 	# The node plugin, and a status controller replica when one runs on this node: the same binary.
@@ -1046,7 +1046,7 @@ cmd_node_exec() {
 	local name=${1:-} k
 	shift || true
 	[[ ${1:-} == -- ]] && shift
-	[[ -n $name ]] && (($#)) || die "usage: cluster.sh node-exec NODE -- CMD [ARGS...]"
+	{ [[ -n $name ]] && (($#)); } || die "usage: cluster.sh node-exec NODE -- CMD [ARGS...]"
 	read_nodes
 	for ((k = 1; k <= NODES; k++)); do
 		[[ $(node_name "$k") == "$name" ]] || continue

@@ -60,6 +60,7 @@ docker cp hack/deploy-overlay.sh "$NODE:$WORK/hack/deploy-overlay.sh"
 
 NODE_IP=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$NODE")
 # The node's own kubectl and admin kubeconfig (kubeadm's); the image is already on the node.
+# shellcheck disable=SC2086 # TEST_ARGS is a list of flags
 docker exec -w "$WORK" \
 	-e KUBECONFIG=/etc/kubernetes/admin.conf \
 	-e KUBECTL=/usr/bin/kubectl \

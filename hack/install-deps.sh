@@ -4,9 +4,10 @@
 #
 #   hack/install-deps.sh          everything `make test` needs
 #   hack/install-deps.sh cluster  only what the local cluster itself needs (`make up`)
+#   hack/install-deps.sh lint     only what `make vet` needs: shellcheck
 set -euo pipefail
 scope=${1:-all}
-[[ $scope == all || $scope == cluster ]] || { echo "usage: $0 [all|cluster]" >&2; exit 2; }
+[[ $scope == all || $scope == cluster || $scope == lint ]] || { echo "usage: $0 [all|cluster|lint]" >&2; exit 2; }
 
 pkgs=(
 	# containerd 2, runc and the CNI plugins are built from the Go module proxy (hack/build-tools.sh):
@@ -28,8 +29,10 @@ if [[ $scope == all ]]; then
 	pkgs+=(
 		prometheus # for its promtool: the tests check the chart's alerts and dashboard with it
 		jq         # the commands of docs/moving-from-openshift.md (test/e2e/api/openshift_test.go)
+		shellcheck # `make vet` checks every shell script, and the workflows' run: steps, with it
 	)
 fi
+[[ $scope != lint ]] || pkgs=(shellcheck)
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -55,8 +58,6 @@ apt-get install -y -qq --no-install-recommends "${missing[@]}"
 # prevented by policy-rc.d); only promtool is wanted from prometheus (not a server on :9090), so
 # stop it if it was started here.
 if command -v systemctl >/dev/null && [[ -d /run/systemd/system ]]; then
-	for unit in prometheus.service; do
-		systemctl disable --now "$unit" >/dev/null 2>&1 || true
-	done
+	systemctl disable --now prometheus.service >/dev/null 2>&1 || true
 fi
 echo "install-deps: done"

@@ -106,7 +106,8 @@ digest=$(<"$OUT/index-digest")
 
 # The chart and the manifests, stamped in a copy (the tree is left as it is) and pinned by digest.
 cp -r charts/shared-resource-csi "$work/chart"
-VERSION=$VERSION REGISTRY=$REGISTRY IMAGE_TAG="$VERSION@$digest" CHART=$work/chart \
+image_tag="$VERSION@$digest"
+VERSION=$VERSION REGISTRY=$REGISTRY IMAGE_TAG=$image_tag CHART=$work/chart \
 	hack/manifests.sh --render-to "$OUT"
 "$HELM" lint --strict "$work/chart" >/dev/null
 "$HELM" package "$work/chart" --destination "$OUT" >/dev/null
@@ -115,7 +116,7 @@ if [[ $PUSH == 1 ]]; then
 	[[ ${REGISTRY_INSECURE:-0} == 1 ]] && helm_push+=(--plain-http)
 	[[ -n ${REGISTRY_CA_FILE:-} ]] && helm_push+=(--ca-file "$REGISTRY_CA_FILE")
 	# helm push prints "Digest: sha256:..."; the workflow signs the chart by that digest.
-	"$HELM" push "$OUT"/$BINARY-*.tgz "oci://$REGISTRY/charts" "${helm_push[@]}" 2>&1 | tee "$work/helm-push"
+	"$HELM" push "$OUT"/"$BINARY"-*.tgz "oci://$REGISTRY/charts" "${helm_push[@]}" 2>&1 | tee "$work/helm-push"
 	sed -n 's/^Digest: \(sha256:[0-9a-f]*\)$/\1/p' "$work/helm-push" >"$OUT/chart-digest"
 	[[ -s $OUT/chart-digest ]] || die "helm push printed no digest"
 fi
@@ -123,7 +124,8 @@ fi
 {
 	printf '# %s %s\n\n' "$BINARY" "$VERSION"
 	printf '%s\n\n' "$notes"
-	printf 'Image: `%s:%s@%s` (linux/%s)\n' "$image" "$VERSION" "$digest" "$(IFS=,; echo "${ARCHES[*]}" | sed 's|,|, linux/|g')"
+	platforms=$(IFS=,; echo "${ARCHES[*]}")
+	printf "Image: \`%s:%s@%s\` (linux/%s)\n" "$image" "$VERSION" "$digest" "${platforms//,/, linux/}"
 } >"$OUT/RELEASE_NOTES.md"
 
 # Key-pair signing, offline: there may be no registry to hold a signature and no transparency
@@ -137,13 +139,14 @@ if [[ -n ${COSIGN_KEY:-} ]]; then
 		--output-signature "$OUT/index.sig" "$OUT/oci/blobs/sha256/${digest#sha256:}" >/dev/null
 	# The chart too: what `helm install` runs is what names the image, so it is signed itself,
 	# not only through SHA256SUMS.
-	for chart in "$OUT"/$BINARY-*.tgz; do
+	for chart in "$OUT"/"$BINARY"-*.tgz; do
 		"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false \
 			--output-signature "$chart.sig" "$chart" >/dev/null
 	done
 fi
 
-(cd "$OUT" && find . -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
+sums=$(cd "$OUT" && find . -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum)
+printf '%s\n' "$sums" >"$OUT/SHA256SUMS"
 if [[ -n ${COSIGN_KEY:-} ]]; then
 	"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false \
 		--output-signature "$OUT/SHA256SUMS.sig" "$OUT/SHA256SUMS" >/dev/null

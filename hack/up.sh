@@ -32,13 +32,14 @@ fi
 
 start=$(date +%s)
 hack/cluster.sh up
+# shellcheck source=/dev/null # written by cluster.sh up
 source _output/cluster/env # SRCSI_NODES, SRCSI_BUSYBOX_IMAGE
 
 log "importing $IMAGE"
 hack/cluster.sh import-image "$IMAGE_TAR" >/dev/null
 
 log "applying deploy.yaml with image $IMAGE${RELIST_INTERVAL:+ and --relist-interval=$RELIST_INTERVAL}"
-hack/deploy-overlay.sh "$IMAGE" ${RELIST_INTERVAL:-} | k apply -f -
+hack/deploy-overlay.sh "$IMAGE" ${RELIST_INTERVAL:+"$RELIST_INTERVAL"} | k apply -f -
 
 log "waiting for the driver's DaemonSet"
 k -n csi-sharedresource rollout status daemonset/shared-resource-csi-driver --timeout=120s

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The Kubernetes minors the project supports and tests, and which tool module pins each (sourced by
 # hack/build-tools.sh, hack/cluster.sh and hack/test.sh). Each module's go.mod is the one place its
 # exact Kubernetes and etcd versions are pinned (written by hack/kube-module.sh).
@@ -19,10 +20,10 @@ kube_module_dir() {
 	return 1
 }
 
-# kube_minor [VERSION]: the minor that VERSION (default $KUBE_VERSION) names: 1.36, v1.36 or
-# v1.36.3 all give 1.36; unset gives the newest.
+# kube_minor: the minor that $KUBE_VERSION names: 1.36, v1.36 or v1.36.3 all give 1.36; unset
+# gives the newest.
 kube_minor() {
-	local v=${1:-${KUBE_VERSION:-${KUBE_MINORS[0]}}}
+	local v=${KUBE_VERSION:-${KUBE_MINORS[0]}}
 	v=${v#v}
 	[[ $v =~ ^1\.[0-9]+ ]] || { echo "KUBE_VERSION=$v: want a minor such as ${KUBE_MINORS[0]}" >&2; return 1; }
 	echo "${BASH_REMATCH[0]}"
@@ -36,7 +37,6 @@ kube_bin_dir() { echo "$1/_output/bin/k8s-$2"; }
 # GitHub's runners through .github/workflows/ci.yaml): the images kind v0.33.0 publishes, pinned by
 # digest as its release notes give them. Their patch versions are kind's, not the ones pinned above
 # (kind builds its own node images); `make test` does not use them.
-KIND_VERSION=v0.33.0
 kind_node_image() {
 	case $1 in
 	1.37) echo "kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5" ;;

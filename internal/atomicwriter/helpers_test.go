@@ -200,7 +200,7 @@ func checkLayout(t *testing.T, dir string, files map[string]File, gid int) {
 			t.Errorf("%s resolves to mode %v, want regular %v", p, fi.Mode(), f.Mode)
 		}
 	}
-	real, err := filepath.EvalSymlinks(dir)
+	resolved, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,8 +216,8 @@ func checkLayout(t *testing.T, dir string, files map[string]File, gid int) {
 			t.Errorf("%s is an absolute link to %q: it would resolve differently in the pod", p, link)
 		} else if to, err := filepath.EvalSymlinks(p); err != nil {
 			t.Errorf("%s -> %q dangles: %v", p, link, err)
-		} else if !strings.HasPrefix(to, real+"/") {
-			t.Errorf("%s -> %q resolves to %s, outside %s", p, link, to, real)
+		} else if !strings.HasPrefix(to, resolved+"/") {
+			t.Errorf("%s -> %q resolves to %s, outside %s", p, link, to, resolved)
 		}
 		return nil
 	})

@@ -38,7 +38,9 @@ func TestDiffShowsEveryChange(t *testing.T) {
 	write("a", "changed")
 	os.Remove(filepath.Join(dir, "b"))
 	write("c", "3")
-	os.Chmod(filepath.Join(dir, "c"), 0o600)
+	if err := os.Chmod(filepath.Join(dir, "c"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	d := Diff(before, take())
 	for _, want := range []string{"changed a:", "removed b (", "added c (-rw-------", "changed .:"} {
 		if !strings.Contains(d, want) {

@@ -457,10 +457,10 @@ func (ns *noiseSecrets) ensure(b *testing.B, n int) {
 
 func (ns *noiseSecrets) deleteAll() {
 	start := time.Now()
-	parallel(len(ns.namespaces), noiseNamespaces, func(i int) error {
+	_ = parallel(len(ns.namespaces), noiseNamespaces, func(i int) error {
 		ns.c.deleteNamespace(ns.namespaces[i])
 		return nil
-	})
+	}) // the function never fails
 	progress("deleted %d Secrets in %v", ns.count, time.Since(start).Round(time.Second))
 }
 
@@ -608,7 +608,7 @@ func (c *benchCluster) fleet(b *testing.B, name string, shares, nsCount, sasPerN
 		b.Fatalf("creating SharedSecrets: %v", err)
 	}
 	c.owner.Cleanup(func() {
-		parallel(len(f.shares), 8, func(i int) error {
+		_ = parallel(len(f.shares), 8, func(i int) error { // best effort: the namespace's deletion follows
 			return c.env.Dyn.Resource(framework.ShareGVR(framework.KindSecret)).Delete(ctx, f.shares[i], metav1.DeleteOptions{})
 		})
 	})
@@ -664,9 +664,9 @@ func (c *benchCluster) deleteNamespace(name string) {
 			break
 		}
 	}
-	c.kube.RbacV1().RoleBindings(name).DeleteCollection(ctx, metav1.DeleteOptions{}, all)
-	c.kube.RbacV1().Roles(name).DeleteCollection(ctx, metav1.DeleteOptions{}, all)
-	c.kube.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
+	_ = c.kube.RbacV1().RoleBindings(name).DeleteCollection(ctx, metav1.DeleteOptions{}, all)
+	_ = c.kube.RbacV1().Roles(name).DeleteCollection(ctx, metav1.DeleteOptions{}, all)
+	_ = c.kube.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -67,13 +67,12 @@ func main() {
 		fatal(fmt.Errorf("no benchmark results in the input"))
 	}
 	var w io.Writer = os.Stdout
+	var outFile *os.File
 	if *out != "-" {
-		f, err := os.Create(*out)
-		if err != nil {
+		if outFile, err = os.Create(*out); err != nil {
 			fatal(err)
 		}
-		defer f.Close()
-		w = f
+		w = outFile
 	}
 	bw := bufio.NewWriter(w)
 	var prev *baseline
@@ -86,6 +85,12 @@ func main() {
 		platform: *platform, baseline: prev})
 	if err := bw.Flush(); err != nil {
 		fatal(err)
+	}
+	// A written file's Close can report what its writes could not (a full disk, say).
+	if outFile != nil {
+		if err := outFile.Close(); err != nil {
+			fatal(err)
+		}
 	}
 }
 

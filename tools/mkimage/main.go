@@ -74,7 +74,7 @@ func main() {
 func run(out, tag, workdir, user string, files, links, dirs, entrypoint, cmd, env []string) error {
 	entries := map[string]*entry{}
 	add := func(e *entry) error {
-		if old, ok := entries[e.name]; ok && !(old.typ == tar.TypeDir && e.typ == tar.TypeDir) {
+		if old, ok := entries[e.name]; ok && (old.typ != tar.TypeDir || e.typ != tar.TypeDir) {
 			return fmt.Errorf("duplicate path /%s", e.name)
 		}
 		entries[e.name] = e

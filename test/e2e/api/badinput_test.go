@@ -150,7 +150,7 @@ func TestBadRequestsGetAClearErrorAndChangeNothing(t *testing.T) {
 		if err := syscall.Mount("tmpfs", v.Target, "tmpfs", 0, "size=64k"); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { syscall.Unmount(v.Target, 0) })
+		t.Cleanup(func() { _ = syscall.Unmount(v.Target, 0) })
 		if err := os.WriteFile(filepath.Join(v.Target, "keep"), []byte("not the driver's"), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -228,8 +228,8 @@ func TestBadRequestsGetAClearErrorAndChangeNothing(t *testing.T) {
 		{"volume id containing ..", publish(func(_ *testing.T, _ *framework.TestVolume, r *csi.NodePublishVolumeRequest) { r.VolumeId = "csi-..-x" }),
 			codes.InvalidArgument, []string{"volume_id", `not contain ".."`}},
 		{"volume id already published with other arguments", publish(func(_ *testing.T, _ *framework.TestVolume, r *csi.NodePublishVolumeRequest) {
-			r.VolumeId = live.Id
-		}), codes.AlreadyExists, []string{live.Id, "already published with other arguments"}},
+			r.VolumeId = live.ID
+		}), codes.AlreadyExists, []string{live.ID, "already published with other arguments"}},
 
 		// Attributes.
 		{"unknown attribute", publish(attr("sharedSecrets", f.share)),
@@ -340,19 +340,19 @@ func TestBadRequestsGetAClearErrorAndChangeNothing(t *testing.T) {
 
 		// Unpublish only ever removes what the driver published, where it published it.
 		{"unpublish /", unpublish(func(*testing.T) *csi.NodeUnpublishVolumeRequest {
-			return &csi.NodeUnpublishVolumeRequest{VolumeId: live.Id, TargetPath: "/"}
+			return &csi.NodeUnpublishVolumeRequest{VolumeId: live.ID, TargetPath: "/"}
 		}), codes.InvalidArgument, []string{`target_path "/"`}},
 		{"unpublish the kubelet root", unpublish(func(*testing.T) *csi.NodeUnpublishVolumeRequest {
-			return &csi.NodeUnpublishVolumeRequest{VolumeId: live.Id, TargetPath: p.KubeletRoot}
+			return &csi.NodeUnpublishVolumeRequest{VolumeId: live.ID, TargetPath: p.KubeletRoot}
 		}), codes.InvalidArgument, []string{"not a kubelet CSI volume path"}},
 		{"unpublish a pod dir", unpublish(func(*testing.T) *csi.NodeUnpublishVolumeRequest {
-			return &csi.NodeUnpublishVolumeRequest{VolumeId: live.Id, TargetPath: filepath.Join(p.KubeletRoot, "pods", live.PodUID)}
+			return &csi.NodeUnpublishVolumeRequest{VolumeId: live.ID, TargetPath: filepath.Join(p.KubeletRoot, "pods", live.PodUID)}
 		}), codes.InvalidArgument, []string{"not a kubelet CSI volume path"}},
 		{"unpublish a host dir", unpublish(func(*testing.T) *csi.NodeUnpublishVolumeRequest {
-			return &csi.NodeUnpublishVolumeRequest{VolumeId: live.Id, TargetPath: filepath.Join(sentinel, "dir")}
+			return &csi.NodeUnpublishVolumeRequest{VolumeId: live.ID, TargetPath: filepath.Join(sentinel, "dir")}
 		}), codes.InvalidArgument, []string{"not under the kubelet root dir"}},
 		{"unpublish with .. segments", unpublish(func(*testing.T) *csi.NodeUnpublishVolumeRequest {
-			return &csi.NodeUnpublishVolumeRequest{VolumeId: live.Id, TargetPath: live.Target + "/../../../../../../../sentinel/dir"}
+			return &csi.NodeUnpublishVolumeRequest{VolumeId: live.ID, TargetPath: live.Target + "/../../../../../../../sentinel/dir"}
 		}), codes.InvalidArgument, []string{`".."`}},
 		{"unpublish with a volume id reaching the sentinel", unpublish(func(*testing.T) *csi.NodeUnpublishVolumeRequest {
 			return &csi.NodeUnpublishVolumeRequest{VolumeId: "../../../../sentinel/victim", TargetPath: live.Target}
@@ -361,16 +361,16 @@ func TestBadRequestsGetAClearErrorAndChangeNothing(t *testing.T) {
 			return &csi.NodeUnpublishVolumeRequest{TargetPath: live.Target}
 		}), codes.InvalidArgument, []string{"volume_id is required"}},
 		{"unpublish without target", unpublish(func(*testing.T) *csi.NodeUnpublishVolumeRequest {
-			return &csi.NodeUnpublishVolumeRequest{VolumeId: live.Id}
+			return &csi.NodeUnpublishVolumeRequest{VolumeId: live.ID}
 		}), codes.InvalidArgument, []string{"target_path is required"}},
 		{"unpublish a live volume at a path it is not published at", unpublish(func(t *testing.T) *csi.NodeUnpublishVolumeRequest {
-			return &csi.NodeUnpublishVolumeRequest{VolumeId: live.Id, TargetPath: foreignTarget(t)}
-		}), codes.InvalidArgument, []string{live.Id, "is published at", "nothing was changed"}},
+			return &csi.NodeUnpublishVolumeRequest{VolumeId: live.ID, TargetPath: foreignTarget(t)}
+		}), codes.InvalidArgument, []string{live.ID, "is published at", "nothing was changed"}},
 		{"unpublish a live volume through a symlink to its target", unpublish(func(t *testing.T) *csi.NodeUnpublishVolumeRequest {
 			v := p.Volume(f.consumer, "app", nil)
 			symlink(t, live.Target, v.Target)
-			return &csi.NodeUnpublishVolumeRequest{VolumeId: live.Id, TargetPath: v.Target}
-		}), codes.InvalidArgument, []string{live.Id, "is published at"}},
+			return &csi.NodeUnpublishVolumeRequest{VolumeId: live.ID, TargetPath: v.Target}
+		}), codes.InvalidArgument, []string{live.ID, "is published at"}},
 		// For a volume the driver does not know, CSI says unpublish succeeds (the kubelet may
 		// repeat a call whose answer it lost); success must not mean "cleaned up anyway".
 		{"unpublish an unknown volume at a live volume's target", unpublish(func(*testing.T) *csi.NodeUnpublishVolumeRequest {

@@ -161,7 +161,7 @@ func TestCorruptRecordIsCleanedAndTheDriverServes(t *testing.T) {
 		}
 	}
 	p.Kill()
-	rec := filepath.Join(p.KubeletRoot, "plugins", framework.DriverName, "volumes", v.Id, framework.RecordFile)
+	rec := filepath.Join(p.KubeletRoot, "plugins", framework.DriverName, "volumes", v.ID, framework.RecordFile)
 	b, err := os.ReadFile(rec)
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +175,7 @@ func TestCorruptRecordIsCleanedAndTheDriverServes(t *testing.T) {
 	if n := len(framework.MountsUnder(filepath.Dir(v.Target))); n != 0 {
 		t.Errorf("%d mounts left at the corrupt volume's target", n)
 	}
-	volDir := filepath.Join(p.KubeletRoot, "plugins", framework.DriverName, "volumes", v.Id)
+	volDir := filepath.Join(p.KubeletRoot, "plugins", framework.DriverName, "volumes", v.ID)
 	mounts, err := framework.ReadMountInfo()
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ func TestWipedStateDirIsReportedAndCleaned(t *testing.T) {
 	f, v := publishedVolume(t, e, p)
 	p.Kill()
 	// A host tmp cleaner's rm -rf: it empties the tmpfs (mount points themselves are busy).
-	volDir := filepath.Join(p.KubeletRoot, "plugins", framework.DriverName, "volumes", v.Id)
+	volDir := filepath.Join(p.KubeletRoot, "plugins", framework.DriverName, "volumes", v.ID)
 	entries, _ := os.ReadDir(volDir)
 	for _, en := range entries {
 		os.RemoveAll(filepath.Join(volDir, en.Name()))

@@ -101,7 +101,7 @@ func TestPublishAllowedShowsTheSecretReadOnly(t *testing.T) {
 	}
 	// The bytes are in the volume's memory once: the pod's files are hard links to the share's
 	// copy that the driver keeps beside them (to restore after a revocation).
-	shareCopy := filepath.Join(p.KubeletRoot, "plugins", framework.DriverName, "volumes", v.Id, "shares", "0", "..data")
+	shareCopy := filepath.Join(p.KubeletRoot, "plugins", framework.DriverName, "volumes", v.ID, "shares", "0", "..data")
 	for name := range f.data {
 		shown, err := os.Stat(filepath.Join(v.Target, name))
 		if err != nil {
@@ -126,7 +126,7 @@ func TestPublishAllowedShowsTheSecretReadOnly(t *testing.T) {
 	// Same volume id, other arguments: AlreadyExists.
 	other := *v
 	other.Attrs = map[string]string{framework.AttrSharedSecret: f.share, framework.AttrRefreshResource: "false"}
-	wantCode(t, p.Publish(&other), codes.AlreadyExists, v.Id)
+	wantCode(t, p.Publish(&other), codes.AlreadyExists, v.ID)
 
 	// Unpublish twice: both succeed, nothing is left.
 	if err := p.Unpublish(v); err != nil {

@@ -86,7 +86,7 @@ func TestFileModesItemsAndFsGroup(t *testing.T) {
 	p.UnpublishAll(t, v)
 }
 
-func readFile(t *testing.T, p string) string {
+func readFile(_ *testing.T, p string) string {
 	b, _ := os.ReadFile(p)
 	return string(b)
 }
@@ -232,7 +232,7 @@ func TestHealthServerHoldsNoIdleConnections(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("the idler's request: %v %v", resp, err)
 	}
-	io.Copy(io.Discard, resp.Body)
+	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 
 	// A thousand clients connect and send nothing.
@@ -268,7 +268,9 @@ func TestHealthServerHoldsNoIdleConnections(t *testing.T) {
 	}
 
 	// The idler is disconnected once it has idled for the idle timeout.
-	idler.SetReadDeadline(time.Now().Add(framework.HealthIdleTimeout + 10*time.Second))
+	if err := idler.SetReadDeadline(time.Now().Add(framework.HealthIdleTimeout + 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Errorf("the idle keep-alive connection: read %v after %v, want EOF (closed by the server)", err, time.Since(idleSince).Round(time.Second))
 	} else {
@@ -277,7 +279,7 @@ func TestHealthServerHoldsNoIdleConnections(t *testing.T) {
 	// The silent clients accepted first were closed after the header timeout.
 	closed := 0
 	for _, c := range conns[:16] {
-		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 		if _, err := c.Read(make([]byte, 1)); err == io.EOF {
 			closed++
 		}

@@ -70,8 +70,8 @@ func (p *apiProxy) forward(c net.Conn) {
 	p.mu.Lock()
 	p.conns[c], p.conns[up] = struct{}{}, struct{}{}
 	p.mu.Unlock()
-	go func() { io.Copy(up, c); up.Close() }()
-	io.Copy(c, up)
+	go func() { _, _ = io.Copy(up, c); up.Close() }()
+	_, _ = io.Copy(c, up) // the proxy ends when either side does
 	c.Close()
 }
 

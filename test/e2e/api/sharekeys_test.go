@@ -79,7 +79,7 @@ func TestSharePolicyGuardsTheListOfKeys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		unstructured.SetNestedSlice(obj.Object, items, "spec", "items")
+		must(t, unstructured.SetNestedSlice(obj.Object, items, "spec", "items"))
 		_, err = shares.Update(ctx, obj, metav1.UpdateOptions{})
 		return err
 	}
@@ -106,11 +106,19 @@ func TestSharePolicyGuardsTheListOfKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unstructured.SetNestedSlice(obj.Object, framework.SharedKeys("ca.crt", "tls.key"), "spec", "items")
+	must(t, unstructured.SetNestedSlice(obj.Object, framework.SharedKeys("ca.crt", "tls.key"), "spec", "items"))
 	if _, err := e.Dyn.Resource(framework.ShareGVR(framework.KindSecret)).Update(ctx, obj, metav1.UpdateOptions{}); err != nil {
 		t.Errorf("the cluster admin was refused: %v", err)
 	}
 	// And the user, once allowed to get the Secret, may narrow it back.
 	e.GrantGet(t, framework.UserSubject(u.Name), ns, "secrets", "issuer")
 	framework.Eventually(t, 30*time.Second, func() error { return widen(framework.SharedKeys("ca.crt")) })
+}
+
+// must fails the test on err.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -139,7 +139,7 @@ func TestSharePolicyRequiresReadOnTheSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unstructured.SetNestedField(obj.Object, "unreadable", "spec", "secretRef", "name")
+	must(t, unstructured.SetNestedField(obj.Object, "unreadable", "spec", "secretRef", "name"))
 	_, err = shares.Update(ctx, obj, metav1.UpdateOptions{})
 	if e := refusedByPolicy(err, u.Name, "secrets", ns, "unreadable"); e != nil {
 		t.Errorf("update to an unreadable ref: %v", e)
@@ -162,7 +162,7 @@ func TestSharePolicyRequiresReadOnTheSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unstructured.SetNestedField(obj.Object, "readable", "spec", "secretRef", "name")
+	must(t, unstructured.SetNestedField(obj.Object, "readable", "spec", "secretRef", "name"))
 	_, err = shares.Update(ctx, obj, metav1.UpdateOptions{})
 	if e := refusedByPolicy(err, u.Name, "secrets", ns, "unreadable"); e != nil {
 		t.Errorf("re-pointing a share away from a Secret the user may not read: %v", e)

@@ -251,7 +251,7 @@ func TestShareStatusReadyConditionWrittenByOneLeader(t *testing.T) {
 	// A leader that is stopped cleanly (SIGTERM, as in a rollout) releases the Lease before it
 	// exits, so the next driver takes over at once rather than after the lease duration.
 	newLeader := follower
-	newLeader.Cmd.Process.Signal(syscall.SIGTERM)
+	_ = newLeader.Cmd.Process.Signal(syscall.SIGTERM)
 	if err := newLeader.Cmd.Wait(); err != nil {
 		t.Fatalf("the driver did not exit cleanly on SIGTERM: %v", err)
 	}

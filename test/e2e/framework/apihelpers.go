@@ -1,3 +1,6 @@
+// Package framework is the end-to-end suites' shared harness: the kube env, the driver as a
+// subprocess playing the kubelet over its CSI socket, the pod suite, the three nodes, counting
+// (/metrics, the audit log) and the API's names.
 package framework
 
 // Helpers of the API-server suites (test/e2e/api) that other tiers use too: shares and their
@@ -31,7 +34,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// snapshotTree describes every entry under root (treesnap.Take), or fails the test.
+// SnapshotTree describes every entry under root (treesnap.Take), or fails the test.
 func SnapshotTree(t *testing.T, root string, withTimes bool) map[string]string {
 	t.Helper()
 	snap, err := treesnap.Take(root, withTimes)
@@ -100,6 +103,7 @@ type hostState struct {
 	sentinel map[string]string
 }
 
+// HostState snapshots the mounts and files under the driver's temp root and the files under sentinel.
 func (p *DriverProc) HostState(t *testing.T, sentinel string) hostState {
 	t.Helper()
 	tree := SnapshotTree(t, p.Root, false)
@@ -120,7 +124,7 @@ func (s hostState) AssertSame(t *testing.T, after hostState) {
 	}
 }
 
-// serviceAccountKubeconfig creates a ServiceAccount bound to a ClusterRole with rules, and
+// ServiceAccountKubeconfig creates a ServiceAccount bound to a ClusterRole with rules, and
 // writes a kubeconfig that authenticates as it with a token from the TokenRequest API.
 // It returns the kubeconfig's path, the token (a secret), the ClusterRole's name and the
 // service account's user name.
@@ -136,7 +140,7 @@ func (e *KubeEnv) ServiceAccountKubeconfig(t *testing.T, rules []rbacv1.PolicyRu
 	if _, err := e.Kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role}, Rules: rules}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.Kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{}) })
+	t.Cleanup(func() { _ = e.Kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{}) })
 	crb := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: role},
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
@@ -146,7 +150,7 @@ func (e *KubeEnv) ServiceAccountKubeconfig(t *testing.T, rules []rbacv1.PolicyRu
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		e.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), role, metav1.DeleteOptions{})
+		_ = e.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), role, metav1.DeleteOptions{})
 	})
 	expiry := int64(3600)
 	tr, err := e.Kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name,
@@ -165,7 +169,7 @@ func (e *KubeEnv) ServiceAccountKubeconfig(t *testing.T, rules []rbacv1.PolicyRu
 	return path, tr.Status.Token, role, "system:serviceaccount:" + ns + ":" + sa.Name
 }
 
-// setRules replaces a ClusterRole's rules and waits until the authorizer applies them to user:
+// SetRules replaces a ClusterRole's rules and waits until the authorizer applies them to user:
 // whether it may create SubjectAccessReviews.
 func (e *KubeEnv) SetRules(t *testing.T, role, user string, rules []rbacv1.PolicyRule, canReview bool) {
 	t.Helper()
@@ -193,7 +197,7 @@ func (e *KubeEnv) SetRules(t *testing.T, role, user string, rules []rbacv1.Polic
 	})
 }
 
-// restartArmed kills the driver and starts it again armed to crash at step.
+// RestartArmed kills the driver and starts it again armed to crash at step.
 func (p *DriverProc) RestartArmed(step CrashStep) {
 	p.Kill()
 	p.Binary = p.kube.CrashBinary(p.t)
@@ -201,7 +205,7 @@ func (p *DriverProc) RestartArmed(step CrashStep) {
 	p.Start()
 }
 
-// freeLocalAddr is a loopback address with a port free at the moment (for the metrics endpoint).
+// FreeLocalAddr is a loopback address with a port free at the moment (for the metrics endpoint).
 func FreeLocalAddr(t testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -211,7 +215,7 @@ func FreeLocalAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
-// readyConditionOfType returns the share's condition of type typ (nil if it has none).
+// ReadyConditionOfType returns the share's condition of type typ (nil if it has none).
 func (e *KubeEnv) ReadyConditionOfType(k ShareKind, name, typ string) (*metav1.Condition, map[string]any, error) {
 	u, err := e.Dyn.Resource(ShareGVR(k)).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
@@ -372,6 +376,7 @@ type openShiftSetup struct {
 	Vars                     *strings.Replacer
 }
 
+// ApplyOpenShiftObjects applies, in new namespaces, the objects an OpenShift user of the driver has.
 func (e *KubeEnv) ApplyOpenShiftObjects(t *testing.T) *openShiftSetup {
 	t.Helper()
 	sfx := RandSuffix()
@@ -390,7 +395,7 @@ func (e *KubeEnv) ApplyOpenShiftObjects(t *testing.T) *openShiftSetup {
 	return s
 }
 
-// kubectl runs kubectl as the cluster admin with stdin, failing the test on an error.
+// Kubectl runs kubectl as the cluster admin with stdin, failing the test on an error.
 func (e *KubeEnv) Kubectl(t *testing.T, stdin string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(KubectlBinary(), append([]string{"--kubeconfig", e.Kubeconfig}, args...)...)
@@ -402,7 +407,7 @@ func (e *KubeEnv) Kubectl(t *testing.T, stdin string, args ...string) string {
 	return string(out)
 }
 
-// shell runs a documented command with bash in dir, its kubectl the test's, as the cluster admin, and
+// Shell runs a documented command with bash in dir, its kubectl the test's, as the cluster admin, and
 // returns its standard output.
 func (e *KubeEnv) Shell(t *testing.T, dir, command string) string {
 	t.Helper()
@@ -422,9 +427,10 @@ func (e *KubeEnv) Shell(t *testing.T, dir, command string) string {
 	return string(out)
 }
 
+// CrdGVR is the CustomResourceDefinitions resource.
 var CrdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-// createCRD creates a CRD for the test, deletes it afterwards, and waits until its resource is
+// CreateCRD creates a CRD for the test, deletes it afterwards, and waits until its resource is
 // served.
 func (e *KubeEnv) CreateCRD(t *testing.T, crd *unstructured.Unstructured, probe *unstructured.Unstructured, gvr schema.GroupVersionResource) {
 	t.Helper()
@@ -443,10 +449,12 @@ func (e *KubeEnv) CreateCRD(t *testing.T, crd *unstructured.Unstructured, probe 
 	})
 }
 
+// ListedShareObject is ShareObject with spec.items set to items (when not nil).
 func ListedShareObject(kind ShareKind, name, ns, src string, items []any) *unstructured.Unstructured {
 	u := ShareObject(kind, name, ns, src)
 	if items != nil {
-		unstructured.SetNestedSlice(u.Object, items, "spec", "items")
+		// A fresh object: spec is a map, so setting spec.items cannot fail.
+		_ = unstructured.SetNestedSlice(u.Object, items, "spec", "items")
 	}
 	return u
 }
@@ -458,6 +466,7 @@ type sharer struct {
 	Dyn  dynamic.Interface
 }
 
+// NewSharer makes a user who may create shares (and what they need), for the admission tests.
 func (e *KubeEnv) NewSharer(t *testing.T) *sharer {
 	t.Helper()
 	ctx := context.Background()
@@ -475,8 +484,8 @@ func (e *KubeEnv) NewSharer(t *testing.T) *sharer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		e.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
-		e.Kube.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = e.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = e.Kube.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	cfg, err := clientcmd.BuildConfigFromFlags("", e.Kubeconfig)
 	if err != nil {
@@ -491,7 +500,7 @@ func (e *KubeEnv) NewSharer(t *testing.T) *sharer {
 	return &sharer{Name: name, Dyn: dyn}
 }
 
-// grantGet lets subject get one object, the narrowest grant there is, until the test ends.
+// GrantGet lets subject get one object, the narrowest grant there is, until the test ends.
 func (e *KubeEnv) GrantGet(t *testing.T, subject rbacv1.Subject, ns, resource, name string) {
 	t.Helper()
 	ctx := context.Background()
@@ -507,15 +516,17 @@ func (e *KubeEnv) GrantGet(t *testing.T, subject rbacv1.Subject, ns, resource, n
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		e.Kube.RbacV1().RoleBindings(ns).Delete(context.Background(), rn, metav1.DeleteOptions{})
-		e.Kube.RbacV1().Roles(ns).Delete(context.Background(), rn, metav1.DeleteOptions{})
+		_ = e.Kube.RbacV1().RoleBindings(ns).Delete(context.Background(), rn, metav1.DeleteOptions{})
+		_ = e.Kube.RbacV1().Roles(ns).Delete(context.Background(), rn, metav1.DeleteOptions{})
 	})
 }
 
+// UserSubject is an RBAC subject for the user name.
 func UserSubject(name string) rbacv1.Subject {
 	return rbacv1.Subject{Kind: "User", APIGroup: rbacv1.GroupName, Name: name}
 }
 
+// ShareObject is a share of kind named name, of the source ns/src.
 func ShareObject(kind ShareKind, name, ns, src string) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": ShareGroup + "/v1alpha1",
@@ -525,7 +536,7 @@ func ShareObject(kind ShareKind, name, ns, src string) *unstructured.Unstructure
 	}}
 }
 
-// grantReadFix is what every message about a source the driver may not read tells an admin to
+// GrantReadFix is what every message about a source the driver may not read tells an admin to
 // run, for the tests' driver (deploy.yaml's account).
 func GrantReadFix(ns string) string {
 	return "kubectl create rolebinding shared-resource-csi-source-reader --namespace=" + ns +
@@ -533,7 +544,7 @@ func GrantReadFix(ns string) string {
 		" --serviceaccount=" + DriverNamespace + ":" + StatusServiceAccount
 }
 
-// runFix runs, as the cluster admin, the commands a message tells the admin to run first (the
+// RunFix runs, as the cluster admin, the commands a message tells the admin to run first (the
 // narrowest grant: "run: kubectl ... && kubectl ... (or, ...").
 func (e *KubeEnv) RunFix(t testing.TB, msg string) {
 	t.Helper()
@@ -554,7 +565,7 @@ func (e *KubeEnv) RunFix(t testing.TB, msg string) {
 	}
 }
 
-// wantReady checks the Ready condition's status, reason, message and observedGeneration.
+// WantReady checks the Ready condition's status, reason, message and observedGeneration.
 func WantReady(c metav1.Condition, u *unstructured.Unstructured, status metav1.ConditionStatus, reason, msg string) error {
 	if c.Status != status || c.Reason != reason {
 		return fmt.Errorf("%s: Ready=%q/%q (%q), want %s/%s", u.GetName(), c.Status, c.Reason, c.Message, status, reason)
@@ -571,7 +582,7 @@ func WantReady(c metav1.Condition, u *unstructured.Unstructured, status metav1.C
 	return nil
 }
 
-// readyCondition returns the share's Ready condition (zero if it has none) and the share.
+// ReadyCondition returns the share's Ready condition (zero if it has none) and the share.
 func (e *KubeEnv) ReadyCondition(kind ShareKind, name string) (metav1.Condition, *unstructured.Unstructured, error) {
 	u, err := e.Dyn.Resource(ShareGVR(kind)).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
@@ -588,7 +599,7 @@ func (e *KubeEnv) ReadyCondition(kind ShareKind, name string) (metav1.Condition,
 	return metav1.Condition{}, u, nil
 }
 
-// wantReadyColumn runs `kubectl get <resource> <names>` and checks the READY column (the CRD's
+// WantReadyColumn runs `kubectl get <resource> <names>` and checks the READY column (the CRD's
 // printer column) of each row.
 func (e *KubeEnv) WantReadyColumn(t *testing.T, resource string, want map[string]string) {
 	t.Helper()
@@ -626,6 +637,7 @@ func (e *KubeEnv) WantReadyColumn(t *testing.T, resource string, want map[string
 	}
 }
 
+// StatusLeaseHolder is the holder of the status controller's Lease.
 func (e *KubeEnv) StatusLeaseHolder() (string, error) {
 	l, err := e.Kube.CoordinationV1().Leases(DriverNamespace).Get(context.Background(), StatusLeaseName, metav1.GetOptions{})
 	if err != nil {

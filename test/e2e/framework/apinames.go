@@ -25,7 +25,7 @@ import (
 // They are written here as strings, not taken from the driver's code: a renamed constant there
 // must not silently change what the suites check.
 
-// driverName is the CSI driver's name (CSIDriver object, kubelet plugin dir).
+// DriverName is the CSI driver's name (CSIDriver object, kubelet plugin dir).
 const DriverName = "csi.sharedresource.openshift.io"
 
 // Volume attributes a pod's csi volume sets.
@@ -65,26 +65,27 @@ const (
 	RecreationFollow = "Follow"
 )
 
-// shareKind is the Kind of the object a share copies ("Secret", "ConfigMap").
+// ShareKind is the Kind of the object a share copies ("Secret", "ConfigMap").
 type ShareKind string
 
+// The share kinds.
 const (
 	KindSecret    ShareKind = "Secret"
 	KindConfigMap ShareKind = "ConfigMap"
 )
 
-// shareTypeName is the share CRD's Kind.
+// ShareTypeName is the share CRD's Kind.
 func (k ShareKind) ShareTypeName() string { return "Shared" + string(k) }
 
-// shareResource is the share CRD's resource (what RBAC grants `use` on).
+// ShareResource is the share CRD's resource (what RBAC grants `use` on).
 func (k ShareKind) ShareResource() string { return strings.ToLower(k.ShareTypeName()) + "s" }
 
-// shareGVR is the resource of the kind's shares.
+// ShareGVR is the resource of the kind's shares.
 func ShareGVR(k ShareKind) schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: ShareGroup, Version: shareVersion, Resource: k.ShareResource()}
 }
 
-// shareRefField is the spec field of a share naming its source (spec.secretRef, spec.configMapRef).
+// ShareRefField is the spec field of a share naming its source (spec.secretRef, spec.configMapRef).
 func ShareRefField(k ShareKind) string {
 	if k == KindConfigMap {
 		return "configMapRef"
@@ -117,11 +118,11 @@ const (
 const (
 	SourceReaderRole = "shared-resource-csi-source-reader"
 	StatusLeaseName  = "shared-resource-csi-status"
-	// roleStatus is --role's value for the status controller.
+	// RoleStatus is --role's value for the status controller.
 	RoleStatus = "status"
-	// recordFile is a volume's record in its directory under the driver's state dir.
+	// RecordFile is a volume's record in its directory under the driver's state dir.
 	RecordFile = "record.json"
-	// healthIdleTimeout is how long the health server keeps an idle connection.
+	// HealthIdleTimeout is how long the health server keeps an idle connection.
 	HealthIdleTimeout = 15 * time.Second
 )
 
@@ -146,10 +147,11 @@ func shareConditions(u *unstructured.Unstructured) ([]metav1.Condition, error) {
 	return out, nil
 }
 
-// crashStep is a crash point of the driver's test build (go build -tags crashpoints), armed by
+// CrashStep is a crash point of the driver's test build (go build -tags crashpoints), armed by
 // the environment variable crashEnv: the process kills itself there.
 type CrashStep string
 
+// CrashEnv is the environment variable that arms a crash point of the test build.
 const CrashEnv = "SRCSI_TEST_CRASH_AT"
 
 // The crash points of each operation, in the order it reaches them.
@@ -159,8 +161,10 @@ var (
 	ReconcileSteps = []CrashStep{"reconcile:copies", "reconcile:data", "reconcile:record"}
 )
 
+// Quote puts s in double quotes.
 func Quote(s string) string { return "\"" + s + "\"" }
 
+// HasOption says whether the comma-separated mount options include opt.
 func HasOption(options, opt string) bool { return slices.Contains(strings.Split(options, ","), opt) }
 
 // mountEntry is one line of /proc/self/mountinfo (proc(5)), read by the tests themselves.
@@ -168,6 +172,7 @@ type mountEntry struct {
 	MajorMinor, Root, MountPoint, Options, FSType, Source, SuperOptions string
 }
 
+// ReadMountInfo parses /proc/self/mountinfo.
 func ReadMountInfo() ([]mountEntry, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
@@ -222,7 +227,7 @@ func isOctal3(s string) bool {
 	return true
 }
 
-// mountAt is the topmost mount at path.
+// MountAt is the topmost mount at path.
 func MountAt(entries []mountEntry, path string) (mountEntry, bool) {
 	path = filepath.Clean(path)
 	for i := len(entries) - 1; i >= 0; i-- {
@@ -260,7 +265,7 @@ func volumeBytes(rec volumeRecord, recordLen int) int64 {
 	return n
 }
 
-// useReview is the SubjectAccessReview the driver sends before a publish: may the pod's
+// UseReview is the SubjectAccessReview the driver sends before a publish: may the pod's
 // service account `use` the share.
 func UseReview(ns, sa string, kind ShareKind, share string) *authorizationv1.SubjectAccessReview {
 	return &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
@@ -272,7 +277,7 @@ func UseReview(ns, sa string, kind ShareKind, share string) *authorizationv1.Sub
 	}}
 }
 
-// driverAcceptsArgs runs the driver binary with args and --version: it parses and checks every
+// DriverAcceptsArgs runs the driver binary with args and --version: it parses and checks every
 // flag, then prints its version and exits 0, or refuses them (exit 2) saying why.
 func DriverAcceptsArgs(args []string) error {
 	bin := os.Getenv("DRIVER_BINARY")

@@ -15,7 +15,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
-// renderedObjects parses a multi-document render into objects.
+// RenderedObjects parses a multi-document render into objects.
 func RenderedObjects(t testing.TB, manifest []byte) []*unstructured.Unstructured {
 	t.Helper()
 	var objs []*unstructured.Unstructured
@@ -33,6 +33,7 @@ func RenderedObjects(t testing.TB, manifest []byte) []*unstructured.Unstructured
 	}
 }
 
+// FindObject is the object of kind and name among objs, or nil.
 func FindObject(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
 	for _, o := range objs {
 		if o.GetKind() == kind && (name == "" || o.GetName() == name) {
@@ -42,7 +43,7 @@ func FindObject(objs []*unstructured.Unstructured, kind, name string) *unstructu
 	return nil
 }
 
-// promtoolBinary is $PROMTOOL or promtool on $PATH.
+// PromtoolBinary is $PROMTOOL or promtool on $PATH.
 func PromtoolBinary(t *testing.T) string {
 	t.Helper()
 	p := os.Getenv("PROMTOOL")
@@ -69,6 +70,7 @@ func HelmBinary(t testing.TB) string {
 	return h
 }
 
+// RunHelm runs helm with args and returns its output, or fails t.
 func RunHelm(t testing.TB, args ...string) []byte {
 	t.Helper()
 	cmd := exec.Command(HelmBinary(t), args...)

@@ -25,13 +25,13 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// metricAPIRequests is the driver's own count of its API requests (metrics.go).
+// MetricAPIRequests is the driver's own count of its API requests (metrics.go).
 const MetricAPIRequests = "sharedresource_api_requests_total"
 
-// scrapedMetrics is one scrape of a /metrics endpoint: every sample, named as in the text.
+// ScrapedMetrics is one scrape of a /metrics endpoint: every sample, named as in the text.
 type ScrapedMetrics model.Vector
 
-// parseMetrics reads the Prometheus text format.
+// ParseMetrics reads the Prometheus text format.
 func ParseMetrics(r io.Reader) (ScrapedMetrics, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(r)
@@ -42,7 +42,7 @@ func ParseMetrics(r io.Reader) (ScrapedMetrics, error) {
 	return ScrapedMetrics(samples), err
 }
 
-// scrapeMetrics reads the /metrics endpoint at url.
+// ScrapeMetrics reads the /metrics endpoint at url.
 func ScrapeMetrics(url string) (ScrapedMetrics, error) {
 	c := http.Client{Timeout: 30 * time.Second}
 	resp, err := c.Get(url)
@@ -73,7 +73,7 @@ func matches(s *model.Sample, name string, match map[string]string) bool {
 	return true
 }
 
-// sum adds the values of the samples named name whose labels include match (nil: any labels).
+// Sum adds the values of the samples named name whose labels include match (nil: any labels).
 func (m ScrapedMetrics) Sum(name string, match map[string]string) float64 {
 	total := 0.0
 	for _, s := range m {
@@ -84,7 +84,7 @@ func (m ScrapedMetrics) Sum(name string, match map[string]string) float64 {
 	return total
 }
 
-// has says whether a sample is named name and has labels including match (nil: any labels).
+// Has says whether a sample is named name and has labels including match (nil: any labels).
 func (m ScrapedMetrics) Has(name string, match map[string]string) bool {
 	for _, s := range m {
 		if matches(s, name, match) {
@@ -105,7 +105,7 @@ func (m ScrapedMetrics) requests() RequestCounts {
 	return out
 }
 
-// requestCounts is API requests by "verb/resource".
+// RequestCounts is API requests by "verb/resource".
 type RequestCounts map[string]int
 
 // total counts all requests but Leases'.
@@ -129,7 +129,7 @@ func (c RequestCounts) minus(before RequestCounts) RequestCounts {
 	return out
 }
 
-// auditEvent is what the tests read of one line of the API server's audit log (Metadata level:
+// AuditEvent is what the tests read of one line of the API server's audit log (Metadata level:
 // one line per stage of a request, the stages of one request sharing its audit ID).
 type AuditEvent struct {
 	AuditID   string `json:"auditID"`
@@ -161,7 +161,7 @@ func auditedRequests(path string, offset, end int64, pick func(AuditEvent) bool)
 	return counts, err
 }
 
-// auditMark is a point in the API server's audit log: the start of a measurement window. The
+// AuditMark is a point in the API server's audit log: the start of a measurement window. The
 // three windows (apiWindow of the benchmarks, fleetWindow of the fleet benchmark, podsWindow of
 // the pod suite) each start with one and read what was logged since.
 type AuditMark struct {
@@ -169,7 +169,7 @@ type AuditMark struct {
 	offset int64
 }
 
-// markAudit marks the end of the audit log at path, as it is now.
+// MarkAudit marks the end of the audit log at path, as it is now.
 func MarkAudit(path string) (AuditMark, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -178,7 +178,7 @@ func MarkAudit(path string) (AuditMark, error) {
 	return AuditMark{path: path, offset: fi.Size()}, nil
 }
 
-// events are the requests logged since the mark, each once, at its first line pick accepts.
+// Events are the requests logged since the mark, each once, at its first line pick accepts.
 func (m AuditMark) Events(pick func(AuditEvent) bool) ([]AuditEvent, error) {
 	now, err := MarkAudit(m.path)
 	if err != nil {
@@ -187,7 +187,7 @@ func (m AuditMark) Events(pick func(AuditEvent) bool) ([]AuditEvent, error) {
 	return readAudit(m.path, m.offset, now.offset, pick)
 }
 
-// requests counts the requests logged since the mark by "verb/resource", each once.
+// Requests counts the requests logged since the mark by "verb/resource", each once.
 func (m AuditMark) Requests(pick func(AuditEvent) bool) (RequestCounts, error) {
 	now, err := MarkAudit(m.path)
 	if err != nil {

@@ -47,10 +47,10 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// kubeEnv is the API server the e2e tests use.
+// KubeEnv is the API server the e2e tests use.
 type KubeEnv struct {
 	Kubeconfig string // the cluster admin's
-	// driverKubeconfig authenticates as deploy.yaml's ServiceAccount with a token, so every
+	// DriverKubeconfig authenticates as deploy.yaml's ServiceAccount with a token, so every
 	// driver the tests start has exactly deploy.yaml's RBAC: no read of any Secret or ConfigMap
 	// but where a test grants it, as an admin would (sourceNamespace).
 	DriverKubeconfig string
@@ -68,7 +68,7 @@ type KubeEnv struct {
 	crashBinErr error
 }
 
-// crashBinary returns the driver built with its crash points ($CRASH_DRIVER_BINARY, as
+// CrashBinary returns the driver built with its crash points ($CRASH_DRIVER_BINARY, as
 // hack/test.sh builds it, or built here once), or fails the test.
 func (e *KubeEnv) CrashBinary(t testing.TB) string {
 	t.Helper()
@@ -111,7 +111,7 @@ var (
 	envErr  error
 )
 
-// e2e returns the cluster and the driver binary, or fails the test (or benchmark): these must
+// E2e returns the cluster and the driver binary, or fails the test (or benchmark): these must
 // not pass by skipping.
 func E2e(t testing.TB) *KubeEnv {
 	t.Helper()
@@ -165,7 +165,7 @@ func setupKubeEnv() (*KubeEnv, error) {
 	return &KubeEnv{Kubeconfig: kc, DriverKubeconfig: driverKC, Kube: kube, Dyn: dyn, Binary: bin}, nil
 }
 
-// kubectlBinary is the kubectl the tests run ($KUBECTL, as hack/test.sh sets it).
+// KubectlBinary is the kubectl the tests run ($KUBECTL, as hack/test.sh sets it).
 func KubectlBinary() string {
 	if k := os.Getenv("KUBECTL"); k != "" {
 		return k
@@ -201,7 +201,7 @@ func installDeployObjects(kubeconfig string) error {
 	return nil
 }
 
-// statusKubeconfigFor returns a kubeconfig that authenticates as the status controller's
+// StatusKubeconfigFor returns a kubeconfig that authenticates as the status controller's
 // ServiceAccount, or fails the test.
 func (e *KubeEnv) StatusKubeconfigFor(t testing.TB) string {
 	t.Helper()
@@ -248,14 +248,14 @@ func writeTokenKubeconfig(path string, admin *rest.Config, token string) error {
 	return clientcmd.WriteToFile(*kc, path)
 }
 
-// randSuffix returns a short random lowercase hex string for unique names and secret markers.
+// RandSuffix returns a short random lowercase hex string for unique names and secret markers.
 func RandSuffix() string {
 	b := make([]byte, 4)
 	rand.Read(b)
 	return hex.EncodeToString(b)
 }
 
-// namespace creates a namespace for the test and deletes it afterwards.
+// Namespace creates a namespace for the test and deletes it afterwards.
 func (e *KubeEnv) Namespace(t testing.TB, prefix string) string {
 	t.Helper()
 	name := prefix + "-" + RandSuffix()
@@ -264,12 +264,12 @@ func (e *KubeEnv) Namespace(t testing.TB, prefix string) string {
 		t.Fatalf("creating namespace: %v", err)
 	}
 	t.Cleanup(func() {
-		e.Kube.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = e.Kube.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	return name
 }
 
-// sourceNamespace creates a namespace for a test's sources and lets the driver read them, as an
+// SourceNamespace creates a namespace for a test's sources and lets the driver read them, as an
 // admin does (deploy.yaml's header): a RoleBinding to the source-reader ClusterRole for each of
 // its accounts, the node plugin's and the status controller's.
 func (e *KubeEnv) SourceNamespace(t testing.TB, prefix string) string {
@@ -279,7 +279,7 @@ func (e *KubeEnv) SourceNamespace(t testing.TB, prefix string) string {
 	return ns
 }
 
-// grantSourceRead binds deploy.yaml's source-reader ClusterRole to a driver's service accounts in
+// GrantSourceRead binds deploy.yaml's source-reader ClusterRole to a driver's service accounts in
 // ns (one RoleBinding naming them all, as the command the driver prints does) and waits until the
 // authorizer applies it; it returns a function that takes it away again.
 func (e *KubeEnv) GrantSourceRead(t testing.TB, ns string, driver ...rbacv1.Subject) (revoke func()) {
@@ -307,13 +307,13 @@ func (e *KubeEnv) GrantSourceRead(t testing.TB, ns string, driver ...rbacv1.Subj
 	}
 }
 
-// sourceReaders are the driver's accounts that read sources: the node plugins' and the status
+// SourceReaders are the driver's accounts that read sources: the node plugins' and the status
 // controller's.
 func SourceReaders() []rbacv1.Subject {
 	return []rbacv1.Subject{ServiceAccount(DriverNamespace, DriverServiceAccount), ServiceAccount(DriverNamespace, StatusServiceAccount)}
 }
 
-// waitMayGet waits until the authorizer says whether the service account sa may get resource
+// WaitMayGet waits until the authorizer says whether the service account sa may get resource
 // (name: any, when empty) in ns: RBAC changes reach it a moment after they are written.
 func (e *KubeEnv) WaitMayGet(t testing.TB, sa rbacv1.Subject, ns, resource, name string, want bool) {
 	t.Helper()
@@ -334,6 +334,7 @@ func (e *KubeEnv) WaitMayGet(t testing.TB, sa rbacv1.Subject, ns, resource, name
 	})
 }
 
+// CreateSecret creates the Secret ns/name holding data.
 func (e *KubeEnv) CreateSecret(t *testing.T, ns, name string, data map[string][]byte) {
 	t.Helper()
 	_, err := e.Kube.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}, metav1.CreateOptions{})
@@ -342,6 +343,7 @@ func (e *KubeEnv) CreateSecret(t *testing.T, ns, name string, data map[string][]
 	}
 }
 
+// UpdateSecret replaces the data of the Secret ns/name.
 func (e *KubeEnv) UpdateSecret(t *testing.T, ns, name string, data map[string][]byte) {
 	t.Helper()
 	s, err := e.Kube.CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
@@ -354,7 +356,7 @@ func (e *KubeEnv) UpdateSecret(t *testing.T, ns, name string, data map[string][]
 	}
 }
 
-// createShare creates a cluster-scoped SharedSecret or SharedConfigMap and deletes it afterwards.
+// CreateShare creates a cluster-scoped SharedSecret or SharedConfigMap and deletes it afterwards.
 func (e *KubeEnv) CreateShare(t *testing.T, kind ShareKind, name, srcNS, srcName string) {
 	t.Helper()
 	ref := "secretRef"
@@ -373,6 +375,7 @@ func (e *KubeEnv) CreateShare(t *testing.T, kind ShareKind, name, srcNS, srcName
 	t.Cleanup(func() { e.DeleteShare(t, kind, name) })
 }
 
+// DeleteShare deletes the share of kind named name.
 func (e *KubeEnv) DeleteShare(t *testing.T, kind ShareKind, name string) {
 	err := e.Dyn.Resource(ShareGVR(kind)).Delete(context.Background(), name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -380,7 +383,7 @@ func (e *KubeEnv) DeleteShare(t *testing.T, kind ShareKind, name string) {
 	}
 }
 
-// grant lets subject `use` the share through a Role and RoleBinding in ns; it returns a function
+// Grant lets subject `use` the share through a Role and RoleBinding in ns; it returns a function
 // that revokes the grant by deleting the RoleBinding.
 func (e *KubeEnv) Grant(t *testing.T, ns string, kind ShareKind, share string, subject rbacv1.Subject) (revoke func()) {
 	t.Helper()
@@ -413,7 +416,7 @@ func (e *KubeEnv) Grant(t *testing.T, ns string, kind ShareKind, share string, s
 	}
 }
 
-// waitAccess waits until a SubjectAccessReview for subject says `want` (a ServiceAccount
+// WaitAccess waits until a SubjectAccessReview for subject says `want` (a ServiceAccount
 // subject as itself; a Group subject through a service account in that group).
 func (e *KubeEnv) WaitAccess(t *testing.T, ns string, kind ShareKind, share string, subject rbacv1.Subject, want bool) {
 	t.Helper()
@@ -436,11 +439,12 @@ func (e *KubeEnv) WaitAccess(t *testing.T, ns string, kind ShareKind, share stri
 	})
 }
 
+// ServiceAccount is an RBAC subject for the ServiceAccount ns/name.
 func ServiceAccount(ns, name string) rbacv1.Subject {
 	return rbacv1.Subject{Kind: "ServiceAccount", Namespace: ns, Name: name}
 }
 
-// podEvents lists the events recorded on a pod with the given reason.
+// PodEvents lists the events recorded on a pod with the given reason.
 func (e *KubeEnv) PodEvents(ns, pod, reason string) ([]corev1.Event, error) {
 	list, err := e.Kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
 		FieldSelector: "involvedObject.name=" + pod + ",reason=" + reason,
@@ -451,7 +455,7 @@ func (e *KubeEnv) PodEvents(ns, pod, reason string) ([]corev1.Event, error) {
 	return list.Items, nil
 }
 
-// driverProc is one run of the driver binary; restart() starts it again on the same dirs.
+// DriverProc is one run of the driver binary; restart() starts it again on the same dirs.
 type DriverProc struct {
 	t           testing.TB
 	kube        *KubeEnv
@@ -467,7 +471,7 @@ type DriverProc struct {
 	conn        *grpc.ClientConn
 	Node        csi.NodeClient
 	identity    csi.IdentityClient
-	// secrets that must never appear in the driver's log
+	// Secrets that must never appear in the driver's log
 	Secrets [][]byte
 	// deployed: started with a deployment's settings, not the tests' short intervals (asDeployed)
 	deployed bool
@@ -478,12 +482,12 @@ type DriverProc struct {
 
 type driverOption func(*DriverProc)
 
-// withRelist sets the relist interval (default 2s, short so revocation tests are quick).
+// WithRelist sets the relist interval (default 2s, short so revocation tests are quick).
 func WithRelist(d time.Duration) driverOption {
 	return func(p *DriverProc) { p.Args = append(p.Args, "--relist-interval="+d.String()) }
 }
 
-// withCrashAt runs the test build of the driver (crash points compiled in), armed to kill
+// WithCrashAt runs the test build of the driver (crash points compiled in), armed to kill
 // itself at step.
 func WithCrashAt(step CrashStep) driverOption {
 	return func(p *DriverProc) {
@@ -492,13 +496,13 @@ func WithCrashAt(step CrashStep) driverOption {
 	}
 }
 
-// withOwnMountNamespace runs the driver as a container with Bidirectional propagation runs it:
+// WithOwnMountNamespace runs the driver as a container with Bidirectional propagation runs it:
 // in a mount namespace of its own, its mounts reaching the test's namespace by propagation.
 func WithOwnMountNamespace() driverOption {
 	return func(p *DriverProc) { p.ownMountNS = true }
 }
 
-// withArgs adds flags; a flag given twice takes its last value.
+// WithArgs adds flags; a flag given twice takes its last value.
 func WithArgs(args ...string) driverOption {
 	return func(p *DriverProc) { p.Args = append(p.Args, args...) }
 }
@@ -513,7 +517,7 @@ func asStatusController() driverOption {
 	}
 }
 
-// startStatusController starts a status controller (asStatusController) and waits until its
+// StartStatusController starts a status controller (asStatusController) and waits until its
 // share caches synced; it stops it, checking its log for secrets, when t ends.
 func (e *KubeEnv) StartStatusController(t testing.TB, opts ...driverOption) *DriverProc {
 	t.Helper()
@@ -528,13 +532,13 @@ func (e *KubeEnv) StartStatusController(t testing.TB, opts ...driverOption) *Dri
 	return p
 }
 
-// asDeployed starts the driver with the flags' defaults (deploy.yaml's settings, which the
+// AsDeployed starts the driver with the flags' defaults (deploy.yaml's settings, which the
 // benchmarks measure) instead of the tests' short cache TTLs, relist interval and verbosity.
 func AsDeployed() driverOption {
 	return func(p *DriverProc) { p.deployed = true }
 }
 
-// startDriver starts the driver binary in a fresh temp kubelet root and stops it, checking its
+// StartDriver starts the driver binary in a fresh temp kubelet root and stops it, checking its
 // log for secrets, when t ends.
 func (e *KubeEnv) StartDriver(t testing.TB, opts ...driverOption) *DriverProc {
 	t.Helper()
@@ -543,7 +547,7 @@ func (e *KubeEnv) StartDriver(t testing.TB, opts ...driverOption) *DriverProc {
 	return p
 }
 
-// prepareDriver sets up a driver's temp kubelet root and flags without starting it (start, or
+// PrepareDriver sets up a driver's temp kubelet root and flags without starting it (start, or
 // launch and waitReady), and stops it, checking its log for secrets, when t ends.
 func (e *KubeEnv) PrepareDriver(t testing.TB, opts ...driverOption) *DriverProc {
 	t.Helper()
@@ -595,14 +599,14 @@ func (e *KubeEnv) PrepareDriver(t testing.TB, opts ...driverOption) *DriverProc 
 	return p
 }
 
-// start starts the driver and waits until it answers Probe ready.
+// Start starts the driver and waits until it answers Probe ready.
 func (p *DriverProc) Start() {
 	p.t.Helper()
 	p.Launch()
 	p.WaitReady()
 }
 
-// launch starts the driver process and dials its socket, without waiting for it: many drivers
+// Launch starts the driver process and dials its socket, without waiting for it: many drivers
 // can be launched within moments, as a fleet restarting together would be.
 func (p *DriverProc) Launch() {
 	t := p.t
@@ -631,7 +635,11 @@ func (p *DriverProc) Launch() {
 	p.Node, p.identity = csi.NewNodeClient(p.conn), csi.NewIdentityClient(p.conn)
 }
 
-// waitReady waits until the launched driver answers Probe ready.
+// Endpoint is the driver's CSI socket as a gRPC target (unix://...), for a client of its own
+// (csi-sanity).
+func (p *DriverProc) Endpoint() string { return "unix://" + p.socket }
+
+// WaitReady waits until the launched driver answers Probe ready.
 func (p *DriverProc) WaitReady() {
 	p.t.Helper()
 	Eventually(p.t, 30*time.Second, func() error {
@@ -648,19 +656,19 @@ func (p *DriverProc) WaitReady() {
 	})
 }
 
-// kill stops the driver with SIGKILL, as a crash or OOM kill would.
+// Kill stops the driver with SIGKILL, as a crash or OOM kill would.
 func (p *DriverProc) Kill() {
 	p.conn.Close()
-	p.Cmd.Process.Signal(syscall.SIGKILL)
-	p.Cmd.Wait()
+	_ = p.Cmd.Process.Signal(syscall.SIGKILL)
+	_ = p.Cmd.Wait() // the kill's "signal: killed"
 }
 
-// waitKilled waits for the driver to die by SIGKILL on its own (a crash point) and fails the
+// WaitKilled waits for the driver to die by SIGKILL on its own (a crash point) and fails the
 // test if it exits any other way or not at all.
 func (p *DriverProc) WaitKilled() {
 	p.t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- p.Cmd.Wait() }()
+	done := make(chan struct{})
+	go func() { _ = p.Cmd.Wait(); close(done) }() // how it died is read from ProcessState below
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):
@@ -673,20 +681,20 @@ func (p *DriverProc) WaitKilled() {
 	}
 }
 
-// disarm goes back to the production binary, without extra environment, for the next start.
+// Disarm goes back to the production binary, without extra environment, for the next start.
 func (p *DriverProc) Disarm() { p.Binary, p.env = p.kube.Binary, nil }
 
-// cleanup stops the driver, checks its log for secrets, and unmounts whatever a failed test
+// Cleanup stops the driver, checks its log for secrets, and unmounts whatever a failed test
 // left under its temp root (deepest first), so tests never leak mounts into each other.
 func (p *DriverProc) Cleanup() {
 	if p.Cmd != nil && p.Cmd.ProcessState == nil {
-		p.Cmd.Process.Signal(syscall.SIGTERM)
+		_ = p.Cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
-		go func() { p.Cmd.Wait(); close(done) }()
+		go func() { _ = p.Cmd.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
-			p.Cmd.Process.Kill()
+			_ = p.Cmd.Process.Kill()
 			<-done
 		}
 	}
@@ -703,14 +711,15 @@ func (p *DriverProc) Cleanup() {
 		p.t.Logf("driver log (last 60 lines):\n%s", Tail(log, 60))
 	}
 	for _, m := range MountsUnder(p.Root) {
-		syscall.Unmount(m, syscall.MNT_DETACH)
+		_ = syscall.Unmount(m, syscall.MNT_DETACH) // best effort: the test has ended
 	}
 	if p.ownMountNS {
-		syscall.Unmount(p.Root, syscall.MNT_DETACH)
+		_ = syscall.Unmount(p.Root, syscall.MNT_DETACH)
 	}
 	os.RemoveAll(p.Root)
 }
 
+// Tail is the last n lines of b.
 func Tail(b []byte, n int) string {
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	if len(lines) > n {
@@ -719,7 +728,7 @@ func Tail(b []byte, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// mountsUnder lists mount points under dir, deepest first.
+// MountsUnder lists mount points under dir, deepest first.
 func MountsUnder(dir string) []string {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
@@ -740,7 +749,7 @@ func MountsUnder(dir string) []string {
 	return out
 }
 
-// secret registers a value that must never appear in the driver's log and returns it.
+// Secret registers a value that must never appear in the driver's log and returns it.
 func (p *DriverProc) Secret(prefix string) []byte {
 	v := []byte(prefix + "-s3cr3t-" + RandSuffix())
 	// The raw bytes, and the base64 form the API carries them in.
@@ -748,20 +757,20 @@ func (p *DriverProc) Secret(prefix string) []byte {
 	return v
 }
 
-// testVolume is one in-line volume of one pod, as the kubelet would ask for it.
+// TestVolume is one in-line volume of one pod, as the kubelet would ask for it.
 type TestVolume struct {
-	Id, PodUID, PodName, PodNS, sa, Target string
+	ID, PodUID, PodName, PodNS, sa, Target string
 	Attrs                                  map[string]string
 	FsGroup                                string   // the kubelet's volume_mount_group
 	MountFlags                             []string // e.g. an SELinux context=
 }
 
-// volume makes a pod dir like the kubelet does and returns the volume's request parameters.
+// Volume makes a pod dir like the kubelet does and returns the volume's request parameters.
 func (p *DriverProc) Volume(podNS, sa string, attrs map[string]string) *TestVolume {
 	p.t.Helper()
 	uid := fmt.Sprintf("%08x-0000-4000-8000-%012x", randUint32(), randUint32())
 	v := &TestVolume{
-		Id:     "csi-" + RandSuffix() + RandSuffix(),
+		ID:     "csi-" + RandSuffix() + RandSuffix(),
 		PodUID: uid, PodName: "pod-" + RandSuffix(), PodNS: podNS, sa: sa, Attrs: attrs,
 	}
 	v.Target = filepath.Join(p.KubeletRoot, "pods", uid, "volumes", "kubernetes.io~csi", "vol", "mount")
@@ -777,6 +786,7 @@ func randUint32() uint32 {
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }
 
+// PublishRequest is the NodePublishVolume request the kubelet sends for v.
 func (v *TestVolume) PublishRequest() *csi.NodePublishVolumeRequest {
 	vc := map[string]string{
 		CtxPodName: v.PodName, CtxPodNamespace: v.PodNS, CtxPodUID: v.PodUID,
@@ -786,7 +796,7 @@ func (v *TestVolume) PublishRequest() *csi.NodePublishVolumeRequest {
 		vc[k] = val
 	}
 	return &csi.NodePublishVolumeRequest{
-		VolumeId:   v.Id,
+		VolumeId:   v.ID,
 		TargetPath: v.Target,
 		Readonly:   true,
 		VolumeCapability: &csi.VolumeCapability{
@@ -799,7 +809,7 @@ func (v *TestVolume) PublishRequest() *csi.NodePublishVolumeRequest {
 	}
 }
 
-// publishOnce is one NodePublishVolume call.
+// PublishOnce is one NodePublishVolume call.
 func (p *DriverProc) PublishOnce(v *TestVolume) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -807,22 +817,23 @@ func (p *DriverProc) PublishOnce(v *TestVolume) error {
 	return err
 }
 
-// publish calls NodePublishVolume as the kubelet does: an Aborted answer (another operation on
+// Publish calls NodePublishVolume as the kubelet does: an Aborted answer (another operation on
 // the volume, e.g. the relist, holds its lock) is retried.
 func (p *DriverProc) Publish(v *TestVolume) error {
 	return p.RetryAborted(func() error { return p.PublishOnce(v) })
 }
 
+// Unpublish calls NodeUnpublishVolume for v, retrying Aborted as the kubelet does.
 func (p *DriverProc) Unpublish(v *TestVolume) error {
 	return p.RetryAborted(func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, err := p.Node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.Id, TargetPath: v.Target})
+		_, err := p.Node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.ID, TargetPath: v.Target})
 		return err
 	})
 }
 
-// retryAborted retries, for up to 10 s, a call answered Aborted (the volume's lock was held,
+// RetryAborted retries, for up to 10 s, a call answered Aborted (the volume's lock was held,
 // e.g. by the relist reconciling it), as the kubelet does; p.aborted counts the retries. The
 // kubelet backs off for 500 ms and more; the benchmarks wait less, so that their figures are
 // about the driver, not about a backoff policy.
@@ -838,9 +849,8 @@ func (p *DriverProc) RetryAborted(call func() error) error {
 	}
 }
 
-// readVolume returns the files a pod sees at the target (symlinks followed, hidden entries skipped).
-// sameFiles says how got differs from want, file by file (nil when they hold the same files and
-// bytes): what a volume holds, read on the node (readVolume) or in the pod (podFiles), against
+// SameFiles says how got differs from want, file by file (nil when they hold the same files and
+// bytes): what a volume holds, read on the node (ReadVolume) or in the pod (podFiles), against
 // what it should.
 func SameFiles[V ~string | ~[]byte](got, want map[string]V) error {
 	var diffs []string
@@ -865,7 +875,7 @@ func SameFiles[V ~string | ~[]byte](got, want map[string]V) error {
 	return errors.New(strings.Join(diffs, "; "))
 }
 
-// readVolume reads the files a volume shows at target (a target path, or a volume's data dir):
+// ReadVolume reads the files a volume shows at target (a target path, or a volume's data dir):
 // path -> content, subdirectories included, the atomic writer's ".." entries excluded.
 func ReadVolume(t *testing.T, target string) map[string]string {
 	t.Helper()
@@ -930,7 +940,7 @@ func readVolumeOnce(target string) (files map[string]string, vanished bool, err 
 	return files, false, nil
 }
 
-// eventually polls f until it returns nil or the timeout passes.
+// Eventually polls f until it returns nil or the timeout passes.
 func Eventually(t testing.TB, timeout time.Duration, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -946,19 +956,19 @@ func Eventually(t testing.TB, timeout time.Duration, f func() error) {
 	}
 }
 
-// unpublishAll unpublishes each volume, as the kubelet does when pods go, and checks that nothing
+// UnpublishAll unpublishes each volume, as the kubelet does when pods go, and checks that nothing
 // of the driver's is left.
 func (p *DriverProc) UnpublishAll(t *testing.T, vols ...*TestVolume) {
 	t.Helper()
 	for _, v := range vols {
 		if err := p.Unpublish(v); err != nil {
-			t.Fatalf("unpublish %s: %v", v.Id, err)
+			t.Fatalf("unpublish %s: %v", v.ID, err)
 		}
 	}
 	p.AssertNothingLeft(t, vols...)
 }
 
-// assertNothingLeft checks that no mount, volume dir or target of the driver's remains.
+// AssertNothingLeft checks that no mount, volume dir or target of the driver's remains.
 func (p *DriverProc) AssertNothingLeft(t *testing.T, vols ...*TestVolume) {
 	t.Helper()
 	if m := MountsUnder(p.KubeletRoot); len(m) > 0 {
@@ -975,7 +985,7 @@ func (p *DriverProc) AssertNothingLeft(t *testing.T, vols ...*TestVolume) {
 	}
 }
 
-// rssOf reads a process's anonymous and file-backed resident memory from /proc, in bytes.
+// RssOf reads a process's anonymous and file-backed resident memory from /proc, in bytes.
 func RssOf(t testing.TB, pid int) (anon, file float64) {
 	t.Helper()
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// The chart's alert rules and dashboard, from the repository's root.
 const (
 	MonitoringRulesFile     = "charts/shared-resource-csi/rules/shared-resource-csi.yaml"
 	MonitoringDashboardFile = "charts/shared-resource-csi/dashboards/shared-resource-csi.json"

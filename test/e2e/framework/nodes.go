@@ -25,13 +25,13 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// clusterNode is one node of the local cluster, as hack/cluster.sh records it ($SRCSI_NODES_FILE).
+// ClusterNode is one node of the local cluster, as hack/cluster.sh records it ($SRCSI_NODES_FILE).
 type ClusterNode struct {
-	Name, Ip string
+	Name, IP string
 	Mntns    string // its mount namespace; "-": the machine's (the first node)
 }
 
-// run runs a command on the node: in its mount namespace (its /var/lib/kubelet, its mounts).
+// Run runs a command on the node: in its mount namespace (its /var/lib/kubelet, its mounts).
 func (n ClusterNode) Run(args ...string) ([]byte, error) {
 	if n.Mntns != "-" {
 		args = append([]string{"nsenter", "--mount=" + n.Mntns, "--"}, args...)
@@ -46,7 +46,7 @@ func (n ClusterNode) Run(args ...string) ([]byte, error) {
 	return out, nil
 }
 
-// driverVolumesDir is where the driver keeps its volumes on every node (docs/how-it-works.md, "The volume on disk").
+// DriverVolumesDir is where the driver keeps its volumes on every node (docs/how-it-works.md, "The volume on disk").
 var DriverVolumesDir = filepath.Join("/var/lib/kubelet/plugins", DriverName, "volumes")
 
 // nodeState is what the driver and the kubelet hold on one node: the driver's volume dirs with
@@ -57,6 +57,7 @@ type nodeState struct {
 	Mounts  []string
 }
 
+// State reads, on the node, the driver's volumes (each with its pod's namespace) and its mounts.
 func (n ClusterNode) State() (nodeState, error) {
 	st := nodeState{Volumes: map[string]string{}}
 	out, err := n.Run("sh", "-c", `cd `+DriverVolumesDir+` 2>/dev/null && for v in *; do [ -d "$v" ] || continue; `+
@@ -89,7 +90,7 @@ func (n ClusterNode) State() (nodeState, error) {
 	return st, nil
 }
 
-// volumesOf lists the node's volumes whose record names a pod in ns.
+// VolumesOf lists the node's volumes whose record names a pod in ns.
 func (st nodeState) VolumesOf(ns string) []string {
 	var ids []string
 	for id, pns := range st.Volumes {
@@ -101,7 +102,7 @@ func (st nodeState) VolumesOf(ns string) []string {
 	return ids
 }
 
-// mountsOf lists the node's mounts of one volume (its tmpfs and what is below) and of one pod.
+// MountsOf lists the node's mounts of one volume (its tmpfs and what is below) and of one pod.
 func (st nodeState) MountsOf(volumeID string, podUID string) []string {
 	var out []string
 	for _, m := range st.Mounts {
@@ -113,7 +114,7 @@ func (st nodeState) MountsOf(volumeID string, podUID string) []string {
 	return out
 }
 
-// volumeID is the driver's volume id of the pod's share volume, from the kubelet's record on the
+// VolumeID is the driver's volume id of the pod's share volume, from the kubelet's record on the
 // pod's node.
 func (n ClusterNode) VolumeID(podUID string) (string, error) {
 	b, err := n.Run("cat", filepath.Join("/var/lib/kubelet/pods", podUID, "volumes/kubernetes.io~csi", PodVolName, "vol_data.json"))
@@ -129,7 +130,7 @@ func (n ClusterNode) VolumeID(podUID string) (string, error) {
 	return vd.VolumeHandle, nil
 }
 
-// createPodOn creates a consumer pod bound to node (no scheduler).
+// CreatePodOn creates a consumer pod bound to node (no scheduler).
 func (s *PodSuite) CreatePodOn(t *testing.T, ns, name, node string, c ConsumerSpec) {
 	t.Helper()
 	p := s.ConsumerPod(ns, name, c)
@@ -139,7 +140,7 @@ func (s *PodSuite) CreatePodOn(t *testing.T, ns, name, node string, c ConsumerSp
 	}
 }
 
-// waitAllFiles polls every pod's view at once until each equals want; it returns how long each
+// WaitAllFiles polls every pod's view at once until each equals want; it returns how long each
 // took from now (pod name -> time), or fails the test with what each pod saw last.
 func (s *PodSuite) WaitAllFiles(t *testing.T, ns string, pods []string, want map[string][]byte, timeout time.Duration) map[string]time.Duration {
 	t.Helper()
@@ -180,7 +181,7 @@ func (s *PodSuite) WaitAllFiles(t *testing.T, ns string, pods []string, want map
 	return took
 }
 
-// readersOnEveryNode shares data and starts, on each node, a pod "reader-<node>" of service
+// ReadersOnEveryNode shares data and starts, on each node, a pod "reader-<node>" of service
 // account "app" mounting the share and running script; it returns the share, the pods'
 // namespace, the pods (in the nodes' order) and the function that revokes their grant.
 func (s *PodSuite) ReadersOnEveryNode(t *testing.T, nodes []ClusterNode, prefix string, data map[string][]byte, script string) (f *ShareFixture, ns string, pods []string, revoke func()) {
@@ -200,7 +201,7 @@ func (s *PodSuite) ReadersOnEveryNode(t *testing.T, nodes []ClusterNode, prefix 
 	return f, ns, pods, revoke
 }
 
-// waitDeploymentPod waits for the Deployment's one Running, Ready pod that is not notName.
+// WaitDeploymentPod waits for the Deployment's one Running, Ready pod that is not notName.
 func (s *PodSuite) WaitDeploymentPod(t *testing.T, ns, notName string, timeout time.Duration) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
@@ -220,7 +221,7 @@ func (s *PodSuite) WaitDeploymentPod(t *testing.T, ns, notName string, timeout t
 	return pod
 }
 
-// statusPodHolding returns the status controller's pod whose identity holder is (the pod's name,
+// StatusPodHolding returns the status controller's pod whose identity holder is (the pod's name,
 // "_", a per-process suffix).
 func (s *PodSuite) StatusPodHolding(ctx context.Context, holder string) (*corev1.Pod, error) {
 	list, err := s.Kube.CoreV1().Pods(PodsDriverNS).List(ctx, metav1.ListOptions{LabelSelector: statusSelector})
@@ -235,7 +236,7 @@ func (s *PodSuite) StatusPodHolding(ctx context.Context, holder string) (*corev1
 	return nil, fmt.Errorf("the status Lease holder %q is no pod of the status controller (%d pods)", holder, len(list.Items))
 }
 
-// leaseHolder is the status Lease's holder identity (the status controller's pod name, "_", a
+// LeaseHolder is the status Lease's holder identity (the status controller's pod name, "_", a
 // per-process suffix).
 func (s *PodSuite) LeaseHolder(t *testing.T) string {
 	t.Helper()
@@ -249,7 +250,7 @@ func (s *PodSuite) LeaseHolder(t *testing.T) string {
 	return ptr.Deref(l.Spec.HolderIdentity, "")
 }
 
-// goodReads is the reader pod's last logged count of good reads, and its log.
+// GoodReads is the reader pod's last logged count of good reads, and its log.
 func (s *PodSuite) GoodReads(t *testing.T, ns, pod string) (int, string) {
 	t.Helper()
 	log, err := s.PodLog(context.Background(), ns, pod)

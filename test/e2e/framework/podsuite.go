@@ -35,14 +35,14 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// canI runs `kubectl auth can-i VERB RESOURCE -n NS --as <the driver>` and returns its answer.
+// CanI runs `kubectl auth can-i VERB RESOURCE -n NS --as <the driver>` and returns its answer.
 func (s *PodSuite) CanI(t *testing.T, verb, resource, ns string) string {
 	t.Helper()
 	out, _ := exec.Command(s.Kubectl, "--kubeconfig", s.Kubeconfig, "auth", "can-i", verb, resource, "-n", ns, "--as", DriverUser).CombinedOutput()
 	return strings.TrimSpace(string(out))
 }
 
-// waitShareReady waits (one status pass and slack) for the share's Ready condition.
+// WaitShareReady waits (one status pass and slack) for the share's Ready condition.
 func (s *PodSuite) WaitShareReady(t *testing.T, share string, status metav1.ConditionStatus, reason string, msg ...string) metav1.Condition {
 	t.Helper()
 	var c metav1.Condition
@@ -62,7 +62,7 @@ func (s *PodSuite) WaitShareReady(t *testing.T, share string, status metav1.Cond
 	return c
 }
 
-// sharedToNewPod shares a new Secret ca-bundle of src holding data, and starts pod "app" using
+// SharedToNewPod shares a new Secret ca-bundle of src holding data, and starts pod "app" using
 // it in a new namespace whose service account "app" may use the share.
 func (s *PodSuite) SharedToNewPod(t *testing.T, src string, data map[string][]byte) (share, ns string) {
 	t.Helper()
@@ -79,9 +79,10 @@ func (s *PodSuite) SharedToNewPod(t *testing.T, src string, data map[string][]by
 // budgetValues give the driver a small container: budget = 96Mi - 8Mi - 64Mi = 24Mi.
 var budgetValues = []string{"--set", "resources.limits.memory=96Mi", "--set", "driver.cacheMaxBytes=8388608"}
 
+// BudgetBytes is the volume budget the pod suite's driver runs with.
 const BudgetBytes = 24 << 20
 
-// useSmallDriver gives the driver the small container of budgetValues for the test, and its
+// UseSmallDriver gives the driver the small container of budgetValues for the test, and its
 // usual one back when the test ends.
 func (s *PodSuite) UseSmallDriver(t *testing.T) {
 	t.Helper()
@@ -105,7 +106,7 @@ func (s *PodSuite) UseSmallDriver(t *testing.T) {
 	}
 }
 
-// volumesOfNamespaces counts the volumes on the node whose records name a pod of one of the
+// VolumesOfNamespaces counts the volumes on the node whose records name a pod of one of the
 // namespaces, and the bytes the budget charges for them (budget.go's volumeBytes).
 func (s *PodSuite) VolumesOfNamespaces(t *testing.T, namespaces ...string) (n int, bytes int64) {
 	t.Helper()
@@ -130,7 +131,7 @@ func (s *PodSuite) VolumesOfNamespaces(t *testing.T, namespaces ...string) (n in
 	return n, bytes
 }
 
-// logCharged logs where the kernel charges the volumes' pages: the shmem (tmpfs) bytes of the
+// LogCharged logs where the kernel charges the volumes' pages: the shmem (tmpfs) bytes of the
 // driver container's memory cgroup and of its pod's, and the container's usage against its limit.
 func (s *PodSuite) LogCharged(t *testing.T, p *corev1.Pod, when string) {
 	t.Helper()
@@ -168,29 +169,36 @@ func (s *PodSuite) LogCharged(t *testing.T, p *corev1.Pod, when string) {
 }
 
 const (
-	// podsRelist is the driver's --relist-interval in this suite (set by the overlay).
+	// PodsRelist is the driver's --relist-interval in this suite (set by the overlay).
 	PodsRelist = 3 * time.Second
-	// podsRelistSlack covers what a relist deadline adds to the interval: the cycle's own API
+	// PodsRelistSlack covers what a relist deadline adds to the interval: the cycle's own API
 	// calls and our polling of the pod through `kubectl exec`.
 	PodsRelistSlack = 3 * time.Second
-	// podsCacheTTL is the driver's default --cache-ttl and --authz-cache-ttl, which deploy.yaml
+	// PodsCacheTTL is the driver's default --cache-ttl and --authz-cache-ttl, which deploy.yaml
 	// keeps: within one TTL a burst of publishes of one share costs one GET and one review.
 	PodsCacheTTL = 10 * time.Second
 
-	PodsDriverNS    = DriverNamespace
+	// PodsDriverNS is the driver's namespace; DriverDaemonSet and DriverSelector are its
+	// DaemonSet and the label selector of its pods, as the chart names them.
+	PodsDriverNS = DriverNamespace
+	// DriverDaemonSet is the chart's DaemonSet of the driver.
 	DriverDaemonSet = "shared-resource-csi-driver"
-	DriverSelector  = "app.kubernetes.io/name=shared-resource-csi,app.kubernetes.io/component=node-plugin"
-	// The status controller (--role=status), the chart's Deployment: the only writer of status.
+	// DriverSelector selects the driver's pods.
+	DriverSelector = "app.kubernetes.io/name=shared-resource-csi,app.kubernetes.io/component=node-plugin"
+	// StatusDeployment is the status controller (--role=status), the chart's Deployment: the
+	// only writer of status.
 	StatusDeployment = "shared-resource-csi-status"
 	statusSelector   = "app.kubernetes.io/name=shared-resource-csi,app.kubernetes.io/component=status-controller"
-	// driverMetricsPort is deploy.yaml's --health-address; the driver pod is on the host network.
+	// DriverMetricsPort is deploy.yaml's --health-address; the driver pod is on the host network.
 	DriverMetricsPort = "9809"
 
-	PodMount   = "/v" // where consumer pods mount the share
+	// PodMount is where consumer pods mount the share.
+	PodMount = "/v"
+	// PodVolName is the name of the consumer pods' volume of the share.
 	PodVolName = "share"
 )
 
-// podSuite is the cluster with the driver deployed.
+// PodSuite is the cluster with the driver deployed.
 type PodSuite struct {
 	*KubeEnv
 	Kubectl  string
@@ -204,7 +212,7 @@ type PodSuite struct {
 	// chart names the installed chart for `helm upgrade`: the released chart in the cluster's
 	// registry (oci://..., --version, --ca-file), or the chart in this tree.
 	chart []string
-	// release is the test release the driver was installed from, when it came from the cluster's
+	// Release is the test release the driver was installed from, when it came from the cluster's
 	// registry (SRCSI_REGISTRY); nil when the image was imported.
 	Release *testRelease
 }
@@ -218,6 +226,7 @@ var (
 // How a test shares the driver with the others.
 type podsMode int
 
+// The modes of a pod suite test.
 const (
 	PodsShared podsMode = iota // runs in parallel with other shared tests
 	PodsAlone                  // runs with no other pod test: it restarts the driver or counts its requests
@@ -226,7 +235,7 @@ const (
 // podsTurn orders the suite's tests: shared ones hold it for reading, lone ones for writing.
 var podsTurn sync.RWMutex
 
-// podsEnv returns the cluster with the driver deployed from deploy.yaml (once per test binary),
+// PodsEnv returns the cluster with the driver deployed from deploy.yaml (once per test binary),
 // or fails the test. Every pod test is parallel, so the suite starts only after the package's
 // sequential tests (whose own driver processes must not meet a deployed driver, e.g. over the
 // status Lease) have finished.
@@ -398,7 +407,7 @@ func runTool(name string, args ...string) error {
 	return nil
 }
 
-// waitDriver waits until the DaemonSet runs an up-to-date, Ready driver pod with our image on
+// WaitDriver waits until the DaemonSet runs an up-to-date, Ready driver pod with our image on
 // every node (on the first node not the pod notUID), each node's kubelet lists the driver in its
 // CSINode, each pod's log says the kubelet accepted its registration (CSINode alone can be
 // stale after a restart), and the status controller's Deployment has all its replicas up to
@@ -466,7 +475,7 @@ func (s *PodSuite) statusControllerReady(ctx context.Context) error {
 	return nil
 }
 
-// driverPodReady: the driver pod on node runs our image, is Ready, and is registered with the
+// DriverPodReady says the driver pod on node runs our image, is Ready, and is registered with the
 // node's kubelet.
 func (s *PodSuite) DriverPodReady(ctx context.Context, node string, pod *corev1.Pod) error {
 	if img := pod.Spec.Containers[0].Image; img != s.Image {
@@ -496,12 +505,12 @@ func (s *PodSuite) DriverPodReady(ctx context.Context, node string, pod *corev1.
 	return nil
 }
 
-// driverPod returns the first node's driver pod (the one not terminating).
+// DriverPod returns the first node's driver pod (the one not terminating).
 func (s *PodSuite) DriverPod(ctx context.Context) (*corev1.Pod, error) {
 	return s.DriverPodOn(ctx, s.node)
 }
 
-// driverPodOn returns the DaemonSet's one pod on node that is not terminating.
+// DriverPodOn returns the DaemonSet's one pod on node that is not terminating.
 func (s *PodSuite) DriverPodOn(ctx context.Context, node string) (*corev1.Pod, error) {
 	list, err := s.Kube.CoreV1().Pods(PodsDriverNS).List(ctx, metav1.ListOptions{LabelSelector: DriverSelector,
 		FieldSelector: "spec.nodeName=" + node})
@@ -520,6 +529,7 @@ func (s *PodSuite) DriverPodOn(ctx context.Context, node string) (*corev1.Pod, e
 	return &live[0], nil
 }
 
+// PodReady says whether the pod's Ready condition is true.
 func PodReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
@@ -529,12 +539,13 @@ func PodReady(p *corev1.Pod) bool {
 	return false
 }
 
+// PodLog is the log of the pod ns/name.
 func (s *PodSuite) PodLog(ctx context.Context, ns, name string) (string, error) {
 	b, err := s.Kube.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	return string(b), err
 }
 
-// driverLog is the current driver pod's log.
+// DriverLog is the current driver pod's log.
 func (s *PodSuite) DriverLog(t *testing.T) string {
 	t.Helper()
 	pod, err := s.DriverPod(context.Background())
@@ -548,7 +559,7 @@ func (s *PodSuite) DriverLog(t *testing.T) string {
 	return log
 }
 
-// assertNotLogged checks that no secret value reached the driver's log (deployed with --v=2).
+// AssertNotLogged checks that no secret value reached the driver's log (deployed with --v=2).
 func (s *PodSuite) AssertNotLogged(t *testing.T, secrets ...[]byte) {
 	t.Helper()
 	log := s.DriverLog(t)
@@ -559,7 +570,7 @@ func (s *PodSuite) AssertNotLogged(t *testing.T, secrets ...[]byte) {
 	}
 }
 
-// podNamespace creates a namespace (deleted after the test) and waits for its default
+// PodNamespace creates a namespace (deleted after the test) and waits for its default
 // ServiceAccount, without which no pod can be created in it.
 func (s *PodSuite) PodNamespace(t *testing.T, prefix string) string {
 	t.Helper()
@@ -571,6 +582,7 @@ func (s *PodSuite) PodNamespace(t *testing.T, prefix string) string {
 	return ns
 }
 
+// CreateServiceAccount creates the ServiceAccount ns/name.
 func (s *PodSuite) CreateServiceAccount(t *testing.T, ns, name string) {
 	t.Helper()
 	_, err := s.Kube.CoreV1().ServiceAccounts(ns).Create(context.Background(),
@@ -580,7 +592,7 @@ func (s *PodSuite) CreateServiceAccount(t *testing.T, ns, name string) {
 	}
 }
 
-// consumerSpec describes a pod mounting a share at /v.
+// ConsumerSpec describes a pod mounting a share at /v.
 type ConsumerSpec struct {
 	Sa       string            // service account; "" is default
 	Attrs    map[string]string // the csi volume's volumeAttributes
@@ -588,6 +600,7 @@ type ConsumerSpec struct {
 	Script   string            // sh -c script; default: sleep
 }
 
+// ConsumerPod is a pod ns/name as c describes it.
 func (s *PodSuite) ConsumerPod(ns, name string, c ConsumerSpec) *corev1.Pod {
 	script := c.Script
 	if script == "" {
@@ -619,6 +632,7 @@ func (s *PodSuite) ConsumerPod(ns, name string, c ConsumerSpec) *corev1.Pod {
 	}
 }
 
+// CreatePod creates the pod ConsumerPod describes.
 func (s *PodSuite) CreatePod(t *testing.T, ns, name string, c ConsumerSpec) {
 	t.Helper()
 	if _, err := s.Kube.CoreV1().Pods(ns).Create(context.Background(), s.ConsumerPod(ns, name, c), metav1.CreateOptions{}); err != nil {
@@ -626,7 +640,7 @@ func (s *PodSuite) CreatePod(t *testing.T, ns, name string, c ConsumerSpec) {
 	}
 }
 
-// waitRunning waits until the pod runs and is Ready, and returns it.
+// WaitRunning waits until the pod runs and is Ready, and returns it.
 func (s *PodSuite) WaitRunning(t *testing.T, ns, name string, timeout time.Duration) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
@@ -644,7 +658,7 @@ func (s *PodSuite) WaitRunning(t *testing.T, ns, name string, timeout time.Durat
 	return pod
 }
 
-// whyNotRunning summarises a pod's container states and its latest FailedMount, for failures.
+// WhyNotRunning summarises a pod's container states and its latest FailedMount, for failures.
 func (s *PodSuite) WhyNotRunning(p *corev1.Pod) string {
 	var parts []string
 	for _, cs := range p.Status.ContainerStatuses {
@@ -661,7 +675,7 @@ func (s *PodSuite) WhyNotRunning(p *corev1.Pod) string {
 	return strings.Join(parts, "; ")
 }
 
-// exec runs a command in the pod's container (kubectl exec: the API server, the kubelet and
+// Exec runs a command in the pod's container (kubectl exec: the API server, the kubelet and
 // containerd's streaming server, as a user would), returning stdout, stderr and its error.
 func (s *PodSuite) Exec(ns, pod string, args ...string) (stdout, stderr []byte, err error) {
 	cmd := exec.Command(s.Kubectl, append([]string{"--kubeconfig", s.Kubeconfig, "-n", ns, "exec", pod, "-c", "app", "--"}, args...)...)
@@ -671,7 +685,7 @@ func (s *PodSuite) Exec(ns, pod string, args ...string) (stdout, stderr []byte, 
 	return o.Bytes(), e.Bytes(), err
 }
 
-// podFiles returns what the pod sees in its volume: file name -> exact bytes (the kubelet
+// PodFiles returns what the pod sees in its volume: file name -> exact bytes (the kubelet
 // atomic writer's `..` entries excluded, as `ls` shows them).
 func (s *PodSuite) PodFiles(ns, pod string) (map[string][]byte, error) {
 	out, stderr, err := s.Exec(ns, pod, "ls", PodMount)
@@ -694,7 +708,7 @@ func shortSum(b []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
-// waitFiles polls the pod's view until it equals want; it returns how long that took.
+// WaitFiles polls the pod's view until it equals want; it returns how long that took.
 func (s *PodSuite) WaitFiles(t *testing.T, ns, pod string, want map[string][]byte, timeout time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
@@ -711,7 +725,7 @@ func (s *PodSuite) WaitFiles(t *testing.T, ns, pod string, want map[string][]byt
 	return time.Since(start)
 }
 
-// waitEvent waits for an event with the reason on the pod whose message contains every part.
+// WaitEvent waits for an event with the reason on the pod whose message contains every part.
 func (s *PodSuite) WaitEvent(t *testing.T, ns, pod, reason string, timeout time.Duration, parts ...string) corev1.Event {
 	t.Helper()
 	var found corev1.Event
@@ -735,7 +749,7 @@ func (s *PodSuite) WaitEvent(t *testing.T, ns, pod, reason string, timeout time.
 	return found
 }
 
-// assertStillRunning checks the pod was never restarted or stopped.
+// AssertStillRunning checks the pod was never restarted or stopped.
 func (s *PodSuite) AssertStillRunning(t *testing.T, ns, name string) {
 	t.Helper()
 	p, err := s.Kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
@@ -752,7 +766,7 @@ func (s *PodSuite) AssertStillRunning(t *testing.T, ns, name string) {
 	}
 }
 
-// podsRandomBytes returns n random bytes: binary, with NULs and newlines, to check exact bytes
+// PodsRandomBytes returns n random bytes: binary, with NULs and newlines, to check exact bytes
 // (and incompressible payloads for the benchmarks).
 func PodsRandomBytes(n int) []byte {
 	b := make([]byte, n)
@@ -760,12 +774,13 @@ func PodsRandomBytes(n int) []byte {
 	return b
 }
 
-// shareFixture: a Secret in its own "platform" namespace shared as a SharedSecret.
+// ShareFixture is a Secret in its own "platform" namespace shared as a SharedSecret.
 type ShareFixture struct {
 	Platform, Secret, Share string
 	data                    map[string][]byte
 }
 
+// NewShare shares a new Secret holding data (ShareFixture).
 func (s *PodSuite) NewShare(t *testing.T, data map[string][]byte) *ShareFixture {
 	t.Helper()
 	f := &ShareFixture{Platform: s.SourceNamespace(t, "platform"), Secret: "ca-bundle", Share: "corp-ca-" + RandSuffix(), data: data}
@@ -774,8 +789,10 @@ func (s *PodSuite) NewShare(t *testing.T, data map[string][]byte) *ShareFixture 
 	return f
 }
 
+// Attrs are the volume attributes naming the share.
 func (f *ShareFixture) Attrs() map[string]string { return map[string]string{"sharedSecret": f.Share} }
 
+// EvCount is how many times the event happened.
 func EvCount(ev corev1.Event) int32 {
 	if ev.Series != nil {
 		return ev.Series.Count
@@ -783,7 +800,7 @@ func EvCount(ev corev1.Event) int32 {
 	return ev.Count
 }
 
-// replaceDriverWhileReading replaces the driver pod with replace while the consumer pod reads its
+// ReplaceDriverWhileReading replaces the driver pod with replace while the consumer pod reads its
 // volume again and again: every read must succeed, and the new driver must resume the volume.
 func (s *PodSuite) ReplaceDriverWhileReading(t *testing.T, ns, pod string, data map[string][]byte, how string, replace func(old *corev1.Pod) error) {
 	t.Helper()
@@ -854,12 +871,13 @@ func (s *PodSuite) helm(args ...string) error {
 
 // nodeVolume is one pod's volume as it exists on the node.
 type nodeVolume struct {
-	Id        string // the kubelet's volume handle: the driver's volume id
+	ID        string // the kubelet's volume handle: the driver's volume id
 	PodDir    string // <kubelet>/pods/<uid>
 	target    string // the pod's volume mount point
 	VolumeDir string // the driver's tmpfs for it
 }
 
+// NodeVolume is the pod's volume as the node holds it.
 func (s *PodSuite) NodeVolume(t *testing.T, pod *corev1.Pod) *nodeVolume {
 	t.Helper()
 	v := &nodeVolume{PodDir: filepath.Join(s.Kubelet, "pods", string(pod.UID))}
@@ -875,12 +893,12 @@ func (s *PodSuite) NodeVolume(t *testing.T, pod *corev1.Pod) *nodeVolume {
 	if err := json.Unmarshal(b, &vd); err != nil || vd.VolumeHandle == "" {
 		t.Fatalf("vol_data.json: %v (%s)", err, b)
 	}
-	v.Id = vd.VolumeHandle
-	v.VolumeDir = filepath.Join(s.Kubelet, "plugins", DriverName, "volumes", v.Id)
+	v.ID = vd.VolumeHandle
+	v.VolumeDir = filepath.Join(s.Kubelet, "plugins", DriverName, "volumes", v.ID)
 	return v
 }
 
-// mounts lists the mount points of the volume on the node (its tmpfs, its binds, anything in
+// Mounts lists the mount points of the volume on the node (its tmpfs, its binds, anything in
 // the pod's dir).
 func (v *nodeVolume) Mounts() []string {
 	var out []string
@@ -892,7 +910,7 @@ func (v *nodeVolume) Mounts() []string {
 	return append(out, MountsUnder(v.PodDir)...)
 }
 
-// runningVolumes counts the volumes of this driver in running pods that are not being deleted.
+// RunningVolumes counts the volumes of this driver in running pods that are not being deleted.
 func (s *PodSuite) RunningVolumes() (int, error) {
 	list, err := s.Kube.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -931,6 +949,7 @@ type windowResult struct {
 	Cycles   int            // relist cycles completed
 }
 
+// StartWindow starts counting the driver's API requests (and metrics) for a window of the test.
 func (s *PodSuite) StartWindow(t *testing.T) *podsWindow {
 	t.Helper()
 	w := &podsWindow{s: s, Start: time.Now(), metrics: s.Scrape(t)}
@@ -966,7 +985,7 @@ func (w *podsWindow) End(t *testing.T) windowResult {
 	return r
 }
 
-// measureCycles counts the requests of exactly n relist cycles: from just after one cycle ends
+// MeasureCycles counts the requests of exactly n relist cycles: from just after one cycle ends
 // to just after the n-th next one ends.
 func (s *PodSuite) MeasureCycles(t *testing.T, n int) windowResult {
 	t.Helper()
@@ -978,6 +997,7 @@ func (s *PodSuite) MeasureCycles(t *testing.T, n int) windowResult {
 	return r
 }
 
+// WaitCycles waits for n relist cycles of the driver.
 func (s *PodSuite) WaitCycles(t *testing.T, n int) {
 	t.Helper()
 	c0 := s.Scrape(t).Sum(MetricRelistCycles, nil)
@@ -989,13 +1009,14 @@ func (s *PodSuite) WaitCycles(t *testing.T, n int) {
 	})
 }
 
+// The driver's metrics the pod suite reads.
 const (
 	MetricRelistCycles  = "sharedresource_relist_cycle_duration_seconds_count"
 	MetricVolumes       = "sharedresource_volumes"
 	MetricCSIOperations = "sharedresource_csi_operations_total"
 )
 
-// scrape reads the driver pod's /metrics (it is on the node's network).
+// Scrape reads the driver pod's /metrics (it is on the node's network).
 func (s *PodSuite) Scrape(t *testing.T) ScrapedMetrics {
 	t.Helper()
 	m, err := ScrapeMetrics("http://" + s.NodeIP + ":" + DriverMetricsPort + "/metrics")
@@ -1008,7 +1029,7 @@ func (s *PodSuite) Scrape(t *testing.T) ScrapedMetrics {
 	return m
 }
 
-// sharedKeys is spec.items: "key" or "key=path" entries.
+// SharedKeys is spec.items: "key" or "key=path" entries.
 func SharedKeys(entries ...string) []any {
 	out := make([]any, len(entries))
 	for i, e := range entries {
@@ -1022,13 +1043,15 @@ func SharedKeys(entries ...string) []any {
 	return out
 }
 
-// newListedShare shares a new Secret holding data, exposing only the items, as the cluster admin.
+// NewListedShare shares a new Secret holding data, exposing only the items, as the cluster admin.
 func (s *PodSuite) NewListedShare(t *testing.T, data map[string][]byte, items []any) *ShareFixture {
 	t.Helper()
 	f := &ShareFixture{Platform: s.SourceNamespace(t, "platform"), Secret: "issuer", Share: "issuer-ca-" + RandSuffix(), data: data}
 	s.CreateSecret(t, f.Platform, f.Secret, data)
 	u := ShareObject(KindSecret, f.Share, f.Platform, f.Secret)
-	unstructured.SetNestedSlice(u.Object, items, "spec", "items")
+	if err := unstructured.SetNestedSlice(u.Object, items, "spec", "items"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.Dyn.Resource(ShareGVR(KindSecret)).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating the share: %v", err)
 	}
@@ -1036,7 +1059,7 @@ func (s *PodSuite) NewListedShare(t *testing.T, data map[string][]byte, items []
 	return f
 }
 
-// setSharedKeys replaces the share's list, as the cluster admin.
+// SetSharedKeys replaces the share's list, as the cluster admin.
 func (s *PodSuite) SetSharedKeys(t *testing.T, share string, items []any) {
 	t.Helper()
 	Eventually(t, 10*time.Second, func() error { // a conflict with the status writer is retried
@@ -1044,13 +1067,15 @@ func (s *PodSuite) SetSharedKeys(t *testing.T, share string, items []any) {
 		if err != nil {
 			return err
 		}
-		unstructured.SetNestedSlice(u.Object, items, "spec", "items")
+		if err := unstructured.SetNestedSlice(u.Object, items, "spec", "items"); err != nil {
+			return err
+		}
 		_, err = s.Dyn.Resource(ShareGVR(KindSecret)).Update(context.Background(), u, metav1.UpdateOptions{})
 		return err
 	})
 }
 
-// grantedNamespace is a new namespace whose service account "app" may use the share.
+// GrantedNamespace is a new namespace whose service account "app" may use the share.
 func (s *PodSuite) GrantedNamespace(t *testing.T, prefix, share string) string {
 	t.Helper()
 	ns := s.PodNamespace(t, prefix)
@@ -1059,7 +1084,7 @@ func (s *PodSuite) GrantedNamespace(t *testing.T, prefix, share string) string {
 	return ns
 }
 
-// exposedKeysOf is the share's status.exposedKeys.
+// ExposedKeysOf is the share's status.exposedKeys.
 func (s *PodSuite) ExposedKeysOf(share string) ([]string, error) {
 	u, err := s.Dyn.Resource(ShareGVR(KindSecret)).Get(context.Background(), share, metav1.GetOptions{})
 	if err != nil {
@@ -1071,14 +1096,14 @@ func (s *PodSuite) ExposedKeysOf(share string) ([]string, error) {
 
 const (
 	notifyExitCode = 42 // the watcher's default --exit-code
-	// notifyRestartBound: the relist bound, then the kubelet noticing the exit (PLEG), removing
+	// NotifyRestartBound is the relist bound, then the kubelet noticing the exit (PLEG), removing
 	// every container and starting them again in order (the sidecar first).
 	NotifyRestartBound = PodsRelist + PodsRelistSlack + 20*time.Second
 	// notifyQuiet: how long a test waits to see that nothing restarts: two relist bounds.
 	notifyQuiet = 2 * (PodsRelist + PodsRelistSlack)
 )
 
-// notifyDeployment is the recipe: the app reads its share once at start (its log shows what it
+// NotifyDeployment is the recipe: the app reads its share once at start (its log shows what it
 // read), the watcher sidecar exits 42 on a real change, and RestartAllContainers restarts both.
 // signal: the watcher signals the app's shell instead (shareProcessNamespace), which counts
 // the SIGHUPs in a file.
@@ -1146,7 +1171,7 @@ func (s *PodSuite) NotifyDeployment(ns, name, sa string, attrs map[string]string
 	}
 }
 
-// notifyPod creates the Deployment and returns its one pod, running and Ready.
+// NotifyPod creates the Deployment and returns its one pod, running and Ready.
 func (s *PodSuite) NotifyPod(t *testing.T, d *appsv1.Deployment) *corev1.Pod {
 	t.Helper()
 	if _, err := s.Kube.AppsV1().Deployments(d.Namespace).Create(context.Background(), d, metav1.CreateOptions{}); err != nil {
@@ -1159,7 +1184,7 @@ func (s *PodSuite) NotifyPod(t *testing.T, d *appsv1.Deployment) *corev1.Pod {
 			return err
 		}
 		if len(pods.Items) != 1 {
-			return fmt.Errorf("Deployment %s/%s has %d pods", d.Namespace, d.Name, len(pods.Items))
+			return fmt.Errorf("the Deployment %s/%s has %d pods", d.Namespace, d.Name, len(pods.Items))
 		}
 		name = pods.Items[0].Name
 		return nil
@@ -1167,7 +1192,7 @@ func (s *PodSuite) NotifyPod(t *testing.T, d *appsv1.Deployment) *corev1.Pod {
 	return s.WaitRunning(t, d.Namespace, name, 90*time.Second)
 }
 
-// restarts is the app container's restartCount and whether it runs now.
+// Restarts is the app container's restartCount and whether it runs now.
 func Restarts(p *corev1.Pod) (count int32, running bool) {
 	for _, cs := range p.Status.ContainerStatuses {
 		if cs.Name == "app" {
@@ -1177,6 +1202,7 @@ func Restarts(p *corev1.Pod) (count int32, running bool) {
 	return -1, false
 }
 
+// GetPod is the pod ns/name, or fails t.
 func (s *PodSuite) GetPod(t *testing.T, ns, name string) *corev1.Pod {
 	t.Helper()
 	p, err := s.Kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
@@ -1186,7 +1212,7 @@ func (s *PodSuite) GetPod(t *testing.T, ns, name string) *corev1.Pod {
 	return p
 }
 
-// appLog is what the app container's current run printed.
+// AppLog is what the app container's current run printed.
 func (s *PodSuite) AppLog(t *testing.T, ns, pod string) string {
 	t.Helper()
 	b, err := s.Kube.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: "app"}).DoRaw(context.Background())
@@ -1196,7 +1222,7 @@ func (s *PodSuite) AppLog(t *testing.T, ns, pod string) string {
 	return string(b)
 }
 
-// publishes counts the driver's "Published volume" lines for the pod: NodePublishVolume calls
+// Publishes counts the driver's "Published volume" lines for the pod: NodePublishVolume calls
 // that published it (a repeated call for a published volume logs nothing).
 func (s *PodSuite) Publishes(t *testing.T, ns, pod string) int {
 	t.Helper()
@@ -1209,7 +1235,7 @@ func (s *PodSuite) Publishes(t *testing.T, ns, pod string) int {
 	return n
 }
 
-// assertNoRestart checks for notifyQuiet that the app never restarts.
+// AssertNoRestart checks for notifyQuiet that the app never restarts.
 func (s *PodSuite) AssertNoRestart(t *testing.T, ns, pod, why string) {
 	t.Helper()
 	deadline := time.Now().Add(notifyQuiet)
@@ -1221,7 +1247,7 @@ func (s *PodSuite) AssertNoRestart(t *testing.T, ns, pod, why string) {
 	}
 }
 
-// notifyShare is a share of a Secret holding ca.crt = ca-v0, and a namespace (named from prefix)
+// NotifyShare is a share of a Secret holding ca.crt = ca-v0, and a namespace (named from prefix)
 // whose service account "web" may use it.
 func (s *PodSuite) NotifyShare(t *testing.T, prefix string) (*ShareFixture, string) {
 	t.Helper()
@@ -1249,7 +1275,7 @@ type testRelease struct {
 	took   time.Duration
 }
 
-// image is the reference the released chart's DaemonSet names: tag and index digest.
+// Image is the reference the released chart's DaemonSet names: tag and index digest.
 func (r *testRelease) Image() string { return r.Repo + ":" + r.Version + "@" + r.IndexDigest }
 
 // chartArgs name the released chart for helm install/upgrade: from the registry, by version,
@@ -1423,7 +1449,7 @@ func runRelease(rel *testRelease, ca string, env []string, args ...string) error
 	return nil
 }
 
-// prepareUpgrade readies a `helm upgrade` that rolls the driver, and returns it: from the
+// PrepareUpgrade readies a `helm upgrade` that rolls the driver, and returns it: from the
 // registry, to a newer release (another version, so another binary and index digest), pushed
 // here so the upgrade itself is only Helm's, as a user upgrades; without the registry, a changed
 // value of this tree's chart.
@@ -1451,7 +1477,7 @@ func (s *PodSuite) helmUpgrade(values ...string) error {
 	return s.helm(append(append([]string{"upgrade", "shared-resource-csi"}, s.chart...), append([]string{"--reset-then-reuse-values"}, values...)...)...)
 }
 
-// checkPulledFromRelease: the driver pod runs the released image, pulled from the registry. The
+// CheckPulledFromRelease checks that the driver pod runs the released image, pulled from the registry. The
 // kubelet's imageID is what containerd's CRI reports as the image's reference: the first of the
 // image's repo digests, REPO@DIGEST with the digest it was pulled by. The chart names the image
 // by the index digest, so that is the digest, not the linux/amd64 manifest's the node went on to

@@ -68,7 +68,7 @@ func nodesEnv(t *testing.T) (*framework.PodSuite, []framework.ClusterNode) {
 		if len(f) != 5 {
 			t.Fatalf("nodes file line %q: want name, IP, netns, mount namespace, suffix", line)
 		}
-		nodes = append(nodes, framework.ClusterNode{Name: f[0], Ip: f[1], Mntns: f[3]})
+		nodes = append(nodes, framework.ClusterNode{Name: f[0], IP: f[1], Mntns: f[3]})
 	}
 	if len(nodes) < nodesWanted || len(s.Nodes) != len(nodes) {
 		t.Fatalf("the multi-node suite needs %d nodes; the cluster has %d (run it with `make test`, or "+
@@ -123,7 +123,7 @@ func TestNodesDriverRunsOnEveryNode(t *testing.T) {
 				t.Errorf("CSINode %s lists the driver with node id %q", n.Name, d.NodeID)
 			}
 		}
-		m, err := framework.ScrapeMetrics("http://" + n.Ip + ":" + framework.DriverMetricsPort + "/metrics")
+		m, err := framework.ScrapeMetrics("http://" + n.IP + ":" + framework.DriverMetricsPort + "/metrics")
 		if err != nil {
 			t.Errorf("node %s: the driver's /metrics: %v", n.Name, err)
 		} else if !m.Has(framework.MetricRelistCycles, nil) {
@@ -689,7 +689,7 @@ func TestNodesAPIRequestsMatchTheModel(t *testing.T) {
 	scrapeAll := func() []framework.ScrapedMetrics {
 		var out []framework.ScrapedMetrics
 		for _, n := range nodes {
-			m, err := framework.ScrapeMetrics("http://" + n.Ip + ":" + framework.DriverMetricsPort + "/metrics")
+			m, err := framework.ScrapeMetrics("http://" + n.IP + ":" + framework.DriverMetricsPort + "/metrics")
 			if err != nil {
 				t.Fatalf("node %s: %v", n.Name, err)
 			}
@@ -739,7 +739,7 @@ func TestNodesAPIRequestsMatchTheModel(t *testing.T) {
 		cycles += c
 		byKind, all := framework.RequestCounts{}, 0
 		for _, ev := range events {
-			if ev.User.Username == framework.DriverUser && len(ev.SourceIPs) > 0 && ev.SourceIPs[0] == n.Ip {
+			if ev.User.Username == framework.DriverUser && len(ev.SourceIPs) > 0 && ev.SourceIPs[0] == n.IP {
 				byKind[ev.Verb+"/"+ev.ObjectRef.Resource]++
 				all++
 			}

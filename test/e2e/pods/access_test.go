@@ -29,7 +29,7 @@ func TestPodsSourceInNamespaceNotGrantedIsNotMounted(t *testing.T) {
 	data := map[string][]byte{"token": []byte("sys-" + framework.RandSuffix())}
 	for _, name := range []string{first, second} {
 		s.CreateSecret(t, sys, name, data)
-		t.Cleanup(func() { s.Kube.CoreV1().Secrets(sys).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() { _ = s.Kube.CoreV1().Secrets(sys).Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	}
 	shareA, shareB := "sys-a-"+framework.RandSuffix(), "sys-b-"+framework.RandSuffix()
 	s.CreateShare(t, framework.KindSecret, shareA, sys, first)

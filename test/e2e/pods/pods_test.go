@@ -405,8 +405,8 @@ func TestPodsDeletedLeaveNothingOnTheNode(t *testing.T) {
 	t.Logf("pod deleted; nothing left on the node %v later", time.Since(start).Round(100*time.Millisecond))
 	// It was the kubelet's NodeUnpublishVolume that removed it, not the relist's cleanup of
 	// volumes whose pod vanished.
-	if log := s.DriverLog(t); !strings.Contains(log, `"Unpublished volume" volumeID="`+v.Id+`"`) {
-		t.Errorf("the driver log has no NodeUnpublishVolume of %s", v.Id)
+	if log := s.DriverLog(t); !strings.Contains(log, `"Unpublished volume" volumeID="`+v.ID+`"`) {
+		t.Errorf("the driver log has no NodeUnpublishVolume of %s", v.ID)
 	}
 	if n := s.Scrape(t).Sum(framework.MetricCSIOperations, map[string]string{"method": "NodeUnpublishVolume", "code": "OK"}); n <= unpublishes {
 		t.Errorf("the driver counted no successful NodeUnpublishVolume (%v before, %v after)", unpublishes, n)
