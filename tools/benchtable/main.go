@@ -196,15 +196,6 @@ func atServer(bench, kind string) func(*results) []float64 {
 	}
 }
 
-// medianOf is the median of another metric, or NaN when it did not run.
-func medianOf(r *results, bench, unit string) float64 {
-	v := r.series(bench, unit)
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	return summarize(v).median
-}
-
 type section struct {
 	title string
 	intro string
