@@ -12,11 +12,15 @@ REGISTRY ?= ghcr.io/shared-resource
 # not pulled from anywhere.
 IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 
-.PHONY: build test unit tools-test vet lint deps-lint golangci-lint image deploy up down tools deps tools-cluster deps-cluster helm actionlint check-workflows cosign registry release e2e-kind bench clean manifests
+.PHONY: build help test unit tools-test vet lint deps-lint golangci-lint image deploy up down tools deps tools-cluster deps-cluster helm actionlint check-workflows cosign registry release e2e-kind bench clean manifests
 
 ## build: the static driver binary, version stamped, in _output/bin.
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN)/$(BINARY) .
+
+## help: every target with the first sentence of its `##` lines (`make` alone builds).
+help:
+	@awk -f hack/make-help.awk $(firstword $(MAKEFILE_LIST))
 
 ## vet: go vet of the driver's module (without and with the build tag root, its mount tests), of
 ## test/'s module (the end-to-end suites, benchmarks and manifests tests: test/README.md), gofmt,
@@ -64,29 +68,35 @@ tools-test: helm cosign
 	cd tools/ociimage && go test ./...
 	cd tools && go test ./benchtable
 
-## deps, tools: apt packages and binaries (built once, cached in _output/bin) for `make test`:
-## everything. deps-cluster, tools-cluster: only what `make up` runs (no helm,
-## prometheus or jq). helm: helm alone (`make manifests`, `make release`).
+## deps: the apt packages `make test` needs (root).
 deps:
 	hack/install-deps.sh all
+## tools: every binary `make test` runs, built once from the Go module proxy and cached in
+## _output/bin.
 tools: deps
 	hack/build-tools.sh all
+## deps-cluster: the apt packages `make up` needs (root); no helm, prometheus or jq.
 deps-cluster:
 	hack/install-deps.sh cluster
-# deps-lint: shellcheck alone (`make vet`).
+## deps-lint: shellcheck alone (`make vet`).
 deps-lint:
 	hack/install-deps.sh lint
+## tools-cluster: the binaries `make up` runs, built once and cached in _output/bin.
 tools-cluster: deps-cluster
 	hack/build-tools.sh cluster
+## helm: helm alone, into _output/bin (`make manifests`, `make release`).
 helm:
 	hack/build-tools.sh helm
+## actionlint: actionlint alone, into _output/bin (`make vet`).
 actionlint:
 	hack/build-tools.sh actionlint
+## golangci-lint: golangci-lint alone, into _output/bin (`make vet`).
 golangci-lint:
 	hack/build-tools.sh golangci-lint
+## cosign: cosign alone, into _output/bin (signing releases, the pod suite).
 cosign:
 	hack/build-tools.sh cosign
-# registry: distribution's registry binary, the local cluster's registry (also in tools, tools-cluster).
+## registry: distribution's registry binary, the local cluster's registry (also in tools, tools-cluster).
 registry:
 	hack/build-tools.sh registry
 
@@ -159,5 +169,6 @@ down:
 e2e-kind: image
 	hack/e2e-kind.sh
 
+## clean: tear the local cluster down and remove _output.
 clean: down
 	rm -rf $(OUT)

@@ -508,3 +508,36 @@ func (s *errorSites) isErrorType(name string) bool {
 	}
 	return false
 }
+
+// Every image an example runs has what the example runs in it: busybox (a shell, cat), or the
+// driver's image the README's install from source pushes (registry.example.com/...:VERSION, the
+// `make release` line's REGISTRY and VERSION), which has every subcommand of this tree. No
+// example names a published release's image while none is published. The pod suite applies each
+// example with those images (TestPodsExamplesWork, TestPodsRestartOnChangeExampleWorks).
+func TestExamplesRunImagesThatExist(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^make release REGISTRY=(\S+) VERSION=(\S+)$`).FindStringSubmatch(string(b))
+	if m == nil {
+		t.Fatal("README.md has no line `make release REGISTRY=... VERSION=...`")
+	}
+	driverImage := m[1] + "/shared-resource-csi:" + m[2]
+	files, err := filepath.Glob("examples/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples (%v)", err)
+	}
+	image := regexp.MustCompile(`(?m)^\s*(?:-\s+)?image:\s*(\S+)`)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, im := range image.FindAllStringSubmatch(string(b), -1) {
+			if !strings.HasPrefix(im[1], "busybox:") && im[1] != driverImage {
+				t.Errorf("%s runs image %s: an example runs busybox or the image README.md's install produces, %s", f, im[1], driverImage)
+			}
+		}
+	}
+}

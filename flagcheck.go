@@ -6,7 +6,6 @@ package main
 // process exits 2.
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -72,4 +71,5 @@ func refuseFlags(err error) {
 }
 
 // errNoArguments says what a stray positional argument is refused for.
-var errNoArguments = errors.New("the driver takes flags only, no arguments (a boolean flag takes its value after =: --version=true)")
+var errNoArguments = fmt.Errorf("the driver takes flags only, no arguments (a boolean flag takes its value after =: --version=true); "+
+	"the subcommands are %s (run with --help for the flags and the subcommands)", subcommandNames())

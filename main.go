@@ -87,7 +87,7 @@ type options struct {
 // --vmodule, which stay bound to klogFlags (where parseFlags caps them). docs/reference.md's flags
 // table lists exactly the flags of fs (docs_test.go).
 func newFlagSet(o *options) (fs, klogFlags *flag.FlagSet) {
-	fs = flag.NewFlagSet("shared-resource-csi", flag.ContinueOnError)
+	fs = flag.NewFlagSet(driverBinary, flag.ContinueOnError)
 	fs.StringVar(&o.role, "role", roleNode, "what this process is (roles.go): node, the CSI node plugin, one per node (the DaemonSet); status, the controller that alone writes the shares' status, under a service account of its own (the Deployment)")
 	fs.StringVar(&o.endpoint, "endpoint", "unix:///var/lib/kubelet/plugins/"+driverName+"/csi.sock", "CSI endpoint (unix socket) the kubelet calls")
 	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/kubelet/plugins/"+driverName, "directory for the volumes' tmpfs mounts and records; must be under the kubelet root so mounts propagate")
@@ -128,8 +128,7 @@ func parseFlags(args []string) (*options, error) {
 	// (see flagcheck.go) and only --help prints, to stdout.
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
-		fs.SetOutput(os.Stdout)
-		fs.PrintDefaults()
+		printUsage(os.Stdout, fs)
 		return nil, err
 	} else if err != nil {
 		return nil, explainParseError(fs, err)
@@ -186,11 +185,10 @@ func defaultServiceAccount() string {
 const maxVerbosity = 5
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == watchCommand { // watch.go: the pods' watcher, not the driver
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-		code := runWatchCommand(ctx, os.Args[2:], os.Stderr)
-		stop()
-		os.Exit(code)
+	if len(os.Args) > 1 { // a subcommand (commands.go), not the driver
+		if c, ok := findSubcommand(os.Args[1]); ok {
+			os.Exit(runSubcommand(c, os.Args[2:], os.Stdout, os.Stderr))
+		}
 	}
 	o, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {

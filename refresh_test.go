@@ -45,7 +45,7 @@ func TestRelistNextCycleStartsAnIntervalAfterTheLastStarted(t *testing.T) {
 	}
 }
 
-// The revocation bound the README and docs/scale.md state: a volume is checked again within the
+// The revocation bound docs/security.md and docs/scale.md state: a volume is checked again within the
 // interval ±10% when its position in the cycle stays (the node's volumes did not change), and at
 // most 1.1 + spread intervals later when volumes published since come before it, taking it from
 // the start of one cycle's window to the end of the next's. Computed from the schedule and the

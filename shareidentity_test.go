@@ -83,8 +83,8 @@ func viewOf(t *testing.T, d *driver, id string) string {
 	return string(files["ca.crt"].Data)
 }
 
-// The attack of issue 26 (finding 1), step by step as the watch reports it: the share deleted,
-// then created again over the tenant's Secret. Measured on the code before volumes knew their
+// The attack of a share re-created over another Secret, step by step as the watch reports it:
+// the share deleted, then created again over the tenant's Secret. Measured on the code before volumes knew their
 // share's UID: REAL-CA, then empty, then ATTACKER-CA.
 func TestShareRecreatedOverAnotherSecretDoesNotFeedRunningVolumes(t *testing.T) {
 	for _, refresh := range []string{"true", "false"} {

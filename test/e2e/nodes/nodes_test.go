@@ -14,7 +14,7 @@ package nodes
 //   - Drain: a Deployment's pod moves to another node and reads the share there; the drained
 //     node keeps nothing of its volume (no tmpfs, no dir, no record).
 //   - Node lost (SIGKILL to its kubelet, containerd and driver): the node goes NotReady, the
-//     share status Lease moves to a live node's driver within the README's bound and status is
+//     share status Lease moves to a live node's driver within the bound docs/scale.md states and status is
 //     still written; back, the node's driver keeps the volumes of pods still bound there,
 //     the volume of a pod deleted meanwhile goes, and nothing leaks.
 //   - Rolling upgrade: `helm upgrade` to a new release replaces the driver one node at a time
@@ -313,7 +313,7 @@ func TestNodesDrainMovesTheReaderAndLeavesNothing(t *testing.T) {
 // ---------------------------------------------------------------------------------------------
 // 4. Node lost: the node where the status controller replica holding the status Lease runs loses
 // its kubelet, containerd, driver and that replica at once (SIGKILL). It goes NotReady; the Lease
-// moves to the other replica (on another node: the chart's anti-affinity) within the README's
+// moves to the other replica (on another node: the chart's anti-affinity) within docs/scale.md's
 // bound (--status-lease-duration + 2 relist intervals) and share status is still written. A pod
 // bound to the node is deleted while it is away. Back, the node's driver keeps the volume of the
 // pod still bound there (it reads on, and refreshes), the deleted pod's volume goes, and nothing
@@ -397,10 +397,10 @@ func TestNodesLostNodeComesBack(t *testing.T) {
 		return nil
 	})
 	bound := nodesStatusLease + 2*framework.PodsRelist
-	t.Logf("node %s lost: NotReady after %v (grace period %v); the status Lease moved from %s to %s after %v (README's bound: lease duration + 2 relist intervals = %v)",
+	t.Logf("node %s lost: NotReady after %v (grace period %v); the status Lease moved from %s to %s after %v (docs/scale.md's bound: lease duration + 2 relist intervals = %v)",
 		lost.Name, notReady.Round(100*time.Millisecond), nodesMonitorGrace, holder, newHolder, takeover.Round(100*time.Millisecond), bound)
 	if takeover > bound+framework.PodsRelistSlack {
-		t.Errorf("the Lease moved after %v, beyond the README's bound of %v", takeover, bound)
+		t.Errorf("the Lease moved after %v, beyond docs/scale.md's bound of %v", takeover, bound)
 	}
 	// Status is still written: a share made now gets its Ready condition from the new holder.
 	f2 := s.NewShare(t, map[string][]byte{"ca.crt": []byte("ca-" + framework.RandSuffix())})

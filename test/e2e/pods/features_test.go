@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -104,12 +105,29 @@ func TestPodsExamplesWork(t *testing.T) {
 			t.Fatalf("kubectl %s %s: %v\n%s", verb, file, err, out)
 		}
 	}
-	for _, ex := range []struct{ file, ns, pod, path, want string }{
+	readers := []struct{ file, ns, pod, path, want string }{
 		{"examples/ca-bundle.yaml", "team-a", "corp-ca-reader", "/etc/corp-ca/ca.crt", "BEGIN CERTIFICATE"},
 		{"examples/configmap-share.yaml", "team-b", "flags-reader", "/etc/flags/flags.yaml", "newCheckout: true"},
 		{"examples/credentials-rotation.yaml", "team-ci", "build", "/creds/creds/token", "EXAMPLE-TOKEN-replace-me"},
 		{"examples/ca-without-key.yaml", "team-tls", "issuer-ca-reader", "/etc/issuer-ca/ca.crt", "BEGIN CERTIFICATE"},
-	} {
+	}
+	// Every file under examples/ is applied by a test: those above, the delegation below, and
+	// restart-on-change.yaml by TestPodsRestartOnChangeExampleWorks. A new example without a
+	// check fails here.
+	covered := map[string]bool{"examples/delegate-use.yaml": true, "examples/restart-on-change.yaml": true}
+	for _, r := range readers {
+		covered[r.file] = true
+	}
+	files, err := filepath.Glob("examples/*")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no file under examples/ (%v)", err)
+	}
+	for _, f := range files {
+		if !covered[f] {
+			t.Errorf("%s is applied by no test: add it to TestPodsExamplesWork with what it must do", f)
+		}
+	}
+	for _, ex := range readers {
 		apply(t, ex.file, "apply")
 		t.Cleanup(func() { apply(t, ex.file, "delete") })
 		s.WaitRunning(t, ex.ns, ex.pod, 90*time.Second)

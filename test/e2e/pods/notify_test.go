@@ -1,7 +1,7 @@
 package pods
 
-// Specification, with real pods, of telling the application (README.md, "Telling the
-// application"): a Deployment's pod running `shared-resource-csi watch` as a sidecar with a
+// Specification, with real pods, of telling the application (docs/telling-the-application.md):
+// a Deployment's pod running `shared-resource-csi watch` as a sidecar with a
 // restartPolicyRules entry RestartAllContainers on its exit code is restarted in place when the
 // Secret behind its share changes (same pod, same node, the volume not published again, the
 // restarted app reading the new bytes), and not when refreshResource is "false", when only a key
@@ -175,7 +175,17 @@ func TestPodsRestartOnChangeExampleWorks(t *testing.T) {
 		t.Fatal(err)
 	}
 	manifest := regexp.MustCompile(`(?m)^( *)image: busybox:.*$`).ReplaceAllString(string(b), "${1}image: "+s.Busybox+"\n${1}imagePullPolicy: Never")
-	manifest = regexp.MustCompile(`(?m)^( *)image: ghcr.io/shared-resource/shared-resource-csi:.*$`).ReplaceAllString(manifest, "${1}image: "+s.Image)
+	// The watcher's image is the one README.md's install from source produces; here, the image
+	// the suite installed the driver with (that very install, against the cluster's registry).
+	in, err := framework.ReadReadmeInstall()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readmeImage := "image: " + in.Registry + "/shared-resource-csi:" + in.Version + "\n"
+	if !strings.Contains(manifest, readmeImage) {
+		t.Fatalf("%s does not run the image README.md's install produces (%s)", file, strings.TrimSpace(readmeImage))
+	}
+	manifest = strings.ReplaceAll(manifest, readmeImage, "image: "+s.Image+"\n")
 	kubectl := func(stdin string, args ...string) {
 		t.Helper()
 		cmd := exec.Command(s.Kubectl, append([]string{"--kubeconfig", s.Kubeconfig}, args...)...)
@@ -185,7 +195,7 @@ func TestPodsRestartOnChangeExampleWorks(t *testing.T) {
 		}
 	}
 	// Before 1.36 (RestartAllContainersOnContainerExits off) the API server refuses the
-	// Deployment, saying why; the README says what to use there.
+	// Deployment, saying why; docs/telling-the-application.md says what to use there.
 	if v, err := s.Kube.Discovery().ServerVersion(); err != nil {
 		t.Fatal(err)
 	} else if minor, _ := strconv.Atoi(strings.TrimRight(v.Minor, "+")); minor < 36 {
@@ -209,6 +219,11 @@ func TestPodsRestartOnChangeExampleWorks(t *testing.T) {
 		pod = &pods.Items[0]
 		return nil
 	})
+	// The sidecar runs what the example says (`watch`) and keeps running: an image without the
+	// subcommand would exit 2 at once.
+	if cs := initStatus(pod, "share-watcher"); cs == nil || cs.State.Running == nil || cs.RestartCount != 0 {
+		t.Fatalf("the example's share-watcher sidecar is not running from its first start: %+v", cs)
+	}
 	s.UpdateSecret(t, "platform-web", "web-ca", map[string][]byte{"ca.crt": []byte("-----BEGIN CERTIFICATE-----\nROTATED\n-----END CERTIFICATE-----\n")})
 	framework.Eventually(t, framework.NotifyRestartBound, func() error {
 		p := s.GetPod(t, ns, pod.Name)
@@ -217,4 +232,14 @@ func TestPodsRestartOnChangeExampleWorks(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// initStatus is the status of the pod's init container (or sidecar) name, or nil.
+func initStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
+	for i := range p.Status.InitContainerStatuses {
+		if p.Status.InitContainerStatuses[i].Name == name {
+			return &p.Status.InitContainerStatuses[i]
+		}
+	}
+	return nil
 }

@@ -2,9 +2,11 @@ package pods
 
 // The pod suite's driver, installed from the local cluster's registry (hack/cluster.sh starts
 // distribution's registry on the node IP, TLS with a cluster-CA certificate; SRCSI_REGISTRY and
-// SRCSI_REGISTRY_CA name it): `make release` pushes the image index and the chart there, as a
-// maintainer pushes a release, and `helm install oci://...` installs it, as a user does; the node
-// pulls the image the chart pins by digest. Nothing of the driver is imported into the node.
+// SRCSI_REGISTRY_CA name it) by README.md's own install lines, its registry path replaced by the
+// cluster's: `make release` pushes the image index and the chart there, and `helm install
+// oci://...` installs it, as a user does; the node pulls the image the chart pins by digest.
+// Nothing of the driver is imported into the node. So the README's install cannot rot: a line
+// that no longer works fails the whole suite.
 
 import (
 	"github.com/shared-resource/csi-driver/test/e2e/framework"
@@ -42,6 +44,10 @@ func TestPodsInstalledFromTheRegistry(t *testing.T) {
 	if rel == nil {
 		t.Fatal("the suite did not install the driver from the registry (SRCSI_DRIVER_IMAGE set?)")
 	}
+	if rel.Readme == nil {
+		t.Fatal("the driver was not installed by README.md's install lines")
+	}
+	t.Logf("installed by README.md's lines, registry %s replaced by the cluster's:\n  %s\n  %s", rel.Readme.Registry, rel.Readme.Release, rel.Readme.Helm)
 	pod, err := s.DriverPod(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,38 @@
+package main
+
+// Specification of the report's tables: each figure with its median, min, max and runs, the
+// floors as rows beside the figures they bound, and no column judging a figure against a target.
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestReportShowsFiguresAndFloorsWithoutTargets(t *testing.T) {
+	raw := "cpu: AMD EPYC\n" +
+		latency + "1KiB-2 \t 1 \t 4.49 cold-p50-ms \t 0.64 warm-p50-ms \t 0.83 floor-get-p50-ms\n" +
+		latency + "1KiB-2 \t 1 \t 4.60 cold-p50-ms \t 0.66 warm-p50-ms \t 0.85 floor-get-p50-ms\n"
+	r, err := parse(strings.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	render(&out, r, meta{})
+	got := out.String()
+	for _, want := range []string{
+		"| Figure | Median | Min | Max | Runs |\n|---|---:|---:|---:|---:|\n",
+		"| cold p50, 1KiB | 4.54 ms | 4.49 ms | 4.60 ms | 2 |\n",
+		"| API server floor: GET of the Secret (p50), 1KiB | 0.84 ms | 0.83 ms | 0.85 ms | 2 |\n",
+		"| warm p50, 1KiB | 0.65 ms | 0.64 ms | 0.66 ms | 2 |\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+	for _, not := range []string{"Target", "Met |", "**no**", "missed"} {
+		if strings.Contains(got, not) {
+			t.Errorf("the report has %q: it reports figures and their floors, not targets", not)
+		}
+	}
+}
