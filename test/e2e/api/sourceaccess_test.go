@@ -457,11 +457,11 @@ func TestSharePolicyTreatsOwnerReferencesAsADelete(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	// With get on the source, the user may change the share's owners (as they could delete it
-	// were RBAC to let them).
+	// With get on the source, the user may set the share's owners (as they could delete it were
+	// RBAC to let them).
 	e.GrantGet(t, framework.UserSubject(user), ns, "secrets", "ca")
 	framework.Eventually(t, 30*time.Second, func() error {
-		_, err := shares.Patch(ctx, target, types.MergePatchType, []byte(`{"metadata":{"ownerReferences":[]}}`), metav1.PatchOptions{})
+		_, err := shares.Patch(ctx, target, types.MergePatchType, []byte(ghost), metav1.PatchOptions{})
 		return err
 	})
 }
