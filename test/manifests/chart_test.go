@@ -163,7 +163,7 @@ func checkStatusController(t *testing.T, objs []*unstructured.Unstructured) {
 		{"node selector", fmt.Sprint(spec.NodeSelector), "map[node-role.kubernetes.io/control-plane:]"},
 		{"tolerations", fmt.Sprint(spec.Tolerations), "[{dedicated Equal status NoSchedule <nil>}]"},
 		{"affinity", fmt.Sprintf("%v %v %v", spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions,
-			spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution, spec.Affinity.PodAntiAffinity), "[{kubernetes.io/os In [linux]}] [] <nil>"},
+			spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution, spec.Affinity.PodAntiAffinity), "[{kubernetes.io/os In [linux]}] [] nil"},
 		{"host network", fmt.Sprint(spec.HostNetwork), "false"},
 		{"volumes", fmt.Sprint(len(spec.Volumes)), "0"},
 		{"run as user (OpenShift assigns one)", fmt.Sprint(spec.SecurityContext.RunAsUser), "<nil>"},
