@@ -413,8 +413,13 @@ func TestSharePolicyTreatsOwnerReferencesAsADelete(t *testing.T) {
 	if err := shares.Delete(ctx, target, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("the user's delete: %v, want Forbidden by RBAC", err)
 	}
-	framework.Eventually(t, 30*time.Second, func() error {
+	framework.Eventually(t, 60*time.Second, func() error {
 		_, err := shares.Patch(ctx, target, types.MergePatchType, []byte(`{"spec":{"secretRef":{"name":"other"}}}`), metav1.PatchOptions{})
+		if err == nil { // the policy is not loaded yet: point it back
+			if _, err := admin.Patch(ctx, target, types.MergePatchType, []byte(`{"spec":{"secretRef":{"name":"ca"}}}`), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		return refusedByPolicy(err, user, "secrets", ns, "ca")
 	})
 
