@@ -420,7 +420,7 @@ func TestSharePolicyTreatsOwnerReferencesAsADelete(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		return refusedByPolicy(err, user, "secrets", ns, "ca")
+		return refusedByPolicy(err, user, "secrets", ns, "other") // the first refusal names the new ref
 	})
 
 	ghost := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":%q,"kind":"SharedSecret","name":"ghost-%s","uid":"00000000-0000-0000-0000-%s"}]}}`,
