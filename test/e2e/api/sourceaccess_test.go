@@ -447,8 +447,9 @@ func TestSharePolicyTreatsOwnerReferencesAsADelete(t *testing.T) {
 		return nil
 	})
 	t.Logf("the garbage collector deleted the admin's twin share %s after it was given a ghost owner", time.Since(patched).Round(100*time.Millisecond))
-	// As long again, then the target: it must still be there, not being deleted, and ownerless.
-	time.Sleep(time.Since(patched))
+	// As long again (at least 5 s), then the target: it must still be there, not being deleted,
+	// and ownerless.
+	time.Sleep(max(time.Since(patched), 5*time.Second))
 	obj, err := admin.Get(ctx, target, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
