@@ -52,9 +52,10 @@ lint: deps-lint actionlint golangci-lint
 	cd tools/ociimage && $(GOLANGCI_LINT) ./...
 
 ## check-workflows: every action .github/workflows uses is pinned by a full commit SHA with a
-## `# vX.Y.Z` comment (a tag can be moved to other code); hack/pinnedactions.
+## `# vX.Y.Z` comment (a tag can be moved to other code); hack/pinnedactions. And the release
+## signs in a job of its own that runs none of the repository's code; hack/releasejobs.
 check-workflows:
-	go test -count=1 ./hack/pinnedactions
+	go test -count=1 ./hack/pinnedactions ./hack/releasejobs
 
 ## unit: the tests that need neither root nor a cluster (a quick check while coding): every
 ## test of the driver's module not behind the build tag root.

@@ -20,7 +20,8 @@ import (
 // is closed, and the listener (healthListener) holds at most --health-max-connections from other
 // hosts at once, so no client can make the driver hold connections, or their memory, without
 // bound. The kubelet's probes and a Prometheus scrape each need one short request.
-// ready is what /healthz answers (the node plugin's and the status controller's share caches).
+// ready is what /healthz answers (the node plugin's and the status controller's share caches);
+// m nil serves no /metrics (newProbeServer).
 func newHealthServer(ready func() bool, m *metrics) *http.Server {
 	return &http.Server{
 		Handler:           healthHandler(ready, m),
@@ -32,6 +33,17 @@ func newHealthServer(ready func() bool, m *metrics) *http.Server {
 	}
 }
 
+// newProbeServer serves /healthz and /livez alone, for the kubelet's probes, with the health
+// server's deadlines, on a listener of its own (--probe-address): a client holding every
+// connection the metrics port admits does not reach the probes. The status controller needs it:
+// on the pod network the kubelet probes from the node, another host to the pod, which the health
+// listener counts with any pod's connections. A pod could still hold this listener's
+// connections; the chart's NetworkPolicy admits no pod to this port (the node, the kubelet, is
+// always admitted).
+func newProbeServer(ready func() bool) *http.Server {
+	return newHealthServer(ready, nil)
+}
+
 // healthIdleTimeout closes a keep-alive connection that waits this long for its next request
 // (a Prometheus scrape every 30 s reconnects: the cost of one TCP handshake).
 const healthIdleTimeout = 15 * time.Second
@@ -39,7 +51,10 @@ const healthIdleTimeout = 15 * time.Second
 func healthHandler(ready func() bool, m *metrics) http.Handler {
 	mux := http.NewServeMux()
 	// Liveness: the process serves requests. Readiness (/healthz) also needs the share caches.
-	mux.Handle("/metrics", m.handler())
+	// Without metrics (the probe server), /metrics is not served.
+	if m != nil {
+		mux.Handle("/metrics", m.handler())
+	}
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready() {

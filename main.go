@@ -77,6 +77,7 @@ type options struct {
 	volumeBudget    string
 	healthAddr      string
 	healthMaxConns  int
+	probeAddr       string
 	statusLeaseNS   string
 	statusLease     time.Duration
 	serviceAccount  string
@@ -107,6 +108,7 @@ func newFlagSet(o *options) (fs, klogFlags *flag.FlagSet) {
 	fs.StringVar(&o.volumeBudget, "volume-bytes-budget", "", "most memory all volumes on the node may hold together (a quantity: 128Mi); their tmpfs pages are charged to the driver's container. Empty: the container's memory limit less --cache-max-bytes and 64Mi for the driver; 0: no budget")
 	fs.StringVar(&o.healthAddr, "health-address", ":9809", "address serving /healthz (ready), /livez (alive) and /metrics (Prometheus), e.g. $(HOST_IP):9809 for the node's own address only; empty disables it")
 	fs.IntVar(&o.healthMaxConns, "health-max-connections", 32, "most connections from other hosts (pods included) the health and metrics server holds at once; more are closed at once. Connections from the node's own address (the kubelet's probes) are not counted (at least 1)")
+	fs.StringVar(&o.probeAddr, "probe-address", "", "address serving only /livez and /healthz, for the kubelet's probes, on a listener of its own with its own --health-max-connections: connections held on --health-address cannot crowd the probes out. The status controller (--role=status) on the pod network needs it: the kubelet probes it from the node, another host to it, counted with any pod's connections. Empty: the probes are served on --health-address only")
 	fs.StringVar(&o.statusLeaseNS, "status-lease-namespace", "", "--role=status: namespace of the Lease that elects the one status controller replica writing the shares' status (required); --role=node ignores it")
 	fs.DurationVar(&o.statusLease, "status-lease-duration", 15*time.Second, "duration of the status writer's Lease (at least 1s): a crashed writer is replaced within about this plus two --relist-interval, the pace at which the other replicas look at the Lease")
 	fs.StringVar(&o.serviceAccount, "service-account", defaultServiceAccount(), "the service accounts that read sources, as NAMESPACE:NAME, comma-separated: the node plugin's and the status controller's (default: $POD_NAMESPACE:$SERVICE_ACCOUNT); only named in the command an admin runs to let the driver read a source")
@@ -265,6 +267,15 @@ func (w *wiring) serve(ctx context.Context, o *options) error {
 		hs := newHealthServer(d.ready, d.metrics)
 		go func() { errs <- hs.Serve(newHealthListener(lis, o.healthMaxConns)) }()
 		defer hs.Close()
+	}
+	if o.probeAddr != "" {
+		lis, err := net.Listen("tcp", o.probeAddr)
+		if err != nil {
+			return fmt.Errorf("listening on --probe-address %s: %w", o.probeAddr, err)
+		}
+		ps := newProbeServer(d.ready)
+		go func() { errs <- ps.Serve(newHealthListener(lis, o.healthMaxConns)) }()
+		defer ps.Close()
 	}
 
 	d.shares.start(ctx)

@@ -79,7 +79,7 @@ func runStatusController(ctx context.Context, o *options) error {
 	// long as it leads.
 	shares := newShareIndex(kube.dyn, func(shareKind, string) {})
 
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
 	if o.healthAddr != "" {
 		lis, err := net.Listen("tcp", o.healthAddr)
 		if err != nil {
@@ -88,6 +88,18 @@ func runStatusController(ctx context.Context, o *options) error {
 		hs := newHealthServer(shares.synced, m)
 		go func() { errs <- hs.Serve(newHealthListener(lis, o.healthMaxConns)) }()
 		defer hs.Close()
+	}
+	// Its probes on a port of their own (the chart sets --probe-address): on the pod network
+	// the kubelet's connections are another host's, which --health-address counts with any
+	// pod's, so a pod holding that port's connections would fail the liveness probe.
+	if o.probeAddr != "" {
+		lis, err := net.Listen("tcp", o.probeAddr)
+		if err != nil {
+			return fmt.Errorf("listening on --probe-address %s: %w", o.probeAddr, err)
+		}
+		ps := newProbeServer(shares.synced)
+		go func() { errs <- ps.Serve(newHealthListener(lis, o.healthMaxConns)) }()
+		defer ps.Close()
 	}
 	shares.start(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), shares.synced) {

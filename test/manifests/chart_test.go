@@ -20,7 +20,9 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -49,7 +51,7 @@ func TestChartValuesReachTheObjects(t *testing.T) {
 	objs := framework.RenderedObjects(t, framework.RunHelm(t, "template", "r", framework.ChartDir, "-f", values))
 
 	for _, gone := range []string{"Namespace", "CustomResourceDefinition", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-		"FlowSchema", "PriorityLevelConfiguration"} {
+		"FlowSchema", "PriorityLevelConfiguration", "NetworkPolicy"} {
 		if o := framework.FindObject(objs, gone, ""); o != nil {
 			t.Errorf("%s %s rendered although its value turns it off", gone, o.GetName())
 		}
@@ -121,6 +123,7 @@ func TestChartValuesReachTheObjects(t *testing.T) {
 		t.Errorf("driver args\n got %q\nwant %q", c.Args, wantArgs)
 	}
 	checkStatusController(t, objs)
+	checkStatusControllerDefaults(t)
 	// flowControl's level, rendered with its share changed.
 	plc := framework.RenderedObjects(t, framework.RunHelm(t, "template", "r", framework.ChartDir, "--set", "flowControl.nominalConcurrencyShares=5",
 		"--show-only", "templates/flowcontrol.yaml"))
@@ -154,6 +157,13 @@ func checkStatusController(t *testing.T, objs []*unstructured.Unstructured) {
 		{"memory limit", c.Resources.Limits.Memory().String(), "64Mi"},
 		{"cpu request", c.Resources.Requests.Cpu().String(), "5m"},
 		{"health port", fmt.Sprint(c.Ports[0].ContainerPort), "9810"},
+		{"probe port", fmt.Sprint(c.Ports[1].Name, c.Ports[1].ContainerPort), "probes9811"},
+		{"liveness probe port", c.LivenessProbe.HTTPGet.Port.String(), "probes"},
+		{"readiness probe port", c.ReadinessProbe.HTTPGet.Port.String(), "probes"},
+		{"node selector", fmt.Sprint(spec.NodeSelector), "map[node-role.kubernetes.io/control-plane:]"},
+		{"tolerations", fmt.Sprint(spec.Tolerations), "[{dedicated Equal status NoSchedule <nil>}]"},
+		{"affinity", fmt.Sprintf("%v %v %v", spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions,
+			spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution, spec.Affinity.PodAntiAffinity), "[{kubernetes.io/os In [linux]}] [] nil"},
 		{"host network", fmt.Sprint(spec.HostNetwork), "false"},
 		{"volumes", fmt.Sprint(len(spec.Volumes)), "0"},
 		{"run as user (OpenShift assigns one)", fmt.Sprint(spec.SecurityContext.RunAsUser), "<nil>"},
@@ -167,7 +177,7 @@ func checkStatusController(t *testing.T, objs []*unstructured.Unstructured) {
 		}
 	}
 	wantArgs := []string{"--role=status", "--status-lease-namespace=srcsi-chart-test", "--relist-interval=2m", "--health-address=:9810",
-		"--kube-api-qps=7.5", "--kube-api-burst=15", "--v=4",
+		"--probe-address=:9811", "--kube-api-qps=7.5", "--kube-api-burst=15", "--v=4",
 		"--service-account=srcsi-chart-test:shared-resource-csi-driver,srcsi-chart-test:shared-resource-csi-status",
 		"--status-lease-duration=30s"}
 	if !slices.Equal(c.Args, wantArgs) {
@@ -175,6 +185,47 @@ func checkStatusController(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 	if err := framework.DriverAcceptsArgs(c.Args); err != nil || !slices.Contains(c.Args, "--role="+framework.RoleStatus) {
 		t.Errorf("the binary refuses the status controller's args, or they name another role: %v", err)
+	}
+}
+
+// checkStatusControllerDefaults: by default the status controller prefers control-plane nodes
+// and tolerates their taint, but requires nothing of a node (a cluster without control-plane
+// nodes still runs it), and its NetworkPolicy admits no pod; metricsFrom admits the peers it
+// lists to the metrics port alone, never to the probes' port.
+func checkStatusControllerDefaults(t *testing.T) {
+	t.Helper()
+	objs := framework.RenderedObjects(t, framework.RunHelm(t, "template", "r", framework.ChartDir))
+	var dep appsv1.Deployment
+	fromObject(t, objs, "Deployment", "shared-resource-csi-status", &dep, nil)
+	spec := dep.Spec.Template.Spec
+	const cp = "node-role.kubernetes.io/control-plane"
+	na := spec.Affinity.NodeAffinity
+	if len(spec.NodeSelector) != 0 || na == nil || na.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		t.Errorf("the status controller requires something of a node by default: nodeSelector %v, node affinity %+v", spec.NodeSelector, na)
+	} else if p := na.PreferredDuringSchedulingIgnoredDuringExecution; len(p) != 1 || len(p[0].Preference.MatchExpressions) != 1 ||
+		p[0].Preference.MatchExpressions[0].Key != cp || p[0].Preference.MatchExpressions[0].Operator != corev1.NodeSelectorOpExists {
+		t.Errorf("the status controller's preferred node affinity %+v, want %s Exists", p, cp)
+	}
+	if fmt.Sprint(spec.Tolerations) != "[{"+cp+" Exists  NoSchedule <nil>}]" {
+		t.Errorf("the status controller's tolerations %v, want the control-plane taint's", spec.Tolerations)
+	}
+	if spec.Affinity.PodAntiAffinity == nil {
+		t.Error("the status controller's replicas are no longer spread over nodes")
+	}
+	var np networkingv1.NetworkPolicy
+	fromObject(t, objs, "NetworkPolicy", "shared-resource-csi-status", &np, nil)
+	if fmt.Sprint(np.Spec.PodSelector.MatchLabels) != fmt.Sprint(dep.Spec.Selector.MatchLabels) ||
+		fmt.Sprint(np.Spec.PolicyTypes) != "[Ingress]" || len(np.Spec.Ingress) != 0 || np.Namespace != dep.Namespace {
+		t.Errorf("the default NetworkPolicy selects %v, types %v, admits %v in %s: want the status controller's pods, none admitted",
+			np.Spec.PodSelector.MatchLabels, np.Spec.PolicyTypes, np.Spec.Ingress, np.Namespace)
+	}
+	objs = framework.RenderedObjects(t, framework.RunHelm(t, "template", "r", framework.ChartDir,
+		"--set-json", `statusController.networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]`,
+		"--show-only", "templates/networkpolicy.yaml"))
+	fromObject(t, objs, "NetworkPolicy", "shared-resource-csi-status", &np, nil)
+	if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].Ports) != 1 || np.Spec.Ingress[0].Ports[0].Port.String() != "9809" ||
+		len(np.Spec.Ingress[0].From) != 1 || fmt.Sprint(np.Spec.Ingress[0].From[0].NamespaceSelector.MatchLabels) != "map[kubernetes.io/metadata.name:monitoring]" {
+		t.Errorf("metricsFrom: the NetworkPolicy admits %+v, want the monitoring namespace to port 9809 alone", np.Spec.Ingress)
 	}
 }
 

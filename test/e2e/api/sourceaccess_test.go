@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // deploy.yaml's driver ClusterRole reads no Secret or ConfigMap; the source-reader ClusterRole
@@ -355,4 +356,118 @@ func TestDriverLosingReadKeepsDataAndWarnsOnce(t *testing.T) {
 	e.UpdateSecret(t, src, "ca-bundle", next)
 	framework.Eventually(t, relist+relistSlack, func() error { return framework.SameFiles(framework.ReadVolume(t, v.Target), asStrings(next)) })
 	p.UnpublishAll(t, v)
+}
+
+// An ownerReference is a delete by another hand: the garbage collector (which may delete
+// anything) deletes a share whose owners are all gone. So a user who may update a share but not
+// get its source, and so may not delete it, may not change its ownerReferences either: a patch
+// adding an owner that does not exist is refused, and the share outlives the collector's pass
+// (a twin share given the same ghost owner by the cluster admin is collected meanwhile, which
+// shows the collector acted). The user holds get, list, update and patch on shares and nothing
+// else: RBAC alone would let the patch through.
+func TestSharePolicyTreatsOwnerReferencesAsADelete(t *testing.T) {
+	e := framework.E2e(t)
+	ctx := context.Background()
+	ns := e.Namespace(t, "owned")
+	e.CreateSecret(t, ns, "ca", map[string][]byte{"ca.crt": []byte("CA")})
+	admin := e.Dyn.Resource(framework.ShareGVR(framework.KindSecret))
+	target, twin := "policy-owner-"+framework.RandSuffix(), "policy-owner-twin-"+framework.RandSuffix()
+	for _, n := range []string{target, twin} {
+		if _, err := admin.Create(ctx, framework.ShareObject(framework.KindSecret, n, ns, "ca"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.DeleteShare(t, framework.KindSecret, n) })
+	}
+
+	// The user: get, list, update and patch on shares; no delete, no create, no Secret.
+	user := "updater-" + framework.RandSuffix()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{framework.ShareGroup}, Resources: []string{"sharedsecrets", "sharedconfigmaps"},
+		Verbs: []string{"get", "list", "update", "patch"}}}}
+	if _, err := e.Kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+		Subjects: []rbacv1.Subject{framework.UserSubject(user)}}
+	if _, err := e.Kube.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), user, metav1.DeleteOptions{})
+		e.Kube.RbacV1().ClusterRoles().Delete(context.Background(), user, metav1.DeleteOptions{})
+	})
+	cfg, err := clientcmd.BuildConfigFromFlags("", e.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Impersonate.UserName = user
+	cfg.Impersonate.Groups = []string{"system:authenticated"}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shares := dyn.Resource(framework.ShareGVR(framework.KindSecret))
+
+	// RBAC refuses the user's delete; the policy (once loaded) refuses re-pointing the share.
+	if err := shares.Delete(ctx, target, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("the user's delete: %v, want Forbidden by RBAC", err)
+	}
+	framework.Eventually(t, 60*time.Second, func() error {
+		_, err := shares.Patch(ctx, target, types.MergePatchType, []byte(`{"spec":{"secretRef":{"name":"other"}}}`), metav1.PatchOptions{})
+		if err == nil { // the policy is not loaded yet: point it back
+			if _, err := admin.Patch(ctx, target, types.MergePatchType, []byte(`{"spec":{"secretRef":{"name":"ca"}}}`), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return refusedByPolicy(err, user, "secrets", ns, "other") // the first refusal names the new ref
+	})
+
+	ghost := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":%q,"kind":"SharedSecret","name":"ghost-%s","uid":"00000000-0000-0000-0000-%s"}]}}`,
+		framework.ShareGroup+"/v1alpha1", framework.RandSuffix(), framework.RandSuffix()+framework.RandSuffix()[:4])
+	patched := time.Now()
+	_, err = shares.Patch(ctx, target, types.MergePatchType, []byte(ghost), metav1.PatchOptions{})
+	if e := refusedByPolicy(err, user, "secrets", ns, "ca"); e != nil {
+		t.Errorf("a ghost ownerReference: %v", e)
+	} else if !strings.Contains(err.Error(), "may not change the ownerReferences of this share") {
+		t.Errorf("the refusal does not say why: %v", err)
+	} else {
+		t.Logf("refused: %v", err)
+	}
+
+	// The collector's pass: the admin (who may read everything) gives the twin the same kind of
+	// owner, and the collector deletes it.
+	if _, err := admin.Patch(ctx, twin, types.MergePatchType, []byte(ghost), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("the admin's ghost ownerReference was refused: %v", err)
+	}
+	framework.Eventually(t, 60*time.Second, func() error {
+		if _, err := admin.Get(ctx, twin, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the twin share with a ghost owner is still there (%v): the garbage collector has not acted", err)
+		}
+		return nil
+	})
+	t.Logf("the garbage collector deleted the admin's twin share %s after it was given a ghost owner", time.Since(patched).Round(100*time.Millisecond))
+	// As long again (at least 5 s), then the target: it must still be there, not being deleted,
+	// and ownerless.
+	time.Sleep(max(time.Since(patched), 5*time.Second))
+	obj, err := admin.Get(ctx, target, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		t.Errorf("share %s is gone: the garbage collector deleted it through the user's ownerReference (checked %s after the patch)", target, time.Since(patched).Round(100*time.Millisecond))
+	case err != nil:
+		t.Fatal(err)
+	case obj.GetDeletionTimestamp() != nil || len(obj.GetOwnerReferences()) != 0:
+		t.Errorf("share %s: deletionTimestamp %v, ownerReferences %v: want neither", target, obj.GetDeletionTimestamp(), obj.GetOwnerReferences())
+	}
+
+	if t.Failed() {
+		return
+	}
+	// With get on the source, the user may set the share's owners (as they could delete it were
+	// RBAC to let them).
+	e.GrantGet(t, framework.UserSubject(user), ns, "secrets", "ca")
+	framework.Eventually(t, 30*time.Second, func() error {
+		_, err := shares.Patch(ctx, target, types.MergePatchType, []byte(ghost), metav1.PatchOptions{})
+		return err
+	})
 }

@@ -108,7 +108,14 @@ driver:
   healthMaxConnections: 8
   volumeBytesBudget: 32Mi
   extraArgs: [--status-lease-duration=30s]
-statusController: {replicas: 3, resources: {requests: {cpu: 5m, memory: 16Mi}, limits: {memory: 64Mi}}}
+statusController:
+  replicas: 3
+  resources: {requests: {cpu: 5m, memory: 16Mi}, limits: {memory: 64Mi}}
+  probePort: 9811
+  networkPolicy: {enabled: false, metricsFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]}
+  nodeSelector: {node-role.kubernetes.io/control-plane: ""}
+  tolerations: [{key: dedicated, operator: Equal, value: status, effect: NoSchedule}]
+  affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/os, operator: In, values: [linux]}]}]}}}
 kubeletDir: /var/lib/k0s/kubelet
 resources: {requests: {cpu: 20m, memory: 32Mi}, limits: {memory: 128Mi}}
 tolerations: [{key: dedicated, operator: Equal, value: storage, effect: NoSchedule}]

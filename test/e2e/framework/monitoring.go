@@ -32,6 +32,10 @@ const (
 // a driver that cannot be scraped at all can only use them.
 var PrometheusOwnMetrics = []string{"up"}
 
+// APIServerMetrics are the API server's own series that an alert reads (the drivers' API Priority
+// and Fairness level is the fleet's, not a node's): not on the driver's /metrics.
+var APIServerMetrics = []string{"apiserver_flowcontrol_rejected_requests_total"}
+
 // promqlMetricNames returns the metric names expr selects, sorted and unique, as Prometheus's
 // own parser reads it (its vector selectors, in ranges and subqueries too). Grafana's variables
 // are filled in first, as Grafana does before it sends a query: a duration for

@@ -31,7 +31,7 @@ func TestPodsMonitoringUsesOnlyExportedMetrics(t *testing.T) {
 
 	m := s.Scrape(t)
 	for name, where := range framework.MonitoringMetricNames(t) {
-		if slices.Contains(framework.PrometheusOwnMetrics, name) {
+		if slices.Contains(framework.PrometheusOwnMetrics, name) || slices.Contains(framework.APIServerMetrics, name) {
 			continue
 		}
 		if !m.Has(name, nil) {

@@ -1,0 +1,115 @@
+// Package releasejobs checks that the release workflow builds and signs in separate jobs: the
+// job that may sign (id-token: write) runs no code of the repository or of its dependencies, and
+// no job that runs that code may sign. Whoever controls what the build runs (a dependency, a
+// tool, a test helper) would otherwise hold the identity that signs the release; `go test ./...`
+// runs the check on .github/workflows/release.yaml.
+package releasejobs
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// signingUses is every action the signing job may use: cosign's installer and the download of
+// what the build job produced. Anything else (a checkout, a toolchain) brings code to run.
+var signingUses = regexp.MustCompile(`^(sigstore/cosign-installer|actions/download-artifact)@`)
+
+// buildCommand matches a run script that builds or runs the repository's code or tools: make, the
+// go command, a script or binary of the checkout (hack/, _output/, ./...).
+var buildCommand = regexp.MustCompile(`(^|[\s;&|(])(make|go|bash|sh|hack/|_output/|\./)(\s|/|$)|\bhack/|\b_output/bin/`)
+
+type step struct {
+	Name string `json:"name"`
+	Uses string `json:"uses"`
+	Run  string `json:"run"`
+}
+
+type job struct {
+	Permissions any    `json:"permissions"`
+	Environment any    `json:"environment"`
+	Steps       []step `json:"steps"`
+}
+
+type workflow struct {
+	Permissions any            `json:"permissions"`
+	Jobs        map[string]job `json:"jobs"`
+}
+
+// signs says whether the job's permissions grant id-token: write (write-all included).
+func signs(perms any) bool {
+	switch p := perms.(type) {
+	case string:
+		return p == "write-all"
+	case map[string]any:
+		return p["id-token"] == "write"
+	}
+	return false
+}
+
+func environmentName(env any) string {
+	switch e := env.(type) {
+	case string:
+		return e
+	case map[string]any:
+		s, _ := e["name"].(string)
+		return s
+	}
+	return ""
+}
+
+// Check returns what is wrong with a release workflow's split between building and signing.
+func Check(content []byte) ([]string, error) {
+	var w workflow
+	if err := yaml.Unmarshal(content, &w); err != nil {
+		return nil, err
+	}
+	var problems []string
+	if signs(w.Permissions) {
+		problems = append(problems, "the workflow's top-level permissions grant id-token: write to every job; grant it in the signing job only")
+	}
+	names := make([]string, 0, len(w.Jobs))
+	for n := range w.Jobs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	signing := 0
+	for _, n := range names {
+		j := w.Jobs[n]
+		if !signs(j.Permissions) {
+			continue
+		}
+		signing++
+		if environmentName(j.Environment) != "release" {
+			problems = append(problems, fmt.Sprintf("job %s may sign but does not run in the protected environment release", n))
+		}
+		checked := false
+		for i, s := range j.Steps {
+			what := s.Name
+			if what == "" {
+				what = fmt.Sprintf("step %d", i+1)
+			}
+			if s.Uses != "" && !signingUses.MatchString(s.Uses) {
+				problems = append(problems, fmt.Sprintf("job %s may sign (id-token: write) but uses %s (%s): the signing job checks out and sets up nothing, only cosign and the build's artifacts", n, s.Uses, what))
+			}
+			for _, line := range strings.Split(s.Run, "\n") {
+				if buildCommand.MatchString(line) {
+					problems = append(problems, fmt.Sprintf("job %s may sign (id-token: write) but runs %q (%s): build in a job without id-token and sign its digests here", n, strings.TrimSpace(line), what))
+				}
+			}
+			if strings.Contains(s.Run, "environments/release") && strings.Contains(s.Run, "required_reviewers") {
+				checked = true
+			}
+			if strings.Contains(s.Run, "cosign sign") && !checked {
+				problems = append(problems, fmt.Sprintf("job %s signs (%s) before a step that refuses when the environment release has no required reviewers", n, what))
+			}
+		}
+	}
+	if signing != 1 {
+		problems = append(problems, fmt.Sprintf("%d jobs may sign (id-token: write), want exactly one", signing))
+	}
+	return problems, nil
+}
