@@ -172,9 +172,9 @@ func chargedBytes(files map[string]atomicwriter.File) int64 {
 const volumeEntries = 6
 
 // volumeBytes is what the volume rec describes costs: its record in whole pages, its own
-// entries, and its shares' copies (shareState.Bytes).
+// entries, its shares' copies (shareState.Bytes), and the view a refresh kept (KeptBytes).
 func volumeBytes(rec volumeRecord) int64 {
-	n := recordPages(rec) + volumeEntries*entryBytes
+	n := recordPages(rec) + volumeEntries*entryBytes + rec.KeptBytes
 	for _, s := range rec.Shares {
 		n += s.Bytes
 	}
