@@ -78,6 +78,22 @@ func TestARefreshNeverMakesAFileMissingForAReaderOnTheOldVersion(t *testing.T) {
 	}
 }
 
+// A source's new version with the same bytes (its metadata edited) swaps nothing: no view is
+// kept, and none charged.
+func TestARefreshOfTheSameBytesKeepsNothing(t *testing.T) {
+	c := newFakeCluster(t)
+	d, _ := c.node()
+	publishVolume(t, d, "vol-1")
+	c.setSource(map[string]string{"ca.crt": "CA"}) // a new resourceVersion, the same data
+	if err := reconcileVolume(t, d, "vol-1"); err != nil {
+		t.Fatal(err)
+	}
+	rec := savedRecord(t, d, "vol-1")
+	if n := len(viewPayloads(t, d, "vol-1")); n != 1 || rec.KeptBytes != 0 || d.budget.inUse() != volumeBytes(rec) {
+		t.Errorf("after a new version of the same bytes: %d versions in the view, %d bytes charged for a kept view; want 1 and none", n, rec.KeptBytes)
+	}
+}
+
 // A revocation takes the files away at once: no kept version shows them under its hidden name.
 func TestARevocationKeepsNoPreviousView(t *testing.T) {
 	c := newFakeCluster(t)

@@ -24,6 +24,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strconv"
 
@@ -107,8 +108,9 @@ func (vd volumeDir) dropPreviousView() error {
 
 // rebuildView composes the view again from the copies on disk of the shares not revoked, and
 // writes it, keeping the view it replaces when keep (writeView). It returns the paths two shares
-// both provide, for the caller to report.
-func (vd volumeDir) rebuildView(shares []shareState, keep bool) ([]pathConflict, error) {
+// both provide, for the caller to report, and whether a view was kept: none when the view was
+// the same (a source's new version with the same bytes swaps nothing).
+func (vd volumeDir) rebuildView(shares []shareState, keep bool) (conflicts []pathConflict, kept bool, err error) {
 	refs := make([]shareRef, len(shares))
 	perShare := make([]map[string]atomicwriter.File, len(shares))
 	for i, st := range shares {
@@ -118,12 +120,18 @@ func (vd volumeDir) rebuildView(shares []shareState, keep bool) ([]pathConflict,
 		}
 		files, err := atomicwriter.ReadFiles(vd.shareDir(i))
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		perShare[i] = files
 	}
 	v := composeView(refs, perShare)
-	return v.conflicts, vd.writeView(v, keep)
+	link := filepath.Join(vd.dataDir(), "..data")
+	before, _ := os.Readlink(link)
+	if err := vd.writeView(v, keep); err != nil {
+		return nil, false, err
+	}
+	after, _ := os.Readlink(link)
+	return v.conflicts, keep && before != "" && after != before, nil
 }
 
 // dropRevokedCopies empties the copies of the revoked shares of a refreshing volume: a restore
