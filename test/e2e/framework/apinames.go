@@ -246,14 +246,15 @@ type volumeRecord struct {
 	Shares       []struct {
 		Bytes int64 `json:"bytes"`
 	} `json:"shares"`
+	KeptBytes int64 `json:"keptBytes"`
 }
 
 // volumeBytes is what the volume budget charges for a volume whose record.json is recordLen
 // bytes: its record in whole pages, six entries of its own (the tmpfs root, record.json, shares/,
-// data/, its payload dir and ..data), and its shares' copies.
+// data/, its payload dir and ..data), its shares' copies, and the view a refresh kept.
 func volumeBytes(rec volumeRecord, recordLen int) int64 {
 	const pageSize = 4096
-	n := (int64(recordLen)+pageSize-1)/pageSize*pageSize + 6*EntryBytes
+	n := (int64(recordLen)+pageSize-1)/pageSize*pageSize + 6*EntryBytes + rec.KeptBytes
 	for _, s := range rec.Shares {
 		n += s.Bytes
 	}
