@@ -223,15 +223,21 @@ func chargedBytes(files map[string]atomicwriter.File) int64 {
 	return n + 2*treeBytes(files)
 }
 
+// keptViewBytes bounds what a share whose copy was not rewritten costs in a view kept after a
+// refresh: the kept payload dir's links to its files, by their names. The share is charged its
+// pages and two trees, the copy's and the view's (chargedBytes), so half its charge is at least
+// one tree, long names included.
+func keptViewBytes(s shareState) int64 { return (s.Bytes + 1) / 2 }
+
 // volumeEntries are a volume's entries besides its shares' files: the tmpfs's root, record.json,
 // shares/, and the view's data/ with its payload dir and ..data link.
 const volumeEntries = 6
 
 // volumeBytes is what the volume rec describes costs: its record in whole pages on its tmpfs, its
-// items in the driver's memory (recordHeapBytes), its own entries, and its shares' copies
-// (shareState.Bytes).
+// items in the driver's memory (recordHeapBytes), its own entries, its shares' copies
+// (shareState.Bytes), and the view a refresh kept (KeptBytes).
 func volumeBytes(rec volumeRecord) int64 {
-	n := recordPages(rec) + recordHeapBytes(rec) + volumeEntries*entryBytes
+	n := recordPages(rec) + recordHeapBytes(rec) + volumeEntries*entryBytes + rec.KeptBytes
 	for _, s := range rec.Shares {
 		n += s.Bytes
 	}

@@ -210,7 +210,10 @@ func TestRefreshBeyondTheBudgetKeepsTheLastFiles(t *testing.T) {
 	d.budget.limit = 0 // room made
 	d.relistCycle(ctx, 0)
 	files, _ := atomicwriter.ReadFiles(view)
-	if want := one - rec.Shares[0].Bytes + newCopy; len(files["ca.crt"].Data) != 5000 || d.budget.inUse() != want {
+	// The view the refresh replaced is kept for readers still on it, and charged: the old copy's
+	// bytes, and its payload dir.
+	kept := rec.Shares[0].Bytes + entryBytes
+	if want := one - rec.Shares[0].Bytes + newCopy + kept; len(files["ca.crt"].Data) != 5000 || d.budget.inUse() != want {
 		t.Fatalf("after room was made: %d bytes of ca.crt, %d in use; want the new 5000 bytes and %d", len(files["ca.crt"].Data), d.budget.inUse(), want)
 	}
 }

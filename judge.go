@@ -16,7 +16,9 @@ package main
 //	exists    granted           - (refresh off)                restored if revoked (the copy kept is what comes back), else as it is
 //	exists    granted           not found                      as it is: the last files stay, as kubelet secret volumes do
 //	exists    granted           the driver may not read it     refreshFailed, once: the last files stay
-//	exists    granted           another object (re-created)    refreshFailed, once: the last files stay (sourcepin.go)
+//	exists    granted           another object (re-created)    refreshFailed, once: the last files stay (sourcepin.go;
+//	                                                           while the share has no pin, the volume's
+//	                                                           recorded source is its pin)
 //	exists    granted           the version the volume shows   as it is (refreshResumed if it was refreshFailed)
 //	exists    granted           another version (or revoked)   refreshed (restored if revoked): a new copy
 //	any API error                                              as it is; retried next cycle
@@ -151,6 +153,11 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 		return shareVerdict{state: st, err: err}
 	}
 
+	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
+	if sameSource {
+		// The object the volume's files came from pins it while the share has no pin.
+		sh.Pin = sh.Pin.orRecorded(st.SourceUID)
+	}
 	if sh.Pin.refuses(src.UID) {
 		// The new object is not shown; the keys the share stopped listing go all the same.
 		return d.narrowIfListChanged(rec, i, sh, sourceReplaced(st, sh, src.UID))
@@ -158,7 +165,6 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	resumed := st.ReadForbidden
 	st.ReadForbidden, st.SourceReplaced = false, false
 	st.SourceUID = cmp.Or(st.SourceUID, src.UID) // a record from before UIDs were kept adopts it
-	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
 	sameKeys := st.Exposed.same(sh.Exposed)
 	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion && sameKeys {
 		if resumed {

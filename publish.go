@@ -81,7 +81,8 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 			c.Kept, c.Dropped, c.Path, attrItems)
 	}
 	// Twice: each share's copy, and during an update the new copy beside the old one, which the
-	// pod's view still shows until it is swapped. The view itself costs nothing: its files are
+	// pod's view still shows until it is swapped (after a refresh, the view it replaced is kept
+	// beside the new one, and dropped before the next update writes anything: twice still). The view itself costs nothing: its files are
 	// hard links to the copies' (volumeDir.writeView). Should linking ever fail, the files are
 	// written, and an update that then runs out of room fails and leaves the volume as it was.
 	// The record is kept room for too, twice (its new version is written beside the old one):

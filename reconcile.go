@@ -107,12 +107,17 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 	// not one that is reported as changing files (a list narrowed where the source could not be read).
 	filesChanged := w.copied || slices.ContainsFunc(changes, func(c shareChange) bool { return c.kind.changesFiles() })
 	rebuild := filesChanged || len(errs) == 0 && d.store.viewUnverified(rec.VolumeID)
-	// A state that changed without a reported change (a UID adopted, a list noted) is saved too.
-	if len(changes) == 0 && !rebuild && reflect.DeepEqual(next.Shares, rec.Shares) {
+	// A state that changed without a reported change (a UID adopted, a list noted, a kept view
+	// dropped) is saved too.
+	if len(changes) == 0 && !rebuild && reflect.DeepEqual(next.Shares, rec.Shares) && next.KeptBytes == rec.KeptBytes {
 		vol.dropRevokedCopies(rec)
 		return errors.Join(errs...)
 	}
-	conflicts, err := d.saveReconciled(vol, rec, w, rebuild, filesChanged)
+	// A kept view holds the old copies of the shares rewritten (charged until the record is saved)
+	// and links to the other shares' files: those are admitted beside what is in use, or the view
+	// is not kept.
+	keep := keepsPreviousView(changes) && room.take(w.previousView-w.replaced) == nil
+	conflicts, err := d.saveReconciled(vol, rec, w, rebuild, filesChanged, keep)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
@@ -132,12 +137,29 @@ type copiesWritten struct {
 	// written are the bytes of the copies rewritten (chargedBytes), replaced those their shares
 	// were charged before (rec's): what the volume holds that rec does not say, until next is saved.
 	written, replaced int64
-	errs              []error // the shares' errors; each such share is left as it was
+	// previousView is what the view before this reconcile costs if it is kept (volumedir.go):
+	// the old copies' charges of the shares rewritten, whose pages only it then holds, and the
+	// entries of the other shares' files in it: keptViewBytes.
+	previousView int64
+	errs         []error // the shares' errors; each such share is left as it was
 }
 
 // writeCopies writes the new copies the verdicts on rec's shares bring.
 func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVerdict, room *reservation) (w copiesWritten) {
 	w.next = rec.clone()
+	// A change drops the view the last refresh kept before writing anything, so that a volume
+	// holds at most two sets of files (the tmpfs's size allows for two), and no longer counts it;
+	// so does the volume's next reconcile without a change: the readers it was kept for were on
+	// it for an instant, and the old version does not stay readable under a hidden name.
+	if rec.KeptBytes > 0 || slices.ContainsFunc(verdicts, func(v shareVerdict) bool { return v.err == nil && v.files != nil }) {
+		if err := vol.dropPreviousView(); err != nil {
+			klog.ErrorS(err, "Dropping the view kept for readers failed", "volumeID", rec.VolumeID)
+		} else if rec.KeptBytes > 0 {
+			room.take(-rec.KeptBytes) // a credit: never refused
+			w.next.KeptBytes = 0
+		}
+	}
+	w.previousView = entryBytes // its payload dir
 	for i, v := range verdicts {
 		if v.err != nil {
 			klog.ErrorS(v.err, "Checking a share of a volume failed; it is left as it was", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
@@ -163,7 +185,12 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 				w.copied = true
 				w.written += v.state.Bytes
 				w.replaced += rec.Shares[i].Bytes
+				w.previousView += rec.Shares[i].Bytes
+			} else if !rec.Shares[i].Revoked {
+				w.previousView += keptViewBytes(rec.Shares[i])
 			}
+		} else if !rec.Shares[i].Revoked {
+			w.previousView += keptViewBytes(rec.Shares[i])
 		}
 		w.next.Shares[i] = v.state
 		if v.change != nil {
@@ -208,6 +235,24 @@ func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, room *re
 	}
 	v.state.Bytes, v.state.Entries, v.state.OverBudget = newBytes, newEntries, false
 	return v, nil
+}
+
+// keepsPreviousView says whether a reconcile that made these changes keeps the view it replaces
+// for readers still on it (volumedir.go): when it refreshed files, and took none away from the
+// pod. A revocation, a share replaced or keys no longer shared must take the files away at
+// once: a kept view would still show them under its hidden name.
+func keepsPreviousView(changes []shareChange) bool {
+	refreshed := false
+	for _, c := range changes {
+		switch c.kind {
+		case changeRefreshed:
+			refreshed = true
+		case changeRestored, changeRefreshFailed, changeRefreshResumed:
+		default:
+			return false
+		}
+	}
+	return refreshed
 }
 
 // reportChanges counts a reconcile's changes and tells the pod about them.

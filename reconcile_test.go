@@ -16,13 +16,18 @@ package main
 // shareidentity_test.go; a new copy over the node's budget: budget_test.go.
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
@@ -206,6 +211,78 @@ func TestReconcileKeepsTheLastFilesOfASourceThePinRefuses(t *testing.T) {
 	expectEvents(t, events, "pin refuses", reasonRefreshFailed)
 	if rec := savedRecord(t, d, "vol-1"); !rec.Shares[0].SourceReplaced {
 		t.Fatalf("record %+v: want SourceReplaced, so the pod is told once", rec.Shares[0])
+	}
+}
+
+// recreateSource deletes Secret p/src and creates it again as another object (UID uid) holding
+// data.
+func (c *fakeCluster) recreateSource(uid string, data map[string]string) {
+	c.deleteSource()
+	c.version++
+	b := map[string][]byte{}
+	for k, v := range data {
+		b[k] = []byte(v)
+	}
+	if _, err := c.client.CoreV1().Secrets("p").Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: types.UID(uid), ResourceVersion: strconv.Itoa(c.version)}, Data: b}, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// A share whose status has no pin yet (the status controller down, lagging, or unable to read the
+// source): the volume's recorded source is its pin, so a source re-created as another object is
+// refused as a pinned share refuses it, not followed. Following it needs the share to say so
+// (spec.sourceRecreation: Follow), or its pin moved to the new object (an admin's accept).
+func TestReconcileWithoutAPinOnTheShareKeepsTheVolumesSource(t *testing.T) {
+	c := newFakeCluster(t)
+	d, events := c.node() // the share has no status.sourceUID
+	publishVolume(t, d, "vol-1")
+	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].SourceUID != "src-1" {
+		t.Fatalf("record %+v: want the source's UID recorded at publish", rec.Shares[0])
+	}
+	c.recreateSource("src-2", map[string]string{"ca.crt": "RE-CREATOR-CA"})
+	for range 2 {
+		if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "CA") {
+			t.Fatalf("no pin on the share, source re-created: %v, the pod sees %v; want the original files", err, podView(t, d, "vol-1"))
+		}
+	}
+	expectEvents(t, events, "source re-created", reasonRefreshFailed)
+	if rec := savedRecord(t, d, "vol-1"); !rec.Shares[0].SourceReplaced || rec.Shares[0].SourceUID != "src-1" {
+		t.Fatalf("record %+v: want SourceReplaced and the original UID kept", rec.Shares[0])
+	}
+
+	// An admin accepts the new object: the share's pin moves to it, and the volume follows.
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": "share", "uid": "share-1"},
+		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}},
+		"status":   map[string]any{pinField: "src-2"},
+	}}
+	if err := d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+		t.Fatal(err)
+	}
+	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "RE-CREATOR-CA") {
+		t.Fatalf("pin moved to the new object: %v, the pod sees %v; want its files", err, podView(t, d, "vol-1"))
+	}
+	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].SourceReplaced || rec.Shares[0].SourceUID != "src-2" {
+		t.Fatalf("record %+v: want the new object's UID, not replaced", rec.Shares[0])
+	}
+}
+
+// A share that follows re-creations, without a pin in its status, lets a re-created source through.
+func TestReconcileOfAShareThatFollowsTakesARecreatedSource(t *testing.T) {
+	c := newFakeCluster(t)
+	d, _ := c.node()
+	publishVolume(t, d, "vol-1")
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": "share", "uid": "share-1"},
+		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, recreationField: recreationFollow},
+	}}
+	if err := d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+		t.Fatal(err)
+	}
+	c.recreateSource("src-2", map[string]string{"ca.crt": "CA2"})
+	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "CA2") {
+		t.Fatalf("following: %v, the pod sees %v; want the new object's files", err, podView(t, d, "vol-1"))
 	}
 }
 

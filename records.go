@@ -37,6 +37,9 @@ type volumeRecord struct {
 	Items        []item      `json:"items,omitempty"`
 	GID          int         `json:"gid"`
 	MountContext string      `json:"mountContext,omitempty"`
+	// KeptBytes is what the view a refresh kept for readers still on it costs in memory
+	// (volumedir.go), counted in the budget until the next change drops it.
+	KeptBytes int64 `json:"keptBytes,omitempty"`
 }
 
 // shareState is what the volume shows of one of its shares.

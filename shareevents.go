@@ -13,9 +13,12 @@ package main
 // (--relist-spread of --relist-interval, relistSchedule.eventDelay) before it reacts, as a
 // cycle spreads its requests over that window: the fleet's reaction to one edit is as flat as a
 // cycle. Events for one share coalesce: while the reaction waits, or waits to run, more events
-// for the share add nothing (the delaying queue keeps the earliest deadline, the queue each share
-// once); an event during the reaction runs it once more afterwards, so the last edit is always
-// seen. A volume whose lock is held when the reaction comes (a publish, an unpublish, the
+// for the share add nothing; an event during the reaction runs it once more afterwards, so the
+// last edit is always seen. And a share's reactions on a node start at least a window apart: a
+// stream of edits (a controller rewriting a share in a loop, a tenant's script) makes one
+// reaction per window per node, not one per random delay that happens to fall short. Edits that
+// change nothing a volume uses (a description, labels, the status's conditions) make none
+// (shares.go, shareChanged). A volume whose lock is held when the reaction comes (a publish, an unpublish, the
 // relist's reconcile of it, which may have read the share before the event) is skipped, and the
 // share's reaction runs again busyRetryDelay later, until no volume of it was busy: the event is
 // never dropped for a volume. A share's change thus reaches its volumes within the spread window
@@ -25,21 +28,36 @@ package main
 import (
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 )
 
 // shareEventQueue holds the shares whose events wait for their reaction.
 type shareEventQueue struct {
-	q     workqueue.TypedDelayingInterface[shareRef]
-	delay func() time.Duration // how long an event waits on this node
+	q      workqueue.TypedDelayingInterface[shareRef]
+	clock  clock.Clock
+	delay  func() time.Duration // how long an event waits on this node
+	window time.Duration        // a share's reactions start at least this far apart
+
+	mu      sync.Mutex
+	pending map[shareRef]bool      // a reaction waits (or waits to run): events add nothing
+	started map[shareRef]time.Time // when each share's last reaction started, within a window
 }
 
 func newShareEventQueue(sched relistSchedule) *shareEventQueue {
+	return newShareEventQueueOn(clock.RealClock{}, "share-events", sched.eventDelay, sched.window())
+}
+
+// newShareEventQueueOn is a queue on clk whose events wait delay(), and whose reactions to one
+// share start at least window apart.
+func newShareEventQueueOn(clk clock.WithTicker, name string, delay func() time.Duration, window time.Duration) *shareEventQueue {
 	return &shareEventQueue{
-		q:     workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[shareRef]{Name: "share-events"}),
-		delay: sched.eventDelay,
+		q:     workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[shareRef]{Name: name, Clock: clk}),
+		clock: clk, delay: delay, window: window,
+		pending: map[shareRef]bool{}, started: map[shareRef]time.Time{},
 	}
 }
 
@@ -48,15 +66,50 @@ func newShareEventQueue(sched relistSchedule) *shareEventQueue {
 // and reconciles those that are free, one review per service account and one read of the source.
 const busyRetryDelay = time.Second
 
-// add is the watch's report that share name of kind k changed.
+// add is the watch's report that share name of kind k changed: its reaction waits the node's
+// delay, and at least until a window after its last reaction started; an event while one waits
+// adds nothing.
 func (e *shareEventQueue) add(k shareKind, name string) {
-	e.q.AddAfter(shareRef{Kind: k, Name: name}, e.delay())
+	ref := shareRef{Kind: k, Name: name}
+	e.mu.Lock()
+	if e.pending[ref] {
+		e.mu.Unlock()
+		return
+	}
+	now := e.clock.Now()
+	wait := e.delay()
+	if last, ok := e.started[ref]; ok {
+		wait = max(wait, last.Add(e.window).Sub(now))
+	}
+	e.pending[ref] = true
+	e.mu.Unlock()
+	e.q.AddAfter(ref, wait)
 }
 
 // retry runs ref's reaction again busyRetryDelay from now (or with an earlier event, whichever
-// comes first).
+// comes first): the same reaction, finishing what it could not do, so not held to the window.
 func (e *shareEventQueue) retry(ref shareRef) {
+	e.mu.Lock()
+	e.pending[ref] = true
+	e.mu.Unlock()
 	e.q.AddAfter(ref, busyRetryDelay)
+}
+
+// starting notes that ref's reaction starts now: events from now on wait for the next one, a
+// window later. Shares whose last reaction is more than a window ago are forgotten.
+func (e *shareEventQueue) starting(ref shareRef) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.clock.Now()
+	delete(e.pending, ref)
+	for r, t := range e.started {
+		if now.Sub(t) >= e.window {
+			delete(e.started, r)
+		}
+	}
+	if e.window > 0 {
+		e.started[ref] = now
+	}
 }
 
 // run calls react for each share whose delay has passed, one at a time, until ctx ends.
@@ -70,6 +123,7 @@ func (e *shareEventQueue) run(ctx context.Context, react func(context.Context, s
 		if quit {
 			return
 		}
+		e.starting(ref)
 		react(ctx, ref)
 		e.q.Done(ref)
 	}

@@ -9,12 +9,13 @@ package main
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"k8s.io/client-go/util/workqueue"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -60,11 +61,14 @@ type pacedQueue struct {
 }
 
 func newPacedQueue(t *testing.T, delay time.Duration) *pacedQueue {
+	return newPacedQueueOf(t, func() time.Duration { return delay }, 0)
+}
+
+// newPacedQueueOf is a pacedQueue whose events wait delay(), a share's reactions at least window
+// apart.
+func newPacedQueueOf(t *testing.T, delay func() time.Duration, window time.Duration) *pacedQueue {
 	clock := clocktesting.NewFakeClock(time.Now())
-	p := &pacedQueue{clock: clock, atGate: make(chan shareRef, 1), shareEventQueue: &shareEventQueue{
-		q:     workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[shareRef]{Clock: clock}),
-		delay: func() time.Duration { return delay },
-	}}
+	p := &pacedQueue{clock: clock, atGate: make(chan shareRef, 1), shareEventQueue: newShareEventQueueOn(clock, "", delay, window)}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go p.run(ctx, func(_ context.Context, ref shareRef) {
@@ -139,6 +143,86 @@ func TestShareEventsWaitTheirDelayAndCoalesce(t *testing.T) {
 	p.clock.Step(11 * time.Second)
 	close(gate)
 	p.settle(t, "an edit during the reaction", a, b, a, a)
+}
+
+// A stream of edits of one share, 100 a second for 5 s, each event drawing its own delay within
+// a 1 s window: at most one reaction per window (6 over 5 s: the first, then one a window
+// after each), and the last edit is seen. (Before, each event drew a fresh delay and the queue
+// kept the earliest: a reaction every few tenths of a second.)
+func TestAStreamOfEditsMakesOneReactionPerWindow(t *testing.T) {
+	const window, step, edits = time.Second, 10 * time.Millisecond, 500
+	rnd := rand.New(rand.NewPCG(1, 2))
+	p := newPacedQueueOf(t, func() time.Duration { return time.Duration(rnd.Int64N(int64(window))) }, window)
+	a := shareRef{Kind: kindSecret, Name: "a"}
+	for range edits {
+		p.add(a.Kind, a.Name)
+		p.clock.Step(step)
+		time.Sleep(100 * time.Microsecond) // let a reaction that is due start
+	}
+	edited := p.clock.Now()
+	p.clock.Step(2 * window) // the reaction to the last edits
+	deadline := time.Now().Add(5 * time.Second)
+	for p.q.Len() > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	n := len(p.reactions())
+	t.Logf("%d edits over %v: %d reactions", edits, edits*step, n)
+	if max := int(edits*step/window) + 1; n > max || n < 2 {
+		t.Errorf("%d edits over %v with a %v window made %d reactions, want at most %d (one per window), and more than one", edits, edits*step, window, n, max)
+	}
+	p.mu.Lock()
+	last := p.started[a]
+	p.mu.Unlock()
+	if last.Before(edited.Add(-step)) {
+		t.Errorf("the last reaction started at %v, before the last edit (%v): the last edit was not seen", last, edited.Add(-step))
+	}
+}
+
+// What a volume uses of a share decides whether an edit makes a reaction, not its generation: a
+// description, a label, the status's conditions change nothing a volume shows; the ref, the list
+// of keys, following re-creations, the pin in the status and the object itself do. (Before, every
+// new generation made one: a stream of description edits had every node react to each.)
+func TestOnlyEditsOfWhatAVolumeUsesMakeAReaction(t *testing.T) {
+	base := func() *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": "share", "uid": "share-1", "generation": int64(1)},
+			"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "description": "CA"},
+			"status":   map[string]any{pinField: "src-1"},
+		}}
+		return u
+	}
+	for _, tc := range []struct {
+		name  string
+		edit  func(u *unstructured.Unstructured)
+		react bool
+	}{
+		{"description", func(u *unstructured.Unstructured) {
+			unstructured.SetNestedField(u.Object, "the corporate CA", "spec", "description")
+		}, false},
+		{"a label", func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"team": "a"}) }, false},
+		{"the status's conditions", func(u *unstructured.Unstructured) {
+			unstructured.SetNestedSlice(u.Object, []any{map[string]any{"type": "Ready", "status": "True"}}, "status", "conditions")
+		}, false},
+		{"the ref", func(u *unstructured.Unstructured) {
+			unstructured.SetNestedField(u.Object, "other", "spec", "secretRef", "name")
+		}, true},
+		{"the list of keys", func(u *unstructured.Unstructured) {
+			unstructured.SetNestedSlice(u.Object, []any{map[string]any{"key": "ca.crt"}}, "spec", sharedItemsField)
+		}, true},
+		{"following re-creations", func(u *unstructured.Unstructured) {
+			unstructured.SetNestedField(u.Object, recreationFollow, "spec", recreationField)
+		}, true},
+		{"the pin", func(u *unstructured.Unstructured) { unstructured.SetNestedField(u.Object, "src-2", "status", pinField) }, true},
+		{"the object", func(u *unstructured.Unstructured) { u.SetUID("share-2") }, true},
+	} {
+		was, now := base(), base()
+		tc.edit(now)
+		now.SetGeneration(2)
+		if got := shareChanged(kindSecret, was, now); got != tc.react {
+			t.Errorf("an edit of %s: reaction %v, want %v", tc.name, got, tc.react)
+		}
+	}
 }
 
 // A share's event while one of its volumes is busy (a publish, an unpublish, the relist's own

@@ -11,11 +11,14 @@ package main
 //
 //   - the new object shares the very source object the volume was made from (same source UID:
 //     the share was re-created as it was, by a Helm reinstall, a GitOps prune, an admin's
-//     delete-and-apply), and no key of it the volume's did not (its spec.items the same or
-//     narrower): nothing was taken over, the volume adopts the new UID and goes on (restored
-//     when the deletion had revoked it);
+//     delete-and-apply), and no key of it the volume's did not, each under the name the volume's
+//     gave it (its spec.items the same or narrower): nothing was taken over, the volume adopts the
+//     new UID and goes on (restored when the deletion had revoked it);
 //   - any other object (one that lists more keys of the same source, too: it would hand running
-//     pods keys they were never given): the share stays revoked in the volume (its files, if a missed delete
+//     pods keys they were never given; or one that renames keys between themselves, "ca.crt"
+//     then holding the bytes of "tls.key": a re-creation as it was never renames, and a pod
+//     must not find its files meaning something else without anyone's act on its side): the
+//     share stays revoked in the volume (its files, if a missed delete
 //     left them, leave it), and the pod gets one Warning event, SharedResourceReplaced, saying
 //     which objects these are and what accepts the new one: re-creating the pod. A new pod is
 //     a new publish, which uses the share as it is now after the pod's own review, as any pod
@@ -42,7 +45,7 @@ const reasonShareReplaced = "SharedResourceReplaced"
 
 // shareIdentity says whether sh, the share named as share i of rec is now, is the object the
 // volume was published from (or one that may stand in for it: same source object, exposing no
-// key the volume's did not). Once the UIDs differ, the volume's object is known gone: an
+// key the volume's did not, each under the same name). Once the UIDs differ, the volume's object is known gone: an
 // answer, not an outage. So a source that cannot be read (not found, forbidden, any API error)
 // does not keep the volume as it was: the new object is not the volume's until its source is
 // read and proves to be the volume's own (adopted then, restoring the volume).

@@ -243,15 +243,24 @@ func TestShareRecreatedOverAnUnreadableSourceIsRevoked(t *testing.T) {
 // ca.crt; share-2 has no list (every key, tls.key too). Adopting it would hand running pods a key
 // they were never given, so it is replaced (revoked, told once). One listing the same keys, or
 // fewer, is adopted. (Before, any object over the same source was adopted: the pod gained tls.key.)
+// Nor is one that renames keys, between themselves or not: the pod's ca.crt would hold the bytes
+// of tls.key. (Before, a list of the same keys under other names was adopted.)
 func TestShareRecreatedExposingMoreIsNotAdopted(t *testing.T) {
+	both := list(entry("ca.crt"), entry("tls.key"))
 	for _, tc := range []struct {
 		name    string
+		was     []any // the volume's share's spec.items; nil for none (every key)
 		items   []any // the new object's spec.items; nil for none (every key)
 		adopted bool
 	}{
-		{"no list", nil, false},
-		{"ca.crt and tls.key", list(entry("ca.crt"), entry("tls.key")), false},
-		{"ca.crt", list(entry("ca.crt")), true},
+		{"no list", list(entry("ca.crt")), nil, false},
+		{"ca.crt and tls.key", list(entry("ca.crt")), both, false},
+		{"ca.crt", list(entry("ca.crt")), list(entry("ca.crt")), true},
+		{"ca.crt of every key", nil, list(entry("ca.crt")), true},
+		{"ca.crt of two", both, list(entry("ca.crt")), true},
+		{"the two renamed between themselves", both, list(entry("ca.crt", "tls.key"), entry("tls.key", "ca.crt")), false},
+		{"ca.crt renamed", list(entry("ca.crt")), list(entry("ca.crt", "root.pem")), false},
+		{"a key of every key renamed", nil, list(entry("tls.key", "ca.crt")), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "1"},
@@ -272,7 +281,7 @@ func TestShareRecreatedExposingMoreIsNotAdopted(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			put("share-1", list(entry("ca.crt")))
+			put("share-1", tc.was)
 			ctx := context.Background()
 			if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
 				t.Fatal(err)

@@ -72,21 +72,16 @@ func (e exposure) same(o exposure) bool {
 	return e.all() == o.all() && e.fingerprint() == o.fingerprint()
 }
 
-// within says whether e exposes no key of the source that o does not: o exposes every key, or
-// each key e lists is one o lists (under whatever name: a file name shows no byte of a key).
+// within says whether e exposes nothing o does not, and each file under the name o gives it: o
+// exposes every key and e lists keys under their own names, or each entry e lists (key and name)
+// is one o lists. A key renamed is not within: the file a pod reads as "ca.crt" would hold
+// another key's bytes (a private key, say, where the application publishes its CA).
 func (e exposure) within(o exposure) bool {
-	if o.all() {
-		return true
-	}
 	if e.all() {
-		return false
-	}
-	keys := make(map[string]bool, len(o))
-	for _, k := range o {
-		keys[k.Key] = true
+		return o.all()
 	}
 	for _, k := range e {
-		if !keys[k.Key] {
+		if !o.shares(k.Key, k.Path) {
 			return false
 		}
 	}

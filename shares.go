@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"reflect"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -107,7 +108,7 @@ func newShareIndex(dyn dynamic.Interface, onChange func(shareKind, string)) *sha
 				}
 			},
 			UpdateFunc: func(oldObj, newObj any) {
-				if specChanged(oldObj, newObj) {
+				if shareChanged(k, oldObj, newObj) {
 					notify(newObj)
 				}
 			},
@@ -165,12 +166,30 @@ func shareTransform(k shareKind) cache.TransformFunc {
 }
 
 // specChanged says whether an informer update changed a share's spec. Only status changed
-// when the generation stayed (most likely the driver's own status write): nothing a volume or
-// a share's Ready condition depends on.
+// when the generation stayed (most likely the status writer's own write): nothing a share's
+// Ready condition depends on.
 func specChanged(oldObj, newObj any) bool {
 	o, _ := oldObj.(*unstructured.Unstructured)
 	n, _ := newObj.(*unstructured.Unstructured)
 	return o == nil || n == nil || o.GetGeneration() != n.GetGeneration() || o.GetGeneration() == 0
+}
+
+// shareChanged says whether an informer update changed anything a volume uses of a share: what
+// the driver reads of it (shareFromObject: its UID, its ref, its list of keys, its pin and
+// whether it follows re-creations, or why it cannot be read), compared old with new. A new
+// generation is not enough: a description, labels or annotations edited change nothing a volume
+// shows, and a stream of such edits would have every node react to each; the status's
+// conditions (the status controller's writes) neither. A pin moved in the status (an admin
+// accepting a re-created source) does count.
+func shareChanged(k shareKind, oldObj, newObj any) bool {
+	o, _ := oldObj.(*unstructured.Unstructured)
+	n, _ := newObj.(*unstructured.Unstructured)
+	if o == nil || n == nil {
+		return true
+	}
+	was, wasErr := shareFromObject(k, o)
+	now, nowErr := shareFromObject(k, n)
+	return !reflect.DeepEqual(was, now) || fmt.Sprint(wasErr) != fmt.Sprint(nowErr)
 }
 
 // start runs the informers until ctx ends.

@@ -40,6 +40,18 @@ func pinOf(u *unstructured.Unstructured) sourcePin {
 	return sourcePin{UID: uid, Follow: mode == recreationFollow}
 }
 
+// orRecorded is the pin a running volume holds the share to: the share's own, or, while the share
+// has none and does not follow (its status not written yet: the status controller down, lagging
+// or unable to read the source), the UID of the object the volume's files came from (its
+// record's SourceUID). Without it, a volume would follow a re-created source exactly while the
+// share's pin is missing: the pin would fail open.
+func (p sourcePin) orRecorded(recorded string) sourcePin {
+	if p.UID == "" && !p.Follow {
+		p.UID = recorded
+	}
+	return p
+}
+
 // refuses says whether the share refuses the object with this UID: another object than the one
 // it was made for, and the share does not follow re-creations.
 func (p sourcePin) refuses(uid string) bool {

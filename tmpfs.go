@@ -103,8 +103,9 @@ const tmpfsHugeOption = "huge=within_size"
 // symbolic links, and hard links, which tmpfs counts as inodes: shmem_link) it may hold at once.
 // A volume holds at most maxVolumeEntries files and directories over its shares' copies (N);
 // the atomic writer adds at most a link per file and three entries per directory it fills, and
-// the view links every file again: 4N steady. During an update a new copy or a new view (at
-// most 2N) is written beside the old one: 6N. Since Linux 6.6 an inode's security label
+// the view links every file again: 4N steady, 5N with the view a refresh keeps for readers
+// (volumedir.go). An update drops that kept view first, then writes a new copy or a new view (at
+// most 2N) beside the old one: 6N. Since Linux 6.6 an inode's security label
 // (SELinux) is counted against the same space, about a tenth of an inode more each: 8N, and 128
 // for the record (twice while it is saved), the volume's own directories and the entries of up
 // to maxShares shares. The bound is the last line: publish and refresh refuse what would exceed

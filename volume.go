@@ -197,9 +197,10 @@ func (d *driver) cleanOrphan(volDir string) {
 // last, so a crash leaves the old record with a view the next reconcile rebuilds. filesChanged
 // says the rebuild is a change's (it has crash points). A failure leaves the store charging what
 // the tmpfs holds (chargeUnsaved) and, after a rebuild, the view marked as one the record does
-// not describe (viewUnsaved). It returns the paths two shares both provide, for the caller to
-// report.
-func (d *driver) saveReconciled(vol volumeDir, rec volumeRecord, w copiesWritten, rebuild, filesChanged bool) ([]pathConflict, error) {
+// not describe (viewUnsaved). keep keeps the view a change replaces for readers still on it
+// (volumedir.go), charged in the record. It returns the paths two shares both provide, for the
+// caller to report.
+func (d *driver) saveReconciled(vol volumeDir, rec volumeRecord, w copiesWritten, rebuild, filesChanged, keep bool) ([]pathConflict, error) {
 	next := w.next
 	var conflicts []pathConflict
 	if rebuild {
@@ -209,7 +210,8 @@ func (d *driver) saveReconciled(vol volumeDir, rec volumeRecord, w copiesWritten
 			d.crash.reached(stepReconcileCopies)
 		}
 		var err error
-		if conflicts, err = vol.rebuildView(next.Shares); err != nil {
+		var kept bool
+		if conflicts, kept, err = vol.rebuildView(next.Shares, keep && filesChanged); err != nil {
 			// The old view still links the old copies' files, beside the new copies.
 			d.store.chargeUnsavedBeyond(rec.VolumeID, w.written)
 			return nil, err
@@ -217,12 +219,17 @@ func (d *driver) saveReconciled(vol volumeDir, rec volumeRecord, w copiesWritten
 		if filesChanged {
 			d.crash.reached(stepReconcileData)
 		}
+		// The view replaced is kept for readers still on it, or gone (with any kept before).
+		next.KeptBytes = 0
+		if kept {
+			next.KeptBytes = w.previousView
+		}
 	}
 	// Should the save fail with new copies written, they are on disk and in the view, the old ones
 	// freed: the volume stays charged for them, not for the saved record alone.
 	var unsaved int64
 	if w.copied {
-		unsaved = volumeBytes(rec) - w.replaced + w.written
+		unsaved = volumeBytes(rec) - w.replaced + w.written + next.KeptBytes - rec.KeptBytes
 	}
 	if err := d.store.saveRebuilt(next, rebuild, unsaved); err != nil {
 		return nil, err

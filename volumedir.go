@@ -6,6 +6,12 @@ package main
 //	shares/<i>/   share i's copy: its files as last fetched, out of the pod's view
 //	data/         the pod's view, bind-mounted read-only onto the target
 //
+// After a refresh, data/ keeps the view it replaced until the volume's next change: an app that
+// resolved data/..data just before the swap and opens the files one after another still finds
+// each of them (removed at once, a file could be missing for an instant). A change that takes
+// files away from the pod (a revocation, keys no longer shared) keeps nothing, and every change
+// drops the kept view before writing anything, so a volume holds at most two sets of files.
+//
 // A share's copy is what it shows while it is granted, and what comes back after a revocation.
 // The view is composed from the copies of the shares the pod may see (composeFiles: the first
 // share listed wins a path), and its files are hard links to the copies' files, so a volume's
@@ -18,6 +24,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strconv"
 
@@ -68,7 +75,7 @@ func (vd volumeDir) populate(v volumeView) error {
 			return err
 		}
 	}
-	return vd.writeView(v)
+	return vd.writeView(v, false)
 }
 
 // writeCopy replaces share i's copy with files; nil empties it.
@@ -79,8 +86,9 @@ func (vd volumeDir) writeCopy(i int, files map[string]atomicwriter.File) error {
 // writeView makes data/ hold exactly v's files, in one atomic swap. Each file is a hard link to
 // the same file in a share's copy (atomicwriter.Writer.Origins): the first share whose copy has
 // it with the same mode and bytes (a share that lost the path to an earlier one in composeFiles
-// holds other bytes there, or the same ones). The writer writes a file it cannot link.
-func (vd volumeDir) writeView(v volumeView) error {
+// holds other bytes there, or the same ones). The writer writes a file it cannot link. keep keeps
+// the view replaced, for readers still on it, until the next write (atomicwriter.KeepPrevious).
+func (vd volumeDir) writeView(v volumeView, keep bool) error {
 	origins := make(map[string]string, len(v.files))
 	for p, f := range v.files {
 		for i, copied := range v.perShare {
@@ -90,12 +98,19 @@ func (vd volumeDir) writeView(v volumeView) error {
 			}
 		}
 	}
-	return atomicwriter.Writer{Dir: vd.dataDir(), GID: vd.gid, Origins: origins}.Write(v.files)
+	return atomicwriter.Writer{Dir: vd.dataDir(), GID: vd.gid, Origins: origins, KeepPrevious: keep}.Write(v.files)
+}
+
+// dropPreviousView removes the view a refresh kept (writeView), before a change writes anything.
+func (vd volumeDir) dropPreviousView() error {
+	return atomicwriter.DropPrevious(vd.dataDir())
 }
 
 // rebuildView composes the view again from the copies on disk of the shares not revoked, and
-// writes it. It returns the paths two shares both provide, for the caller to report.
-func (vd volumeDir) rebuildView(shares []shareState) ([]pathConflict, error) {
+// writes it, keeping the view it replaces when keep (writeView). It returns the paths two shares
+// both provide, for the caller to report, and whether a view was kept: none when the view was
+// the same (a source's new version with the same bytes swaps nothing).
+func (vd volumeDir) rebuildView(shares []shareState, keep bool) (conflicts []pathConflict, kept bool, err error) {
 	refs := make([]shareRef, len(shares))
 	perShare := make([]map[string]atomicwriter.File, len(shares))
 	for i, st := range shares {
@@ -105,12 +120,29 @@ func (vd volumeDir) rebuildView(shares []shareState) ([]pathConflict, error) {
 		}
 		files, err := atomicwriter.ReadFiles(vd.shareDir(i))
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		perShare[i] = files
 	}
 	v := composeView(refs, perShare)
-	return v.conflicts, vd.writeView(v)
+	// Only a view whose every file the new one still has is kept: a kept view shows its files
+	// under a hidden name, and a key the source or the share no longer has must go at once.
+	if keep {
+		old, err := atomicwriter.ReadFiles(vd.dataDir())
+		keep = err == nil
+		for p := range old {
+			if _, ok := v.files[p]; !ok {
+				keep = false
+			}
+		}
+	}
+	link := filepath.Join(vd.dataDir(), "..data")
+	before, _ := os.Readlink(link)
+	if err := vd.writeView(v, keep); err != nil {
+		return nil, false, err
+	}
+	after, _ := os.Readlink(link)
+	return v.conflicts, keep && before != "" && after != before, nil
 }
 
 // dropRevokedCopies empties the copies of the revoked shares of a refreshing volume: a restore

@@ -19,11 +19,18 @@ package main
 // before and after a swap, so a swap back to what the application started with (revoked, then
 // granted again unchanged) does not count either.
 //
-// Revocation (the driver swaps in an empty set) does not count by default (--on-revoke=wait):
-// a restarted application would find no files and fail to start, turning a permission change
-// into an outage, and a restart does not take back what the application already read (revoking
-// a credential is rotating it where it is issued). When the files come back, they count if they
-// differ from what the application started with. --on-revoke=notify counts it like any change.
+// Revocation does not count by default (--on-revoke=wait): a restarted application would find
+// no files and fail to start, turning a permission change into an outage, and a restart does not
+// take back what the application already read (revoking a credential is rotating it where it is
+// issued). A revocation is a view that only lost files: emptied (its one share revoked), or
+// without the files of one of its shares (a volume of several). When the files come back, they
+// count if they differ from what the application started with. --on-revoke=notify counts it
+// like any change.
+//
+// The watcher must be able to read the files: it compares what they hold. A watcher that cannot
+// (a 0400 file of another user, a 0440 file of a group it is not in) refuses to start, exit 1,
+// saying so: knowing only that ..data moved, it could not tell a revocation from a change, nor a
+// restore of the same bytes from new ones.
 
 import (
 	"context"
@@ -59,7 +66,7 @@ const (
 	// bad flag, a directory that is not a mounted share. They are not --exit-code, so they
 	// never restart the application; the kubelet restarts the watcher alone (with back-off).
 	watchExitUsage  = 2
-	watchExitFailed = 1
+	watchExitFailed = 1 // also: it may not read the files (readView)
 	// dataLink is the link the atomic writer swaps.
 	dataLink = "..data"
 )
@@ -94,7 +101,7 @@ func parseWatchFlags(args []string, usage io.Writer) (*watchOptions, error) {
 	fs.SetOutput(usage)
 	fs.Var(&dirs, "dir", "a directory where the pod mounts a share (its volumeMounts.mountPath); repeat for several")
 	fs.IntVar(&o.exitCode, "exit-code", watchExitChanged, "the code to exit with when the files changed (pair it with a restartPolicyRules entry: action RestartAllContainers, exitCodes operator In, the same value)")
-	fs.StringVar(&sig, "signal", "", "instead of exiting, send this signal (HUP, USR1, USR2, TERM, INT, QUIT, WINCH) to the processes named --process and keep watching; needs shareProcessNamespace: true and the same user as the application")
+	fs.StringVar(&sig, "signal", "", "instead of exiting, send this signal (HUP, USR1, USR2, TERM, INT, QUIT, WINCH) to the processes named --process that run as the watcher's own user, and keep watching; needs shareProcessNamespace: true and the same user as the application")
 	fs.StringVar(&o.process, "process", "", "with --signal: the process name to signal (its /proc/PID/comm or the base name of its argv[0]); of a tree of same-named processes (a master and its workers) only the topmost ones are signalled")
 	fs.StringVar(&o.onRevoke, "on-revoke", "wait", "what an emptied view (access revoked) does: wait (nothing; the files count when they come back different) or notify (a change like any other)")
 	fs.DurationVar(&o.delayMax, "delay-max", 0, "wait a random time up to this before acting on a change, so the replicas of a Deployment do not all restart at once")
@@ -193,11 +200,28 @@ type dirWatcher struct {
 	baseline map[string]viewState
 }
 
-// viewState is what a pod sees in one dir: a hash of its files, and whether there are any.
+// viewState is what a pod sees in one dir: a hash of its files, each file's, and whether there
+// are any.
 type viewState struct {
 	sum   [sha256.Size]byte
+	files map[string][sha256.Size]byte // path -> hash of its mode and bytes
 	empty bool
 	link  string // ..data's target, for the log
+}
+
+// onlyLost says whether st is what was left of was after files were taken away, and nothing
+// else changed: fewer files, each of them still what it was. A revocation does that (of the
+// volume's one share: nothing left; of one of several: that share's files gone).
+func (st viewState) onlyLost(was viewState) bool {
+	if len(st.files) >= len(was.files) {
+		return false
+	}
+	for p, h := range st.files {
+		if was.files[p] != h {
+			return false
+		}
+	}
+	return true
 }
 
 func newDirWatcher(o *watchOptions, logf func(string, ...any)) (*dirWatcher, error) {
@@ -239,14 +263,21 @@ func readView(dir string) (viewState, error) {
 	}
 	files, err := atomicwriter.ReadFiles(dir)
 	if errors.Is(err, fs.ErrPermission) {
-		// A file this user may not read: every swap counts (the driver swaps only when the
-		// files changed), known by ..data's target alone.
-		return viewState{sum: sha256.Sum256([]byte("link:" + link)), link: link}, nil
+		// Knowing only that ..data moved, the watcher could not tell a revocation from a change,
+		// nor a restore of the same bytes from new ones: it would restart the application for
+		// nothing. So it refuses, and says what to change.
+		return viewState{}, fmt.Errorf("%s: the watcher may not read the share's files as uid %d, gid %d (%w): it compares what they hold, so run it as a user that may read them: "+
+			"the application's (securityContext.runAsUser), or in the files' group (the pod's fsGroup; mind the volume's defaultMode and items' modes)",
+			dir, os.Geteuid(), os.Getegid(), err)
 	}
 	if err != nil {
 		return viewState{}, err
 	}
-	return viewState{sum: hashFiles(files), empty: len(files) == 0, link: link}, nil
+	each := make(map[string][sha256.Size]byte, len(files))
+	for p, f := range files {
+		each[p] = hashFiles(map[string]atomicwriter.File{p: f})
+	}
+	return viewState{sum: hashFiles(files), files: each, empty: len(files) == 0, link: link}, nil
 }
 
 // hashFiles hashes paths, modes and bytes, each length-prefixed so no two sets collide by
@@ -326,8 +357,12 @@ func (w *dirWatcher) next(ctx context.Context) ([]string, error) {
 			switch {
 			case st.sum == old.sum:
 				continue
-			case st.empty && w.o.onRevoke == "wait":
-				w.logf("%s is now empty (access revoked?); not acting: the application keeps what it read, and files that come back different count as a change (--on-revoke)", dir)
+			case w.o.onRevoke == "wait" && st.onlyLost(old):
+				what := "is now empty"
+				if !st.empty {
+					what = fmt.Sprintf("lost %d of its %d files, the others unchanged", len(old.files)-len(st.files), len(old.files))
+				}
+				w.logf("%s %s (access revoked?); not acting: the application keeps what it read, and files that come back different count as a change (--on-revoke)", dir, what)
 				continue
 			}
 			w.baseline[dir] = st
@@ -339,23 +374,33 @@ func (w *dirWatcher) next(ctx context.Context) ([]string, error) {
 	}
 }
 
-// signalProcesses sends sig to every process named name that is not a child of another process
-// of that name (nginx's master, not its workers), other than this one; it returns how many.
+// signalProcesses sends sig to every process named name that runs as the watcher's own user (its
+// real and effective UID the watcher's effective UID) and is not a child of another process of
+// that name (nginx's master, not its workers), other than this one; it returns how many. In a
+// shared process namespace every container's processes are visible, and a name is no identity:
+// the user is the one thing the watcher can check that a process of another container does not
+// choose to match.
 func signalProcesses(name string, sig syscall.Signal) (int, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, err
 	}
-	self := os.Getpid()
+	self, uid := os.Getpid(), os.Geteuid()
 	parents := map[int]int{} // matching pid -> its parent
+	others := 0              // of the name, but another user's
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
+		if err != nil || pid == self || !processName(pid, name) {
 			continue
 		}
-		if processName(pid, name) {
-			parents[pid] = parentPID(pid)
+		if !runsAs(pid, uid) {
+			others++
+			continue
 		}
+		parents[pid] = parentPID(pid)
+	}
+	if len(parents) == 0 && others > 0 {
+		return 0, fmt.Errorf("no process named %q runs as uid %d, the watcher's user (%d of that name run as another user, and are not signalled): run the watcher as the application's user", name, uid, others)
 	}
 	if len(parents) == 0 {
 		return 0, fmt.Errorf("no process named %q is visible (does the pod set shareProcessNamespace: true?)", name)
@@ -386,6 +431,34 @@ func processName(pid int, name string) bool {
 	}
 	argv0, _, _ := strings.Cut(string(b), "\x00")
 	return argv0 != "" && filepath.Base(argv0) == name
+}
+
+// runsAs says whether pid's real and effective UIDs are both uid (/proc/PID/status).
+func runsAs(pid, uid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false
+	}
+	real, effective, ok := statusUIDs(string(b))
+	return ok && real == uid && effective == uid
+}
+
+// statusUIDs reads the real and effective UIDs from the text of a /proc/PID/status.
+func statusUIDs(status string) (real, effective int, ok bool) {
+	for line := range strings.Lines(status) {
+		rest, found := strings.CutPrefix(line, "Uid:")
+		if !found {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) < 2 {
+			return 0, 0, false
+		}
+		r, err1 := strconv.Atoi(f[0])
+		e, err2 := strconv.Atoi(f[1])
+		return r, e, err1 == nil && err2 == nil
+	}
+	return 0, 0, false
 }
 
 // parentPID is pid's parent from /proc/PID/stat (the field after the parenthesised comm), or 0.

@@ -2,8 +2,8 @@ package main
 
 // Specification of `shared-resource-csi watch` (watch.go) over a directory written by
 // internal/atomicwriter exactly as the driver writes a pod's view: a swap of ..data to other
-// files is a change, reported once; a rewrite of the same files (no swap), an emptied view
-// (revocation) and a swap back to what the application was given are not; the signal variant
+// files is a change, reported once; a rewrite of the same files (no swap), a view that only lost
+// files (revocation) and a swap back to what the application was given are not; the signal variant
 // signals the named process once per change and keeps watching; a --dir that is not a mounted
 // share fails at once with a message saying what to fix.
 
@@ -152,6 +152,44 @@ func TestWatchRevocationCountsWithOnRevokeNotify(t *testing.T) {
 	changes, errs := startWatcher(t, "--dir", dir, "--on-revoke=notify")
 	writeShare(t, dir, nil)
 	expectChange(t, changes, errs, "revoked (--on-revoke=notify)")
+}
+
+// A volume of two shares, one of them revoked, loses that share's files and keeps the other's: a
+// revocation as much as an emptied view, so --on-revoke=wait does not act on it, nor on the files
+// coming back the same; a file that then changes is a change.
+func TestWatchAViewThatOnlyLostFilesIsARevocation(t *testing.T) {
+	dir := t.TempDir()
+	writeShare(t, dir, map[string]string{"ca.crt": "v1", "token": "t1"})
+	changes, errs := startWatcher(t, "--dir", dir)
+	writeShare(t, dir, map[string]string{"ca.crt": "v1"}) // the share of token revoked
+	expectNoChange(t, changes, errs, "one share's files gone, the other's unchanged (--on-revoke=wait)")
+	writeShare(t, dir, map[string]string{"ca.crt": "v1", "token": "t1"})
+	expectNoChange(t, changes, errs, "restored with the files the application started with")
+	writeShare(t, dir, map[string]string{"ca.crt": "v1"})
+	writeShare(t, dir, map[string]string{"ca.crt": "v2"})
+	expectChange(t, changes, errs, "a file that stayed changed")
+}
+
+func TestWatchAViewThatOnlyLostFilesCountsWithOnRevokeNotify(t *testing.T) {
+	dir := t.TempDir()
+	writeShare(t, dir, map[string]string{"ca.crt": "v1", "token": "t1"})
+	changes, errs := startWatcher(t, "--dir", dir, "--on-revoke=notify")
+	writeShare(t, dir, map[string]string{"ca.crt": "v1"})
+	expectChange(t, changes, errs, "one share's files gone (--on-revoke=notify)")
+}
+
+// The UIDs --signal checks come from /proc/PID/status.
+func TestWatchReadsTheUIDsOfAProcess(t *testing.T) {
+	status := "Name:\tnginx\nUmask:\t0022\nState:\tS (sleeping)\nUid:\t101\t102\t103\t104\nGid:\t101\t101\t101\t101\n"
+	if r, e, ok := statusUIDs(status); !ok || r != 101 || e != 102 {
+		t.Errorf("statusUIDs = %d, %d, %v; want 101, 102", r, e, ok)
+	}
+	if _, _, ok := statusUIDs("Name:\tx\n"); ok {
+		t.Error("statusUIDs of a status without a Uid line says ok")
+	}
+	if !runsAs(os.Getpid(), os.Geteuid()) || runsAs(os.Getpid(), os.Geteuid()+1) {
+		t.Error("runsAs does not recognise this process's own user")
+	}
 }
 
 func TestWatchSeveralDirsReportsTheOneThatChanged(t *testing.T) {

@@ -59,8 +59,9 @@
 //     step 6 or 7 fails, ..data_tmp and the new payload dir are removed and ..data is unchanged.
 //  8. Make the top level match the payload: a link for each first segment, none of the writer's
 //     links for names no longer in it, no leftover ..data_tmp.
-//  9. Remove every payload dir but the current one: the previous one, and any an interrupted
-//     write left behind. This comes last, when no top-level link leads into them any more.
+//  9. Remove every payload dir but the current one: the previous one (unless Writer.KeepPrevious
+//     keeps it until the next write), and any an interrupted write left behind. This comes
+//     last, when no top-level link leads into them any more.
 //
 // ReadFiles reads the current set back the same way a reader sees it.
 package atomicwriter

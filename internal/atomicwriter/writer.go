@@ -40,6 +40,15 @@ type Writer struct {
 	// owner the file would be written with; otherwise, and whenever linking fails, it is
 	// written. Linking saves memory on a tmpfs and never changes what a reader sees.
 	Origins map[string]string
+	// KeepPrevious keeps, after a write that swaps ..data, the payload dir it replaced, until
+	// the next write (which removes it, or keeps it in turn only if it swaps again with
+	// KeepPrevious). A reader that resolved ..data just before the swap (a path through ..data
+	// or a top-level link, looked up while the swap happens) then still finds every file of the
+	// set it started on; removed at once, as the kubelet's writer does, a file of that set can
+	// be missing for an instant. The cost: the previous set's bytes stay in memory until the next
+	// write. Never for a write that takes files away a reader must stop seeing: DropPrevious, or
+	// a write without KeepPrevious, removes the kept dir.
+	KeepPrevious bool
 }
 
 // Write makes w.Dir hold exactly files (relative path -> file), atomically for readers. An
@@ -89,14 +98,56 @@ func (w Writer) write(files map[string]File) error {
 		}
 	}
 	// (5) An identical payload is not published again.
+	keep := ""
 	if current == "" || !holdsPayload(root, current, files, w.GID) {
+		previous := current
 		current, err = w.publish(root, paths, files)
 		if err != nil {
 			return err
 		}
+		if w.KeepPrevious {
+			keep = previous
+		}
 	}
 	// (8), (9) The top-level links, and the cleanup of what the previous payload left.
-	return updateTopLevel(root, current, tops)
+	return updateTopLevel(root, current, keep, tops)
+}
+
+// DropPrevious removes every payload dir of dir but the one ..data points at: the one a write
+// with KeepPrevious kept, and any an interrupted write left behind. A dir without ..data (or no
+// dir) has nothing to drop. Like Write, it must not run concurrently with a write to dir.
+func DropPrevious(dir string) error {
+	root, err := os.OpenRoot(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("drop previous payloads of %s: %w", dir, err)
+	}
+	defer root.Close()
+	current, err := currentPayloadDir(root)
+	if err != nil || current == "" {
+		if err != nil {
+			return fmt.Errorf("drop previous payloads of %s: %w", dir, err)
+		}
+		return nil
+	}
+	entries, err := fs.ReadDir(root.FS(), ".")
+	if err != nil {
+		return fmt.Errorf("drop previous payloads of %s: %w", dir, err)
+	}
+	var errs []error
+	for _, e := range entries {
+		if isPayloadDirName(e.Name()) && e.IsDir() && e.Name() != current {
+			if err := root.RemoveAll(e.Name()); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("drop previous payloads of %s: %w", dir, err)
+	}
+	return nil
 }
 
 // ensureDir creates dir (and missing parents) with mode 0755 if it does not exist, and refuses a
@@ -309,9 +360,10 @@ func linkTopLevel(root *os.Root, tops []string) error {
 }
 
 // updateTopLevel runs once ..data points at current, the payload dir of the payload whose first
-// segments are tops. It continues past errors, so one bad entry does not block the cleanup of
-// the others.
-func updateTopLevel(root *os.Root, current string, tops []string) error {
+// segments are tops; keep, when not "", is the payload dir current replaced, kept for readers
+// (Writer.KeepPrevious). It continues past errors, so one bad entry does not block the cleanup
+// of the others.
+func updateTopLevel(root *os.Root, current, keep string, tops []string) error {
 	var errs []error
 	// (8) Make the top level match the payload: first the links of its names...
 	for _, name := range tops {
@@ -334,7 +386,7 @@ func updateTopLevel(root *os.Root, current string, tops []string) error {
 		name := e.Name()
 		switch {
 		case isPayloadDirName(name):
-			if name != current && e.IsDir() {
+			if name != current && name != keep && e.IsDir() {
 				stale = append(stale, name)
 			}
 		case name == dataTmpLink && e.Type()&fs.ModeSymlink != 0:
@@ -362,7 +414,8 @@ func updateTopLevel(root *os.Root, current string, tops []string) error {
 		}
 	}
 	// (9) Old payload dirs go last, when no top-level link leads into them any more; a reader
-	// that resolved ..data earlier keeps working on the files it opened.
+	// that resolved ..data earlier keeps working on the files it opened, and with KeepPrevious
+	// also finds the ones it had yet to open.
 	for _, d := range stale {
 		if err := root.RemoveAll(d); err != nil {
 			errs = append(errs, err)

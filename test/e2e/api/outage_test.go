@@ -1,7 +1,8 @@
 package api
 
 // Specification of outages: the API server unreachable during a run never revokes a volume, and
-// the driver recovers when it is back; a deleted source keeps the last good data. The driver
+// the driver recovers when it is back; a deleted source keeps the last good data, and one created
+// again as another object is not followed while the share has no pin. The driver
 // reaches the API server through a TCP proxy the test controls; cutting the proxy refuses new
 // connections and drops open ones, which is what the driver sees when the API server stops (the
 // real server keeps serving the other tests).
@@ -16,13 +17,16 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -185,10 +189,52 @@ func TestSourceDeletedKeepsLastGoodData(t *testing.T) {
 	if err := framework.SameFiles(framework.ReadVolume(t, v.Target), asStrings(f.data)); err != nil {
 		t.Fatalf("after the source was deleted: %v", err)
 	}
-	// Re-created with new data: the volume follows.
+	// A new publish while the source is missing fails FailedPrecondition (tested in test/e2e/api/driver_test.go).
+	p.UnpublishAll(t, v)
+}
+
+// A source deleted and created again is another object: with no status controller running, the
+// share has no pin in its status (status.sourceUID), and the volume's own record of the object
+// its files came from pins it. The running volume keeps the original data and its pod is told
+// once that the source was replaced; it is not refreshed to the re-creator's bytes. (Were the
+// pin to fail open while the status controller is down or lagging, whoever may create the
+// source anew would feed every running consumer.)
+func TestSourceRecreatedWithoutAPinKeepsTheOriginalData(t *testing.T) {
+	e := framework.E2e(t)
+	p := e.StartDriver(t) // no status controller: the share's status stays empty
+	f, v := publishedVolume(t, e, p)
+	u, err := e.Dyn.Resource(framework.ShareGVR(framework.KindSecret)).Get(t.Context(), f.share, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid, _, _ := unstructured.NestedString(u.Object, "status", "sourceUID"); uid != "" {
+		t.Fatalf("the share has a pin (%s) though no status controller runs", uid)
+	}
+	if err := e.Kube.CoreV1().Secrets(f.platform).Delete(t.Context(), "ca-bundle", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	recreated := map[string][]byte{"ca.crt": p.Secret("recreated")}
 	e.CreateSecret(t, f.platform, "ca-bundle", recreated)
-	framework.Eventually(t, relist+relistSlack, func() error { return framework.SameFiles(framework.ReadVolume(t, v.Target), asStrings(recreated)) })
-	// A new publish while the source is missing fails FailedPrecondition (tested in test/e2e/api/driver_test.go).
+	var told []corev1.Event
+	framework.Eventually(t, relist+relistSlack, func() error {
+		told, err = e.PodEvents(v.PodNS, v.PodName, framework.ReasonRefreshFailed)
+		if err != nil || len(told) == 0 {
+			return fmt.Errorf("no %s event yet (%v)", framework.ReasonRefreshFailed, err)
+		}
+		return nil
+	})
+	if !strings.Contains(told[0].Message, "was deleted and created again") {
+		t.Errorf("%s event %q does not say the source was replaced", framework.ReasonRefreshFailed, told[0].Message)
+	}
+	time.Sleep(2 * relist) // later cycles neither refresh nor tell again
+	if err := framework.SameFiles(framework.ReadVolume(t, v.Target), asStrings(f.data)); err != nil {
+		t.Fatalf("the volume followed the re-created source: %v", err)
+	}
+	if evs, _ := e.PodEvents(v.PodNS, v.PodName, framework.ReasonRefreshed); len(evs) > 0 {
+		t.Errorf("the volume was refreshed from the re-created source: %s", evs[0].Message)
+	}
+	if evs, _ := e.PodEvents(v.PodNS, v.PodName, framework.ReasonRefreshFailed); len(evs) != 1 || framework.EvCount(evs[0]) > 1 {
+		t.Errorf("%s recorded %d events (%v), want one, once", framework.ReasonRefreshFailed, len(evs), evs)
+	}
 	p.UnpublishAll(t, v)
 }

@@ -255,15 +255,17 @@ type volumeRecord struct {
 		Key  string `json:"key"`
 		Path string `json:"path"`
 	} `json:"items"`
+	KeptBytes int64 `json:"keptBytes"`
 }
 
 // volumeBytes is what the volume budget charges for a volume whose record.json is recordLen
 // bytes: its record in whole pages, its items in the driver's memory (twice: each item's 64 bytes
 // and its two strings with an eighth and 16 bytes more), six entries of its own (the tmpfs root,
-// record.json, shares/, data/, its payload dir and ..data), and its shares' copies.
+// record.json, shares/, data/, its payload dir and ..data), its shares' copies, and the view a
+// refresh kept.
 func volumeBytes(rec volumeRecord, recordLen int) int64 {
 	const pageSize = 4096
-	n := (int64(recordLen)+pageSize-1)/pageSize*pageSize + 6*EntryBytes
+	n := (int64(recordLen)+pageSize-1)/pageSize*pageSize + 6*EntryBytes + rec.KeptBytes
 	str := func(s string) int64 {
 		if s == "" {
 			return 0
