@@ -192,6 +192,9 @@ func main() {
 		stop()
 		os.Exit(code)
 	}
+	if code, ok := runAdminSubcommand(os.Args); ok { // envfile.go, diagnose.go, whouses.go
+		os.Exit(code)
+	}
 	o, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		return
