@@ -14,6 +14,8 @@ import (
 
 	"context"
 	"fmt"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -173,4 +175,42 @@ func TestPodsEnvFileRefusesAKeyThatCannotBeAVariable(t *testing.T) {
 		t.Errorf("the refusal shows the value: %q", log)
 	}
 	s.AssertNotLogged(t, []byte(value))
+}
+
+// The example a user copies: applied as is (the images swapped for the local ones), the app's
+// environment holds the Secret's values, and after the Secret's update the new ones, in the
+// same pod.
+func TestPodsEnvFromShareExampleWorks(t *testing.T) {
+	s := framework.PodsEnv(t, framework.PodsShared)
+	const file, ns = "examples/env-from-share.yaml", "team-db"
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := regexp.MustCompile(`(?m)^( *)image: busybox:.*$`).ReplaceAllString(string(b), "${1}image: "+s.Busybox+"\n${1}imagePullPolicy: Never")
+	manifest = regexp.MustCompile(`(?m)^( *)image: ghcr.io/shared-resource/shared-resource-csi:.*$`).ReplaceAllString(manifest, "${1}image: "+s.Image)
+	s.KubeEnv.Kubectl(t, manifest, "apply", "-f", "-")
+	t.Cleanup(func() { s.KubeEnv.Kubectl(t, manifest, "delete", "-f", "-", "--wait=false", "--ignore-not-found") })
+	var pod *corev1.Pod
+	framework.Eventually(t, 90*time.Second, func() error {
+		pods, err := s.Kube.CoreV1().Pods(ns).List(context.Background(), listApp("db-client"))
+		if err != nil || len(pods.Items) != 1 || !framework.PodReady(&pods.Items[0]) {
+			return fmt.Errorf("db-client's pod not Ready yet (%v)", err)
+		}
+		pod = &pods.Items[0]
+		return nil
+	})
+	if log := s.AppLog(t, ns, pod.Name); !strings.Contains(log, "connecting as app (password: 18 characters)") {
+		t.Fatalf("the example's app printed %q", log)
+	}
+	s.UpdateSecret(t, "platform-db", "db-creds", map[string][]byte{"USER": []byte("app2"), "db.password": []byte("new")})
+	framework.Eventually(t, framework.NotifyRestartBound, func() error {
+		if log := s.AppLog(t, ns, pod.Name); !strings.Contains(log, "connecting as app2 (password: 3 characters)") {
+			return fmt.Errorf("after the update the app printed %q", log)
+		}
+		return nil
+	})
+	if got := s.GetPod(t, ns, pod.Name); got.UID != pod.UID {
+		t.Errorf("the example's pod was replaced, not restarted in place")
+	}
 }
