@@ -206,6 +206,10 @@ func (j *shareJudgement) judge(ctx context.Context) shareVerdictReport {
 		j.say("%s %q has no Ready condition yet (the status controller writes it)", typeName, ref.Name)
 	}
 
+	if j.evErr != nil {
+		// Without the pod's events a revoked volume cannot be told from a working one.
+		j.couldNot("list the pod's events (whether its volume was revoked, the version it last received)", j.evErr)
+	}
 	// Revoked: the driver emptied the volume and has not restored it since.
 	if ev := lastShareEvent(j.events, ref, reasonRevoked, reasonRestored); ev != nil && ev.Reason == reasonRevoked {
 		j.say("event %s %s ago: %s", ev.Reason, since(ev), ev.Message)

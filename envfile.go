@@ -254,6 +254,13 @@ func writeEnvFileAtomically(path string, body []byte) error {
 	if st.Type != unix.TMPFS_MAGIC {
 		return fmt.Errorf("--out %s: %s is not in memory (not a tmpfs): the values would reach the node's disk; give its emptyDir volume medium: Memory", path, dir)
 	}
+	// A run killed while writing leaves its temporary file; the next run removes it, so that
+	// restarts do not fill the emptyDir with copies of old values.
+	if stale, err := filepath.Glob(filepath.Join(dir, "."+filepath.Base(path)+".*")); err == nil {
+		for _, f := range stale {
+			os.Remove(f)
+		}
+	}
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("--out %s: %w", path, err)

@@ -179,6 +179,10 @@ func TestEnvFileCommand(t *testing.T) {
 		t.Fatalf("this test needs a tmpfs at /dev/shm: %v", err)
 	}
 	t.Cleanup(func() { os.RemoveAll(out) })
+	// A temporary file left by a run killed while writing.
+	if err := os.WriteFile(out+"/.share.env.12345", []byte("old values"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var stderr bytes.Buffer
 	if code := runEnvFileCommand([]string{"--dir", share, "--out", out + "/share.env"}, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
@@ -200,7 +204,7 @@ func TestEnvFileCommand(t *testing.T) {
 		t.Errorf("mode %v, want 0600", st.Mode().Perm())
 	}
 	if ents, _ := os.ReadDir(out); len(ents) != 1 {
-		t.Errorf("%d entries in the out dir, want the file alone (no temporary file left)", len(ents))
+		t.Errorf("%d entries in the out dir, want the file alone (no temporary file left, the stale one removed)", len(ents))
 	}
 
 	// A dir on disk: the package's own dir is on the checkout's file system.
