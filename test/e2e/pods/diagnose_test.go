@@ -346,8 +346,9 @@ func TestPodsWhoUsesAcrossNamespaces(t *testing.T) {
 	if err := os.Symlink(driverBinary(t), filepath.Join(dir, "kubectl-shared_resource")); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(s.Kubectl, "--kubeconfig", s.Kubeconfig, "shared-resource", "who-uses", "sharedsecret/"+f.Share, "--kubeconfig", s.Kubeconfig)
-	cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"))
+	// The kubeconfig as kubectl users have it: $KUBECONFIG, which the plugin reads as kubectl does.
+	cmd := exec.Command(s.Kubectl, "shared-resource", "who-uses", "sharedsecret/"+f.Share)
+	cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"), "KUBECONFIG="+s.Kubeconfig)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl shared-resource who-uses: %v\n%s", err, out)
