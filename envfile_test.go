@@ -119,6 +119,8 @@ func TestEnvFileRefusesWhatItCannotWrite(t *testing.T) {
 			[]string{`"A-B" cannot be`}},
 		{"a single quote", map[string][]byte{"P": []byte("it's " + secret)}, nil,
 			[]string{`key "P"`, "single quote", "mount the share as a file"}},
+		{"a value that would add a variable", map[string][]byte{"P": []byte(secret + "'\nLD_PRELOAD='/tmp/x.so")}, nil,
+			[]string{`key "P"`, "single quote"}},
 		{"a NUL byte", map[string][]byte{"P": []byte(secret + "\x00")}, nil, []string{"NUL"}},
 		{"a carriage return", map[string][]byte{"P": []byte(secret + "\r\n")}, nil, []string{"carriage return"}},
 		{"invalid UTF-8", map[string][]byte{"P": []byte(secret + "\xff")}, nil, []string{"UTF-8"}},
