@@ -93,21 +93,30 @@ func (a *adminClient) getPod(ctx context.Context, ns, name string) (*corev1.Pod,
 	return p, err
 }
 
-// listPods lists the pods of ns ("" for all) matching the selectors, by pages of 500.
+// listPods lists the pods of ns ("" for all) matching the selectors.
 func (a *adminClient) listPods(ctx context.Context, ns, labelSelector, fieldSelector string) ([]corev1.Pod, error) {
 	var out []corev1.Pod
+	err := a.eachPod(ctx, ns, labelSelector, fieldSelector, func(p *corev1.Pod) { out = append(out, *p) })
+	return out, err
+}
+
+// eachPod hands each pod of ns ("" for all) matching the selectors to f, reading them by pages
+// of 500, so that a caller keeping only some holds one page at a time.
+func (a *adminClient) eachPod(ctx context.Context, ns, labelSelector, fieldSelector string, f func(*corev1.Pod)) error {
 	opts := metav1.ListOptions{LabelSelector: labelSelector, FieldSelector: fieldSelector, Limit: 500}
+	a.count("LIST pods (" + nsWords(ns) + ")")
 	for {
-		a.count("LIST pods (" + nsWords(ns) + ")")
 		list := &corev1.PodList{}
 		err := a.k.core.Get().Namespace(ns).Resource("pods").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(list)
 		if err != nil {
 			a.refused(err, "list", "pods", ns)
-			return nil, err
+			return err
 		}
-		out = append(out, list.Items...)
+		for i := range list.Items {
+			f(&list.Items[i])
+		}
 		if list.Continue == "" {
-			return out, nil
+			return nil
 		}
 		opts.Continue = list.Continue
 	}
@@ -117,15 +126,21 @@ func (a *adminClient) listPods(ctx context.Context, ns, labelSelector, fieldSele
 func (a *adminClient) listEvents(ctx context.Context, ns, fieldSelector string) ([]corev1.Event, error) {
 	var out []corev1.Event
 	opts := metav1.ListOptions{FieldSelector: fieldSelector, Limit: 500}
+	a.count("LIST events (" + nsWords(ns) + ", " + fieldSelector + ")")
 	for {
-		a.count("LIST events (" + nsWords(ns) + ", " + fieldSelector + ")")
 		list := &corev1.EventList{}
 		err := a.k.core.Get().Namespace(ns).Resource("events").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(list)
 		if err != nil {
 			a.refused(err, "list", "events", ns)
 			return nil, err
 		}
-		out = append(out, list.Items...)
+		for _, e := range list.Items {
+			// Only the driver's own: anyone who may create events in a namespace could write
+			// one with the driver's reason.
+			if e.Source.Component == driverEventComponent || e.Reason == "FailedMount" {
+				out = append(out, e)
+			}
+		}
 		if list.Continue == "" {
 			return out, nil
 		}

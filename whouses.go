@@ -92,7 +92,19 @@ func runWhoUses(ctx context.Context, a *adminClient, o *adminOptions, target str
 		rep.CallerLacked, rep.Reads = a.lacked, a.readsSummary()
 		return rep, nil
 	}
-	pods, err := a.listPods(ctx, "", "", "")
+	// Only the pods that mount one of the shares are kept, page by page.
+	var pods []corev1.Pod
+	err = a.eachPod(ctx, "", "", "", func(p *corev1.Pod) {
+		for _, v := range podShareVolumes(p) {
+			vrefs, _ := parseShareAttributes(v.CSI.VolumeAttributes)
+			for _, ref := range vrefs {
+				if slices.Contains(refs, ref) {
+					pods = append(pods, *p)
+					return
+				}
+			}
+		}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("listing pods in every namespace: %w", err)
 	}
