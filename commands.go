@@ -34,6 +34,18 @@ func subcommands() []subcommand {
 			func(ctx context.Context, args []string, _, stderr io.Writer) int {
 				return runWatchCommand(ctx, args, stderr)
 			}},
+		{envFileCommand, "in a pod (an init container): a share's files as an env file for valueFrom.fileKeyRef",
+			func(_ context.Context, args []string, _, stderr io.Writer) int {
+				return runEnvFileCommand(args, stderr)
+			}},
+		{diagnoseCommand, "for an admin: why a pod's (or a Deployment's pods') shared volumes work or not, and the fix",
+			func(_ context.Context, args []string, stdout, stderr io.Writer) int {
+				return runAdminCommand(diagnoseCommand, args, stdout, stderr)
+			}},
+		{whoUsesCommand, "for an admin: the pods that mount a share, or a Secret or ConfigMap through its shares",
+			func(_ context.Context, args []string, stdout, stderr io.Writer) int {
+				return runAdminCommand(whoUsesCommand, args, stdout, stderr)
+			}},
 		{"help", "list the subcommands and the driver's flags; `help NAME` shows a subcommand's flags", runHelp},
 	}
 }
@@ -70,7 +82,7 @@ func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "Usage:\n  %s [FLAGS]          run the driver (--role=node, the default: the node plugin; --role=status: the status controller)\n", driverBinary)
 	fmt.Fprintf(w, "  %s COMMAND [ARGS]   run a subcommand instead\n\nCommands:\n", driverBinary)
 	for _, c := range subcommands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "\n`%s COMMAND --help` shows a subcommand's flags.\n\nThe driver's flags:\n", driverBinary)
 	fs.SetOutput(w)

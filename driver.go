@@ -22,6 +22,10 @@ import (
 
 const driverName = "csi.sharedresource.openshift.io"
 
+// driverEventComponent is the source component of the events the driver records on pods; the
+// admin commands (diagnose.go, whouses.go) read only events of this component.
+const driverEventComponent = "shared-resource-csi"
+
 // driver holds everything the servers and loops share. It has no package-level state.
 type driver struct {
 	version     string
@@ -111,7 +115,7 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 		authz:       newAuthorizer(sarClient{c: kube.authz}, o.authzTTL),
 		metrics:     m,
 		crash:       newCrashPoints(),
-		events:      broadcaster.NewRecorder(kube.scheme, corev1.EventSource{Component: "shared-resource-csi", Host: o.nodeID}),
+		events:      broadcaster.NewRecorder(kube.scheme, corev1.EventSource{Component: driverEventComponent, Host: o.nodeID}),
 		shares:      newShareIndex(kube.dyn, shareEvents.add),
 	}
 	m.registerDriverGauges(d.gauges())

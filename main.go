@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -191,6 +192,9 @@ func main() {
 		if c, ok := findSubcommand(os.Args[1]); ok {
 			os.Exit(runSubcommand(c, os.Args[2:], os.Stdout, os.Stderr))
 		}
+	}
+	if filepath.Base(os.Args[0]) == kubectlPluginName { // admincmd.go
+		os.Exit(runPlugin(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	o, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {

@@ -1,0 +1,157 @@
+package main
+
+// The subcommands other than the driver and `watch`: `env-file` (envfile.go), run in a pod, and
+// the admin's `diagnose` (diagnose.go) and `who-uses` (whouses.go), run with the caller's own
+// kubeconfig. The same binary is a kubectl plugin when it is named (or linked as)
+// kubectl-shared_resource: `kubectl shared-resource diagnose POD -n NS`.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+const (
+	diagnoseCommand = "diagnose"
+	whoUsesCommand  = "who-uses"
+	// kubectlPluginName is the binary's name as a kubectl plugin: kubectl finds
+	// kubectl-shared_resource on $PATH for `kubectl shared-resource ...`.
+	kubectlPluginName = "kubectl-shared_resource"
+	// diagnoseExitProblem is diagnose's exit code when a verdict is not OK (0: all OK).
+	diagnoseExitProblem = 3
+)
+
+// runPlugin is the binary run as the kubectl plugin (its name kubectl-shared_resource):
+// `kubectl shared-resource COMMAND ARGS...` runs the subcommand COMMAND; without one, or with
+// another word, it prints the plugin's usage and returns 2.
+func runPlugin(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		if c, ok := findSubcommand(args[0]); ok && c.name != "help" {
+			return runSubcommand(c, args[1:], stdout, stderr)
+		}
+		if args[0] != "-h" && args[0] != "--help" && args[0] != "help" {
+			fmt.Fprintf(stderr, "unknown command %q\n", args[0])
+		}
+	}
+	fmt.Fprint(stderr, adminUsage)
+	return 2
+}
+
+const adminUsage = `Usage: kubectl shared-resource COMMAND (or shared-resource-csi COMMAND)
+  diagnose POD|deployment/NAME [-n NS] [-o json]   why a pod's shared volumes do or do not work, and the fix
+  who-uses sharedsecret/NAME|sharedconfigmap/NAME|secret/NAME|configmap/NAME [-n NS] [-o json]
+                                                   the pods that mount a share, or a source through its shares
+  env-file --dir DIR --out FILE [--key KEY[=NAME]]... [--prefix P]
+                                                   (in a pod) a share's files as an env file for fileKeyRef
+Flags of diagnose and who-uses: --kubeconfig, --context, -n/--namespace, -o/--output text|json,
+--driver-namespace, --driver-service-accounts.
+`
+
+func parseAdminFlags(name string, args []string, usage io.Writer) (*adminOptions, string, error) {
+	o := &adminOptions{}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(usage)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config), as kubectl")
+	fs.StringVar(&o.kubeContext, "context", "", "the kubeconfig context to use (default: its current context)")
+	fs.StringVar(&o.namespace, "namespace", "", "namespace of the pod or Deployment (diagnose), or of the Secret/ConfigMap (who-uses); default: the context's")
+	fs.StringVar(&o.namespace, "n", "", "short for --namespace")
+	fs.StringVar(&o.output, "output", "text", "text (for people) or json (for scripts)")
+	fs.StringVar(&o.output, "o", "text", "short for --output")
+	fs.StringVar(&o.driverNS, "driver-namespace", "csi-sharedresource", "the namespace the driver is installed in")
+	fs.StringVar(&o.driverAccounts, "driver-service-accounts", "csi-sharedresource:shared-resource-csi-driver,csi-sharedresource:shared-resource-csi-status",
+		"the driver's service accounts, NAMESPACE:NAME,...: the node plugin's first (it is the one checked), then the status controller's")
+	// Flags may come after the target, as kubectl takes them.
+	var target []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, "", err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		target = append(target, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	switch {
+	case len(target) != 1:
+		return nil, "", fmt.Errorf("want one target, got %d: %s", len(target), strings.Join(target, " "))
+	case o.output != "text" && o.output != "json":
+		return nil, "", fmt.Errorf("-o %q: text or json", o.output)
+	}
+	if _, err := parseDriverAccount(o.driverAccounts); err != nil {
+		return nil, "", errors.New(strings.Replace(err.Error(), "--service-account", "--driver-service-accounts", 1))
+	}
+	return o, target[0], nil
+}
+
+// runAdminCommand runs diagnose or who-uses and returns the exit code: 0 (diagnose: every
+// verdict OK), 3 (diagnose: a verdict is not OK), 1 a failure, 2 a bad flag.
+func runAdminCommand(name string, args []string, stdout, stderr io.Writer) int {
+	o, target, err := parseAdminFlags(name, args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	a, ns, err := newAdminClient(o.kubeconfig, o.kubeContext)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	if o.namespace == "" {
+		o.namespace = ns
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out strings.Builder
+	var report any
+	code := 0
+	switch name {
+	case diagnoseCommand:
+		rep, err := runDiagnose(ctx, a, o, target)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			if len(a.lacked) > 0 {
+				fmt.Fprintf(stderr, "you may not: %s\n", strings.Join(a.lacked, "; "))
+			}
+			return 1
+		}
+		for _, p := range rep.Pods {
+			for _, s := range p.Shares {
+				if s.Verdict != verdictOK {
+					code = diagnoseExitProblem
+				}
+			}
+		}
+		report = rep
+		printDiagnose(&out, rep)
+	case whoUsesCommand:
+		rep, err := runWhoUses(ctx, a, o, target)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			if len(a.lacked) > 0 {
+				fmt.Fprintf(stderr, "you may not: %s\n", strings.Join(a.lacked, "; "))
+			}
+			return 1
+		}
+		report = rep
+		printWhoUses(&out, rep)
+	}
+	if o.output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(report); err != nil {
+			return 1
+		}
+		return code
+	}
+	fmt.Fprint(stdout, out.String())
+	return code
+}

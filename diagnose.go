@@ -1,0 +1,458 @@
+package main
+
+// `shared-resource-csi diagnose POD` (or `deployment/NAME`): for each share each shared volume of
+// the pod mounts, one verdict, its evidence and the command that fixes it (docs/operating.md,
+// "Diagnose"). It asks what the driver asks, in the driver's order of importance: does the share
+// exist, was the pod's volume revoked, may the pod's service account `use` the share (a
+// SubjectAccessReview the caller creates), is the source the object the share was made for, may
+// the driver read it, does it exist, is the share Ready, is the driver pod on the pod's node
+// Ready. It runs with the caller's kubeconfig and only reads (adminclient.go); a check the
+// caller's permissions did not allow makes the verdict Undetermined, naming the permission, never
+// a guess.
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// The verdicts, one per share of a volume.
+const (
+	verdictOK               = "OK"
+	verdictInvalidVolume    = "InvalidVolume"
+	verdictShareMissing     = "ShareMissing"
+	verdictShareNotReady    = "ShareNotReady"
+	verdictUseDenied        = "UseDenied"
+	verdictDriverMayNotRead = "DriverMayNotRead"
+	verdictSourceMissing    = "SourceMissing"
+	verdictSourceReplaced   = "SourceReplaced"
+	verdictDriverNotReady   = "DriverNotReady"
+	verdictRevoked          = "Revoked"
+	verdictUndetermined     = "Undetermined"
+)
+
+// adminOptions are the flags diagnose and who-uses share.
+type adminOptions struct {
+	kubeconfig     string
+	kubeContext    string
+	namespace      string
+	output         string // text or json
+	driverNS       string
+	driverAccounts string // NAMESPACE:NAME,... of the driver's service accounts
+}
+
+// shareVerdictReport is one share of one volume.
+type shareVerdictReport struct {
+	Volume      string   `json:"volume"`
+	Share       string   `json:"share"` // secret/NAME or configmap/NAME
+	Verdict     string   `json:"verdict"`
+	Evidence    []string `json:"evidence"`
+	Fix         string   `json:"fix,omitempty"`
+	LastVersion string   `json:"lastVersion,omitempty"`
+}
+
+type podDiagnosis struct {
+	Namespace      string               `json:"namespace"`
+	Pod            string               `json:"pod"`
+	Node           string               `json:"node,omitempty"`
+	ServiceAccount string               `json:"serviceAccount"`
+	Phase          string               `json:"phase"`
+	Shares         []shareVerdictReport `json:"shares"`
+}
+
+type diagnoseReport struct {
+	Pods         []podDiagnosis `json:"pods"`
+	CallerLacked []string       `json:"callerLacked,omitempty"`
+	Reads        []string       `json:"reads"`
+}
+
+// diagnoseTargets resolves POD or deployment/NAME to the pods to diagnose.
+func diagnoseTargets(ctx context.Context, a *adminClient, ns, target string) ([]corev1.Pod, error) {
+	kind, name, ok := strings.Cut(target, "/")
+	if !ok {
+		kind, name = "pod", target
+	}
+	switch strings.ToLower(kind) {
+	case "pod", "pods", "po":
+		p, err := a.getPod(ctx, ns, name)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s: %w", ns, name, err)
+		}
+		return []corev1.Pod{*p}, nil
+	case "deployment", "deployments", "deploy":
+		d, err := a.getDeployment(ctx, ns, name)
+		if err != nil {
+			return nil, fmt.Errorf("deployment %s/%s: %w", ns, name, err)
+		}
+		raw, _, _ := unstructuredField(d.Object, "spec", "selector")
+		var sel metav1.LabelSelector
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &sel); err != nil {
+			return nil, fmt.Errorf("deployment %s/%s: its selector: %w", ns, name, err)
+		}
+		s, err := metav1.LabelSelectorAsSelector(&sel)
+		if err != nil || s.Empty() {
+			return nil, fmt.Errorf("deployment %s/%s: its selector %v cannot select pods", ns, name, err)
+		}
+		pods, err := a.listPods(ctx, ns, s.String(), "")
+		if err != nil {
+			return nil, fmt.Errorf("the pods of deployment %s/%s: %w", ns, name, err)
+		}
+		if len(pods) == 0 {
+			return nil, fmt.Errorf("deployment %s/%s has no pods (selector %s)", ns, name, s)
+		}
+		return pods, nil
+	}
+	return nil, fmt.Errorf("%q: name a pod (POD or pod/POD) or a Deployment (deployment/NAME)", target)
+}
+
+func unstructuredField(obj map[string]any, fields ...string) (map[string]any, bool, error) {
+	cur := obj
+	for _, f := range fields {
+		next, ok := cur[f].(map[string]any)
+		if !ok {
+			return nil, false, nil
+		}
+		cur = next
+	}
+	return cur, true, nil
+}
+
+// diagnosePod judges every share of every shared volume of p.
+func diagnosePod(ctx context.Context, a *adminClient, o *adminOptions, p *corev1.Pod) podDiagnosis {
+	d := podDiagnosis{Namespace: p.Namespace, Pod: p.Name, Node: p.Spec.NodeName, ServiceAccount: podServiceAccount(p), Phase: string(p.Status.Phase)}
+	vols := podShareVolumes(p)
+	if len(vols) == 0 {
+		return d
+	}
+	events, evErr := a.listEvents(ctx, p.Namespace, "involvedObject.uid="+string(p.UID))
+	sortEvents(events)
+	var driverPod *corev1.Pod
+	var driverErr error
+	if p.Spec.NodeName != "" {
+		driverPod, driverErr = a.driverPodOn(ctx, o.driverNS, p.Spec.NodeName)
+	}
+	for _, v := range vols {
+		refs, err := parseShareAttributes(v.CSI.VolumeAttributes)
+		if err != nil {
+			d.Shares = append(d.Shares, shareVerdictReport{Volume: v.Name, Verdict: verdictInvalidVolume,
+				Evidence: []string{err.Error()}, Fix: "fix the volume's volumeAttributes in the pod's spec (docs/reference.md, Volume attributes)"})
+			continue
+		}
+		for _, ref := range refs {
+			j := &shareJudgement{a: a, o: o, pod: p, ref: ref, events: events, evErr: evErr, driverPod: driverPod, driverErr: driverErr}
+			r := j.judge(ctx)
+			r.Volume, r.Share = v.Name, ref.String()
+			d.Shares = append(d.Shares, r)
+		}
+	}
+	return d
+}
+
+// shareJudgement is what diagnose knows of one share of one pod.
+type shareJudgement struct {
+	a         *adminClient
+	o         *adminOptions
+	pod       *corev1.Pod
+	ref       shareRef
+	events    []corev1.Event
+	evErr     error
+	driverPod *corev1.Pod
+	driverErr error
+	evidence  []string
+	unknown   []string // checks the caller's permissions or the API did not allow
+}
+
+func (j *shareJudgement) say(format string, args ...any) {
+	j.evidence = append(j.evidence, fmt.Sprintf(format, args...))
+}
+
+func (j *shareJudgement) couldNot(what string, err error) {
+	j.unknown = append(j.unknown, what)
+	j.say("could not %s: %v", what, err)
+}
+
+func (j *shareJudgement) verdict(v, fix string) shareVerdictReport {
+	return shareVerdictReport{Verdict: v, Evidence: j.evidence, Fix: fix}
+}
+
+// judge gives the share's verdict: the first problem found, in the order of the file's comment.
+func (j *shareJudgement) judge(ctx context.Context) shareVerdictReport {
+	a, p, ref := j.a, j.pod, j.ref
+	typeName, resource := ref.Kind.shareTypeName(), ref.Kind.shareResource()+"."+shareGroup
+	u, err := a.getShare(ctx, ref.Kind, ref.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		j.say("%s %q does not exist", typeName, ref.Name)
+		return j.verdict(verdictShareMissing, fmt.Sprintf("kubectl get %s; a cluster admin creates %s %q (kubectl apply -f a %s naming the source), or fix the pod's volumeAttributes to name an existing share",
+			ref.Kind.shareResource(), typeName, ref.Name, typeName))
+	case err != nil:
+		j.couldNot(fmt.Sprintf("get %s %q", typeName, ref.Name), err)
+		return j.undetermined()
+	}
+	sh, specErr := shareFromObject(ref.Kind, u)
+	ready := readyOf(u)
+	if ready != nil {
+		j.say("%s %q: Ready=%s (%s): %s", typeName, ref.Name, ready.Status, ready.Reason, ready.Message)
+	} else {
+		j.say("%s %q has no Ready condition yet (the status controller writes it)", typeName, ref.Name)
+	}
+
+	if j.evErr != nil {
+		// Without the pod's events a revoked volume cannot be told from a working one.
+		j.couldNot("list the pod's events (whether its volume was revoked, the version it last received)", j.evErr)
+	}
+	// Revoked: the driver emptied the volume and has not restored it since.
+	if ev := lastShareEvent(j.events, ref, reasonRevoked, reasonRestored); ev != nil && ev.Reason == reasonRevoked {
+		j.say("event %s %s ago: %s", ev.Reason, since(ev), ev.Message)
+		allowed, _, err := a.mayUse(ctx, p.Namespace, podServiceAccount(p), ref)
+		switch {
+		case err != nil:
+			j.couldNot("check whether the service account may use the share now", err)
+			return j.verdict(verdictRevoked, "grant use again if it was meant (see UseDenied's command), then the driver restores the files at its next relist")
+		case !allowed:
+			j.say("service account %s/%s may not use %s %q now (SubjectAccessReview)", p.Namespace, podServiceAccount(p), typeName, ref.Name)
+			return j.verdict(verdictRevoked, useGrantCommand(p.Namespace, podServiceAccount(p), ref)+"   (if the revocation was not meant; the driver restores the files at its next relist)")
+		default:
+			j.say("service account %s/%s may use it again (SubjectAccessReview)", p.Namespace, podServiceAccount(p))
+			return j.verdict(verdictRevoked, "none: use is granted again; the driver restores the files at its next relist (--relist-interval)")
+		}
+	}
+
+	allowed, reason, err := a.mayUse(ctx, p.Namespace, podServiceAccount(p), ref)
+	switch {
+	case err != nil:
+		j.couldNot(fmt.Sprintf("create a SubjectAccessReview for service account %s/%s (use %s)", p.Namespace, podServiceAccount(p), resource), err)
+	case !allowed:
+		j.say("service account %s/%s may not use %s %q (SubjectAccessReview; authorizer: %q)", p.Namespace, podServiceAccount(p), typeName, ref.Name, reason)
+		return j.verdict(verdictUseDenied, useGrantCommand(p.Namespace, podServiceAccount(p), ref))
+	default:
+		j.say("service account %s/%s may use %s %q (SubjectAccessReview)", p.Namespace, podServiceAccount(p), typeName, ref.Name)
+	}
+	if specErr != nil {
+		j.say("%v", specErr)
+		return j.verdict(verdictShareNotReady, fmt.Sprintf("kubectl edit %s %s", ref.Kind.shareResource(), ref.Name))
+	}
+
+	key := sh.sourceKey()
+	account := driverAccount(j.o.driverAccounts)
+	uid, srcErr := a.sourceUID(ctx, key)
+	switch {
+	case srcErr == nil && sh.Pin.refuses(uid):
+		j.say("%s %s/%s has UID %s; the share was made for UID %s", key.Kind, key.Namespace, key.Name, uid, sh.Pin.UID)
+		return j.verdict(verdictSourceReplaced, fmt.Sprintf(`kubectl patch %s %s --subresource=status --type=merge -p '{"status":{"%s":"%s"}}'   (if the new object is the one to share; or set spec.%s: %s)`,
+			ref.Kind.shareResource(), ref.Name, pinField, uid, recreationField, recreationFollow))
+	case ready != nil && ready.Reason == reasonSourceReplaced:
+		return j.verdict(verdictSourceReplaced, "the kubectl patch the share's Ready message prints (if the new object is the one to share)")
+	}
+	if first, _, _ := strings.Cut(string(account), ","); first != "" {
+		ok, _, err := a.driverMayRead(ctx, first, key)
+		switch {
+		case err != nil:
+			j.couldNot(fmt.Sprintf("create a SubjectAccessReview for the driver's service account %s (get %s)", first, sourceGVR(key.Kind).Resource), err)
+		case !ok:
+			j.say("the driver's service account %s may not get %s %s/%s (SubjectAccessReview)", first, key.Kind, key.Namespace, key.Name)
+			return j.verdict(verdictDriverMayNotRead, account.grantReadHint(key))
+		default:
+			j.say("the driver's service account %s may get %s %s/%s (SubjectAccessReview)", first, key.Kind, key.Namespace, key.Name)
+		}
+	}
+	if ready != nil && ready.Reason == reasonSourceForbidden {
+		return j.verdict(verdictDriverMayNotRead, account.grantReadHint(key))
+	}
+	if apierrors.IsNotFound(srcErr) || (ready != nil && (ready.Reason == reasonSourceNotFound || ready.Reason == reasonSourceKeyMissing)) {
+		if apierrors.IsNotFound(srcErr) {
+			j.say("%s %s/%s does not exist", key.Kind, key.Namespace, key.Name)
+		}
+		create := fmt.Sprintf("kubectl create secret generic %s -n %s --from-file=KEY=PATH", key.Name, key.Namespace)
+		if key.Kind == kindConfigMap {
+			create = fmt.Sprintf("kubectl create configmap %s -n %s --from-file=KEY=PATH", key.Name, key.Namespace)
+		}
+		if srcErr == nil {
+			create = fmt.Sprintf("add the missing key to %s %s/%s (kubectl edit %s %s -n %s)", key.Kind, key.Namespace, key.Name, strings.ToLower(string(key.Kind)), key.Name, key.Namespace)
+		}
+		return j.verdict(verdictSourceMissing, create+fmt.Sprintf("   (or point the share at an existing object: kubectl edit %s %s)", ref.Kind.shareResource(), ref.Name))
+	}
+	if srcErr != nil && !apierrors.IsForbidden(srcErr) {
+		j.say("reading %s %s/%s's metadata failed: %v", key.Kind, key.Namespace, key.Name, srcErr)
+	}
+	if ready != nil && ready.Status != metav1.ConditionTrue {
+		return j.verdict(verdictShareNotReady, "what the share's Ready message says (kubectl get "+ref.Kind.shareResource()+" "+ref.Name+" -o yaml)")
+	}
+
+	switch {
+	case p.Spec.NodeName == "":
+		j.say("the pod is not scheduled yet: no node, so no driver to ask")
+	case j.driverErr != nil:
+		j.couldNot(fmt.Sprintf("list the driver's pods in namespace %s", j.o.driverNS), j.driverErr)
+	case j.driverPod == nil:
+		j.say("no driver pod (%s) in namespace %s on node %s", driverPodSelector, j.o.driverNS, p.Spec.NodeName)
+		return j.verdict(verdictDriverNotReady, fmt.Sprintf("kubectl -n %s get daemonset -l app.kubernetes.io/name=shared-resource-csi -o wide; kubectl describe node %s   (a taint the DaemonSet does not tolerate, or the driver installed in another namespace: --driver-namespace)", j.o.driverNS, p.Spec.NodeName))
+	case !podReady(j.driverPod):
+		j.say("driver pod %s/%s on node %s is not Ready (phase %s)", j.driverPod.Namespace, j.driverPod.Name, p.Spec.NodeName, j.driverPod.Status.Phase)
+		return j.verdict(verdictDriverNotReady, fmt.Sprintf("kubectl -n %s describe pod %s; kubectl -n %s logs %s --all-containers", j.driverPod.Namespace, j.driverPod.Name, j.driverPod.Namespace, j.driverPod.Name))
+	default:
+		j.say("driver pod %s/%s on node %s is Ready", j.driverPod.Namespace, j.driverPod.Name, p.Spec.NodeName)
+	}
+	if ev := lastFailedMount(j.events); ev != nil && p.Status.Phase == corev1.PodPending {
+		j.say("last FailedMount %s ago: %s", since(ev), ev.Message)
+	}
+	if len(j.unknown) > 0 {
+		return j.undetermined()
+	}
+	r := j.verdict(verdictOK, "")
+	r.LastVersion = lastVersion(j.events, ref, j.evErr)
+	return r
+}
+
+func (j *shareJudgement) undetermined() shareVerdictReport {
+	return j.verdict(verdictUndetermined, "run it again as someone who may "+strings.Join(j.a.lacked, "; ")+" (the checks it could not make are above)")
+}
+
+// useGrantCommand is what lets the service account use the share (docs/operating.md, note 1).
+func useGrantCommand(ns, sa string, ref shareRef) string {
+	return fmt.Sprintf("kubectl create role use-%s -n %s --verb=use --resource=%s.%s --resource-name=%s && kubectl create rolebinding use-%s -n %s --role=use-%s --serviceaccount=%s:%s",
+		ref.Name, ns, ref.Kind.shareResource(), shareGroup, ref.Name, ref.Name, ns, ref.Name, ns, sa)
+}
+
+// readyOf is the share's Ready condition, or nil.
+func readyOf(u *unstructured.Unstructured) *metav1.Condition {
+	conds, err := shareConditions(u)
+	if err != nil {
+		return nil
+	}
+	for i := range conds {
+		if conds[i].Type == conditionReady {
+			return &conds[i]
+		}
+	}
+	return nil
+}
+
+// sortEvents orders events oldest first, by their last time.
+func sortEvents(evs []corev1.Event) {
+	slices.SortStableFunc(evs, func(a, b corev1.Event) int { return eventTime(a).Compare(eventTime(b)) })
+}
+
+func eventTime(e corev1.Event) time.Time {
+	switch {
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	}
+	return e.CreationTimestamp.Time
+}
+
+func since(e *corev1.Event) time.Duration { return time.Since(eventTime(*e)).Round(time.Second) }
+
+// lastShareEvent is the newest of the events with one of the reasons that names the share.
+func lastShareEvent(evs []corev1.Event, ref shareRef, reasons ...string) *corev1.Event {
+	for i := len(evs) - 1; i >= 0; i-- {
+		if slices.Contains(reasons, evs[i].Reason) && mentionsShare(evs[i].Message, ref) {
+			return &evs[i]
+		}
+	}
+	return nil
+}
+
+// mentionsShare says whether an event's message names ref (as the driver writes it: kind/name).
+func mentionsShare(msg string, ref shareRef) bool {
+	s := ref.String()
+	i := strings.Index(msg, s)
+	if i < 0 {
+		return false
+	}
+	end := i + len(s)
+	return end == len(msg) || !isNameChar(msg[end])
+}
+
+func isNameChar(c byte) bool {
+	return c == '-' || c == '.' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+}
+
+func lastFailedMount(evs []corev1.Event) *corev1.Event {
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].Reason == "FailedMount" {
+			return &evs[i]
+		}
+	}
+	return nil
+}
+
+var resourceVersionInEvent = regexp.MustCompile(`\(resourceVersion (\d+)\)`)
+
+// lastVersion is the source version the pod last received, from the newest
+// SharedResourceRefreshed event naming the share.
+func lastVersion(evs []corev1.Event, ref shareRef, evErr error) string {
+	if evErr != nil {
+		return "unknown: the pod's events could not be read"
+	}
+	ev := lastShareEvent(evs, ref, reasonRefreshed)
+	if ev == nil {
+		return "the version it was first published with (no SharedResourceRefreshed event; events expire after the API server's --event-ttl, 1h by default)"
+	}
+	if m := resourceVersionInEvent.FindStringSubmatch(ev.Message); m != nil {
+		return fmt.Sprintf("resourceVersion %s (SharedResourceRefreshed %s ago)", m[1], since(ev))
+	}
+	return fmt.Sprintf("%s (%s ago)", ev.Message, since(ev))
+}
+
+// runDiagnose diagnoses the target's pods.
+func runDiagnose(ctx context.Context, a *adminClient, o *adminOptions, target string) (*diagnoseReport, error) {
+	pods, err := diagnoseTargets(ctx, a, o.namespace, target)
+	if err != nil {
+		return nil, err
+	}
+	rep := &diagnoseReport{}
+	for i := range pods {
+		rep.Pods = append(rep.Pods, diagnosePod(ctx, a, o, &pods[i]))
+	}
+	rep.CallerLacked, rep.Reads = a.lacked, a.readsSummary()
+	return rep, nil
+}
+
+// printDiagnose writes the report for people.
+func printDiagnose(w *strings.Builder, rep *diagnoseReport) {
+	for _, p := range rep.Pods {
+		fmt.Fprintf(w, "pod %s/%s (node %s, service account %s, %s)\n", p.Namespace, p.Pod, orDash(p.Node), p.ServiceAccount, p.Phase)
+		if len(p.Shares) == 0 {
+			fmt.Fprintf(w, "  no volume of driver %s\n", driverName)
+		}
+		for _, s := range p.Shares {
+			fmt.Fprintf(w, "  volume %s, %s: %s\n", s.Volume, orDash(s.Share), s.Verdict)
+			for _, e := range s.Evidence {
+				fmt.Fprintf(w, "    - %s\n", e)
+			}
+			if s.LastVersion != "" {
+				fmt.Fprintf(w, "    last version received: %s\n", s.LastVersion)
+			}
+			if s.Fix != "" {
+				fmt.Fprintf(w, "    fix: %s\n", s.Fix)
+			}
+		}
+	}
+	printLackedAndReads(w, rep.CallerLacked, rep.Reads)
+}
+
+func printLackedAndReads(w *strings.Builder, lacked, reads []string) {
+	if len(lacked) > 0 {
+		fmt.Fprintf(w, "you may not: %s\n", strings.Join(lacked, "; "))
+	}
+	fmt.Fprintf(w, "read: %s\n", strings.Join(reads, ", "))
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

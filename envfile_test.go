@@ -1,0 +1,257 @@
+package main
+
+// Specification of `shared-resource-csi env-file` (envfile.go): what it writes reads back, value
+// for value, under the rules of the kubelet's env file parser (single-quoted literal values,
+// newlines kept, read line by line with a 64 KiB buffer); names and values it cannot write are
+// refused with a message naming the key and what to do, never the value; the file is replaced
+// atomically, only in a tmpfs. The real kubelet reads it in test/e2e/pods (envfile_test.go).
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+)
+
+// parseLikeKubelet reads an env file under the rules of the kubelet's parser (Kubernetes 1.37,
+// pkg/kubelet/util/env): NAME='VALUE' lines, the value literal up to the next single quote,
+// lines read by a bufio.Scanner with its default buffer; blank and # lines skipped.
+func parseLikeKubelet(t *testing.T, body []byte) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	for sc.Scan() {
+		line := strings.TrimLeft(sc.Text(), " \t")
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, rest, ok := strings.Cut(line, "=")
+		if !ok || name == "" || strings.TrimRight(name, " \t") != name || !strings.HasPrefix(rest, "'") {
+			t.Fatalf("the kubelet would refuse the line %q", line)
+		}
+		rest = rest[1:]
+		var v strings.Builder
+		for {
+			if i := strings.IndexByte(rest, '\''); i >= 0 {
+				v.WriteString(rest[:i])
+				if after := strings.TrimLeft(rest[i+1:], " \t"); after != "" && !strings.HasPrefix(after, "#") {
+					t.Fatalf("the kubelet would refuse content after the closing quote of %s", name)
+				}
+				break
+			}
+			v.WriteString(rest + "\n")
+			if !sc.Scan() {
+				t.Fatalf("unclosed quote for %s", name)
+			}
+			rest = sc.Text()
+		}
+		out[name] = v.String()
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("the kubelet's scanner fails: %v", err)
+	}
+	return out
+}
+
+func TestEnvFileValuesReadBackAsWritten(t *testing.T) {
+	files := map[string][]byte{
+		"PLAIN":     []byte("s3cr3t"),
+		"MULTILINE": []byte("-----BEGIN-----\n  indented\n\nafter a blank line\n-----END-----\n"),
+		"HASH":      []byte("a#b # not a comment"),
+		"EQUALS":    []byte("k=v=w"),
+		"SPACES":    []byte("  lead and trail  "),
+		"EMPTY":     []byte(""),
+		"UNICODE":   []byte("grüße ☃"),
+		"QUOTES":    []byte(`"double" and $HOME and \n`),
+		"_x1":       []byte("x"),
+	}
+	body, names, err := renderEnvFile(files, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "EMPTY, EQUALS, HASH, MULTILINE, PLAIN, QUOTES, SPACES, UNICODE, _x1"; strings.Join(names, ", ") != want {
+		t.Errorf("names %v, want every key in order: %s", names, want)
+	}
+	got := parseLikeKubelet(t, body)
+	for k, v := range files {
+		if got[k] != string(v) {
+			t.Errorf("%s reads back as %q, want %q", k, got[k], v)
+		}
+	}
+	if len(got) != len(files) {
+		t.Errorf("read back %d variables, want %d", len(got), len(files))
+	}
+}
+
+func TestEnvFileSelectsAndNamesKeys(t *testing.T) {
+	files := map[string][]byte{"tls.crt": []byte("CRT"), "tls.key": []byte("KEY"), "user": []byte("u")}
+	body, names, err := renderEnvFile(files, []envKey{{"tls.crt", "TLS_CRT"}, {"user", "user"}}, "DB_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := parseLikeKubelet(t, body)
+	if fmt.Sprint(names) != "[DB_TLS_CRT DB_user]" || got["DB_TLS_CRT"] != "CRT" || got["DB_user"] != "u" || len(got) != 2 {
+		t.Errorf("names %v, file %q: want DB_TLS_CRT and DB_user only", names, got)
+	}
+}
+
+func TestEnvFileRefusesWhatItCannotWrite(t *testing.T) {
+	const secret = "VERY-SECRET"
+	big := strings.Repeat("x", envFileMaxLine)
+	for _, c := range []struct {
+		name  string
+		files map[string][]byte
+		keys  []envKey
+		want  []string
+	}{
+		{"a key that is no variable name", map[string][]byte{"tls.crt": []byte(secret)}, nil,
+			[]string{`key "tls.crt"`, "cannot be a variable's name", "--key=tls.crt=TLS_CRT"}},
+		{"a name starting with a digit", map[string][]byte{"1st": []byte(secret)}, nil,
+			[]string{`"1st" cannot be`, "--key=1st=_1ST"}},
+		{"a mapping to a bad name", map[string][]byte{"a": []byte(secret)}, []envKey{{"a", "A-B"}},
+			[]string{`"A-B" cannot be`}},
+		{"a single quote", map[string][]byte{"P": []byte("it's " + secret)}, nil,
+			[]string{`key "P"`, "single quote", "mount the share as a file"}},
+		{"a value that would add a variable", map[string][]byte{"P": []byte(secret + "'\nLD_PRELOAD='/tmp/x.so")}, nil,
+			[]string{`key "P"`, "single quote"}},
+		{"a NUL byte", map[string][]byte{"P": []byte(secret + "\x00")}, nil, []string{"NUL"}},
+		{"a carriage return", map[string][]byte{"P": []byte(secret + "\r\n")}, nil, []string{"carriage return"}},
+		{"invalid UTF-8", map[string][]byte{"P": []byte(secret + "\xff")}, nil, []string{"UTF-8"}},
+		{"a line the kubelet cannot read", map[string][]byte{"P": []byte(big)}, nil,
+			[]string{"a line over 65535 bytes", "mount it as a file"}},
+		{"a variable over execve's limit", map[string][]byte{"P": []byte(strings.Repeat(big[:1000]+"\n", 140))}, nil,
+			[]string{"over the 131071"}},
+		{"a missing key", map[string][]byte{"A": []byte(secret)}, []envKey{{"B", "B"}},
+			[]string{`key "B" is not in the share's volume`, `"A"`}},
+		{"two keys, one name", map[string][]byte{"a": []byte(secret), "b": []byte(secret)}, []envKey{{"a", "X"}, {"b", "X"}},
+			[]string{`keys "a" and "b" would both be the variable X`}},
+	} {
+		_, _, err := renderEnvFile(c.files, c.keys, "")
+		if err == nil {
+			t.Errorf("%s: written, want refused", c.name)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not say %q", c.name, err, w)
+			}
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("%s: the refusal shows the value: %q", c.name, err)
+		}
+	}
+	// Many variables, each within the limits, together over the file's.
+	many := map[string][]byte{}
+	for i := range 20 {
+		many[fmt.Sprintf("V%02d", i)] = []byte(strings.Repeat(big[:60000]+"\n", 1))
+	}
+	if _, _, err := renderEnvFile(many, nil, ""); err == nil || !strings.Contains(err.Error(), "exceed 1048576 bytes") {
+		t.Errorf("20 variables of 60 KB: %v, want refused over the file's limit", err)
+	}
+	// Just under the kubelet's line limit is written, and reads back.
+	okLine := strings.Repeat("y", envFileMaxLine-len("P=''"))
+	body, _, err := renderEnvFile(map[string][]byte{"P": []byte(okLine)}, nil, "")
+	if err != nil {
+		t.Fatalf("a line of exactly %d bytes: %v", envFileMaxLine, err)
+	}
+	if got := parseLikeKubelet(t, body); got["P"] != okLine {
+		t.Error("a line at the limit does not read back")
+	}
+}
+
+// The command end to end on a share written as the driver writes it: into a tmpfs it writes the
+// file atomically (0600, no temporary file left); it refuses an --out outside a tmpfs, an
+// empty (revoked) view and a dir that is no share; it prints names, never values.
+func TestEnvFileCommand(t *testing.T) {
+	share := t.TempDir()
+	if err := (atomicwriter.Writer{Dir: share, GID: -1}).Write(map[string]atomicwriter.File{
+		"USER": {Data: []byte("alice"), Mode: 0o644}, "PASSWORD": {Data: []byte("VALUE-NEVER-PRINTED"), Mode: 0o644},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join("/dev/shm", t.Name()+fmt.Sprint(os.Getpid()))
+	if err := os.Mkdir(out, 0o700); err != nil {
+		t.Fatalf("this test needs a tmpfs at /dev/shm: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(out) })
+	// A temporary file left by a run killed while writing.
+	if err := os.WriteFile(out+"/.share.env.12345", []byte("old values"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	if code := runEnvFileCommand([]string{"--dir", share, "--out", out + "/share.env"}, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if strings.Contains(stderr.String(), "VALUE-NEVER-PRINTED") || strings.Contains(stderr.String(), "alice") {
+		t.Errorf("printed a value: %s", stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "wrote 2 variable(s)") || !strings.Contains(stderr.String(), "PASSWORD, USER") {
+		t.Errorf("does not say what it wrote: %s", stderr.String())
+	}
+	b, err := os.ReadFile(out + "/share.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := parseLikeKubelet(t, b); got["PASSWORD"] != "VALUE-NEVER-PRINTED" || got["USER"] != "alice" {
+		t.Errorf("file reads %v", got)
+	}
+	if st, _ := os.Stat(out + "/share.env"); st.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want 0600", st.Mode().Perm())
+	}
+	if ents, _ := os.ReadDir(out); len(ents) != 1 {
+		t.Errorf("%d entries in the out dir, want the file alone (no temporary file left, the stale one removed)", len(ents))
+	}
+
+	// A dir on disk: the package's own dir is on the checkout's file system.
+	onDisk, err := os.MkdirTemp(".", ".envfile-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(onDisk) })
+	if isTmpfs(t, onDisk) {
+		t.Fatalf("%s is a tmpfs: run this test from a checkout on disk", onDisk)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"not a tmpfs", []string{"--dir", share, "--out", onDisk + "/x.env"}, 1, "medium: Memory"},
+		{"not a share", []string{"--dir", t.TempDir(), "--out", out + "/y.env"}, 1, "no readable ..data"},
+		{"no --out", []string{"--dir", share}, 2, "--out is required"},
+		{"a bad --key", []string{"--dir", share, "--out", out + "/y.env", "--key", "A="}, 2, "want KEY or KEY=NAME"},
+	} {
+		stderr.Reset()
+		if code := runEnvFileCommand(c.args, &stderr); code != c.code || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%s: exit %d %q, want %d saying %q", c.name, code, stderr.String(), c.code, c.want)
+		}
+	}
+
+	// Revoked: the driver swaps in an empty view.
+	if err := (atomicwriter.Writer{Dir: share, GID: -1}).Write(map[string]atomicwriter.File{}); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	if code := runEnvFileCommand([]string{"--dir", share, "--out", out + "/share.env"}, &stderr); code != 1 || !strings.Contains(stderr.String(), "SharedResourceAccessRevoked") {
+		t.Errorf("an empty view: exit %d %q, want 1 naming the revocation", code, stderr.String())
+	}
+	if b2, _ := os.ReadFile(out + "/share.env"); !bytes.Equal(b, b2) {
+		t.Error("an empty view changed the env file")
+	}
+}
+
+func isTmpfs(t *testing.T, dir string) bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Type == unix.TMPFS_MAGIC
+}
