@@ -120,14 +120,22 @@ kube_ldflags() {
 # go_build DIR ARGS...: `go build -trimpath ARGS` in the module DIR.
 go_build() { local d=$1; shift; (cd "$d" && go build -trimpath "$@"); }
 
-# build_kube MOD DIR VERSION STAMP CMD...: the Kubernetes commands CMD... of MOD into DIR, in one
-# `go build` so they share the compile work.
+# build_kube MOD DIR VERSION STAMP ETCD_STAMP CMD...: the Kubernetes commands CMD... of MOD into
+# DIR, and etcd too when ETCD_STAMP is not empty, in one `go build`: the packages they share (gRPC,
+# protobuf, the etcd client, the API machinery) are compiled once, where two builds side by side
+# would each compile them. (The ldflags' -X of Kubernetes' version variables do nothing in etcd.)
 build_kube() {
-	local mod=$1 dir=$2 v=$3 st=$4 c pkgs=()
-	shift 4
+	local mod=$1 dir=$2 v=$3 st=$4 etcd_st=$5 c pkgs=()
+	shift 5
 	for c in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+	# etcd's main package is go.etcd.io/etcd/server/v3: go build names it "server".
+	[[ -z $etcd_st ]] || pkgs+=(go.etcd.io/etcd/server/v3)
 	go_build "$mod" -ldflags "$(kube_ldflags "$v")" -o "$dir/" "${pkgs[@]}"
 	for c in "$@"; do stamp "$c" "$st" "$dir"; done
+	if [[ -n $etcd_st ]]; then
+		mv -f "$dir/server" "$dir/etcd"
+		stamp etcd "$etcd_st" "$dir"
+	fi
 }
 
 # build_etcd MOD DIR STAMP: etcd (the package go.etcd.io/etcd/server/v3 is itself its main package).
@@ -139,22 +147,25 @@ build_etcd() {
 # minor_jobs MINOR: the jobs for the stale Kubernetes commands and etcd of MINOR ($BIN/k8s-MINOR), from
 # its module.
 minor_jobs() {
-	local m=$1 mod dir kube_version etcd_version st c todo=()
+	local m=$1 mod dir kube_version etcd_version st etcd_st="" c todo=()
 	mod=$ROOT/$(kube_module_dir "$m")
 	dir=$(kube_bin_dir "$ROOT" "$m")
 	mkdir -p "$dir"
 	kube_version=$(cd "$mod" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 	etcd_version=$(cd "$mod" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 	[[ $kube_version == "v$m."* ]] || { echo "$mod pins Kubernetes $kube_version, not $m" >&2; return 1; }
+	if want etcd && stale etcd "etcd=$etcd_version $goversion" "$dir"; then etcd_st="etcd=$etcd_version $goversion"; fi
 	if want kube; then
 		st="kubernetes=$kube_version $goversion"
 		for c in $kube_cmds; do
 			if stale "$c" "$st" "$dir"; then todo+=("$c"); fi
 		done
-		if ((${#todo[@]})); then job "kubernetes-$kube_version" build_kube "$mod" "$dir" "$kube_version" "$st" "${todo[@]}"; fi
 	fi
-	st="etcd=$etcd_version $goversion"
-	if want etcd && stale etcd "$st" "$dir"; then job "etcd-$etcd_version-for-$m" build_etcd "$mod" "$dir" "$st"; fi
+	if ((${#todo[@]})); then
+		job "kubernetes-$kube_version${etcd_st:+-and-etcd-$etcd_version}" build_kube "$mod" "$dir" "$kube_version" "$st" "$etcd_st" "${todo[@]}"
+	elif [[ -n $etcd_st ]]; then
+		job "etcd-$etcd_version-for-$m" build_etcd "$mod" "$dir" "$etcd_st"
+	fi
 }
 
 # module_tool NAME DIR MODULE PKG [SYMBOL]: a tool in its own module (tools/DIR, which pins
