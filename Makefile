@@ -12,7 +12,7 @@ REGISTRY ?= ghcr.io/shared-resource
 # not pulled from anywhere.
 IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 
-.PHONY: build help test unit tools-test vet lint deps-lint golangci-lint image deploy up down tools deps tools-cluster deps-cluster helm actionlint check-workflows cosign registry release e2e-kind bench clean manifests
+.PHONY: build help test test-api unit tools-test vet lint deps-lint golangci-lint image deploy up down tools deps tools-cluster deps-cluster tools-api helm actionlint check-workflows cosign registry release e2e-kind bench clean manifests
 
 ## build: the static driver binary, version stamped, in _output/bin.
 build:
@@ -85,6 +85,9 @@ deps-lint:
 ## tools-cluster: the binaries `make up` runs, built once and cached in _output/bin.
 tools-cluster: deps-cluster
 	hack/build-tools.sh cluster
+## tools-api: only what `make test-api` runs (a control plane and helm).
+tools-api: deps
+	hack/build-tools.sh api
 ## helm: helm alone, into _output/bin (`make manifests`, `make release`).
 helm:
 	hack/build-tools.sh helm
@@ -108,6 +111,13 @@ registry:
 ## ociimage and cosign are built here, outside the cluster's network namespace (no network there).
 test: vet tools build tools-test $(BIN)/ociimage cosign
 	hack/test.sh
+
+## test-api: the suites that need no kubelet, as root on a control plane alone (etcd, API server,
+## controller manager; no kubelet, no container runtime): on any Linux host, cgroup v1 or v2. The
+## root module's tests with the tag root, test/e2e/api (the driver as a process against the API
+## server), test/manifests and test/e2e/framework. KUBE_VERSION=1.NN picks the minor.
+test-api: deps tools-api build
+	TEST_NODES=0 hack/test.sh
 
 ## bench: benchmarks against a local control plane (root); writes BENCHMARKS.md.
 ## BENCH_SMOKE=1: a quick check of every benchmark (CI); BENCH_COUNT (default 5), BENCH_FILTER.

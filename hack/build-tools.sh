@@ -4,41 +4,50 @@
 #                  one directory per supported minor (k8s.io/kubernetes, pinned in the module that
 #                  hack/lib/versions.sh names for it: tools/ for the newest, tools/kube-1.NN)
 #   k8s-1.NN/etcd  the etcd that minor is tested with (go.etcd.io/etcd/server/v3, same module)
-#   containerd containerd-shim-runc-v2 ctr  containerd 2 (tools/containerd)
+#   containerd containerd-shim-runc-v2 ctr  containerd 2 (tools/containerd), without the
+#                  snapshotters and plugins the cluster never loads (build tags below)
 #   runc           (github.com/opencontainers/runc, tools/runc; cgo with libseccomp)
 #   cni/{bridge,host-local,loopback,portmap}  CNI plugins (tools/cni)
 #   helm           (helm.sh/helm/v4, tools/helm)
 #   actionlint     (github.com/rhysd/actionlint, tools/actionlint)
 #   golangci-lint  (github.com/golangci/golangci-lint/v2, tools/golangci-lint)
 #   cosign         only with `cosign`: for `make release COSIGN_KEY=...` (github.com/sigstore/cosign/v2, tools/cosign)
-#   registry       distribution's registry: the local cluster's OCI registry (tools/registry)
+#   registry       distribution's registry with its filesystem storage only (tools/registry/main.go)
 #   mkimage        (tools/mkimage, stdlib only)
 #   pause          (hack/pause.c, gcc -static)
 # Each binary has a stamp file (.NAME.stamp beside it) recording what it was built from; a binary
-# is rebuilt only when it is missing or its stamp differs. Cold, on 2 cores: ~4 min per Kubernetes
-# minor, ~2 min for containerd, runc and CNI; warm: seconds.
+# is rebuilt only when it is missing or its stamp differs. The builds run side by side, one
+# `go build` per module (the Go build and module caches are the user's own, shared by every clone
+# and safe to use concurrently): while one build waits on the module proxy or links, the others
+# compile. Each build's log is _output/bin/.logs/NAME.log; its wall and CPU seconds are printed
+# and appended to _output/bin/.logs/times (docs/development.md has the figures).
 #
 #   hack/build-tools.sh          all of them, every supported minor (`make tools`, for `make test`)
 #   hack/build-tools.sh cluster  only what `make up` runs, for the minor KUBE_VERSION picks
 #                                (default the newest): Kubernetes, etcd, containerd, runc, CNI,
 #                                registry, mkimage, pause
+#   hack/build-tools.sh api      only what `make test-api` runs: the control plane of the minor
+#                                KUBE_VERSION picks (kube-apiserver, kube-controller-manager,
+#                                kubectl, etcd) and helm
 #   hack/build-tools.sh helm     helm alone (`make manifests`, `make release`)
 #   hack/build-tools.sh actionlint  actionlint alone (`make vet`)
 #   hack/build-tools.sh golangci-lint  golangci-lint alone (`make vet`; ~3 min cold on 2 cores)
 #   hack/build-tools.sh cosign   cosign alone (`make release COSIGN_KEY=...`; ~10 min cold on 2 cores,
 #                                so not part of `all`: no test needs it)
 #   hack/build-tools.sh registry distribution's registry alone (hack/cluster.sh up starts it)
+# BUILD_JOBS: how many builds run at once (default 4; 1 builds one after another).
 set -euo pipefail
 scope=${1:-all}
 case $scope in
 all) groups=" kube etcd registry helm actionlint golangci-lint mkimage pause node " ;;
 cluster) groups=" kube etcd registry mkimage pause node " ;;
+api) groups=" kube etcd helm " ;;
 helm) groups=" helm " ;;
 actionlint) groups=" actionlint " ;;
 golangci-lint) groups=" golangci-lint " ;;
 cosign) groups=" cosign " ;;
 registry) groups=" registry " ;;
-*) echo "usage: $0 [all|cluster|helm|actionlint|golangci-lint|cosign|registry]" >&2; exit 2 ;;
+*) echo "usage: $0 [all|cluster|api|helm|actionlint|golangci-lint|cosign|registry]" >&2; exit 2 ;;
 esac
 # want GROUP: true when this run builds GROUP.
 want() { [[ $groups == *" $1 "* ]]; }
@@ -46,17 +55,58 @@ want() { [[ $groups == *" $1 "* ]]; }
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TOOLS=$ROOT/tools
 BIN=$ROOT/_output/bin
-mkdir -p "$BIN"
+LOGS=$BIN/.logs
+mkdir -p "$BIN" "$LOGS"
 
 export CGO_ENABLED=0   # static binaries: no dependency on the host's libc
 export GOTOOLCHAIN=local
 goversion=$(go env GOVERSION)
 # shellcheck source=hack/lib/versions.sh
 . "$ROOT/hack/lib/versions.sh"
+BUILD_JOBS=${BUILD_JOBS:-4}
+[[ $BUILD_JOBS =~ ^[1-9][0-9]*$ ]] || { echo "BUILD_JOBS=$BUILD_JOBS: want a number of builds, 1 or more" >&2; exit 2; }
 
 # stale NAME WANT [DIR]: true when DIR/NAME (default $BIN) is missing or was built from something else.
 stale() { local d=${3:-$BIN}; [[ ! -x $d/$1 ]] || [[ "$(cat "$d/.$1.stamp" 2>/dev/null)" != "$2" ]]; }
 stamp() { local d=${3:-$BIN}; printf '%s\n' "$2" >"$d/.$1.stamp"; }
+
+# --- Running the builds side by side.
+# job NAME FUNCTION ARGS...: FUNCTION ARGS in the background, its output in $LOGS/NAME.log; at
+# most BUILD_JOBS at once. When it ends, one line says how long it took: wall seconds, and the CPU
+# seconds (user + system) of everything it ran, which the machine's other load hardly changes.
+job_pids=()
+job() {
+	local name=$1
+	shift
+	while (($(jobs -rp | wc -l) >= BUILD_JOBS)); do wait -n || true; done
+	echo "building $name..."
+	(
+		t0=$(date +%s%N)
+		status=0
+		"$@" >"$LOGS/$name.log" 2>&1 || status=$?
+		# `times` reports this subshell's finished children: every command the build ran. Into a
+		# file: in a pipe or $(...) it would run in a new process, which has no children.
+		times >"$LOGS/$name.times"
+		cpu=$(awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, a, "m"); c += a[1] * 60 + a[2] } printf "%.0f", c }' "$LOGS/$name.times")
+		rm -f "$LOGS/$name.times"
+		wall=$((($(date +%s%N) - t0) / 1000000000))
+		if ((status != 0)); then
+			echo "FAILED: building $name, after $wall s; the end of $LOGS/$name.log:"
+			tail -n 40 "$LOGS/$name.log"
+			exit "$status"
+		fi
+		printf '%s\t%s\t%s\t%s\n' "$name" "$wall" "$cpu" "$(date -u +%FT%TZ) $goversion" >>"$LOGS/times"
+		echo "built $name in $wall s ($cpu s of CPU)"
+	) &
+	job_pids+=($!)
+}
+# wait_jobs: waits for every job; fails when any failed (each failure printed its log's end).
+wait_jobs() {
+	local p failed=0
+	for p in "${job_pids[@]}"; do wait "$p" || failed=1; done
+	job_pids=()
+	return "$failed"
+}
 
 # kube_ldflags VERSION: without these the binaries report v0.0.0-master and the kubelet/apiserver
 # version skew checks and `kubectl version` are meaningless.
@@ -70,58 +120,142 @@ kube_ldflags() {
 	echo "$flags"
 }
 
-# build_minor MINOR: the Kubernetes commands and etcd of MINOR into $BIN/k8s-MINOR, from its module.
-# One `go build` for all stale commands, so they share the compile work.
-build_minor() {
-	local m=$1 mod dir kube_version etcd_version kube_stamp etcd_stamp c todo=() pkgs=()
+# go_build DIR ARGS...: `go build -trimpath ARGS` in the module DIR.
+go_build() { local d=$1; shift; (cd "$d" && go build -trimpath "$@"); }
+
+# build_kube MOD DIR VERSION STAMP ETCD_STAMP CMD...: the Kubernetes commands CMD... of MOD into
+# DIR, and etcd too when ETCD_STAMP is not empty, in one `go build`: the packages they share (gRPC,
+# protobuf, the etcd client, the API machinery) are compiled once, where two builds side by side
+# would each compile them. (The ldflags' -X of Kubernetes' version variables do nothing in etcd.)
+build_kube() {
+	local mod=$1 dir=$2 v=$3 st=$4 etcd_st=$5 c pkgs=()
+	shift 5
+	for c in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+	# etcd's main package is go.etcd.io/etcd/server/v3: go build names it "server".
+	[[ -z $etcd_st ]] || pkgs+=(go.etcd.io/etcd/server/v3)
+	go_build "$mod" -ldflags "$(kube_ldflags "$v")" -o "$dir/" "${pkgs[@]}"
+	for c in "$@"; do stamp "$c" "$st" "$dir"; done
+	if [[ -n $etcd_st ]]; then
+		mv -f "$dir/server" "$dir/etcd"
+		stamp etcd "$etcd_st" "$dir"
+	fi
+}
+
+# build_etcd MOD DIR STAMP: etcd (the package go.etcd.io/etcd/server/v3 is itself its main package).
+build_etcd() {
+	go_build "$1" -ldflags "-s -w" -o "$2/etcd" go.etcd.io/etcd/server/v3
+	stamp etcd "$3" "$2"
+}
+
+# minor_jobs MINOR: the jobs for the stale Kubernetes commands and etcd of MINOR ($BIN/k8s-MINOR), from
+# its module.
+minor_jobs() {
+	local m=$1 mod dir kube_version etcd_version st etcd_st="" c todo=()
 	mod=$ROOT/$(kube_module_dir "$m")
 	dir=$(kube_bin_dir "$ROOT" "$m")
 	mkdir -p "$dir"
 	kube_version=$(cd "$mod" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 	etcd_version=$(cd "$mod" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 	[[ $kube_version == "v$m."* ]] || { echo "$mod pins Kubernetes $kube_version, not $m" >&2; return 1; }
+	if want etcd && stale etcd "etcd=$etcd_version $goversion" "$dir"; then etcd_st="etcd=$etcd_version $goversion"; fi
 	if want kube; then
-		kube_stamp="kubernetes=$kube_version $goversion"
-		for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
-			if stale "$c" "$kube_stamp" "$dir"; then todo+=("$c"); fi
+		st="kubernetes=$kube_version $goversion"
+		for c in $kube_cmds; do
+			if stale "$c" "$st" "$dir"; then todo+=("$c"); fi
 		done
-		if ((${#todo[@]})); then
-			echo "building ${todo[*]} ($kube_version)..."
-			for c in "${todo[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-			(cd "$mod" && go build -trimpath -ldflags "$(kube_ldflags "$kube_version")" -o "$dir/" "${pkgs[@]}")
-			for c in "${todo[@]}"; do stamp "$c" "$kube_stamp" "$dir"; done
-		fi
 	fi
-	# etcd: the package go.etcd.io/etcd/server/v3 is itself the etcd main package.
-	etcd_stamp="etcd=$etcd_version $goversion"
-	if want etcd && stale etcd "$etcd_stamp" "$dir"; then
-		echo "building etcd ($etcd_version, for $m)..."
-		(cd "$mod" && go build -trimpath -ldflags "-s -w" -o "$dir/etcd" go.etcd.io/etcd/server/v3)
-		stamp etcd "$etcd_stamp" "$dir"
+	if ((${#todo[@]})); then
+		job "kubernetes-$kube_version${etcd_st:+-and-etcd-$etcd_version}" build_kube "$mod" "$dir" "$kube_version" "$st" "$etcd_st" "${todo[@]}"
+	elif [[ -n $etcd_st ]]; then
+		job "etcd-$etcd_version-for-$m" build_etcd "$mod" "$dir" "$etcd_st"
 	fi
 }
-
-# The minors: every supported one for `all` (make test runs the matrix), else KUBE_VERSION's.
-if [[ $scope == all ]]; then minors=("${KUBE_MINORS[@]}"); else minors=("$(kube_minor)"); fi
-if want kube || want etcd; then
-	for m in "${minors[@]}"; do build_minor "$m"; done
-fi
 
 # module_tool NAME DIR MODULE PKG [SYMBOL]: a tool in its own module (tools/DIR, which pins
 # MODULE's version, so its dependencies need not match the cluster's or each other's), built from
-# PKG into $BIN/NAME when wanted and missing or built from another version; SYMBOL, when given, is
-# the variable the tool reports its version from, set to MODULE's version.
+# PKG into $BIN/NAME when wanted and missing or built from another version or source; SYMBOL, when
+# given, is the variable the tool reports its version from, set to MODULE's version.
 module_tool() {
-	local name=$1 dir=$2 module=$3 pkg=$4 symbol=${5:-} version ldflags="-s -w"
+	local name=$1 dir=$2 module=$3 pkg=$4 symbol=${5:-} version ldflags="-s -w" st
 	want "$name" || return 0
 	version=$(cd "$TOOLS/$dir" && go list -m -f '{{.Version}}' "$module")
-	stale "$name" "$name=$version $goversion" || return 0
+	st="$name=$version $goversion"
+	# A tool built from a main package of ours (the registry's) is rebuilt when that changes.
+	[[ $pkg != . ]] || st+=" main=$(cat "$TOOLS/$dir"/*.go | sha256sum | cut -c1-16)"
+	stale "$name" "$st" || return 0
 	[[ -z $symbol ]] || ldflags+=" -X $symbol=$version"
-	echo "building $name ($version)..."
-	(cd "$TOOLS/$dir" && go build -trimpath -ldflags "$ldflags" -o "$BIN/$name" "$pkg")
-	stamp "$name" "$name=$version $goversion"
+	job "$name-$version" build_module_tool "$name" "$TOOLS/$dir" "$pkg" "$ldflags" "$st"
+}
+build_module_tool() {
+	go_build "$2" -ldflags "$4" -o "$BIN/$1" "$3"
+	stamp "$1" "$5"
 }
 
+# --- The node's runtime: containerd 2 (with its runc shim and ctr), runc and the CNI plugins, each
+# from its own module. containerd and the shim are static (no cgo: the btrfs snapshotter, the only
+# part that needs it, is left out as in upstream's static builds). The tags leave out what the
+# cluster's containerd never loads (hack/cluster.sh's config.toml: the overlayfs snapshotter, the
+# CRI plugin, no tracing, no systemd): the devmapper and ZFS snapshotters, the tracing plugin
+# (OpenTelemetry's exporters), Intel RDT and systemd's notify socket.
+CONTAINERD_TAGS="no_btrfs no_devmapper no_zfs no_tracing no_rdt no_systemd urfave_cli_no_docs osusergo netgo static_build"
+build_containerd() {
+	local v=$1 st=$2 c pkgs=()
+	for c in containerd containerd-shim-runc-v2 ctr; do pkgs+=("github.com/containerd/containerd/v2/cmd/$c"); done
+	go_build "$TOOLS/containerd" -tags "$CONTAINERD_TAGS" \
+		-ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$v -X github.com/containerd/containerd/v2/version.Package=github.com/containerd/containerd/v2" \
+		-o "$BIN/" "${pkgs[@]}"
+	for c in containerd containerd-shim-runc-v2 ctr; do stamp "$c" "$st"; done
+}
+# runc needs cgo for seccomp.
+build_runc() {
+	CGO_ENABLED=1 go_build "$TOOLS/runc" -tags seccomp -ldflags "-s -w -X main.version=${1#v}" \
+		-o "$BIN/runc" github.com/opencontainers/runc
+	stamp runc "$2"
+}
+build_cni() {
+	local v=$1 st=$2 p pkgs=()
+	for p in main/bridge main/loopback meta/portmap ipam/host-local; do pkgs+=("github.com/containernetworking/plugins/plugins/$p"); done
+	go_build "$TOOLS/cni" -ldflags "-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$v" \
+		-o "$BIN/cni/" "${pkgs[@]}"
+	for p in bridge loopback portmap host-local; do stamp "$p" "$st" "$BIN/cni"; done
+}
+node_jobs() {
+	local v st c p stale_any=0
+	v=$(cd "$TOOLS/containerd" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)
+	st="containerd=$v $goversion tags=$CONTAINERD_TAGS"
+	for c in containerd containerd-shim-runc-v2 ctr; do if stale "$c" "$st"; then stale_any=1; fi; done
+	if ((stale_any)); then job "containerd-$v" build_containerd "$v" "$st"; fi
+	v=$(cd "$TOOLS/runc" && go list -m -f '{{.Version}}' github.com/opencontainers/runc)
+	st="runc=$v $goversion"
+	if stale runc "$st"; then job "runc-$v" build_runc "$v" "$st"; fi
+	v=$(cd "$TOOLS/cni" && go list -m -f '{{.Version}}' github.com/containernetworking/plugins)
+	st="cni=$v $goversion"
+	mkdir -p "$BIN/cni"
+	stale_any=0
+	for p in bridge loopback portmap host-local; do if stale "$p" "$st" "$BIN/cni"; then stale_any=1; fi; done
+	if ((stale_any)); then job "cni-plugins-$v" build_cni "$v" "$st"; fi
+}
+
+build_mkimage() { go_build "$TOOLS" -o "$BIN/mkimage" ./mkimage && stamp mkimage "$1"; }
+build_pause() {
+	gcc -static -Os -Wall -o "$BIN/pause" "$ROOT/hack/pause.c"
+	strip "$BIN/pause" 2>/dev/null || true
+	stamp pause "$1"
+}
+
+# The Kubernetes commands: a control plane alone (`api`: no scheduler, no kubelet) or every one.
+kube_cmds="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl"
+[[ $scope != api ]] || kube_cmds="kube-apiserver kube-controller-manager kubectl"
+# The largest builds first, so the small ones fill the gaps beside them.
+# The minors: every supported one for `all` (make test runs the matrix), else KUBE_VERSION's.
+if [[ $scope == all ]]; then minors=("${KUBE_MINORS[@]}"); else minors=("$(kube_minor)"); fi
+if want kube || want etcd; then
+	for m in "${minors[@]}"; do minor_jobs "$m"; done
+fi
+if want node; then node_jobs; fi
+# registry: distribution's registry, the local cluster's (hack/cluster.sh), from tools/registry/main.go.
+module_tool registry registry github.com/distribution/distribution/v3 . \
+	github.com/distribution/distribution/v3/version.version
 # helm: `make manifests`, `make release` and the pod suite's installs.
 module_tool helm helm helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm helm.sh/helm/v4/internal/version.version
 # actionlint: `make vet` checks .github/workflows with it.
@@ -133,62 +267,12 @@ module_tool golangci-lint golangci-lint github.com/golangci/golangci-lint/v2 \
 # sigs.k8s.io/release-utils/version, which its own Makefile sets).
 module_tool cosign cosign github.com/sigstore/cosign/v2 github.com/sigstore/cosign/v2/cmd/cosign \
 	sigs.k8s.io/release-utils/version.gitVersion
-# registry: distribution's registry, the local cluster's (hack/cluster.sh).
-module_tool registry registry github.com/distribution/distribution/v3 \
-	github.com/distribution/distribution/v3/cmd/registry github.com/distribution/distribution/v3/version.version
-
-# --- The node's runtime: containerd 2 (with its runc shim and ctr), runc and the CNI plugins, each
-# from its own module. containerd and the shim are static (no cgo: the btrfs snapshotter, the only
-# part that needs it, is left out as in upstream's static builds); runc needs cgo for seccomp.
-if want node; then
-	v=$(cd "$TOOLS/containerd" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)
-	todo=()
-	for c in containerd containerd-shim-runc-v2 ctr; do
-		if stale "$c" "containerd=$v $goversion"; then todo+=("github.com/containerd/containerd/v2/cmd/$c"); fi
-	done
-	if ((${#todo[@]})); then
-		echo "building containerd ($v)..."
-		(cd "$TOOLS/containerd" && go build -trimpath -tags "no_btrfs urfave_cli_no_docs osusergo netgo static_build" \
-			-ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$v -X github.com/containerd/containerd/v2/version.Package=github.com/containerd/containerd/v2" \
-			-o "$BIN/" "${todo[@]}")
-		for c in containerd containerd-shim-runc-v2 ctr; do stamp "$c" "containerd=$v $goversion"; done
-	fi
-	v=$(cd "$TOOLS/runc" && go list -m -f '{{.Version}}' github.com/opencontainers/runc)
-	if stale runc "runc=$v $goversion"; then
-		echo "building runc ($v)..."
-		(cd "$TOOLS/runc" && CGO_ENABLED=1 go build -trimpath -tags seccomp \
-			-ldflags "-s -w -X main.version=${v#v}" -o "$BIN/runc" github.com/opencontainers/runc)
-		stamp runc "runc=$v $goversion"
-	fi
-	v=$(cd "$TOOLS/cni" && go list -m -f '{{.Version}}' github.com/containernetworking/plugins)
-	mkdir -p "$BIN/cni"
-	todo=()
-	for p in main/bridge main/loopback meta/portmap ipam/host-local; do
-		if stale "${p#*/}" "cni=$v $goversion" "$BIN/cni"; then todo+=("github.com/containernetworking/plugins/plugins/$p"); fi
-	done
-	if ((${#todo[@]})); then
-		echo "building CNI plugins ($v)..."
-		(cd "$TOOLS/cni" && go build -trimpath -ldflags "-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$v" \
-			-o "$BIN/cni/" "${todo[@]}")
-		for p in bridge loopback portmap host-local; do stamp "$p" "cni=$v $goversion" "$BIN/cni"; done
-	fi
-fi
-
-# --- mkimage: rebuilt when its source changes.
+# mkimage: rebuilt when its source changes.
 mk_stamp="mkimage=$(cat "$TOOLS"/mkimage/*.go | sha256sum | cut -c1-16) $goversion"
-if want mkimage && stale mkimage "$mk_stamp"; then
-	echo "building mkimage..."
-	(cd "$TOOLS" && go build -trimpath -o "$BIN/mkimage" ./mkimage)
-	stamp mkimage "$mk_stamp"
-fi
-
-# --- pause: static so the image needs nothing but the binary.
+if want mkimage && stale mkimage "$mk_stamp"; then job mkimage build_mkimage "$mk_stamp"; fi
+# pause: static so the image needs nothing but the binary.
 pause_stamp="pause=$(sha256sum <"$ROOT/hack/pause.c" | cut -c1-16)"
-if want pause && stale pause "$pause_stamp"; then
-	echo "building pause..."
-	gcc -static -Os -Wall -o "$BIN/pause" "$ROOT/hack/pause.c"
-	strip "$BIN/pause" 2>/dev/null || true
-	stamp pause "$pause_stamp"
-fi
+if want pause && stale pause "$pause_stamp"; then job pause build_pause "$pause_stamp"; fi
 
+wait_jobs || { echo "tools ($scope): a build failed (above)" >&2; exit 1; }
 echo "tools ($scope) up to date in $BIN"

@@ -39,6 +39,10 @@ PIDS=$CL/pids
 CTRD=$CL/containerd
 CTRD_SOCK=$CTRD/containerd.sock
 KUBELET_ROOT=/var/lib/kubelet   # the production path: the driver's default paths work unchanged
+# Where the host's cgroups are mounted. Only the phases that run kubelets (`up` without
+# --control-plane-only, node-kill, and `down` after such an `up`) read or write here.
+# SRCSI_CGROUP_ROOT: a fake tree, for hack/clustertest only.
+CGROUP_ROOT=${SRCSI_CGROUP_ROOT:-/sys/fs/cgroup}
 
 # The first node: the control plane and the registry share its network namespace.
 NETNS=srcsi
@@ -242,14 +246,22 @@ setup_mntns() {
 # and runc use cgroupfs, the kubelet is told not to refuse v1 (failCgroupV1: false, its default
 # since 1.35 refuses it), and the harness finds pods' processes in the v1 hierarchies. A cgroup v2
 # host (every systemd distribution today, GitHub's runners) is refused with what to run instead:
-# the same suites run there on kind (`make e2e-kind`), whose nodes bring their own cgroup setup.
+# the suites that need no kubelet run there on a control plane alone (`make test-api`), the pod
+# suites on kind (`make e2e-kind`), whose nodes bring their own cgroup setup. Only the phases that
+# start kubelets call this: `up --control-plane-only` runs on any cgroup setup.
 check_cgroups() {
-	if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
-		die "this host uses cgroup v2 (unified); hack/cluster.sh runs nodes on cgroup v1 hosts only. On this host run the suites on kind instead: make e2e-kind KUBE_VERSION=$KUBE_MINOR"
+	if [[ -f $CGROUP_ROOT/cgroup.controllers ]]; then
+		die "this host uses cgroup v2 (unified); hack/cluster.sh runs nodes (kubelets) on cgroup v1 hosts only. On this host: the suites that need no kubelet with \`make test-api\` (a control plane alone), the pod suites on kind: make e2e-kind KUBE_VERSION=$KUBE_MINOR"
 	fi
-	[[ -d /sys/fs/cgroup/pids && -d /sys/fs/cgroup/memory ]] ||
-		die "no cgroup v1 pids and memory hierarchies under /sys/fs/cgroup: hack/cluster.sh needs them (or use make e2e-kind)"
+	[[ -d $CGROUP_ROOT/pids && -d $CGROUP_ROOT/memory ]] ||
+		die "no cgroup v1 pids and memory hierarchies under $CGROUP_ROOT: hack/cluster.sh runs nodes only there (\`make test-api\` needs no nodes; or use make e2e-kind)"
 }
+
+# nodes_ran: true when the cluster `up` last started (or is starting) had nodes: only then do
+# `down` and a new `up` clean up pods and cgroups (a control plane alone created none, and on a
+# cgroup v2 host the cgroups under the root are systemd's and any other kubelet's). $CL/mode is
+# written before anything starts; a containerd directory without it is a node of an older harness.
+nodes_ran() { [[ "$(cat "$CL/mode" 2>/dev/null)" == full || (! -e $CL/mode && -d $CTRD) ]]; }
 
 # setup_cgroups: the cgroup parent of each further node's pods (its kubelet's cgroupRoot), so the
 # kubelets do not share /kubepods. In every hierarchy the machine mounts (cgroup v1 and the
@@ -257,7 +269,7 @@ check_cgroups() {
 setup_cgroups() {
 	local k d
 	for ((k = 2; k <= NODES; k++)); do
-		for d in /sys/fs/cgroup/*/; do
+		for d in "$CGROUP_ROOT"/*/; do
 			[[ -L ${d%/} ]] && continue # cpu -> cpu,cpuacct: the same hierarchy
 			mkdir -p "$d$(node_name "$k")"
 			if [[ -e ${d}cpuset.cpus ]]; then
@@ -674,6 +686,8 @@ cmd_up() {
 	teardown # a fresh cluster every time, whatever a previous run left behind
 	mkdir -p "$LOGS" "$PIDS"
 	echo "$KUBE_MINOR" >"$CL/kube-minor"
+	# Before anything starts: what `down` reads to know whether nodes (and their cgroups) ran.
+	echo "$mode" >"$CL/mode"
 	log "Kubernetes $("$KBIN/kube-apiserver" --version | awk '{print $2}'), $("$BIN/containerd" --version | awk '{print $1, $3}')"
 	rm -f "$LOGS"/*.log "$CL/audit.log"
 
@@ -682,7 +696,7 @@ cmd_up() {
 	local k
 	setup_netns
 	setup_mntns
-	setup_cgroups
+	[[ $mode == control-plane-only ]] || setup_cgroups
 	write_configs
 	write_nodes
 	log "$NODES node(s): netns, mount namespaces and PKI ready"
@@ -739,7 +753,7 @@ ancestors() {
 
 # Processes in the kubelet's pod cgroups (all containers, including host-network ones).
 pod_pids() {
-	find /sys/fs/cgroup/pids /sys/fs/cgroup/memory /sys/fs/cgroup/unified -path '*/kubepods*' \
+	find "$CGROUP_ROOT/pids" "$CGROUP_ROOT/memory" "$CGROUP_ROOT/unified" -path '*/kubepods*' \
 		-name cgroup.procs -exec cat {} + 2>/dev/null | sort -un
 }
 
@@ -778,9 +792,11 @@ stop_processes() {
 	kill_wait KILL 3 "${pids[@]}" || log "warning: daemons survive SIGKILL: ${pids[*]}"
 	rm -f "$PIDS"/*.pid
 
-	# 2. Every container process (the kubelet is gone, nothing restarts them).
-	mapfile -t pids < <(pod_pids)
-	kill_wait KILL 3 "${pids[@]}" || log "warning: pod processes survive: ${pids[*]}"
+	# 2. Every container process (the kubelet is gone, nothing restarts them), when nodes ran.
+	if nodes_ran; then
+		mapfile -t pids < <(pod_pids)
+		kill_wait KILL 3 "${pids[@]}" || log "warning: pod processes survive: ${pids[*]}"
+	fi
 
 	# 3. Anything else of ours (shims, a daemon from a run whose PID files are lost).
 	mapfile -t pids < <(harness_pids)
@@ -848,12 +864,12 @@ remove_cgroups() {
 	local d i
 	# Deepest first (rmdir only removes empty cgroups); retry while the kernel frees them.
 	for ((i = 0; i < 20; i++)); do
-		mapfile -t dirs < <(find /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/*/"$NODE_NAME"-* -depth -type d 2>/dev/null)
+		mapfile -t dirs < <(find "$CGROUP_ROOT"/*/kubepods* "$CGROUP_ROOT"/*/"$NODE_NAME"-* -depth -type d 2>/dev/null)
 		((${#dirs[@]})) || return 0
 		for d in "${dirs[@]}"; do rmdir "$d" 2>/dev/null || true; done
 		sleep 0.05
 	done
-	log "warning: cgroups remain: $(find /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/*/"$NODE_NAME"-* -maxdepth 0 2>/dev/null | tr '\n' ' ')"
+	log "warning: cgroups remain: $(find "$CGROUP_ROOT"/*/kubepods* "$CGROUP_ROOT"/*/"$NODE_NAME"-* -maxdepth 0 2>/dev/null | tr '\n' ' ')"
 }
 
 teardown() {
@@ -907,7 +923,7 @@ teardown() {
 	# Only there if a CNI plugin ran outside the netns.
 	if ip link show "$CNI_BRIDGE" >/dev/null 2>&1; then ip link delete "$CNI_BRIDGE"; fi
 	remove_iptables_chains
-	remove_cgroups
+	if nodes_ran; then remove_cgroups; fi
 
 	# Empty directories the shims and libcni created (rmdir leaves them if anything else is there).
 	rmdir /run/containerd/s /run/containerd /var/lib/cni/results /var/lib/cni 2>/dev/null || true
@@ -962,7 +978,7 @@ cmd_node_kill() {
 	# The node plugin, and a status controller replica when one runs on this node: the same binary.
 	while read -r p; do
 		[[ "$(cat "/proc/$p/comm" 2>/dev/null)" == shared-resourc* ]] && pids+=("$p") && drivers=$((drivers + 1))
-	done < <(find "/sys/fs/cgroup/pids/$parent" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un)
+	done < <(find "$CGROUP_ROOT/pids/$parent" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un)
 	((drivers >= 1 && drivers <= 3)) || die "node $1: found $drivers driver processes in its pod cgroups, want the node plugin and at most two status controller replicas"
 	kill_wait KILL 3 "${pids[@]}" || die "node $1: processes survive SIGKILL: ${pids[*]}"
 	rm -f "$PIDS/kubelet$(node_sfx "$k").pid" "$PIDS/containerd$(node_sfx "$k").pid"
@@ -989,8 +1005,14 @@ cmd_check_down() {
 	local left=() p f
 	mapfile -t p < <(harness_pids)
 	((${#p[@]} == 0)) || left+=("processes: ${p[*]}")
-	mapfile -t p < <(pod_pids)
-	((${#p[@]} == 0)) || left+=("pod processes: ${p[*]}")
+	# Pods and cgroups only where this harness can run nodes (cgroup v1): on a cgroup v2 host the
+	# cgroups are systemd's and any other kubelet's, never ours.
+	local cgroups=()
+	if [[ ! -f $CGROUP_ROOT/cgroup.controllers && -d $CGROUP_ROOT/pids ]]; then
+		mapfile -t p < <(pod_pids)
+		((${#p[@]} == 0)) || left+=("pod processes: ${p[*]}")
+		cgroups=("$CGROUP_ROOT"/*/kubepods* "$CGROUP_ROOT"/*/"$NODE_NAME"-*)
+	fi
 	mapfile -t p < <(mounts_under "$KUBELET_ROOT" "$CL" "$MNTNS_DIR")
 	((${#p[@]} == 0)) || left+=("mounts: ${p[*]}")
 	# A mount namespace of a node that outlived `down` shows in its processes' mount tables, or,
@@ -1000,7 +1022,7 @@ cmd_check_down() {
 	mapfile -t p < <(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^($NETNS|$NETNS-[0-9]+)$")
 	((${#p[@]} == 0)) || left+=("network namespaces: ${p[*]}")
 	# (kubepods cgroups: teardown removes any, as the one kubelet machine this harness assumes.)
-	for f in "$MNTNS_DIR" "$KUBELET_ROOT" /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/*/"$NODE_NAME"-* \
+	for f in "$MNTNS_DIR" "$KUBELET_ROOT" "${cgroups[@]}" \
 		"$CL"/nodes "$CL"/containerd "$CL"/kubelet; do
 		[[ -e $f ]] && left+=("left: $f")
 	done
@@ -1087,6 +1109,9 @@ cmd_status() {
 	done
 	[[ -e $NETNS_PATH ]] && echo "netns $NETNS_PATH" || echo "no netns"
 }
+
+# Sourced (hack/clustertest tests its functions): define them, run nothing.
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
 
 case ${1:-} in
 up) shift; cmd_up "$@" ;;

@@ -7,12 +7,19 @@
 #      tests and the mount tests), then test/'s e2e/api, e2e/pods, manifests and e2e/framework;
 #   2. the newest minor, three nodes (NODES=3): the multi-node suite (test/e2e/nodes);
 #   3. each older supported minor (hack/lib/versions.sh), one node: the tests that prove a user's
-#      install works there (MATRIX_TESTS below, in test/e2e/api and test/e2e/pods).
+#      install works there (hack/matrixtests/matrix.txt: packages of test/ and test names, checked
+#      to exist before any cluster starts).
 # After each phase `down` must leave nothing behind (hack/cluster.sh check-down).
-# KUBE_VERSION=1.NN: phases 1 and 2 on that minor only, no matrix.
+# A phase that needs no kubelet, for hosts that cannot run this harness's nodes (cgroup v2):
+#   0. `make test-api` (TEST_NODES=0): a control plane alone (hack/cluster.sh up
+#      --control-plane-only: etcd, API server, controller manager; no kubelet, no container
+#      runtime, no cgroups): the root module's tests with the tag root, and test/'s e2e/api,
+#      manifests and e2e/framework: every suite but the pod and node suites.
+# KUBE_VERSION=1.NN: the phases on that minor only, no matrix.
 # TEST_ARGS: more `go test` flags for the phases (with TEST_ARGS the matrix is skipped). A -run in it picks the phase: the three-node one if it names TestNodes,
-# else the one-node one. TEST_PACKAGES: the one-node phase's packages of test/ (default below).
-# TEST_NODES: the phases to run on the main minor ("1 3" by default, or as the -run picks).
+# else the one-node one. TEST_PACKAGES: the one-node (or control-plane) phase's packages of test/ (default below).
+# TEST_NODES: the phases to run on the main minor ("1 3" by default, or as the -run picks; 0: the
+# control-plane phase); set, the matrix is skipped.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -21,13 +28,17 @@ source hack/lib/versions.sh
 main_minor=$(kube_minor)
 # The older minors' phase: the matrix, unless one minor was asked for or tests were picked.
 matrix=()
-if [[ -z ${KUBE_VERSION:-} && -z ${TEST_ARGS:-} ]]; then matrix=("${KUBE_MINORS[@]:1}"); fi
-# What proves a user's install works on a minor: the install from the registry with helm, a share
-# read, revoked and regranted, refreshed, the driver killed and restarted and upgraded between two
-# pushed releases, pods deleted leaving nothing, the read-only view, the CRD schema and the
-# admission policy against that API server, OpenShift's documented objects, and the restart-in-place
-# example (refused with a clear message where RestartAllContainers is off: before 1.36).
-MATRIX_TESTS='^(TestPodsInstalledFromTheRegistry|TestPodsRestartOnChangeExampleWorks|TestPodsReadCABundleSharedFromPlatformNamespace|TestPodsWithoutUseGrantStayContainerCreating|TestPodsRevokedWhileRunningThenRegranted|TestPodsSeeSourceUpdatesAtomicallyUnlessRefreshFalse|TestPodsDriverRecreated|TestPodsDeletedLeaveNothingOnTheNode|TestDriverKilledAndRestartedKeepsServingItsVolumes|TestReadOnlyInTheMountNamespaceThePodSees|TestShareItemsSchema|TestSharePolicyGuardsTheListOfKeys|TestSharePolicyRequiresReadOnTheSource|TestSharePolicyGuardsThePin|TestSharePolicyTreatsOwnerReferencesAsADelete|TestOpenShiftCRDSchemaAgainstOurs|TestOpenShiftDocumentedObjectsAreAccepted)$'
+if [[ -z ${KUBE_VERSION:-} && -z ${TEST_ARGS:-} && -z ${TEST_NODES:-} ]]; then matrix=("${KUBE_MINORS[@]:1}"); fi
+# What proves a user's install works on a minor: hack/matrixtests/matrix.txt. A test it names that
+# no longer exists (renamed, removed) fails here, naming the line, before any cluster is started;
+# otherwise the older minors would silently run fewer tests.
+if ((${#matrix[@]})); then
+	go test -count=1 -run '^TestMatrixNamesExistingTests$' ./hack/matrixtests ||
+		{ echo "hack/matrixtests/matrix.txt names a test that does not exist (above)" >&2; exit 1; }
+fi
+MATRIX_TESTS=$(awk '!/^#/ && NF == 2 { printf "%s%s", sep, $2; sep = "|" }' hack/matrixtests/matrix.txt)
+MATRIX_TESTS="^($MATRIX_TESTS)\$"
+mapfile -t MATRIX_PACKAGES < <(awk '!/^#/ && NF == 2 { print "./" $1 }' hack/matrixtests/matrix.txt | sort -u)
 [[ $(id -u) == 0 ]] || { echo "make test needs root (it mounts file systems and runs a kubelet)" >&2; exit 1; }
 if [[ -z ${TEST_NODES:-} ]]; then
 	TEST_NODES="1 3"
@@ -64,14 +75,25 @@ gotest() {
 	return "${PIPESTATUS[0]}"
 }
 # The one-node phase's packages of test/: the driver against the API server, real pods, the chart
-# and monitoring files (helm, promtool; no cluster), and the framework's own tests.
-TEST_PACKAGES=${TEST_PACKAGES:-./e2e/api ./e2e/pods ./manifests ./e2e/framework}
+# and monitoring files (helm, promtool; no cluster), and the framework's own tests. The
+# control-plane phase's: the same but the pods.
+if [[ $TEST_NODES == *1* ]]; then
+	TEST_PACKAGES=${TEST_PACKAGES:-./e2e/api ./e2e/pods ./manifests ./e2e/framework}
+else
+	TEST_PACKAGES=${TEST_PACKAGES:-./e2e/api ./manifests ./e2e/framework}
+fi
 
 status=0
 set +e
-if [[ $TEST_NODES == *1* ]]; then
-	KUBE_VERSION=$main_minor NODES=1 hack/cluster.sh up || exit 1
-	echo "cluster of 1 node (Kubernetes $main_minor) up in $(($(date +%s) - start)) s"
+# The one-node phase, or the control-plane phase (the same tests but the pod suite's, on any host).
+if [[ $TEST_NODES == *1* || $TEST_NODES == *0* ]]; then
+	if [[ $TEST_NODES == *1* ]]; then
+		KUBE_VERSION=$main_minor NODES=1 hack/cluster.sh up || exit 1
+		echo "cluster of 1 node (Kubernetes $main_minor) up in $(($(date +%s) - start)) s"
+	else
+		KUBE_VERSION=$main_minor hack/cluster.sh up --control-plane-only || exit 1
+		echo "control plane (Kubernetes $main_minor, no nodes) up in $(($(date +%s) - start)) s"
+	fi
 	# The root module (its unit tests, hack/'s tools' tests and, as root, the mount tests: build tag root) beside test/'s
 	# suites, as they ran in one test binary before: its log is _output/test-root.log.
 	# shellcheck disable=SC2086 # TEST_ARGS is a list of flags
@@ -88,11 +110,11 @@ if [[ $TEST_NODES == *1* ]]; then
 		grep -B 2 -A 30 -- '--- FAIL' _output/test-root.log | grep -vE '^[IEW][0-9]{4} ' | head -400
 	fi
 	((status != 0)) || status=$root_status
-	# Nothing may be left behind of one node either.
+	# Nothing may be left behind of one node (or of the control plane) either.
 	hack/cluster.sh down && hack/cluster.sh check-down
 	down_status=$?
 	((status != 0)) || status=$down_status
-	echo "one-node phase finished after $(($(date +%s) - start)) s"
+	echo "phase finished after $(($(date +%s) - start)) s"
 fi
 if [[ $TEST_NODES == *3* ]]; then
 	phase=$(date +%s)
@@ -114,7 +136,7 @@ for minor in "${matrix[@]}"; do
 	phase=$(date +%s)
 	KUBE_VERSION=$minor NODES=1 hack/cluster.sh up || exit 1
 	echo "cluster of 1 node (Kubernetes $minor) up in $(($(date +%s) - phase)) s"
-	gotest "$minor" "_output/test-$minor.log" "$ROOT/test" -run "$MATRIX_TESTS" ./e2e/api ./e2e/pods
+	gotest "$minor" "_output/test-$minor.log" "$ROOT/test" -run "$MATRIX_TESTS" "${MATRIX_PACKAGES[@]}"
 	minor_status=$?
 	((status != 0)) || status=$minor_status
 	hack/cluster.sh down && hack/cluster.sh check-down
