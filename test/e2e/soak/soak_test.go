@@ -579,23 +579,28 @@ func (r *soakRun) churn(stop chan struct{}) {
 
 var faultKinds = []string{"driver-sigkill", "kubelet-containerd-restart", "apiserver-etcd-restart", "node-lost", "node-drained", "status-controller-sigkill"}
 
-// injectFaults injects faults until the duration has passed: every kind once, in an order drawn
-// from the seed, then again, with a pause of 10 to 20 s between two.
+// injectFaults injects faults until the duration has passed and every kind was injected at least
+// once (a short soak is one round): every kind once, in an order drawn from the seed, then again,
+// with a pause of 5 to 15 s between two.
 func (r *soakRun) injectFaults(duration time.Duration) {
 	deadline := time.Now().Add(duration)
 	var order []string
-	for time.Now().Before(deadline) {
+	rounds := 0
+	for rounds == 0 || time.Now().Before(deadline) {
 		if len(order) == 0 {
+			if rounds > 0 && !time.Now().Before(deadline) {
+				break
+			}
 			order = append([]string{}, faultKinds...)
 			r.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		}
 		kind := order[0]
 		order = order[1:]
 		node := r.nodes[r.rng.IntN(len(r.nodes))]
-		pause := time.Duration(10+r.rng.IntN(10)) * time.Second
+		pause := time.Duration(5+r.rng.IntN(10)) * time.Second
 		time.Sleep(pause)
-		if !time.Now().Before(deadline) {
-			break
+		if len(order) == 0 {
+			rounds++ // this is the round's last fault
 		}
 		f := Fault{Kind: kind, Node: node.Name, Start: time.Now()}
 		var err error
