@@ -73,7 +73,7 @@ var soakMargins = Margins{RSSFactor: 1.5, RSSBytes: 16 << 20, Goroutines: 25, FD
 
 // readerScript is the consumer's reader (busybox sh, no process forked per read). $VOLS names the
 // volumes mounted at /v/<name>; $SPEC is the header's volume list.
-const readerScript = `LOG=/soaklog/$NS.$POD.$UID.log
+const readerScript = `LOG=/soaklog/$NS.$POD.$PODUID.log
 echo "H $EPOCHREALTIME $NS $POD $NODE $SPEC" >>$LOG
 n=0; hb=
 while :; do
@@ -381,11 +381,11 @@ func (r *soakRun) consumerDeployment(ns, name string) *appsv1.Deployment {
 	for i := 0; i < nv; i++ {
 		v := string(rune('a' + i))
 		sh := r.shares[perm[i]]
-		attrs := map[string]string{"sharedSecret": sh}
+		attrs := map[string]string{framework.AttrSharedSecret: sh}
 		refresh := "true"
 		if r.rng.IntN(4) == 0 {
 			refresh = "false"
-			attrs["refreshResource"] = "false"
+			attrs[framework.AttrRefreshResource] = "false"
 		}
 		vols = append(vols, corev1.Volume{Name: v, VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
 			Driver: framework.DriverName, ReadOnly: &ro, VolumeAttributes: attrs}}})
@@ -419,7 +419,7 @@ func (r *soakRun) consumerDeployment(ns, name string) *appsv1.Deployment {
 					Containers: []corev1.Container{{
 						Name: "reader", Image: r.s.Busybox, ImagePullPolicy: corev1.PullNever,
 						Command: []string{"sh", "-c", readerScript},
-						Env: []corev1.EnvVar{field("NS", "metadata.namespace"), field("POD", "metadata.name"), field("UID", "metadata.uid"),
+						Env: []corev1.EnvVar{field("NS", "metadata.namespace"), field("POD", "metadata.name"), field("PODUID", "metadata.uid"),
 							field("NODE", "spec.nodeName"), {Name: "VOLS", Value: strings.Join(names, " ")}, {Name: "SPEC", Value: strings.Join(spec, " ")}},
 						VolumeMounts: mounts,
 						Resources: corev1.ResourceRequirements{
@@ -669,6 +669,9 @@ func (r *soakRun) killDriver(n framework.ClusterNode) error {
 	var pod *corev1.Pod
 	if err := retry(30*time.Second, func() (err error) { pod, err = r.s.DriverPodOn(r.ctx, n.Name); return err }); err != nil {
 		return err
+	}
+	if len(pod.Status.ContainerStatuses) == 0 {
+		return fmt.Errorf("driver pod %s has no container status", pod.Name)
 	}
 	pids := driverPIDs(string(pod.UID))
 	if len(pids) == 0 {
