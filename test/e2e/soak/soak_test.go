@@ -581,7 +581,7 @@ var faultKinds = []string{"driver-sigkill", "kubelet-containerd-restart", "apise
 
 // injectFaults injects faults until the duration has passed and every kind was injected at least
 // once (a short soak is one round): every kind once, in an order drawn from the seed, then again,
-// with a pause of 5 to 15 s between two.
+// with a pause of 3 to 10 s between two.
 func (r *soakRun) injectFaults(duration time.Duration) {
 	deadline := time.Now().Add(duration)
 	var order []string
@@ -597,7 +597,7 @@ func (r *soakRun) injectFaults(duration time.Duration) {
 		kind := order[0]
 		order = order[1:]
 		node := r.nodes[r.rng.IntN(len(r.nodes))]
-		pause := time.Duration(5+r.rng.IntN(10)) * time.Second
+		pause := time.Duration(3+r.rng.IntN(8)) * time.Second
 		time.Sleep(pause)
 		if len(order) == 0 {
 			rounds++ // this is the round's last fault
