@@ -12,7 +12,7 @@ REGISTRY ?= ghcr.io/shared-resource
 # not pulled from anywhere.
 IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 
-.PHONY: build help test test-api unit tools-test vet lint deps-lint golangci-lint image deploy up down tools deps tools-cluster deps-cluster tools-api helm actionlint check-workflows cosign registry release e2e-kind bench clean manifests
+.PHONY: build help test test-api soak unit tools-test vet lint deps-lint golangci-lint image deploy up down tools deps tools-cluster deps-cluster tools-api helm actionlint check-workflows cosign registry release e2e-kind bench clean manifests
 
 ## build: the static driver binary, version stamped, in _output/bin.
 build:
@@ -118,6 +118,14 @@ test: vet tools build tools-test $(BIN)/ociimage cosign
 ## server), test/manifests and test/e2e/framework. KUBE_VERSION=1.NN picks the minor.
 test-api: deps tools-api build
 	TEST_NODES=0 hack/test.sh
+
+## soak: the soak tier (test/e2e/soak, docs/reliability.md) on a local cluster of NODES nodes
+## (default 3) that it brings up and tears down: a seeded workload with faults injected for
+## DURATION (default 3m), then every read every consumer made is checked. SEED replays a run.
+## Prints the figures and violations; keeps the histories and logs in _output/soak/.
+SOAK_NODES := $(if $(filter command line environment,$(origin NODES)),$(NODES),3)
+soak: tools build $(BIN)/ociimage cosign
+	DURATION=$(DURATION) SEED=$(SEED) NODES=$(SOAK_NODES) hack/soak.sh
 
 ## bench: benchmarks against a local control plane (root); writes BENCHMARKS.md.
 ## BENCH_SMOKE=1: a quick check of every benchmark (CI); BENCH_COUNT (default 5), BENCH_FILTER.

@@ -15,6 +15,7 @@
 #   hack/cluster.sh node-kill NODE               a power loss of NODE's daemons: SIGKILL to its kubelet,
 #                                                its containerd and its driver processes (node plugin, status replica; the pods' other processes run on)
 #   hack/cluster.sh node-start NODE              start NODE's containerd and kubelet again (its state kept)
+#   hack/cluster.sh restart-control-plane        SIGKILL to etcd and the API server, both started again
 #
 # Nodes (NODES=1 by default): one control plane (etcd, API server, controller manager, scheduler,
 # registry) in the first node's network namespace, and per node its own kubelet and containerd
@@ -310,13 +311,21 @@ EOF
 }
 
 start_control_plane() {
+	start_etcd
+	start_apiserver
+	start_controller_manager
+}
+
+start_etcd() {
 	start etcd "$KBIN/etcd" --name srcsi --data-dir "$CL/etcd" \
 		--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
 		--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
 		--initial-cluster srcsi=http://127.0.0.1:2380 \
 		--quota-backend-bytes 4294967296 \
 		--unsafe-no-fsync # disposable test data: skipping fsync makes every write much faster
+}
 
+start_apiserver() {
 	start kube-apiserver "$KBIN/kube-apiserver" \
 		--etcd-servers http://127.0.0.1:2379 \
 		--bind-address 0.0.0.0 --secure-port 6443 --advertise-address "$NODE_IP" \
@@ -336,7 +345,9 @@ start_control_plane() {
 		--audit-log-maxsize 0 \
 		--profiling=false \
 		--v 1
+}
 
+start_controller_manager() {
 	# nodelifecycle must stay on: it removes the node's not-ready taint (else DaemonSets get no
 	# pods). The cloud and IPAM controllers have nothing to do here (no cloud, CNI does IPAM).
 	# --node-monitor-period 1s: the not-ready taint goes ~1 s after the node is Ready, not 5 s.
@@ -998,6 +1009,22 @@ cmd_node_start() {
 	wait_for "node $1 Ready" 60 node_ready "$1"
 }
 
+# restart-control-plane: SIGKILL to etcd and the API server at once, as a crash of the control
+# plane's machine would stop them, then both started again on the data they left; returns when the
+# API server is ready. The kubelets, drivers and controllers see the API server gone meanwhile.
+cmd_restart_control_plane() {
+	local f pids=()
+	for f in "$PIDS/kube-apiserver.pid" "$PIDS/etcd.pid"; do
+		[[ -e $f ]] && kill -0 "$(cat "$f")" 2>/dev/null || die "$(basename "$f" .pid) is not running"
+		pids+=("$(cat "$f")")
+	done
+	kill_wait KILL 3 "${pids[@]}" || die "processes survive SIGKILL: ${pids[*]}"
+	log "control plane: killed etcd and the API server (pids ${pids[*]})"
+	start_etcd
+	start_apiserver
+	wait_for "API server ready again" 60 apiserver_ready
+}
+
 # check-down: what `down` must leave behind is nothing but the logs: no process of ours, no mount
 # (in any mount namespace: every process's mount table is read), no network or mount namespace,
 # no cgroup, no kubelet dir, no CNI state of ours. Prints each leftover and fails if there is one.
@@ -1120,12 +1147,13 @@ check-down) cmd_check_down ;;
 node-exec) shift; cmd_node_exec "$@" ;;
 node-kill) shift; cmd_node_kill "$@" ;;
 node-start) shift; lock; cmd_node_start "$@" ;;
+restart-control-plane) lock; cmd_restart_control_plane ;;
 exec) shift; cmd_exec "$@" ;;
 import-image) shift; cmd_import_image "$@" ;;
 import-busybox) shift; cmd_import_busybox "$@" ;;
 status) cmd_status ;;
 *)
-	sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 	;;
 esac

@@ -5,7 +5,8 @@
 # module): e2e/api, e2e/pods, e2e/nodes, manifests. Phases, each on a cluster of its own:
 #   1. the newest supported minor, one node: the root module's tests with the tag root (the unit
 #      tests and the mount tests), then test/'s e2e/api, e2e/pods, manifests and e2e/framework;
-#   2. the newest minor, three nodes (NODES=3): the multi-node suite (test/e2e/nodes);
+#   2. the newest minor, three nodes (NODES=3): the multi-node suite (test/e2e/nodes), then a short
+#      soak (test/e2e/soak: SOAK_DURATION, default 2m; `make soak` runs longer ones);
 #   3. each older supported minor (hack/lib/versions.sh), one node: the tests that prove a user's
 #      install works there (hack/matrixtests/matrix.txt: packages of test/ and test names, checked
 #      to exist before any cluster starts).
@@ -43,7 +44,7 @@ mapfile -t MATRIX_PACKAGES < <(awk '!/^#/ && NF == 2 { print "./" $1 }' hack/mat
 if [[ -z ${TEST_NODES:-} ]]; then
 	TEST_NODES="1 3"
 	if [[ ${TEST_ARGS:-} == *-run* ]]; then
-		if [[ $TEST_ARGS == *TestNodes* ]]; then TEST_NODES=3; else TEST_NODES=1; fi
+		if [[ $TEST_ARGS == *TestNodes* || $TEST_ARGS == *TestSoak* ]]; then TEST_NODES=3; else TEST_NODES=1; fi
 	fi
 fi
 
@@ -120,10 +121,22 @@ if [[ $TEST_NODES == *3* ]]; then
 	phase=$(date +%s)
 	KUBE_VERSION=$main_minor NODES=3 hack/cluster.sh up || exit 1
 	echo "cluster of 3 nodes (Kubernetes $main_minor) up in $(($(date +%s) - phase)) s"
-	# shellcheck disable=SC2086
-	gotest "$main_minor" _output/test-nodes.log "$ROOT/test" -run '^TestNodes' ${TEST_ARGS:-} ./e2e/nodes
-	nodes_status=$?
-	((status != 0)) || status=$nodes_status
+	if [[ ${TEST_ARGS:-} != *-run* || $TEST_ARGS == *TestNodes* ]]; then
+		# shellcheck disable=SC2086
+		gotest "$main_minor" _output/test-nodes.log "$ROOT/test" -run '^TestNodes' ${TEST_ARGS:-} ./e2e/nodes
+		nodes_status=$?
+		((status != 0)) || status=$nodes_status
+	fi
+	# The short soak on the same cluster (docs/reliability.md): the same workload, faults and
+	# checker as `make soak`, for SOAK_DURATION. Its histories and logs: _output/soak/.
+	if [[ ${TEST_ARGS:-} != *-run* || $TEST_ARGS == *TestSoak* ]]; then
+		soak=$(date +%s)
+		SOAK_DURATION=${SOAK_DURATION:-2m} SOAK_OUT=$ROOT/_output/soak/test-$(date -u +%Y%m%d-%H%M%S) \
+			gotest "$main_minor" _output/test-soak.log "$ROOT/test" -run '^(TestSoak|TestChecker)' ./e2e/soak
+		soak_status=$?
+		((status != 0)) || status=$soak_status
+		echo "short soak took $(($(date +%s) - soak)) s"
+	fi
 	# `down` must leave nothing behind of three nodes either: a test of the harness itself.
 	hack/cluster.sh down && hack/cluster.sh check-down
 	down_status=$?
