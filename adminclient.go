@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -122,6 +123,17 @@ func (a *adminClient) eachPod(ctx context.Context, ns, labelSelector, fieldSelec
 	}
 }
 
+// printable is s with every control character (a terminal's escape sequences among them) shown
+// as '?': event and condition messages are written by others and printed to an admin's terminal.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
 // listEvents lists the events of ns ("" for all) matching fieldSelector, by pages of 500.
 func (a *adminClient) listEvents(ctx context.Context, ns, fieldSelector string) ([]corev1.Event, error) {
 	var out []corev1.Event
@@ -135,8 +147,9 @@ func (a *adminClient) listEvents(ctx context.Context, ns, fieldSelector string) 
 			return nil, err
 		}
 		for _, e := range list.Items {
-			// Only the driver's own: anyone who may create events in a namespace could write
-			// one with the driver's reason.
+			// Only those that say they are the driver's: anyone who may create events in a
+			// namespace could write one with the driver's reason. The component is the writer's
+			// own word too, so an event is shown as evidence, never as proof.
 			if e.Source.Component == driverEventComponent || e.Reason == "FailedMount" {
 				out = append(out, e)
 			}

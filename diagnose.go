@@ -212,7 +212,7 @@ func (j *shareJudgement) judge(ctx context.Context) shareVerdictReport {
 	}
 	// Revoked: the driver emptied the volume and has not restored it since.
 	if ev := lastShareEvent(j.events, ref, reasonRevoked, reasonRestored); ev != nil && ev.Reason == reasonRevoked {
-		j.say("event %s %s ago: %s", ev.Reason, since(ev), ev.Message)
+		j.say("event %s %s ago: %s", ev.Reason, since(ev), printable(ev.Message))
 		allowed, _, err := a.mayUse(ctx, p.Namespace, podServiceAccount(p), ref)
 		switch {
 		case err != nil:
@@ -303,7 +303,7 @@ func (j *shareJudgement) judge(ctx context.Context) shareVerdictReport {
 		j.say("driver pod %s/%s on node %s is Ready", j.driverPod.Namespace, j.driverPod.Name, p.Spec.NodeName)
 	}
 	if ev := lastFailedMount(j.events); ev != nil && p.Status.Phase == corev1.PodPending {
-		j.say("last FailedMount %s ago: %s", since(ev), ev.Message)
+		j.say("last FailedMount %s ago: %s", since(ev), printable(ev.Message))
 	}
 	if len(j.unknown) > 0 {
 		return j.undetermined()
@@ -403,7 +403,7 @@ func lastVersion(evs []corev1.Event, ref shareRef, evErr error) string {
 	if m := resourceVersionInEvent.FindStringSubmatch(ev.Message); m != nil {
 		return fmt.Sprintf("resourceVersion %s (SharedResourceRefreshed %s ago)", m[1], since(ev))
 	}
-	return fmt.Sprintf("%s (%s ago)", ev.Message, since(ev))
+	return fmt.Sprintf("%s (%s ago)", printable(ev.Message), since(ev))
 }
 
 // runDiagnose diagnoses the target's pods.

@@ -28,7 +28,9 @@ func TestAdminFlagsAfterTheTarget(t *testing.T) {
 }
 
 func TestEventsNameTheirShareExactly(t *testing.T) {
-	at := func(min int) metav1.Time { return metav1.NewTime(time.Now().Add(time.Duration(min) * time.Minute)) }
+	at := func(minutes int) metav1.Time {
+		return metav1.NewTime(time.Now().Add(time.Duration(minutes) * time.Minute))
+	}
 	evs := []corev1.Event{
 		{Reason: reasonRefreshed, Message: "Updated secret/web-ca from Secret p/web-ca (resourceVersion 10)", LastTimestamp: at(-5)},
 		{Reason: reasonRefreshed, Message: "Updated secret/web-ca-2 from Secret p/other (resourceVersion 99)", LastTimestamp: at(-1)},
@@ -58,5 +60,13 @@ func TestPluginNameDispatchesAdminCommands(t *testing.T) {
 	}
 	if code := runPlugin([]string{"env-file"}, &out, &errs); code != 2 {
 		t.Errorf("plugin env-file without flags: %d, want 2", code)
+	}
+}
+
+// Messages written by others reach an admin's terminal without its control characters: an
+// event cannot recolour, move the cursor or retitle the terminal.
+func TestMessagesArePrintedWithoutControlCharacters(t *testing.T) {
+	if got := printable("ok\x1b[2J\x1b]0;owned\x07\nnext"); got != "ok?[2J?]0;owned??next" {
+		t.Errorf("printable: %q", got)
 	}
 }

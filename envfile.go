@@ -206,7 +206,7 @@ func validEnvName(s string) bool {
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+		if c != '_' && (c < 'A' || c > 'Z') && (c < 'a' || c > 'z') && (c < '0' || c > '9') {
 			return false
 		}
 	}
@@ -217,7 +217,7 @@ func validEnvName(s string) bool {
 func suggestEnvName(key string) string {
 	b := []byte(strings.ToUpper(key))
 	for i, c := range b {
-		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+		if c != '_' && (c < 'A' || c > 'Z') && (c < '0' || c > '9') {
 			b[i] = '_'
 		}
 	}
@@ -243,6 +243,9 @@ func checkEnvValue(v []byte) error {
 	return nil
 }
 
+// envFileTempInfix marks the temporary files env-file writes beside its --out, and removes.
+const envFileTempInfix = ".env-file-tmp-"
+
 // writeEnvFileAtomically writes body to path by a temporary file in the same directory and a
 // rename, after checking that the directory is a tmpfs.
 func writeEnvFileAtomically(path string, body []byte) error {
@@ -255,13 +258,17 @@ func writeEnvFileAtomically(path string, body []byte) error {
 		return fmt.Errorf("--out %s: %s is not in memory (not a tmpfs): the values would reach the node's disk; give its emptyDir volume medium: Memory", path, dir)
 	}
 	// A run killed while writing leaves its temporary file; the next run removes it, so that
-	// restarts do not fill the emptyDir with copies of old values.
-	if stale, err := filepath.Glob(filepath.Join(dir, "."+filepath.Base(path)+".*")); err == nil {
+	// restarts do not fill the emptyDir with copies of old values. Only regular files of the
+	// name only this command makes: another file of the emptyDir is not its to delete.
+	prefix := "." + filepath.Base(path) + envFileTempInfix
+	if stale, err := filepath.Glob(filepath.Join(dir, prefix+"*")); err == nil {
 		for _, f := range stale {
-			os.Remove(f)
+			if fi, err := os.Lstat(f); err == nil && fi.Mode().IsRegular() {
+				_ = os.Remove(f)
+			}
 		}
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	tmp, err := os.CreateTemp(dir, prefix+"*")
 	if err != nil {
 		return fmt.Errorf("--out %s: %w", path, err)
 	}

@@ -181,8 +181,12 @@ func TestEnvFileCommand(t *testing.T) {
 		t.Fatalf("this test needs a tmpfs at /dev/shm: %v", err)
 	}
 	t.Cleanup(func() { os.RemoveAll(out) })
-	// A temporary file left by a run killed while writing.
-	if err := os.WriteFile(out+"/.share.env.12345", []byte("old values"), 0o600); err != nil {
+	// A temporary file left by a run killed while writing, and a file of the user's own of a
+	// like name, which is not env-file's to delete.
+	if err := os.WriteFile(out+"/.share.env"+envFileTempInfix+"12345", []byte("old values"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out+"/.share.env.bak", []byte("the user's"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
@@ -205,8 +209,11 @@ func TestEnvFileCommand(t *testing.T) {
 	if st, _ := os.Stat(out + "/share.env"); st.Mode().Perm() != 0o600 {
 		t.Errorf("mode %v, want 0600", st.Mode().Perm())
 	}
-	if ents, _ := os.ReadDir(out); len(ents) != 1 {
-		t.Errorf("%d entries in the out dir, want the file alone (no temporary file left, the stale one removed)", len(ents))
+	if ents, _ := os.ReadDir(out); len(ents) != 2 {
+		t.Errorf("%d entries in the out dir, want the file and the user's .share.env.bak (no temporary file left, the stale one removed)", len(ents))
+	}
+	if _, err := os.Stat(out + "/.share.env.bak"); err != nil {
+		t.Errorf("a file env-file did not make was removed: %v", err)
 	}
 
 	// A dir on disk: the package's own dir is on the checkout's file system.

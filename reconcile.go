@@ -155,7 +155,7 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 		if err := vol.dropPreviousView(); err != nil {
 			klog.ErrorS(err, "Dropping the view kept for readers failed", "volumeID", rec.VolumeID)
 		} else if rec.KeptBytes > 0 {
-			room.take(-rec.KeptBytes) // a credit: never refused
+			_ = room.take(-rec.KeptBytes) // a credit: never refused
 			w.next.KeptBytes = 0
 		}
 	}

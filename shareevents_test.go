@@ -168,8 +168,8 @@ func TestAStreamOfEditsMakesOneReactionPerWindow(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	n := len(p.reactions())
 	t.Logf("%d edits over %v: %d reactions", edits, edits*step, n)
-	if max := int(edits*step/window) + 1; n > max || n < 2 {
-		t.Errorf("%d edits over %v with a %v window made %d reactions, want at most %d (one per window), and more than one", edits, edits*step, window, n, max)
+	if most := int(edits*step/window) + 1; n > most || n < 2 {
+		t.Errorf("%d edits over %v with a %v window made %d reactions, want at most %d (one per window), and more than one", edits, edits*step, window, n, most)
 	}
 	p.mu.Lock()
 	last := p.started[a]
@@ -198,22 +198,24 @@ func TestOnlyEditsOfWhatAVolumeUsesMakeAReaction(t *testing.T) {
 		react bool
 	}{
 		{"description", func(u *unstructured.Unstructured) {
-			unstructured.SetNestedField(u.Object, "the corporate CA", "spec", "description")
+			mustSet(unstructured.SetNestedField(u.Object, "the corporate CA", "spec", "description"))
 		}, false},
 		{"a label", func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"team": "a"}) }, false},
 		{"the status's conditions", func(u *unstructured.Unstructured) {
-			unstructured.SetNestedSlice(u.Object, []any{map[string]any{"type": "Ready", "status": "True"}}, "status", "conditions")
+			mustSet(unstructured.SetNestedSlice(u.Object, []any{map[string]any{"type": "Ready", "status": "True"}}, "status", "conditions"))
 		}, false},
 		{"the ref", func(u *unstructured.Unstructured) {
-			unstructured.SetNestedField(u.Object, "other", "spec", "secretRef", "name")
+			mustSet(unstructured.SetNestedField(u.Object, "other", "spec", "secretRef", "name"))
 		}, true},
 		{"the list of keys", func(u *unstructured.Unstructured) {
-			unstructured.SetNestedSlice(u.Object, []any{map[string]any{"key": "ca.crt"}}, "spec", sharedItemsField)
+			mustSet(unstructured.SetNestedSlice(u.Object, []any{map[string]any{"key": "ca.crt"}}, "spec", sharedItemsField))
 		}, true},
 		{"following re-creations", func(u *unstructured.Unstructured) {
-			unstructured.SetNestedField(u.Object, recreationFollow, "spec", recreationField)
+			mustSet(unstructured.SetNestedField(u.Object, recreationFollow, "spec", recreationField))
 		}, true},
-		{"the pin", func(u *unstructured.Unstructured) { unstructured.SetNestedField(u.Object, "src-2", "status", pinField) }, true},
+		{"the pin", func(u *unstructured.Unstructured) {
+			mustSet(unstructured.SetNestedField(u.Object, "src-2", "status", pinField))
+		}, true},
 		{"the object", func(u *unstructured.Unstructured) { u.SetUID("share-2") }, true},
 	} {
 		was, now := base(), base()
@@ -261,5 +263,12 @@ func TestShareEventOnABusyVolumeIsRetried(t *testing.T) {
 			t.Fatalf("5 s after its lock was released the pod still sees %q: the deleted share's event was lost", viewOf(t, d, "vol-1"))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// mustSet fails the test's setup when an edit of an object's field could not be made.
+func mustSet(err error) {
+	if err != nil {
+		panic(err)
 	}
 }

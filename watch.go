@@ -439,12 +439,12 @@ func runsAs(pid, uid int) bool {
 	if err != nil {
 		return false
 	}
-	real, effective, ok := statusUIDs(string(b))
-	return ok && real == uid && effective == uid
+	ruid, euid, ok := statusUIDs(string(b))
+	return ok && ruid == uid && euid == uid
 }
 
 // statusUIDs reads the real and effective UIDs from the text of a /proc/PID/status.
-func statusUIDs(status string) (real, effective int, ok bool) {
+func statusUIDs(status string) (ruid, euid int, ok bool) {
 	for line := range strings.Lines(status) {
 		rest, found := strings.CutPrefix(line, "Uid:")
 		if !found {

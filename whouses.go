@@ -118,7 +118,11 @@ func runWhoUses(ctx context.Context, a *adminClient, o *adminOptions, target str
 			continue
 		}
 		for _, e := range evs {
-			events[e.InvolvedObject.UID] = append(events[e.InvolvedObject.UID], e)
+			// Only an event of the pod's own namespace speaks of it: one written in another
+			// namespace naming the pod's UID is not the driver's.
+			if e.Namespace == e.InvolvedObject.Namespace {
+				events[e.InvolvedObject.UID] = append(events[e.InvolvedObject.UID], e)
+			}
 		}
 	}
 	type accessKey struct {
@@ -151,7 +155,7 @@ func runWhoUses(ctx context.Context, a *adminClient, o *adminOptions, target str
 					}
 					reviewed[k] = may
 				}
-				evs := events[p.UID]
+				evs := slices.DeleteFunc(slices.Clone(events[p.UID]), func(e corev1.Event) bool { return e.Namespace != p.Namespace })
 				sortEvents(evs)
 				state := "published"
 				switch {

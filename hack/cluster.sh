@@ -1015,7 +1015,7 @@ cmd_node_start() {
 cmd_restart_control_plane() {
 	local f pids=()
 	for f in "$PIDS/kube-apiserver.pid" "$PIDS/etcd.pid"; do
-		[[ -e $f ]] && kill -0 "$(cat "$f")" 2>/dev/null || die "$(basename "$f" .pid) is not running"
+		if ! [[ -e $f ]] || ! kill -0 "$(cat "$f")" 2>/dev/null; then die "$(basename "$f" .pid) is not running"; fi
 		pids+=("$(cat "$f")")
 	done
 	kill_wait KILL 3 "${pids[@]}" || die "processes survive SIGKILL: ${pids[*]}"

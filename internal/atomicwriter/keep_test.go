@@ -96,9 +96,13 @@ func TestKeepPreviousKeepsOneSetAndDropPreviousRemovesIt(t *testing.T) {
 	}
 	// A write without KeepPrevious removes a kept set too.
 	w.KeepPrevious = true
-	w.Write(map[string]File{"k": {Data: []byte("6"), Mode: 0o644}})
+	if err := w.Write(map[string]File{"k": {Data: []byte("6"), Mode: 0o644}}); err != nil {
+		t.Fatal(err)
+	}
 	w.KeepPrevious = false
-	w.Write(map[string]File{"k": {Data: []byte("7"), Mode: 0o644}})
+	if err := w.Write(map[string]File{"k": {Data: []byte("7"), Mode: 0o644}}); err != nil {
+		t.Fatal(err)
+	}
 	if n := len(payloadDirs(t, dir)); n != 1 {
 		t.Errorf("after a write without KeepPrevious: %d payload dirs, want 1", n)
 	}

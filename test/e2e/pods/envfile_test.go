@@ -188,7 +188,17 @@ func TestPodsEnvFromShareExampleWorks(t *testing.T) {
 		t.Fatal(err)
 	}
 	manifest := regexp.MustCompile(`(?m)^( *)image: busybox:.*$`).ReplaceAllString(string(b), "${1}image: "+s.Busybox+"\n${1}imagePullPolicy: Never")
-	manifest = regexp.MustCompile(`(?m)^( *)image: ghcr.io/shared-resource/shared-resource-csi:.*$`).ReplaceAllString(manifest, "${1}image: "+s.Image)
+	// The driver's image is the one README.md's install from source produces; here, the image the
+	// suite installed the driver with.
+	in, err := framework.ReadReadmeInstall()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readmeImage := "image: " + in.Registry + "/shared-resource-csi:" + in.Version + "\n"
+	if !strings.Contains(manifest, readmeImage) {
+		t.Fatalf("%s does not run the image README.md's install produces (%s)", file, strings.TrimSpace(readmeImage))
+	}
+	manifest = strings.ReplaceAll(manifest, readmeImage, "image: "+s.Image+"\n")
 	s.KubeEnv.Kubectl(t, manifest, "apply", "-f", "-")
 	t.Cleanup(func() { s.KubeEnv.Kubectl(t, manifest, "delete", "-f", "-", "--wait=false", "--ignore-not-found") })
 	var pod *corev1.Pod

@@ -112,9 +112,11 @@ func TestPodsExamplesWork(t *testing.T) {
 		{"examples/ca-without-key.yaml", "team-tls", "issuer-ca-reader", "/etc/issuer-ca/ca.crt", "BEGIN CERTIFICATE"},
 	}
 	// Every file under examples/ is applied by a test: those above, the delegation below, and
-	// restart-on-change.yaml by TestPodsRestartOnChangeExampleWorks. A new example without a
+	// restart-on-change.yaml by TestPodsRestartOnChangeExampleWorks, env-from-share.yaml by
+	// TestPodsEnvFromShareExampleWorks. A new example without a
 	// check fails here.
-	covered := map[string]bool{"examples/delegate-use.yaml": true, "examples/restart-on-change.yaml": true}
+	covered := map[string]bool{"examples/delegate-use.yaml": true, "examples/restart-on-change.yaml": true,
+		"examples/env-from-share.yaml": true} // TestPodsEnvFromShareExampleWorks
 	for _, r := range readers {
 		covered[r.file] = true
 	}
