@@ -116,7 +116,7 @@ func TestARevocationKeepsNoPreviousView(t *testing.T) {
 		t.Errorf("after a revocation: %d versions in the view, want 1 (the empty one)", n)
 	}
 	found := 0
-	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint("vol-1"), dataDir), func(p string, e fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint("vol-1"), dataDir), func(_ string, e fs.DirEntry, err error) error {
 		if err == nil && e.Type().IsRegular() {
 			found++
 		}
@@ -164,7 +164,7 @@ func TestRecoveryAndUnpublishLeaveNoKeptView(t *testing.T) {
 // included.
 func filesNamed(t *testing.T, d *driver, id, name string) (found int) {
 	t.Helper()
-	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint(id), dataDir), func(p string, e fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint(id), dataDir), func(_ string, e fs.DirEntry, err error) error {
 		if err == nil && e.Type().IsRegular() && e.Name() == name {
 			found++
 		}

@@ -114,8 +114,8 @@ current-context: none
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait() // killed: its exit status says so
 		if t.Failed() {
 			b, _ := os.ReadFile(logf.Name())
 			t.Logf("the status controller's log:\n%s", b)
@@ -132,7 +132,7 @@ current-context: none
 			return "", err
 		}
 		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(3 * time.Second)) // the chart's timeoutSeconds
+		_ = conn.SetDeadline(time.Now().Add(3 * time.Second)) // the chart's timeoutSeconds
 		if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: status\r\nUser-Agent: kube-probe/1.37\r\nConnection: close\r\n\r\n", path); err != nil {
 			return "", err
 		}
@@ -166,7 +166,7 @@ current-context: none
 			return err
 		}
 		defer conn.Close()
-		conn.SetReadDeadline(time.Now().Add(time.Second))
+		_ = conn.SetReadDeadline(time.Now().Add(time.Second))
 		if _, err := conn.Read(make([]byte, 1)); err != io.EOF {
 			return fmt.Errorf("a connection over the %d held: read %v, want EOF (the cap is full)", maxConns, err)
 		}

@@ -394,8 +394,8 @@ func TestSharePolicyTreatsOwnerReferencesAsADelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		e.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), user, metav1.DeleteOptions{})
-		e.Kube.RbacV1().ClusterRoles().Delete(context.Background(), user, metav1.DeleteOptions{})
+		_ = e.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), user, metav1.DeleteOptions{})
+		_ = e.Kube.RbacV1().ClusterRoles().Delete(context.Background(), user, metav1.DeleteOptions{})
 	})
 	cfg, err := clientcmd.BuildConfigFromFlags("", e.Kubeconfig)
 	if err != nil {

@@ -86,7 +86,7 @@ func admin(t *testing.T, kubeconfig string, args ...string) (string, int) {
 
 // waitVerdict runs diagnose until the pod's one share has the verdict, logs the report for
 // people, and returns the share's part of it.
-func waitVerdict(t *testing.T, s *framework.PodSuite, kubeconfig, ns, target, want string) diagShare {
+func waitVerdict(t *testing.T, _ *framework.PodSuite, kubeconfig, ns, target, want string) diagShare {
 	t.Helper()
 	var got diagShare
 	framework.Eventually(t, 60*time.Second, func() error {

@@ -91,7 +91,7 @@ type SourceVersion struct {
 	At time.Time
 }
 
-// AccessChange: from At on, pods of Namespace may (Allowed) or may not use Share: the grant in
+// AccessChange is a change of a grant: from At on, pods of Namespace may (Allowed) or may not use Share: the grant in
 // effect and the share existing.
 type AccessChange struct {
 	At      time.Time

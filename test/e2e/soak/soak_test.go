@@ -177,7 +177,9 @@ func TestSoak(t *testing.T) {
 		granted: map[string]bool{}, exists: map[string]bool{}, allowed: map[string]bool{}, version: map[string]int{},
 		items: map[string]bool{}, actions: map[string]int{}}
 	r.hist = History{Start: time.Now(), Versions: map[string][]SourceVersion{}, Access: map[string][]AccessChange{}}
-	os.WriteFile(filepath.Join(out, "seed"), []byte(fmt.Sprintf("%d\nduration %v\n", seed, duration)), 0o644)
+	if err := os.WriteFile(filepath.Join(out, "seed"), []byte(fmt.Sprintf("%d\nduration %v\n", seed, duration)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	r.setup()
 	warm := r.waitWarm()
@@ -229,7 +231,7 @@ func clusterNodes(t *testing.T, s *framework.PodSuite) []framework.ClusterNode {
 		if len(f) != 5 {
 			t.Fatalf("nodes file line %q: want name, IP, netns, mount namespace, suffix", line)
 		}
-		nodes = append(nodes, framework.ClusterNode{Name: f[0], Ip: f[1], Mntns: f[3]})
+		nodes = append(nodes, framework.ClusterNode{Name: f[0], IP: f[1], Mntns: f[3]})
 	}
 	if len(nodes) < 2 || len(s.Nodes) != len(nodes) {
 		t.Fatalf("the soak needs several nodes; the cluster has %d (run it with `make soak`)", len(nodes))
@@ -678,7 +680,7 @@ func (r *soakRun) killDriver(n framework.ClusterNode) error {
 		return fmt.Errorf("no driver process of pod %s found", pod.Name)
 	}
 	for _, p := range pids {
-		syscall.Kill(p, syscall.SIGKILL)
+		_ = syscall.Kill(p, syscall.SIGKILL) // gone already: nothing to kill
 	}
 	// The kubelet must notice before "Ready" means the new process.
 	return retry(60*time.Second, func() error {
@@ -708,7 +710,7 @@ func (r *soakRun) killStatusControllers() error {
 		return fmt.Errorf("no status controller process found (%d pods)", len(uids))
 	}
 	for _, p := range pids {
-		syscall.Kill(p, syscall.SIGKILL)
+		_ = syscall.Kill(p, syscall.SIGKILL) // gone already: nothing to kill
 	}
 	time.Sleep(3 * time.Second)
 	return nil
@@ -759,7 +761,7 @@ func (r *soakRun) waitRecovered(timeout time.Duration) error {
 // Metrics, the end, the report.
 
 func (r *soakRun) sample(n framework.ClusterNode) (Sample, error) {
-	m, err := framework.ScrapeMetrics("http://" + n.Ip + ":" + framework.DriverMetricsPort + "/metrics")
+	m, err := framework.ScrapeMetrics("http://" + n.IP + ":" + framework.DriverMetricsPort + "/metrics")
 	if err != nil {
 		return Sample{}, err
 	}
@@ -872,7 +874,7 @@ func (r *soakRun) checkNodesClean() {
 
 func (r *soakRun) saveDriverLogs() {
 	dir := filepath.Join(r.out, "drivers")
-	os.MkdirAll(dir, 0o755)
+	_ = os.MkdirAll(dir, 0o755) // best effort: the logs help a post-mortem, the run does not need them
 	list, err := r.s.Kube.CoreV1().Pods(framework.PodsDriverNS).List(r.ctx, metav1.ListOptions{})
 	if err != nil {
 		return
@@ -885,7 +887,7 @@ func (r *soakRun) saveDriverLogs() {
 				if prev {
 					name += ".previous"
 				}
-				os.WriteFile(filepath.Join(dir, name+".log"), b, 0o644)
+				_ = os.WriteFile(filepath.Join(dir, name+".log"), b, 0o644)
 			}
 		}
 	}
@@ -954,8 +956,16 @@ func (r *soakRun) report(rep *Report, seed uint64, duration time.Duration, warm,
 		fmt.Fprintf(&b, "harness problem: %s\n", p)
 	}
 	fmt.Print(b.String())
-	os.WriteFile(filepath.Join(r.out, "report.txt"), []byte(b.String()), 0o644)
-	os.WriteFile(filepath.Join(r.out, "metrics.tsv"), []byte("time\tphase\tnode\trss_mib\tgoroutines\topen_fds\n"+strings.Join(r.series, "\n")+"\n"), 0o644)
+	_ = os.WriteFile(filepath.Join(r.out, "report.txt"), []byte(b.String()), 0o644) // also printed below
+	keepFile(filepath.Join(r.out, "metrics.tsv"), []byte("time\tphase\tnode\trss_mib\tgoroutines\topen_fds\n"+strings.Join(r.series, "\n")+"\n"))
 	hb, _ := json.MarshalIndent(r.hist, "", " ")
-	os.WriteFile(filepath.Join(r.out, "history.json"), hb, 0o644)
+	keepFile(filepath.Join(r.out, "history.json"), hb)
+}
+
+// keepFile writes one of the files a failed run is understood by; a failure to keep it is said,
+// not fatal: the report is printed as well.
+func keepFile(path string, b []byte) {
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "soak: could not keep %s: %v\n", path, err)
+	}
 }
