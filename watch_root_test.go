@@ -114,7 +114,9 @@ func TestWatchSignalsOnlyItsOwnUsersProcesses(t *testing.T) {
 	if err := os.Mkdir(counts, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	os.Chmod(counts, 0o777)
+	if err := os.Chmod(counts, 0o777); err != nil {
+		t.Fatal(err)
+	}
 	count := filepath.Join(counts, "hups")
 	child := exec.Command(counter, "-test.run=^TestWatchHelperHUPCounter$")
 	child.Env = append(os.Environ(), "WATCH_HUP_COUNT_FILE="+count, "WATCH_HUP_WORKER_COUNT_FILE=")
@@ -123,7 +125,7 @@ func TestWatchSignalsOnlyItsOwnUsersProcesses(t *testing.T) {
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
 	watchEventually(t, 5*time.Second, func() error { _, err := os.Stat(count); return err })
 
 	var stderr syncBuffer
