@@ -226,10 +226,18 @@ func (a *adminClient) review(ctx context.Context, user string, groups []string, 
 // driverPodOn is the driver's node plugin pod on node, or nil.
 func (a *adminClient) driverPodOn(ctx context.Context, driverNS, node string) (*corev1.Pod, error) {
 	pods, err := a.listPods(ctx, driverNS, driverPodSelector, "spec.nodeName="+node)
-	if err != nil || len(pods) == 0 {
+	if err != nil {
 		return nil, err
 	}
-	return &pods[0], nil
+	// A pod being deleted, or whose containers have ended for good, is no longer the node's driver:
+	// the DaemonSet's next one is (or none, which is the verdict's own evidence).
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			return p, nil
+		}
+	}
+	return nil, nil
 }
 
 // driverPodSelector selects the chart's node plugin pods (the DaemonSet's).

@@ -317,10 +317,14 @@ func (j *shareJudgement) undetermined() shareVerdictReport {
 	return j.verdict(verdictUndetermined, "run it again as someone who may "+strings.Join(j.a.lacked, "; ")+" (the checks it could not make are above)")
 }
 
-// useGrantCommand is what lets the service account use the share (docs/operating.md, note 1).
+// useGrantCommand is what lets the service account use the share (docs/operating.md, note 1):
+// a Role applied from its JSON, since `kubectl create role` refuses the verb use on any resource
+// but PodSecurityPolicies, then its RoleBinding.
 func useGrantCommand(ns, sa string, ref shareRef) string {
-	return fmt.Sprintf("kubectl create role use-%s -n %s --verb=use --resource=%s.%s --resource-name=%s && kubectl create rolebinding use-%s -n %s --role=use-%s --serviceaccount=%s:%s",
-		ref.Name, ns, ref.Kind.shareResource(), shareGroup, ref.Name, ref.Name, ns, ref.Name, ns, sa)
+	role := fmt.Sprintf(`{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"use-%s","namespace":"%s"},"rules":[{"apiGroups":["%s"],"resources":["%s"],"resourceNames":["%s"],"verbs":["use"]}]}`,
+		ref.Name, ns, shareGroup, ref.Kind.shareResource(), ref.Name)
+	return fmt.Sprintf("echo '%s' | kubectl apply -f - && kubectl create rolebinding use-%s -n %s --role=use-%s --serviceaccount=%s:%s",
+		role, ref.Name, ns, ref.Name, ns, sa)
 }
 
 // readyOf is the share's Ready condition, or nil.

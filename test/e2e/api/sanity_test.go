@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -59,6 +60,10 @@ import (
 // The test fails unless every spec that can run passes and the publish/unpublish spec ("should
 // remove target path") is among them, so a change that made it skip would be seen.
 func TestSanityNodeService(t *testing.T) {
+	if os.Getenv(sanityChildEnv) == "" {
+		runSanityInAChild(t)
+		return
+	}
 	e := framework.E2e(t)
 	p := e.StartDriver(t)
 	f := newSharedSecret(t, e, p, true)
@@ -230,3 +235,27 @@ func (sanityIDs) GenerateUniqueValidVolumeID() string { return "sanity-vol-" + f
 func (sanityIDs) GenerateInvalidVolumeID() string     { return "sanity invalid/volume" }
 func (sanityIDs) GenerateUniqueValidNodeID() string   { return "sanity-node-" + framework.RandSuffix() }
 func (sanityIDs) GenerateInvalidNodeID() string       { return "sanity invalid/node" }
+
+// sanityChildEnv marks the child process runSanityInAChild starts.
+const sanityChildEnv = "SRCSI_SANITY_CHILD"
+
+// runSanityInAChild runs TestSanityNodeService in a child process of this test binary, without
+// the -test.parallel flag the suites run with: Ginkgo, which csi-sanity runs on, refuses to start
+// when that flag was given (its specs do not run in parallel under go test) and ends the whole
+// process, every other test of the package with it.
+func runSanityInAChild(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run", "^TestSanityNodeService$", "-test.v", "-test.count", "1", "-test.timeout", "20m")
+	cmd.Env = append(os.Environ(), sanityChildEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	t.Logf("csi-sanity in a child process:\n%s", out)
+	if err != nil {
+		t.Fatalf("csi-sanity failed: %v", err)
+	}
+	if !strings.Contains(string(out), "--- PASS: TestSanityNodeService") {
+		t.Fatal("csi-sanity's child process did not pass TestSanityNodeService")
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -125,16 +126,13 @@ func wantFix(t *testing.T, got diagShare, parts ...string) {
 func runKubectlFix(t *testing.T, s *framework.PodSuite, fix string) {
 	t.Helper()
 	fix, _, _ = strings.Cut(fix, "   (")
-	for _, c := range strings.Split(fix, " && ") {
-		args, ok := strings.CutPrefix(strings.TrimSpace(c), "kubectl ")
-		if !ok {
-			t.Fatalf("%q is not a kubectl command", c)
-		}
-		if out, err := exec.Command(s.Kubectl, append([]string{"--kubeconfig", s.Kubeconfig}, strings.Fields(args)...)...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", c, err, out)
-		}
-		t.Logf("ran the fix: %s", c)
+	// As an admin runs it: in a shell, with kubectl on the PATH and the cluster's kubeconfig.
+	cmd := exec.Command("sh", "-c", fix)
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(s.Kubectl)+":"+os.Getenv("PATH"), "KUBECONFIG="+s.Kubeconfig)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", fix, err, out)
 	}
+	t.Logf("ran the fix: %s", fix)
 }
 
 // grantedPod is a running pod of service account web in a new namespace, mounting f's share.
@@ -188,7 +186,7 @@ func TestPodsDiagnoseUseDenied(t *testing.T) {
 	s.CreateServiceAccount(t, ns, "web")
 	s.CreatePod(t, ns, "app", framework.ConsumerSpec{Sa: "web", Attrs: f.Attrs()})
 	got := waitVerdict(t, s, s.Kubeconfig, ns, "app", "UseDenied")
-	wantFix(t, got, "kubectl create role use-"+f.Share+" -n "+ns+" --verb=use", "--serviceaccount="+ns+":web")
+	wantFix(t, got, `"name":"use-`+f.Share+`","namespace":"`+ns+`"`, `"verbs":["use"]`, "kubectl apply -f -", "--serviceaccount="+ns+":web")
 	runKubectlFix(t, s, got.Fix)
 	s.WaitRunning(t, ns, "app", 2*time.Minute)
 	waitVerdict(t, s, s.Kubeconfig, ns, "app", "OK")
@@ -250,7 +248,7 @@ func TestPodsDiagnoseRevoked(t *testing.T) {
 	revoke()
 	s.WaitEvent(t, ns, pod, framework.ReasonRevoked, framework.PodsRelist+framework.PodsRelistSlack+10*time.Second)
 	got := waitVerdict(t, s, s.Kubeconfig, ns, pod, "Revoked")
-	wantFix(t, got, "kubectl create role use-"+f.Share+" -n "+ns)
+	wantFix(t, got, `"name":"use-`+f.Share+`","namespace":"`+ns+`"`, "kubectl apply -f -")
 	runKubectlFix(t, s, got.Fix)
 	s.WaitEvent(t, ns, pod, framework.ReasonRestored, framework.PodsRelist+framework.PodsRelistSlack+10*time.Second)
 	waitVerdict(t, s, s.Kubeconfig, ns, pod, "OK")
@@ -278,6 +276,20 @@ func TestPodsDiagnoseDriverNotReady(t *testing.T) {
 		if _, err := s.WaitDriver(context.Background(), old.UID, 2*time.Minute); err != nil {
 			t.Errorf("the driver did not come back: %v", err)
 		}
+	})
+	// The old driver pod takes a while to go; until then the verdict names it (describe, logs).
+	framework.Eventually(t, 2*time.Minute, func() error {
+		node := s.GetPod(t, ns, pod).Spec.NodeName
+		pods, err := s.Kube.CoreV1().Pods(framework.PodsDriverNS).List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+				return fmt.Errorf("the driver's pod %s is still on node %s", p.Name, node)
+			}
+		}
+		return nil
 	})
 	got := waitVerdict(t, s, s.Kubeconfig, ns, pod, "DriverNotReady")
 	wantFix(t, got, "kubectl -n "+framework.PodsDriverNS+" get daemonset", "kubectl describe node")

@@ -215,8 +215,10 @@ func TestPodsEnvFromShareExampleWorks(t *testing.T) {
 	}
 	s.UpdateSecret(t, "platform-db", "db-creds", map[string][]byte{"USER": []byte("app2"), "db.password": []byte("new")})
 	framework.Eventually(t, framework.NotifyRestartBound, func() error {
-		if log := s.AppLog(t, ns, pod.Name); !strings.Contains(log, "connecting as app2 (password: 3 characters)") {
-			return fmt.Errorf("after the update the app printed %q", log)
+		// While the containers restart, the kubelet may not serve the app's log: asked again.
+		b, err := s.Kube.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "app"}).DoRaw(context.Background())
+		if log := string(b); err != nil || !strings.Contains(log, "connecting as app2 (password: 3 characters)") {
+			return fmt.Errorf("after the update the app printed %q (%v)", log, err)
 		}
 		return nil
 	})
