@@ -1009,6 +1009,9 @@ cmd_node_start() {
 	wait_for "node $1 Ready" 60 node_ready "$1"
 }
 
+# port_free PORT: true when nothing in the first node's network namespace listens on PORT.
+port_free() { [[ -z $(nsenter --net="$NETNS_PATH" -- ss -Hltn "sport = :$1" 2>/dev/null) ]]; }
+
 # restart-control-plane: SIGKILL to etcd and the API server at once, as a crash of the control
 # plane's machine would stop them, then both started again on the data they left; returns when the
 # API server is ready. The kubelets, drivers and controllers see the API server gone meanwhile.
@@ -1019,6 +1022,12 @@ cmd_restart_control_plane() {
 		pids+=("$(cat "$f")")
 	done
 	kill_wait KILL 3 "${pids[@]}" || die "processes survive SIGKILL: ${pids[*]}"
+	# A killed process loses its memory (and the exe link kill_wait looks at) before the kernel
+	# closes its sockets: the restarted daemons would find their ports taken.
+	local port
+	for port in 2379 2380 6443; do
+		wait_for "port $port free" 20 port_free "$port" || die "port $port still in use after the control plane was killed"
+	done
 	log "control plane: killed etcd and the API server (pids ${pids[*]})"
 	start_etcd
 	start_apiserver
