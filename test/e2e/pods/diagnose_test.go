@@ -280,7 +280,8 @@ func TestPodsDiagnoseDriverNotReady(t *testing.T) {
 	// The old driver pod takes a while to go; until then the verdict names it (describe, logs).
 	framework.Eventually(t, 2*time.Minute, func() error {
 		node := s.GetPod(t, ns, pod).Spec.NodeName
-		pods, err := s.Kube.CoreV1().Pods(framework.PodsDriverNS).List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		pods, err := s.Kube.CoreV1().Pods(framework.PodsDriverNS).List(context.Background(), metav1.ListOptions{
+			FieldSelector: "spec.nodeName=" + node, LabelSelector: "app.kubernetes.io/name=shared-resource-csi,app.kubernetes.io/component=node-plugin"})
 		if err != nil {
 			return err
 		}
