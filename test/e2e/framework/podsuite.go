@@ -1523,3 +1523,26 @@ func (s *PodSuite) CheckPulledFromRelease(pod *corev1.Pod) error {
 	}
 	return nil
 }
+
+// ExampleManifest is the example file (a path under examples/) as a user applies it, with the
+// images swapped for the cluster's: busybox for the local one, and the driver's image, which the
+// examples name as README.md's install from source produces it, for the one the suite installed
+// (that very install, against the cluster's registry). An example that names another driver
+// image fails the test.
+func (s *PodSuite) ExampleManifest(t *testing.T, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := regexp.MustCompile(`(?m)^( *)image: busybox:.*$`).ReplaceAllString(string(b), "${1}image: "+s.Busybox+"\n${1}imagePullPolicy: Never")
+	in, err := ReadReadmeInstall()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readmeImage := "image: " + in.Registry + "/shared-resource-csi:" + in.Version + "\n"
+	if !strings.Contains(manifest, readmeImage) {
+		t.Fatalf("%s does not run the image README.md's install produces (%s)", file, strings.TrimSpace(readmeImage))
+	}
+	return strings.ReplaceAll(manifest, readmeImage, "image: "+s.Image+"\n")
+}

@@ -14,8 +14,6 @@ import (
 
 	"context"
 	"fmt"
-	"os"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -183,22 +181,7 @@ func TestPodsEnvFileRefusesAKeyThatCannotBeAVariable(t *testing.T) {
 func TestPodsEnvFromShareExampleWorks(t *testing.T) {
 	s := framework.PodsEnv(t, framework.PodsShared)
 	const file, ns = "examples/env-from-share.yaml", "team-db"
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	manifest := regexp.MustCompile(`(?m)^( *)image: busybox:.*$`).ReplaceAllString(string(b), "${1}image: "+s.Busybox+"\n${1}imagePullPolicy: Never")
-	// The driver's image is the one README.md's install from source produces; here, the image the
-	// suite installed the driver with.
-	in, err := framework.ReadReadmeInstall()
-	if err != nil {
-		t.Fatal(err)
-	}
-	readmeImage := "image: " + in.Registry + "/shared-resource-csi:" + in.Version + "\n"
-	if !strings.Contains(manifest, readmeImage) {
-		t.Fatalf("%s does not run the image README.md's install produces (%s)", file, strings.TrimSpace(readmeImage))
-	}
-	manifest = strings.ReplaceAll(manifest, readmeImage, "image: "+s.Image+"\n")
+	manifest := s.ExampleManifest(t, file)
 	s.KubeEnv.Kubectl(t, manifest, "apply", "-f", "-")
 	t.Cleanup(func() { s.KubeEnv.Kubectl(t, manifest, "delete", "-f", "-", "--wait=false", "--ignore-not-found") })
 	var pod *corev1.Pod

@@ -14,9 +14,7 @@ import (
 
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -170,22 +168,7 @@ func TestPodsSignalTheAppOncePerChange(t *testing.T) {
 func TestPodsRestartOnChangeExampleWorks(t *testing.T) {
 	s := framework.PodsEnv(t, framework.PodsShared)
 	const file, ns = "examples/restart-on-change.yaml", "team-web"
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	manifest := regexp.MustCompile(`(?m)^( *)image: busybox:.*$`).ReplaceAllString(string(b), "${1}image: "+s.Busybox+"\n${1}imagePullPolicy: Never")
-	// The watcher's image is the one README.md's install from source produces; here, the image
-	// the suite installed the driver with (that very install, against the cluster's registry).
-	in, err := framework.ReadReadmeInstall()
-	if err != nil {
-		t.Fatal(err)
-	}
-	readmeImage := "image: " + in.Registry + "/shared-resource-csi:" + in.Version + "\n"
-	if !strings.Contains(manifest, readmeImage) {
-		t.Fatalf("%s does not run the image README.md's install produces (%s)", file, strings.TrimSpace(readmeImage))
-	}
-	manifest = strings.ReplaceAll(manifest, readmeImage, "image: "+s.Image+"\n")
+	manifest := s.ExampleManifest(t, file)
 	kubectl := func(stdin string, args ...string) {
 		t.Helper()
 		cmd := exec.Command(s.Kubectl, append([]string{"--kubeconfig", s.Kubeconfig}, args...)...)
