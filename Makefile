@@ -41,14 +41,14 @@ GOLANGCI_LINT = $(CURDIR)/$(BIN)/golangci-lint run --config $(CURDIR)/.golangci.
 ## lint: shellcheck on every shell script, and on the run: steps of .github/workflows (through
 ## actionlint), and golangci-lint (.golangci.yml: staticcheck, revive, errcheck, govet...) on every
 ## module with Go code: the driver's as built and with the build tags root and crashpoints, test/,
-## tools/ (benchtable, mkimage) and tools/ociimage.
+## tools/ (benchtable, mkimage, soakplot) and tools/ociimage.
 lint: deps-lint actionlint golangci-lint
 	shellcheck -x $(SHELL_SCRIPTS)
 	$(BIN)/actionlint -shellcheck=shellcheck -pyflakes= .github/workflows/*.yaml
 	$(GOLANGCI_LINT) ./...
 	$(GOLANGCI_LINT) --build-tags root,crashpoints ./...
 	cd test && $(GOLANGCI_LINT) ./...
-	cd tools && $(GOLANGCI_LINT) ./benchtable/... ./mkimage/...
+	cd tools && $(GOLANGCI_LINT) ./benchtable/... ./mkimage/... ./soakplot/...
 	cd tools/ociimage && $(GOLANGCI_LINT) ./...
 
 ## check-workflows: every action .github/workflows uses is pinned by a full commit SHA with a
@@ -63,11 +63,12 @@ unit:
 	go test ./...
 
 ## tools-test: the release tools' own tests (tools/ociimage: reproducibility, SBOMs, static
-## binaries, push, `make release` itself and its cosign signatures) and tools/benchtable's; no root,
+## binaries, push, `make release` itself and its cosign signatures), tools/benchtable's and
+## tools/soakplot's; no root,
 ## no cluster. Part of `make test`.
 tools-test: helm cosign
 	cd tools/ociimage && go test ./...
-	cd tools && go test ./benchtable
+	cd tools && go test ./benchtable ./soakplot
 
 ## deps: the apt packages `make test` needs (root).
 deps:

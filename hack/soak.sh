@@ -4,7 +4,7 @@
 # updates for DURATION while faults are injected, then every read every consumer made is checked
 # (docs/reliability.md). Prints the figures and the violations; what a failed run needs to be
 # understood stays in _output/soak/<time>-seed<SEED>/ (report.txt, history.json, the readers'
-# logs, the drivers' logs, metrics.tsv, the seed).
+# logs, the drivers' logs, metrics.tsv and its plot metrics.svg, the seed).
 #   DURATION (default 3m; `make soak DURATION=1h`), SEED (default: drawn, printed), NODES (default 3),
 #   KUBE_VERSION=1.NN (default the newest supported minor).
 # Needs root; one cluster per machine.
@@ -37,5 +37,9 @@ KUBE_VERSION=$minor hack/cluster.sh exec -- env \
 status=${PIPESTATUS[0]}
 set -e
 hack/cluster.sh down && hack/cluster.sh check-down || status=1
+if [[ -s $out/metrics.tsv ]]; then
+	go -C tools run ./soakplot -in "$ROOT/$out/metrics.tsv" -history "$ROOT/$out/history.json" -out "$ROOT/$out/metrics.svg" ||
+		echo "plotting $out/metrics.tsv failed" >&2
+fi
 echo "soak (seed $SEED, $DURATION) finished after $(($(date +%s) - start)) s: $out"
 exit "$status"
