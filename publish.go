@@ -126,6 +126,8 @@ func (d *driver) admitShare(ctx context.Context, v *volumeRequest, ref shareRef)
 		return sh, nil, status.Errorf(codes.Unavailable, "cannot check access, will retry: %v", err)
 	case !dec.Allowed:
 		return sh, nil, status.Error(codes.PermissionDenied, deniedMessage(key, dec.Reason))
+	case errors.As(shareErr, new(*shareDeletingError)):
+		return sh, nil, status.Errorf(codes.NotFound, "%v: no new volume may use it", shareErr)
 	case missing:
 		return sh, nil, status.Errorf(codes.NotFound, "%s %q does not exist: a cluster admin must create it (cluster-scoped, group %s)", ref.Kind.shareTypeName(), ref.Name, shareGroup)
 	case broken:

@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"reflect"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,6 +56,24 @@ func shareFromObject(k shareKind, u *unstructured.Unstructured) (shareSpec, erro
 	}
 	s.Exposed = items
 	return s, nil
+}
+
+// shareDeletingError is a share whose deletion was asked for (metadata.deletionTimestamp is set)
+// but which finalizers still keep stored. To a volume it is deleted: its files leave every volume,
+// and no new volume may use it, at once, not when whatever holds the finalizer lets it go. It
+// is an API NotFound (apierrors.IsNotFound), so that every caller treats it as a deleted share.
+type shareDeletingError struct {
+	kind shareKind
+	name string
+}
+
+func (e *shareDeletingError) Error() string {
+	return fmt.Sprintf("%s %q is being deleted (its metadata.finalizers keep it stored until they are removed)", e.kind.shareTypeName(), e.name)
+}
+
+// Status makes the error an API NotFound.
+func (e *shareDeletingError) Status() metav1.Status {
+	return metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound, Message: e.Error()}
 }
 
 // badShareError is a share object that cannot be used as it is; only an admin's edit fixes it.
@@ -176,7 +195,8 @@ func specChanged(oldObj, newObj any) bool {
 
 // shareChanged says whether an informer update changed anything a volume uses of a share: what
 // the driver reads of it (shareFromObject: its UID, its ref, its list of keys, its pin and
-// whether it follows re-creations, or why it cannot be read), compared old with new. A new
+// whether it follows re-creations, or why it cannot be read) and whether it is being deleted,
+// compared old with new. A new
 // generation is not enough: a description, labels or annotations edited change nothing a volume
 // shows, and a stream of such edits would have every node react to each; the status's
 // conditions (the status controller's writes) neither. A pin moved in the status (an admin
@@ -185,6 +205,9 @@ func shareChanged(k shareKind, oldObj, newObj any) bool {
 	o, _ := oldObj.(*unstructured.Unstructured)
 	n, _ := newObj.(*unstructured.Unstructured)
 	if o == nil || n == nil {
+		return true
+	}
+	if (o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) {
 		return true
 	}
 	was, wasErr := shareFromObject(k, o)
@@ -210,16 +233,24 @@ func (si *shareIndex) synced() bool {
 
 // get returns the share from the cache, or with one live GET when the cache does not have it
 // (a share created a moment ago may not have reached the informer yet). A missing share is
-// reported as a NotFound API error.
+// reported as a NotFound API error, and so is one being deleted (shareDeletingError).
 func (si *shareIndex) get(ctx context.Context, k shareKind, name string) (shareSpec, error) {
-	if obj, exists, err := si.informers[k].GetStore().GetByKey(name); err == nil && exists {
-		if u, ok := obj.(*unstructured.Unstructured); ok {
-			return shareFromObject(k, u)
-		}
-	}
-	u, err := si.dyn.Resource(shareGVR(k)).Get(ctx, name, metav1.GetOptions{})
+	u, err := si.object(ctx, k, name)
 	if err != nil {
 		return shareSpec{}, err
 	}
+	if u.GetDeletionTimestamp() != nil {
+		return shareSpec{}, &shareDeletingError{kind: k, name: name}
+	}
 	return shareFromObject(k, u)
+}
+
+// object is the share object from the cache, or from a live GET.
+func (si *shareIndex) object(ctx context.Context, k shareKind, name string) (*unstructured.Unstructured, error) {
+	if obj, exists, err := si.informers[k].GetStore().GetByKey(name); err == nil && exists {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			return u, nil
+		}
+	}
+	return si.dyn.Resource(shareGVR(k)).Get(ctx, name, metav1.GetOptions{})
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -139,5 +141,42 @@ func TestShareCacheKeepsOnlyWhatTheDriverReads(t *testing.T) {
 	got, _ := transform(bad)
 	if _, err := shareFromObject(kindSecret, got.(*unstructured.Unstructured)); err == nil {
 		t.Error("a share whose spec is not an object reads as valid from the cache")
+	}
+}
+
+// A share whose deletion was asked for is deleted to the driver, though finalizers keep it
+// stored: get says NotFound (every caller treats it as a deleted share), and setting the
+// deletionTimestamp is a change volumes react to. (The real API server holding a share by a
+// finalizer: test/e2e/api's TestShareHeldByAFinalizerIsDeletedToVolumes.)
+func TestShareBeingDeletedIsNotFound(t *testing.T) {
+	share := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "sharedresource.openshift.io/v1alpha1", "kind": "SharedSecret",
+		"metadata": map[string]any{"name": "corp-ca", "uid": "share-1", "resourceVersion": "7", "generation": int64(1),
+			"finalizers": []any{"example.com/keep"}},
+		"spec": map[string]any{"secretRef": map[string]any{"namespace": "platform", "name": "ca"}},
+	}}
+	deleting := share.DeepCopy()
+	deleting.SetDeletionTimestamp(&metav1.Time{Time: time.Now()})
+	if !shareChanged(kindSecret, share, deleting) {
+		t.Error("a share's deletion being asked for is no change to its volumes")
+	}
+	for name, obj := range map[string]*unstructured.Unstructured{"stored": share, "being deleted": deleting} {
+		si := newShareIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), func(shareKind, string) {})
+		transformed, err := shareTransform(kindSecret)(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := si.informers[kindSecret].GetStore().Add(transformed); err != nil {
+			t.Fatal(err)
+		}
+		sh, err := si.get(context.Background(), kindSecret, "corp-ca")
+		switch {
+		case name == "stored" && (err != nil || sh.SourceName != "ca"):
+			t.Errorf("%s: %+v, %v; want the share", name, sh, err)
+		case name == "being deleted" && !apierrors.IsNotFound(err):
+			t.Errorf("%s: %+v, %v; want NotFound", name, sh, err)
+		case name == "being deleted" && !strings.Contains(err.Error(), "is being deleted"):
+			t.Errorf("%s: the error %q does not say why", name, err)
+		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // relist is the interval the driver runs with in these tests; revocation and refresh must be
@@ -397,6 +398,41 @@ func TestShareDeletedActsThroughTheWatchNotTheRelist(t *testing.T) {
 		}
 		return nil
 	})
+	p.UnpublishAll(t, v)
+}
+
+// A share an admin deleted is deleted to its volumes even while a finalizer keeps it stored
+// (metadata.deletionTimestamp set, the object still served): its files leave the volumes at once,
+// through the watch, and a new volume may not use it.
+func TestShareHeldByAFinalizerIsDeletedToVolumes(t *testing.T) {
+	e := framework.E2e(t)
+	p := e.StartDriver(t, framework.WithRelist(time.Hour), framework.WithArgs("--relist-spread=0.001")) // as above
+	f, v := publishedVolume(t, e, p)
+	shares := e.Dyn.Resource(framework.ShareGVR(framework.KindSecret))
+	ctx := context.Background()
+	hold := []byte(`{"metadata":{"finalizers":["example.com/hold"]}}`)
+	if _, err := shares.Patch(ctx, f.share, types.MergePatchType, hold, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		release := []byte(`{"metadata":{"finalizers":null}}`)
+		if _, err := shares.Patch(ctx, f.share, types.MergePatchType, release, metav1.PatchOptions{}); err != nil {
+			t.Errorf("removing the finalizer: %v", err)
+		}
+	})
+	e.DeleteShare(t, framework.KindSecret, f.share)
+	u, err := shares.Get(ctx, f.share, metav1.GetOptions{})
+	if err != nil || u.GetDeletionTimestamp() == nil {
+		t.Fatalf("the API server does not hold the deleted share by its finalizer: %v, %v", u, err)
+	}
+	framework.Eventually(t, 10*time.Second, func() error {
+		if files := framework.ReadVolume(t, v.Target); len(files) != 0 {
+			return fmt.Errorf("still %d files after the share was deleted (held by a finalizer)", len(files))
+		}
+		return nil
+	})
+	w := p.Volume(f.consumer, "app", map[string]string{framework.AttrSharedSecret: f.share})
+	wantCode(t, p.Publish(w), codes.NotFound, "is being deleted", "no new volume may use it")
 	p.UnpublishAll(t, v)
 }
 
