@@ -135,7 +135,13 @@ func writeEnvFileFromShare(o *envFileOptions) (link string, names []string, err 
 		return "", nil, err
 	}
 	if len(files) == 0 {
-		return "", nil, fmt.Errorf("%s is empty: the pod's service account may no longer use the share, or the share was deleted (see the pod's SharedResourceAccessRevoked event); nothing was written", o.dir)
+		// The revoked share's values leave the env file too, as its files left the volume: no
+		// container that reads the file, now or after a restart, finds them.
+		what := "the env file now holds no variable"
+		if err := writeEnvFileAtomically(o.out, nil); err != nil {
+			what = fmt.Sprintf("emptying the env file failed: %v", err)
+		}
+		return "", nil, fmt.Errorf("%s is empty: the pod's service account may no longer use the share, or the share was deleted (see the pod's SharedResourceAccessRevoked event); %s", o.dir, what)
 	}
 	data := make(map[string][]byte, len(files))
 	for p, f := range files {
