@@ -147,7 +147,7 @@ func TestShareCacheKeepsOnlyWhatTheDriverReads(t *testing.T) {
 // A share whose deletion was asked for is deleted to the driver, though finalizers keep it
 // stored: get says NotFound (every caller treats it as a deleted share), and setting the
 // deletionTimestamp is a change volumes react to. (The real API server holding a share by a
-// finalizer: test/e2e/api's TestShareHeldByAFinalizerIsDeletedToVolumes.)
+// finalizer: test/e2e/api's TestShareDeletedActsThroughTheWatchNotTheRelist.)
 func TestShareBeingDeletedIsNotFound(t *testing.T) {
 	share := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "sharedresource.openshift.io/v1alpha1", "kind": "SharedSecret",

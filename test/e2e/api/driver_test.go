@@ -385,55 +385,54 @@ func TestRefreshUpdatesDataUnlessRefreshResourceFalse(t *testing.T) {
 	p.UnpublishAll(t, live, pinned)
 }
 
+// A deleted share's files leave its volumes through the CRD watch, not the relist. So do those
+// of a share whose deletion a finalizer holds (metadata.deletionTimestamp set, the object still
+// served), and a new volume may not use it.
 func TestShareDeletedActsThroughTheWatchNotTheRelist(t *testing.T) {
-	e := framework.E2e(t)
-	// A relist interval far longer than the test: only the CRD watch can act in time. Its
-	// reaction waits a random part of the spread window (shareevents.go): 3.6 s at most here.
-	p := e.StartDriver(t, framework.WithRelist(time.Hour), framework.WithArgs("--relist-spread=0.001"))
-	f, v := publishedVolume(t, e, p)
-	e.DeleteShare(t, framework.KindSecret, f.share)
-	framework.Eventually(t, 10*time.Second, func() error {
-		if files := framework.ReadVolume(t, v.Target); len(files) != 0 {
-			return fmt.Errorf("still %d files after the share was deleted", len(files))
-		}
-		return nil
-	})
-	p.UnpublishAll(t, v)
+	for _, held := range []bool{false, true} {
+		t.Run(map[bool]string{false: "deleted", true: "held by a finalizer"}[held], func(t *testing.T) {
+			e := framework.E2e(t)
+			// A relist interval far longer than the test: only the CRD watch can act in time. Its
+			// reaction waits a random part of the spread window (shareevents.go): 3.6 s at most here.
+			p := e.StartDriver(t, framework.WithRelist(time.Hour), framework.WithArgs("--relist-spread=0.001"))
+			f, v := publishedVolume(t, e, p)
+			if held {
+				holdByAFinalizer(t, e, f.share)
+			}
+			e.DeleteShare(t, framework.KindSecret, f.share)
+			framework.Eventually(t, 10*time.Second, func() error {
+				if files := framework.ReadVolume(t, v.Target); len(files) != 0 {
+					return fmt.Errorf("still %d files after the share was deleted", len(files))
+				}
+				return nil
+			})
+			if held {
+				w := p.Volume(f.consumer, "app", map[string]string{framework.AttrSharedSecret: f.share})
+				wantCode(t, p.Publish(w), codes.NotFound, "is being deleted", "no new volume may use it")
+			}
+			p.UnpublishAll(t, v)
+		})
+	}
 }
 
-// A share an admin deleted is deleted to its volumes even while a finalizer keeps it stored
-// (metadata.deletionTimestamp set, the object still served): its files leave the volumes at once,
-// through the watch, and a new volume may not use it.
-func TestShareHeldByAFinalizerIsDeletedToVolumes(t *testing.T) {
-	e := framework.E2e(t)
-	p := e.StartDriver(t, framework.WithRelist(time.Hour), framework.WithArgs("--relist-spread=0.001")) // as above
-	f, v := publishedVolume(t, e, p)
+// holdByAFinalizer gives the share a finalizer, so that a deletion leaves it stored with a
+// deletionTimestamp; the test's cleanup removes it.
+func holdByAFinalizer(t *testing.T, e *framework.KubeEnv, share string) {
+	t.Helper()
 	shares := e.Dyn.Resource(framework.ShareGVR(framework.KindSecret))
 	ctx := context.Background()
-	hold := []byte(`{"metadata":{"finalizers":["example.com/hold"]}}`)
-	if _, err := shares.Patch(ctx, f.share, types.MergePatchType, hold, metav1.PatchOptions{}); err != nil {
+	patch := func(finalizers string) error {
+		_, err := shares.Patch(ctx, share, types.MergePatchType, []byte(`{"metadata":{"finalizers":`+finalizers+`}}`), metav1.PatchOptions{})
+		return err
+	}
+	if err := patch(`["example.com/hold"]`); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		release := []byte(`{"metadata":{"finalizers":null}}`)
-		if _, err := shares.Patch(ctx, f.share, types.MergePatchType, release, metav1.PatchOptions{}); err != nil {
+		if err := patch("null"); err != nil {
 			t.Errorf("removing the finalizer: %v", err)
 		}
 	})
-	e.DeleteShare(t, framework.KindSecret, f.share)
-	u, err := shares.Get(ctx, f.share, metav1.GetOptions{})
-	if err != nil || u.GetDeletionTimestamp() == nil {
-		t.Fatalf("the API server does not hold the deleted share by its finalizer: %v, %v", u, err)
-	}
-	framework.Eventually(t, 10*time.Second, func() error {
-		if files := framework.ReadVolume(t, v.Target); len(files) != 0 {
-			return fmt.Errorf("still %d files after the share was deleted (held by a finalizer)", len(files))
-		}
-		return nil
-	})
-	w := p.Volume(f.consumer, "app", map[string]string{framework.AttrSharedSecret: f.share})
-	wantCode(t, p.Publish(w), codes.NotFound, "is being deleted", "no new volume may use it")
-	p.UnpublishAll(t, v)
 }
 
 func TestShareRefChangeActsThroughTheWatch(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -29,6 +30,25 @@ import (
 type ClusterNode struct {
 	Name, IP string
 	Mntns    string // its mount namespace; "-": the machine's (the first node)
+}
+
+// ClusterNodes reads the cluster's nodes from $SRCSI_NODES_FILE (hack/cluster.sh up: a line a node,
+// its name, IP, network namespace, mount namespace and suffix), or fails the test.
+func ClusterNodes(t *testing.T) []ClusterNode {
+	t.Helper()
+	b, err := os.ReadFile(os.Getenv("SRCSI_NODES_FILE"))
+	if err != nil {
+		t.Fatalf("the cluster's nodes file ($SRCSI_NODES_FILE, written by hack/cluster.sh up): %v", err)
+	}
+	var nodes []ClusterNode
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 5 {
+			t.Fatalf("nodes file line %q: want name, IP, netns, mount namespace, suffix", line)
+		}
+		nodes = append(nodes, ClusterNode{Name: f[0], IP: f[1], Mntns: f[3]})
+	}
+	return nodes
 }
 
 // Run runs a command on the node: in its mount namespace (its /var/lib/kubelet, its mounts).

@@ -58,18 +58,7 @@ const (
 func nodesEnv(t *testing.T) (*framework.PodSuite, []framework.ClusterNode) {
 	t.Helper()
 	s := framework.PodsEnv(t, framework.PodsAlone)
-	b, err := os.ReadFile(os.Getenv("SRCSI_NODES_FILE"))
-	if err != nil {
-		t.Fatalf("the cluster's nodes file ($SRCSI_NODES_FILE, written by hack/cluster.sh up): %v", err)
-	}
-	var nodes []framework.ClusterNode
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 5 {
-			t.Fatalf("nodes file line %q: want name, IP, netns, mount namespace, suffix", line)
-		}
-		nodes = append(nodes, framework.ClusterNode{Name: f[0], IP: f[1], Mntns: f[3]})
-	}
+	nodes := framework.ClusterNodes(t)
 	if len(nodes) < nodesWanted || len(s.Nodes) != len(nodes) {
 		t.Fatalf("the multi-node suite needs %d nodes; the cluster has %d (run it with `make test`, or "+
 			"`NODES=3 hack/cluster.sh up` then `hack/cluster.sh exec -- go -C test test -run '^TestNodes' ./e2e/nodes`)", nodesWanted, len(nodes))

@@ -221,18 +221,7 @@ func TestSoak(t *testing.T) {
 
 // clusterNodes is the cluster's nodes, from $SRCSI_NODES_FILE (hack/cluster.sh up).
 func clusterNodes(t *testing.T, s *framework.PodSuite) []framework.ClusterNode {
-	b, err := os.ReadFile(os.Getenv("SRCSI_NODES_FILE"))
-	if err != nil {
-		t.Fatalf("the cluster's nodes file ($SRCSI_NODES_FILE, written by hack/cluster.sh up): %v", err)
-	}
-	var nodes []framework.ClusterNode
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 5 {
-			t.Fatalf("nodes file line %q: want name, IP, netns, mount namespace, suffix", line)
-		}
-		nodes = append(nodes, framework.ClusterNode{Name: f[0], IP: f[1], Mntns: f[3]})
-	}
+	nodes := framework.ClusterNodes(t)
 	if len(nodes) < 2 || len(s.Nodes) != len(nodes) {
 		t.Fatalf("the soak needs several nodes; the cluster has %d (run it with `make soak`)", len(nodes))
 	}
