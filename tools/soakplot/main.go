@@ -1,7 +1,7 @@
 // Command soakplot draws a soak's metrics.tsv (test/e2e/soak: each driver's RSS, goroutines and
 // open file descriptors every 15 s) as an SVG, one panel a measure, one line a node, over the
 // minutes of the run, so memory and goroutines can be seen to stay flat; with the run's
-// history.json, a grey line marks the start of each fault. Standard library only.
+// history.json, a grey tick on each panel's axis marks the start of each fault. Standard library only.
 //
 //	soakplot -in _output/soak/<run>/metrics.tsv -history _output/soak/<run>/history.json -out metrics.svg
 package main
@@ -188,7 +188,7 @@ func draw(s series) string {
 		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">minutes</text>`+"\n", float64(left)+plotW/2, y0+panelHeight+32)
 		for _, f := range s.faults {
 			if px := x(f); px >= float64(left) && px <= float64(left)+plotW {
-				fmt.Fprintf(&b, `<line class="fault" x1="%.1f" x2="%.1f" y1="%.0f" y2="%.0f" stroke="#bbb" stroke-dasharray="3,3"/>`+"\n", px, px, y0, y0+panelHeight)
+				fmt.Fprintf(&b, `<line class="fault" x1="%.1f" x2="%.1f" y1="%.0f" y2="%.0f" stroke="#888"/>`+"\n", px, px, y0+panelHeight, y0+panelHeight-8)
 			}
 		}
 		for i, n := range s.nodes {
@@ -203,7 +203,7 @@ func draw(s series) string {
 			}
 		}
 		if m == 0 && len(s.faults) > 0 {
-			fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="#888">dashed: a fault (%d)</text>`+"\n", float64(left)+plotW+10, y0+16+float64(len(s.nodes))*16, len(s.faults))
+			fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="#888">ticks: a fault (%d)</text>`+"\n", float64(left)+plotW+10, y0+16+float64(len(s.nodes))*16, len(s.faults))
 		}
 	}
 	b.WriteString("</svg>\n")
