@@ -3,25 +3,56 @@ package main
 // Judging one share of a volume (step (1) of a reconcile, reconcile.go): what it should show now,
 // from the share, the pod's access and the source. Nothing here writes anything.
 //
-// A share's verdict, by what the API server says (refresh is the volume's refreshResource):
+// Each share of a volume is in one state (shareState.Told): what the pod was last told of it,
+// and with it whether the pod sees the share's files: the first four states show files (shown),
+// the other five keep the share's files away (away).
 //
-//	share     the pod's access  the source                     verdict
-//	deleted   -                 -                              revoked (its files leave the view)
-//	another object under its name, over another source object, or one that cannot be read (not
-//	          found, forbidden, an API error: the volume's object is gone all the same)
-//	                                                           revoked, told once (shareidentity.go)
-//	another object under its name, over the same source object the volume's, listing no key the
-//	          volume's did not (spec.items the same or narrower): adopted, judged as below
-//	exists    denied            -                              revoked
-//	exists    granted           - (refresh off)                restored if revoked (the copy kept is what comes back), else as it is
-//	exists    granted           not found                      as it is: the last files stay, as kubelet secret volumes do
-//	exists    granted           the driver may not read it     refreshFailed, once: the last files stay
-//	exists    granted           another object (re-created)    refreshFailed, once: the last files stay (sourcepin.go;
-//	                                                           while the share has no pin, the volume's
-//	                                                           recorded source is its pin)
-//	exists    granted           the version the volume shows   as it is (refreshResumed if it was refreshFailed)
-//	exists    granted           another version (or revoked)   refreshed (restored if revoked): a new copy
-//	any API error                                              as it is; retried next cycle
+//	state                    the pod sees       the pod was told
+//	current                  the share's files  nothing outstanding (published, refreshed, restored)
+//	readForbidden            its last files     the driver may not read the source
+//	sourceReplaced           its last files     the source is another object than the one pinned
+//	overBudget               its last files     the new files do not fit (on the node, or in the volume)
+//	revoked                  none               it may not use the share, or the share was deleted
+//	shareReplaced            none               the share's name holds another object now
+//	regrantedReadForbidden   none               it may use the share again, but the driver may not read the source
+//	regrantedSourceReplaced  none               it may use the share again, but the source is another object
+//	regrantedOverBudget      none               it may use the share again, but its files do not fit
+//
+// A reconcile judges each share, from what the API server says now, to an outcome (the first row
+// that applies); the outcome moves the share to its next state (told.after). The pod is told (an
+// event) when the outcome leads to a state the share is not in, and not again while it stays
+// there; the exceptions say so.
+//
+//	     what the API server says                     outcome          from          to
+//	(1)  any API error (share, review or source)      (an error)       any           as it is; retried next cycle
+//	(2)  the share deleted, or the pod's access       denied           shown         revoked: its files leave the view
+//	     denied                                                        away          revoked, untold: its files are away already
+//	(3)  another object under the share's name, over  shareReplaced    shown         shareReplaced: its files leave the view
+//	     another source object, or one that cannot                     away          shareReplaced
+//	     be read (the volume's object is gone all the
+//	     same), or listing a key the volume's did not
+//	     (shareidentity.go)
+//	(4)  another object under its name over the same  adopted          any           judged by (2), (5)-(11); a share
+//	     source object, listing no key the volume's                                  still shareReplaced then is revoked, untold
+//	     did not: the volume's object now
+//	(5)  access granted; the volume does not refresh  granted          away          current: the copy kept comes back (restored)
+//	                                                                   shown         as it is
+//	(6)  access granted; the source not found         (as it is)       any           as it is: the last files stay, as kubelet
+//	                                                                                 secret volumes do
+//	(7)  access granted; the driver may not read the  readForbidden    shown         readForbidden: the last files stay
+//	     source                                                        away          regrantedReadForbidden
+//	(8)  access granted; the source is another object sourceReplaced   shown         sourceReplaced: the last files stay
+//	     (re-created) than the pin (sourcepin.go;                      away          regrantedSourceReplaced
+//	     while the share has no pin, the volume's
+//	     recorded source is its pin)
+//	(9)  access granted; the source at the version    current          shown         current; told (refreshResumed) from
+//	     and through the list the volume shows                                       readForbidden only
+//	(10) access granted; anything else: a new copy    refreshed        any           current; always told (refreshed,
+//	                                                                                 keysChanged, or restored from away)
+//	(11) as (10), but the new copy does not fit in    overBudget       shown         overBudget: the last files stay
+//	     the node's volume budget (budget.go) or in                    away          regrantedOverBudget
+//	     the volume (maxVolumeEntries); known only
+//	     when it is written (reconcile.go's writeNewCopy)
 //
 // When the share's list of keys (spec.items, sharekeys.go) is not the one the volume shows, the
 // share is refreshed from the source (keysChanged: it gains and loses keys in one swap); where it
@@ -31,12 +62,6 @@ package main
 // and gains none (judge_narrow_test.go). Keys that stopped
 // being shared never stay: no error or setting keeps them. (Only a share that cannot be read
 // itself has no list to narrow to; it stays as it was until it can be.)
-//
-// Applying a verdict that brings a new copy can still fail for reasons the judge does not see:
-// the node's volume budget (budget.go), and the bound on a volume's files and directories
-// (maxVolumeEntries). A new copy that does not fit is not written: the share keeps its last
-// files and the pod is told once (refreshFailed, OverBudget in the record; reconcile.go's
-// writeNewCopy).
 //
 // An outage must never revoke access: only an answer does.
 
@@ -59,6 +84,63 @@ type shareVerdict struct {
 	err    error                        // the share could not be judged: it stays as it was
 }
 
+// outcome is what the judge of a share found (the second table at the top of this file).
+type outcome string
+
+const (
+	outcomeDenied         outcome = "denied"         // (2)
+	outcomeShareReplaced  outcome = "shareReplaced"  // (3)
+	outcomeAdopted        outcome = "adopted"        // (4)
+	outcomeGranted        outcome = "granted"        // (5)
+	outcomeReadForbidden  outcome = "readForbidden"  // (7)
+	outcomeSourceReplaced outcome = "sourceReplaced" // (8)
+	outcomeCurrent        outcome = "current"        // (9)
+	outcomeRefreshed      outcome = "refreshed"      // (10)
+	outcomeOverBudget     outcome = "overBudget"     // (11)
+)
+
+// after is the state a share in state t moves to on outcome o, and whether the pod is told.
+func (t told) after(o outcome) (next told, tell bool) {
+	switch o {
+	case outcomeDenied:
+		return toldRevoked, !t.hidden()
+	case outcomeShareReplaced:
+		next = toldShareReplaced
+	case outcomeAdopted:
+		if t == toldShareReplaced {
+			return toldRevoked, false
+		}
+		return t, false
+	case outcomeGranted:
+		next = t
+		if t.hidden() {
+			next = toldCurrent
+		}
+	case outcomeReadForbidden:
+		next = t.keeping(toldReadForbidden, toldRegrantedReadForbidden)
+	case outcomeSourceReplaced:
+		next = t.keeping(toldSourceReplaced, toldRegrantedSourceReplaced)
+	case outcomeOverBudget:
+		next = t.keeping(toldOverBudget, toldRegrantedOverBudget)
+	case outcomeCurrent:
+		return toldCurrent, t == toldReadForbidden
+	case outcomeRefreshed:
+		return toldCurrent, true
+	default:
+		return t, false
+	}
+	return next, next != t
+}
+
+// keeping is the state a share in t moves to when its last files stay for a reason: shown, the
+// reason's state; away, its regranted form (the files stay away).
+func (t told) keeping(shown, away told) told {
+	if t.hidden() {
+		return away
+	}
+	return shown
+}
+
 // judgeShare decides what share i of rec shows now (the table at the top of this file). It
 // changes nothing, on disk or in rec.
 func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) shareVerdict {
@@ -70,7 +152,8 @@ func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *
 		v := d.judgeShareObject(ctx, rec, i, memo)
 		if v.err == nil && sh.UID != "" && v.state.ShareUID != sh.UID {
 			// This object (or one standing in for it over the same source) is the volume's now.
-			v.state.ShareUID, v.state.ShareReplaced = sh.UID, false
+			v.state.ShareUID = sh.UID
+			v.state.Told, _ = v.state.Told.after(outcomeAdopted)
 		}
 		return v
 	}
@@ -162,12 +245,11 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 		// The new object is not shown; the keys the share stopped listing go all the same.
 		return d.narrowIfListChanged(rec, i, sh, sourceReplaced(st, sh, src.UID))
 	}
-	resumed := st.ReadForbidden
-	st.ReadForbidden, st.SourceReplaced = false, false
 	st.SourceUID = cmp.Or(st.SourceUID, src.UID) // a record from before UIDs were kept adopts it
 	sameKeys := st.Exposed.same(sh.Exposed)
-	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion && sameKeys {
-		if resumed {
+	if !st.Told.hidden() && sameSource && st.ResourceVersion == src.ResourceVersion && sameKeys {
+		var tell bool
+		if st.Told, tell = st.Told.after(outcomeCurrent); tell {
 			return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshResumed, why: sh.sourceKey().String()}}
 		}
 		return shareVerdict{state: st}
@@ -185,12 +267,12 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	change := &shareChange{share: st.shareRef, kind: changeRefreshed,
 		why: fmt.Sprintf("%s %s/%s (resourceVersion %s)", st.Kind, sh.SourceNamespace, sh.SourceName, src.ResourceVersion)}
 	switch {
-	case st.Revoked:
+	case st.Told.hidden():
 		change.kind = changeRestored
 	case !sameKeys:
 		change.kind, change.why = changeKeys, exposureSummary(sh)+", from "+change.why
 	}
-	st.Revoked = false
+	st.Told, _ = st.Told.after(outcomeRefreshed)
 	st.SourceNamespace, st.SourceName, st.ResourceVersion = sh.SourceNamespace, sh.SourceName, src.ResourceVersion
 	st.SourceUID = cmp.Or(src.UID, st.SourceUID)
 	st.Exposed = sh.Exposed
@@ -286,47 +368,61 @@ func exposureSummary(sh shareSpec) string {
 	return "it shares only " + quoteAll(sh.Exposed.names())
 }
 
-// revokeShare is the verdict on a share the pod may no longer see: revoked, reported once.
+// revokeShare is the verdict on a share the pod may no longer see: revoked (2).
 func revokeShare(st shareState, why string) shareVerdict {
-	if st.Revoked {
+	var tell bool
+	if st.Told, tell = st.Told.after(outcomeDenied); !tell {
 		return shareVerdict{state: st}
 	}
-	// Whether the driver may read the source is judged again, and told again, when access
-	// comes back.
-	st.Revoked, st.ReadForbidden = true, false
 	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRevoked, why: why}}
 }
 
-// restoreShare is the verdict on a share of a volume that does not refresh, which the pod may
-// see: its copy, kept while it was revoked, is exactly what comes back.
-func restoreShare(st shareState) shareVerdict {
-	if !st.Revoked {
+// replacedShare is the verdict on a share whose object was replaced by another under the same
+// name: revoked (its files leave the view, if the deletion did not already take them), and the
+// pod told once, with what accepts the new object.
+func replacedShare(rec volumeRecord, st shareState, sh shareSpec) shareVerdict {
+	kind := changeRevoked
+	if st.Told.hidden() {
+		kind = changeShareReplaced // no file changes: they are away already
+	}
+	var tell bool
+	if st.Told, tell = st.Told.after(outcomeShareReplaced); !tell {
 		return shareVerdict{state: st}
 	}
-	st.Revoked = false
+	why := replacedShareMessage(rec, st, sh)
+	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: kind, why: why, reason: reasonShareReplaced}}
+}
+
+// restoreShare is the verdict on a share of a volume that does not refresh, which the pod may
+// see (5): its copy, kept while it was away, is exactly what comes back.
+func restoreShare(st shareState) shareVerdict {
+	var tell bool
+	if st.Told, tell = st.Told.after(outcomeGranted); !tell {
+		return shareVerdict{state: st}
+	}
 	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRestored}}
 }
 
 // sourceReplaced is the verdict on a share whose source is another object than the one it was
-// made for: its files stay, and the pod is told once, with what an admin runs to accept it.
+// made for (8): its files stay, and the pod is told, with what an admin runs to accept it.
 func sourceReplaced(st shareState, sh shareSpec, uid string) shareVerdict {
-	if st.SourceReplaced {
+	var tell bool
+	if st.Told, tell = st.Told.after(outcomeSourceReplaced); !tell {
 		return shareVerdict{state: st}
 	}
-	st.SourceReplaced = true
 	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshFailed, why: replacedMessage(sh, uid)}}
 }
 
-// readForbidden is the verdict on a share whose source the driver may no longer read: its
-// files stay, and the pod is told once, with what an admin must run.
+// readForbidden is the verdict on a share whose source the driver may no longer read (7): its
+// files stay, and the pod is told, with what an admin must run.
 func (d *driver) readForbidden(st shareState, sh shareSpec) shareVerdict {
-	if st.ReadForbidden {
+	var tell bool
+	if st.Told, tell = st.Told.after(outcomeReadForbidden); !tell {
 		return shareVerdict{state: st}
 	}
-	st.ReadForbidden = true
-	// A revoked share has no files to keep: its access is back, but its files are not.
+	// A share whose files are away has none to keep: its access is back, but its files are not.
 	what := "keeps its last files and is not refreshed"
-	if st.Revoked {
+	if st.Told.hidden() {
 		what = "may be used again, but its files stay away until the driver may read its source"
 	}
 	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshFailed,

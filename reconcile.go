@@ -186,10 +186,10 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 				w.written += v.state.Bytes
 				w.replaced += rec.Shares[i].Bytes
 				w.previousView += rec.Shares[i].Bytes
-			} else if !rec.Shares[i].Revoked {
+			} else if !rec.Shares[i].Told.hidden() {
 				w.previousView += keptViewBytes(rec.Shares[i])
 			}
-		} else if !rec.Shares[i].Revoked {
+		} else if !rec.Shares[i].Told.hidden() {
 			w.previousView += keptViewBytes(rec.Shares[i])
 		}
 		w.next.Shares[i] = v.state
@@ -200,7 +200,7 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 	// The copies of revoked shares of a refreshing volume are emptied once the record is saved:
 	// they stop counting.
 	for i, st := range w.next.Shares {
-		if w.next.Refresh && st.Revoked {
+		if w.next.Refresh && st.Told.hidden() {
 			w.next.Shares[i].Bytes, w.next.Shares[i].Entries = chargedBytes(nil), 0
 		}
 	}
@@ -210,7 +210,7 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 // writeNewCopy writes the new copy of share i that verdict v brings, its bytes reserved in room
 // beside the old copy's (which stay charged until the record naming the new one is saved). A new
 // copy that does not fit is not written: the share keeps its last files, and the pod is told
-// once (OverBudget); so is one that would make the volume hold more files and directories than
+// once (overBudget, judge.go); so is one that would make the volume hold more files and directories than
 // maxVolumeEntries, beside the others (the files and directories of the volume's other shares).
 // On an error the share is as it was.
 func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, room *reservation, others int) (shareVerdict, error) {
@@ -223,17 +223,17 @@ func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, room *re
 		refused = fmt.Sprintf("its new files do not fit on this node: %v", err)
 	}
 	if refused != "" {
-		if old.OverBudget {
+		var tell bool
+		if old.Told, tell = old.Told.after(outcomeOverBudget); !tell {
 			return shareVerdict{state: old}, nil
 		}
-		old.OverBudget = true
 		return shareVerdict{state: old, change: &shareChange{share: old.shareRef, kind: changeRefreshFailed,
 			why: "changed, but keeps its last files: " + refused}}, nil
 	}
 	if err := vol.writeCopy(i, v.files); err != nil {
 		return v, err
 	}
-	v.state.Bytes, v.state.Entries, v.state.OverBudget = newBytes, newEntries, false
+	v.state.Bytes, v.state.Entries = newBytes, newEntries
 	return v, nil
 }
 

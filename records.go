@@ -49,27 +49,15 @@ type shareState struct {
 	SourceNamespace string `json:"sourceNamespace"`
 	SourceName      string `json:"sourceName"`
 	ResourceVersion string `json:"resourceVersion"`
-	// Revoked: the pod may not use the share (or it was deleted); its files are not shown.
-	Revoked bool `json:"revoked"`
-	// ReadForbidden: the driver itself may no longer read the source, so the share keeps its
-	// last files and is not refreshed. Recorded so the pod is warned once, not every cycle.
-	ReadForbidden bool `json:"readForbidden,omitempty"`
-	// OverBudget: a refresh did not fit in the node's volume budget (budget.go), or would have
-	// made more files and directories than a volume holds (maxVolumeEntries), so the share
-	// keeps its last files. Recorded so the pod is warned once, not every cycle.
-	OverBudget bool `json:"overBudget,omitempty"`
-	// SourceReplaced: the source is another object than the one the share was made for
-	// (sourcepin.go), so the share keeps its last files. Recorded so the pod is warned once.
-	SourceReplaced bool `json:"sourceReplaced,omitempty"`
+	// Told is what the pod was last told of the share, and with it whether the pod sees the
+	// share's files (judge.go's table). Absent: the current files, nothing outstanding.
+	Told told `json:"told,omitempty"`
 	// ShareUID is the share object the volume was published from, and SourceUID the source object
 	// its files come from (shareidentity.go): another object under the share's name does not
 	// feed the volume. Absent in records written before they were kept: adopted at the next
 	// reconcile.
 	ShareUID  string `json:"shareUID,omitempty"`
 	SourceUID string `json:"sourceUID,omitempty"`
-	// ShareReplaced: the share's name now holds another object than ShareUID, so the share is
-	// revoked in this volume. Recorded so the pod is told once.
-	ShareReplaced bool `json:"shareReplaced,omitempty"`
 	// Bytes is what the share's copy costs in memory (chargedBytes), counted in the budget.
 	Bytes int64 `json:"bytes,omitempty"`
 	// Entries is how many files and directories the share's copy holds (pathEntries), counted
@@ -79,6 +67,106 @@ type shareState struct {
 	// key (as in records written before shares had lists). A list change is applied when it
 	// differs from the share's.
 	Exposed exposure `json:"exposed,omitempty"`
+}
+
+// told is the state of a share of a volume: what the pod was last told of it, and with it
+// whether the pod sees the share's files. The states, and what moves a share from one to
+// another, are the tables at the top of judge.go. Its value is what records hold.
+type told string
+
+const (
+	toldCurrent                 told = ""
+	toldReadForbidden           told = "readForbidden"
+	toldSourceReplaced          told = "sourceReplaced"
+	toldOverBudget              told = "overBudget"
+	toldRevoked                 told = "revoked"
+	toldShareReplaced           told = "shareReplaced"
+	toldRegrantedReadForbidden  told = "regrantedReadForbidden"
+	toldRegrantedSourceReplaced told = "regrantedSourceReplaced"
+	toldRegrantedOverBudget     told = "regrantedOverBudget"
+)
+
+// known says whether t is one of the states above.
+func (t told) known() bool {
+	switch t {
+	case toldCurrent, toldReadForbidden, toldSourceReplaced, toldOverBudget, toldRevoked, toldShareReplaced,
+		toldRegrantedReadForbidden, toldRegrantedSourceReplaced, toldRegrantedOverBudget:
+		return true
+	}
+	return false
+}
+
+// hidden says whether the share's files are away from the pod's view in state t.
+func (t told) hidden() bool {
+	switch t {
+	case toldRevoked, toldShareReplaced, toldRegrantedReadForbidden, toldRegrantedSourceReplaced, toldRegrantedOverBudget:
+		return true
+	}
+	return false
+}
+
+// shareStateFields is shareState without its JSON methods.
+type shareStateFields shareState
+
+// shareStateJSON is a share's state as records hold it: its fields, and the flags each of which
+// said what the pod was told before Told did. A record written before Told was kept has only
+// the flags (told from the flags: toldFromFlags). Revoked is still written: a driver rolled back
+// to a release that knows only the flags reads from it whether the pod sees the share's files,
+// which is what matters. The other flags are not: such a driver, not knowing the share was
+// already reported unreadable, replaced or over budget, tells the pod once more, and that is all.
+type shareStateJSON struct {
+	shareStateFields
+	Revoked        bool `json:"revoked"`
+	ReadForbidden  bool `json:"readForbidden,omitempty"`
+	OverBudget     bool `json:"overBudget,omitempty"`
+	SourceReplaced bool `json:"sourceReplaced,omitempty"`
+	ShareReplaced  bool `json:"shareReplaced,omitempty"`
+}
+
+func (s shareState) MarshalJSON() ([]byte, error) {
+	return json.Marshal(shareStateJSON{shareStateFields: shareStateFields(s), Revoked: s.Told.hidden()})
+}
+
+// UnmarshalJSON reads a share's state. A record without Told (current, or written before Told
+// was kept, or by a driver rolled back to that release since) is read from the flags, and so is
+// a Told this driver does not know (a newer driver's).
+func (s *shareState) UnmarshalJSON(b []byte) error {
+	var j shareStateJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*s = shareState(j.shareStateFields)
+	if s.Told == toldCurrent || !s.Told.known() {
+		s.Told = toldFromFlags(j)
+	}
+	return nil
+}
+
+// toldFromFlags is what the pod was told of a share, from the flags a record written before
+// Told was kept says. Revoked with one of the others: access came back to a revoked share whose
+// files that other reason keeps away. Where several reasons are set, the one most likely told
+// last is chosen; choosing another costs at most the pod being told once more, never a message
+// it misses (a state is told whenever a verdict leads to it from another).
+func toldFromFlags(j shareStateJSON) told {
+	switch {
+	case j.Revoked && j.ShareReplaced:
+		return toldShareReplaced
+	case j.Revoked && j.ReadForbidden:
+		return toldRegrantedReadForbidden
+	case j.Revoked && j.SourceReplaced:
+		return toldRegrantedSourceReplaced
+	case j.Revoked && j.OverBudget:
+		return toldRegrantedOverBudget
+	case j.Revoked:
+		return toldRevoked
+	case j.OverBudget:
+		return toldOverBudget
+	case j.SourceReplaced:
+		return toldSourceReplaced
+	case j.ReadForbidden:
+		return toldReadForbidden
+	}
+	return toldCurrent
 }
 
 func (r *volumeRecord) refs() []shareRef {

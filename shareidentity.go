@@ -65,22 +65,6 @@ func (d *driver) shareIdentity(ctx context.Context, st shareState, sh shareSpec,
 	return src.UID == st.SourceUID
 }
 
-// replacedShare is the verdict on a share whose object was replaced by another under the same
-// name: revoked (its files leave the view, if the deletion did not already take them), and the
-// pod told once, with what accepts the new object.
-func replacedShare(rec volumeRecord, st shareState, sh shareSpec) shareVerdict {
-	if st.ShareReplaced && st.Revoked {
-		return shareVerdict{state: st}
-	}
-	why := replacedShareMessage(rec, st, sh)
-	kind := changeRevoked
-	if st.Revoked {
-		kind = changeShareReplaced // no file changes: the deletion already took them
-	}
-	st.Revoked, st.ReadForbidden, st.ShareReplaced = true, false, true
-	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: kind, why: why, reason: reasonShareReplaced}}
-}
-
 // replacedShareMessage says which objects these are and what an admin does about it.
 func replacedShareMessage(rec volumeRecord, st shareState, sh shareSpec) string {
 	return fmt.Sprintf("%s %q was deleted and created again (UID %s, sharing %s); this volume was published from UID %s, sharing %s %s/%s: "+

@@ -115,7 +115,7 @@ func (vd volumeDir) rebuildView(shares []shareState, keep bool) (conflicts []pat
 	perShare := make([]map[string]atomicwriter.File, len(shares))
 	for i, st := range shares {
 		refs[i] = st.shareRef
-		if st.Revoked {
+		if st.Told.hidden() {
 			continue
 		}
 		files, err := atomicwriter.ReadFiles(vd.shareDir(i))
@@ -154,7 +154,7 @@ func (vd volumeDir) dropRevokedCopies(rec volumeRecord) {
 		return
 	}
 	for i, st := range rec.Shares {
-		if st.Revoked {
+		if st.Told.hidden() {
 			if err := vd.writeCopy(i, nil); err != nil {
 				klog.ErrorS(err, "Emptying a revoked share's copy failed", "volumeID", rec.VolumeID)
 			}
