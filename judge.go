@@ -169,22 +169,21 @@ func (d *driver) judgeShareObject(ctx context.Context, rec volumeRecord, i int, 
 	case err != nil && shareRead(ctx, memo, st.shareRef):
 		// The share was read, the review failed: access is judged next cycle, but the share's
 		// list is known now, and what it no longer shares goes now.
-		return d.narrowDespite(rec, i, sh, err)
+		return d.narrowed(rec, i, sh.Exposed, shareVerdict{state: st, err: err})
 	case err != nil:
 		return shareVerdict{state: st, err: err}
 	case denied != "":
 		v := revokeShare(st, denied)
-		if !rec.Refresh && sh.Name != "" && !st.Exposed.same(sh.Exposed) {
+		if !rec.Refresh && sh.Name != "" {
 			// A revoked refreshResource=false share keeps its copy for when access comes back;
-			// what the share no longer exposes leaves it now.
-			return d.narrowShare(rec, i, sh, v)
+			// what the share no longer exposes leaves it now. (A deleted share has no list.)
+			return d.narrowed(rec, i, sh.Exposed, v)
 		}
 		return v
 	case !rec.Refresh:
 		// refreshResource=false: the files published are the files shown, on every path; only
 		// access decides whether they are visible, and the share's list which of them may stay.
-		v := restoreShare(st)
-		return d.narrowIfListChanged(rec, i, sh, v)
+		return d.narrowed(rec, i, sh.Exposed, restoreShare(st))
 	}
 	return d.judgeSource(ctx, rec, i, sh, memo)
 }
@@ -219,21 +218,17 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 		// Secret during a rotation must not blank every consumer. Revocation is RBAC's job.
 		klog.V(2).InfoS("Source of a share not found; keeping its last files", "volumeID", rec.VolumeID,
 			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
-		return d.narrowIfListChanged(rec, i, sh, shareVerdict{state: st})
+		return d.narrowed(rec, i, sh.Exposed, shareVerdict{state: st})
 	case apierrors.IsForbidden(err):
 		// The driver itself lost read on the source (an admin removed its RoleBinding). That
 		// is not the pod's access, which was just granted: the share keeps its last files, as
 		// on any API error, and the pod is warned once with what the admin must run.
 		klog.V(2).InfoS("The driver may not read the source of a share; keeping its last files", "volumeID", rec.VolumeID,
 			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
-		return d.narrowIfListChanged(rec, i, sh, d.readForbidden(st, sh))
+		return d.narrowed(rec, i, sh.Exposed, d.readForbidden(st, sh))
 	case err != nil:
-		if !st.Exposed.same(sh.Exposed) {
-			// The list is the share's, not the source's: what it no longer shares goes now.
-			klog.ErrorS(err, "Reading the source of a share failed; keeping only what its new list still shares", "volumeID", rec.VolumeID, "share", st.String())
-			return d.narrowShare(rec, i, sh, shareVerdict{state: st})
-		}
-		return shareVerdict{state: st, err: err}
+		// The list is the share's, not the source's: what it no longer shares goes now.
+		return d.narrowed(rec, i, sh.Exposed, shareVerdict{state: st, err: err})
 	}
 
 	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
@@ -243,7 +238,7 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	}
 	if sh.Pin.refuses(src.UID) {
 		// The new object is not shown; the keys the share stopped listing go all the same.
-		return d.narrowIfListChanged(rec, i, sh, sourceReplaced(st, sh, src.UID))
+		return d.narrowed(rec, i, sh.Exposed, sourceReplaced(st, sh, src.UID))
 	}
 	st.SourceUID = cmp.Or(st.SourceUID, src.UID) // a record from before UIDs were kept adopts it
 	sameKeys := st.Exposed.same(sh.Exposed)
@@ -256,13 +251,9 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	}
 	files, err := sharedFiles(rec, i, sh, src)
 	if err != nil {
+		// Not refreshed; the keys that stopped being shared still go.
 		err = fmt.Errorf("%s %s/%s: %w", st.Kind, sh.SourceNamespace, sh.SourceName, err)
-		if !sameKeys {
-			// Not refreshed; the keys that stopped being shared still go.
-			klog.ErrorS(err, "A share's list of keys changed but its source cannot be shown through it; keeping only what it still shares", "volumeID", rec.VolumeID, "share", st.String())
-			return d.narrowShare(rec, i, sh, shareVerdict{state: rec.Shares[i]})
-		}
-		return shareVerdict{state: rec.Shares[i], err: err}
+		return d.narrowed(rec, i, sh.Exposed, shareVerdict{state: rec.Shares[i], err: err})
 	}
 	change := &shareChange{share: st.shareRef, kind: changeRefreshed,
 		why: fmt.Sprintf("%s %s/%s (resourceVersion %s)", st.Kind, sh.SourceNamespace, sh.SourceName, src.ResourceVersion)}
@@ -270,7 +261,7 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	case st.Told.hidden():
 		change.kind = changeRestored
 	case !sameKeys:
-		change.kind, change.why = changeKeys, exposureSummary(sh)+", from "+change.why
+		change.kind, change.why = changeKeys, exposureSummary(sh.Exposed)+", from "+change.why
 	}
 	st.Told, _ = st.Told.after(outcomeRefreshed)
 	st.SourceNamespace, st.SourceName, st.ResourceVersion = sh.SourceNamespace, sh.SourceName, src.ResourceVersion
@@ -279,78 +270,38 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	return shareVerdict{state: st, files: files, change: change}
 }
 
-// narrowShare is the verdict base becomes when the share's list changed and its source is not
-// shown through the new list: the copy keeps only the files the new list still shares (under
-// the same name, from the same key) and gains none. The volume then shows the new list, so the
-// next refresh of the source (or of the list) brings the rest. A change base already reports
-// (revoked, restored, refreshFailed) is kept; the rewritten copy alone makes applyVerdicts
-// rebuild the view.
-func (d *driver) narrowShare(rec volumeRecord, i int, sh shareSpec, base shareVerdict) shareVerdict {
-	st := base.state
+// narrowed is verdict v on share i of rec narrowed to the share's list of keys now (exposed:
+// spec.items, sharekeys.go), the one narrowing step. Every verdict that brings no copy made
+// through the share's list now goes through it, so keys that stopped being shared never stay,
+// whatever else the verdict says. When exposed is the list the share's copy was made through,
+// v is as it is. Otherwise the copy keeps only the files the new list still shares (under the
+// same name, from the same key) and gains none, and the state notes the new list: the next
+// refresh of the source (or of the list) brings the rest. A change v reports (revoked,
+// restored, refreshFailed) is kept; a verdict that reported none reports keysChanged when files
+// leave. An error in v (the share was read, what came after failed) is logged and dropped: the
+// share is narrowed, and the rest judged again next cycle.
+func (d *driver) narrowed(rec volumeRecord, i int, exposed exposure, v shareVerdict) shareVerdict {
+	if v.state.Exposed.same(exposed) {
+		return v
+	}
+	if v.err != nil {
+		klog.ErrorS(v.err, "Checking a share failed; keeping only what its new list still shares", "volumeID", rec.VolumeID, "share", v.state.String())
+		v.err = nil
+	}
 	held, err := atomicwriter.ReadFiles(d.store.dirOf(rec).shareDir(i))
 	if err != nil {
-		return shareVerdict{state: rec.Shares[i], err: fmt.Errorf("reading the copy of %s to drop keys no longer shared: %w", st.shareRef, err)}
+		return shareVerdict{state: rec.Shares[i], err: fmt.Errorf("reading the copy of %s to drop keys no longer shared: %w", v.state.shareRef, err)}
 	}
-	kept := keepShared(held, rec.Items, i, st.Exposed, sh.Exposed)
-	st.Exposed = sh.Exposed
-	base.state = st
+	kept := keepShared(held, rec.Items, i, v.state.Exposed, exposed)
+	v.state.Exposed = exposed
 	if len(kept) == len(held) {
-		return base // nothing the pod sees changes; the record notes the new list
+		return v // nothing the pod sees changes; the record notes the new list
 	}
-	base.files = kept
-	if base.change == nil {
-		base.change = &shareChange{share: st.shareRef, kind: changeKeys, why: exposureSummary(sh) + "; files no longer shared were removed"}
+	v.files = kept
+	if v.change == nil {
+		v.change = &shareChange{share: v.state.shareRef, kind: changeKeys, why: exposureSummary(exposed) + "; files no longer shared were removed"}
 	}
-	return base
-}
-
-// narrowInstead is what share i of rec becomes when want, a verdict that changed its list, brought
-// a new copy that did not fit in the node's budget or could not be written (a full tmpfs; got:
-// the share keeps its last files): its copy keeps only what the new list still shares. Narrowing
-// only drops files, so it needs no reservation; the volume store charges the smaller copy when
-// the record naming it is saved (budget.go). Should even that fail, got stands (logged).
-func (d *driver) narrowInstead(vol volumeDir, rec volumeRecord, i int, want, got shareVerdict) shareVerdict {
-	sh := shareSpec{Kind: rec.Shares[i].Kind, Name: rec.Shares[i].Name, Exposed: want.state.Exposed}
-	v := d.narrowShare(rec, i, sh, got)
-	if v.err != nil || v.files == nil {
-		if v.err != nil {
-			klog.ErrorS(v.err, "Dropping the keys a share no longer lists failed", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
-			return got
-		}
-		return v // nothing to drop; the record notes the new list
-	}
-	if err := vol.writeCopy(i, v.files); err != nil {
-		klog.ErrorS(err, "Dropping the keys a share no longer lists failed", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
-		return got
-	}
-	v.state.Bytes, v.state.Entries = chargedBytes(v.files), filesEntries(v.files)
-	why := exposureSummary(sh) + "; files no longer shared were removed"
-	if got.change != nil {
-		why += ", and its new files are not shown: " + got.change.why
-	}
-	v.change = &shareChange{share: rec.Shares[i].shareRef, kind: changeKeys, why: why}
 	return v
-}
-
-// narrowIfListChanged is base, narrowed (narrowShare) when the share's list is not the one
-// share i of rec was made through.
-func (d *driver) narrowIfListChanged(rec volumeRecord, i int, sh shareSpec, base shareVerdict) shareVerdict {
-	if rec.Shares[i].Exposed.same(sh.Exposed) {
-		return base
-	}
-	return d.narrowShare(rec, i, sh, base)
-}
-
-// narrowDespite is the verdict on share i of rec when judging it failed with err after the share
-// itself was read: the share stays as it was (err, retried next cycle), unless its list changed,
-// in which case its copy keeps only what the new list still shares (narrowShare) and the error
-// is logged: keys that stopped being shared never stay, whatever else failed.
-func (d *driver) narrowDespite(rec volumeRecord, i int, sh shareSpec, err error) shareVerdict {
-	if rec.Shares[i].Exposed.same(sh.Exposed) {
-		return shareVerdict{state: rec.Shares[i], err: err}
-	}
-	klog.ErrorS(err, "Checking a share failed; keeping only what its new list still shares", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
-	return d.narrowShare(rec, i, sh, shareVerdict{state: rec.Shares[i]})
 }
 
 // shareRead says whether the share was read, and read whole, this cycle (memoized): its list is
@@ -360,12 +311,13 @@ func shareRead(ctx context.Context, memo *cycleMemo, ref shareRef) bool {
 	return err == nil
 }
 
-// exposureSummary says what sh exposes, for an event: the names it shares, never others.
-func exposureSummary(sh shareSpec) string {
-	if sh.Exposed.all() {
+// exposureSummary says what a share's list exposes, for an event: the names it shares, never
+// others.
+func exposureSummary(e exposure) string {
+	if e.all() {
 		return "it shares every key of its source"
 	}
-	return "it shares only " + quoteAll(sh.Exposed.names())
+	return "it shares only " + quoteAll(e.names())
 }
 
 // revokeShare is the verdict on a share the pod may no longer see: revoked (2).

@@ -211,21 +211,13 @@ func (r *volumeRecord) accessKey(i int) accessKey {
 }
 
 // volumeStore keeps the published volumes in memory and persists each record in its volume.
-// It is the node's volume budget's one owner (budget.go): what it charges for a volume is
-// the bytes of the record it saved (volumeBytes), from the save until the volume is forgotten,
-// or more while copies its record does not name are on disk (chargeUnsaved).
+// What it charges the node's volume budget for a volume (budget.go) is the bytes of the record
+// it saved (volumeBytes), from the save until the volume is forgotten.
 type volumeStore struct {
 	dir    string // <state dir>/volumes
 	budget *volumeBudget
 	mu     sync.Mutex
 	vols   map[string]volumeRecord
-	// charged is what each volume charges to the budget: its saved record's bytes, or the larger
-	// of those and its unsaved charge.
-	charged map[string]int64
-	// unsaved is, for a volume whose copies were rewritten but whose record could not be saved
-	// after (a full tmpfs), the bytes its tmpfs holds that the saved record does not describe
-	// (chargeUnsaved); until the next save or forget.
-	unsaved map[string]int64
 	// unverified are the volumes recovered at start whose pod's view has not been rebuilt
 	// since: a crash between a reconcile's swap of the view and its save of the record leaves
 	// a view the record does not describe (the record is saved last), and only a rebuild from
@@ -236,7 +228,7 @@ type volumeStore struct {
 
 func newVolumeStore(stateDir string, budget *volumeBudget) *volumeStore {
 	return &volumeStore{dir: filepath.Join(stateDir, "volumes"), budget: budget,
-		vols: map[string]volumeRecord{}, charged: map[string]int64{}, unsaved: map[string]int64{}, unverified: map[string]bool{}}
+		vols: map[string]volumeRecord{}, unverified: map[string]bool{}}
 }
 
 // mountPoint is where the volume's tmpfs is mounted. id has passed validateVolumeID.
@@ -300,70 +292,53 @@ func (s *volumeStore) keep(rec volumeRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.vols[rec.VolumeID] = rec.clone()
-	s.budget.charge(n - s.charged[rec.VolumeID])
-	s.charged[rec.VolumeID] = n
-	delete(s.unsaved, rec.VolumeID)
+	s.budget.chargeSaved(rec.VolumeID, n)
 }
 
-// chargeUnsaved keeps volume id charged for n bytes its tmpfs holds though its saved record
-// does not describe them: a reconcile rewrote copies and then could not save the record naming
-// them. Those pages are real (the old copies' were freed, or are held by the view still), so
-// until the next save or forget the volume is charged the larger of its saved record's bytes and
-// n; a reconcile failing the same way every cycle charges the same, not more each time. An
-// unknown volume: nothing.
-func (s *volumeStore) chargeUnsaved(id string, n int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rec, ok := s.vols[id]
-	if !ok {
-		return
-	}
-	c := max(volumeBytes(rec), n)
-	s.budget.charge(c - s.charged[id])
-	s.charged[id] = c
-	s.unsaved[id] = n
-}
-
-// chargeUnsavedBeyond is chargeUnsaved with n bytes more than the volume charges now: a
-// reconcile wrote new copies of n bytes and could not rebuild the view, which still links the
-// old copies' files.
-func (s *volumeStore) chargeUnsavedBeyond(id string, n int64) {
-	s.mu.Lock()
-	now := s.charged[id]
-	s.mu.Unlock()
-	s.chargeUnsaved(id, now+n)
-}
-
-// saveRebuilt saves a reconciled volume's record and keeps the store's account of its disk in
-// step either way. rebuilt says its view was rebuilt for next; unsaved is what its tmpfs holds
-// should next not be saved (0: no copy was rewritten, the saved record still says it). Saved: a
-// rebuilt view is verified (viewVerified). Not saved: the volume is charged unsaved
-// (chargeUnsaved), and a rebuilt view shows next while the record still says the old state, so
-// the next reconcile must rebuild it even if its verdict is "as it is" (viewUnsaved).
-func (s *volumeStore) saveRebuilt(next volumeRecord, rebuilt bool, unsaved int64) error {
+// saveRewritten saves a reconciled volume's record, next, and keeps the store's account of its
+// disk in step either way: view is what the reconcile did to the pod's view, rw what it wrote.
+// Saved: a rebuilt view is verified (viewVerified). Not saved: the volume is charged what its
+// tmpfs holds (rw.saveFailed), and a rebuilt view shows next while the record still says the old
+// state, so the next reconcile must rebuild it even if its verdict is "as it is" (viewUnsaved).
+func (s *volumeStore) saveRewritten(next volumeRecord, view viewChange, rw *volumeRewrite) error {
 	if err := s.save(next); err != nil {
-		if unsaved > 0 {
-			s.chargeUnsaved(next.VolumeID, unsaved)
-		}
-		if rebuilt {
+		rw.saveFailed(next)
+		if view != viewUnchanged {
 			s.viewUnsaved(next.VolumeID)
 		}
 		return err
 	}
-	if rebuilt {
+	if view != viewUnchanged {
 		s.viewVerified(next.VolumeID)
 	}
 	return nil
 }
+
+// viewChange is what a reconcile does to the pod's view.
+type viewChange int
+
+const (
+	// viewUnchanged: no file changed, and the view is the record's; it stays.
+	viewUnchanged viewChange = iota
+	// viewRebuilt: no file changed, but the view was not verified since the volume was
+	// recovered (viewUnverified); it is rebuilt from the copies, changing nothing the record says.
+	viewRebuilt
+	// viewReplaced: files changed; the view is rebuilt, and the one it replaces dropped.
+	viewReplaced
+	// viewReplacedKept: files changed by refreshes alone; the view is rebuilt, and the one it
+	// replaces kept for readers still on it (volumedir.go), charged in the record.
+	viewReplacedKept
+)
+
+// changesFiles says whether the files the pod sees change (a change's steps: crash points).
+func (v viewChange) changesFiles() bool { return v >= viewReplaced }
 
 // forget drops a volume from memory and frees its bytes; its record goes away with its tmpfs.
 // An unknown volume: nothing.
 func (s *volumeStore) forget(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.budget.charge(-s.charged[id])
-	delete(s.charged, id)
-	delete(s.unsaved, id)
+	s.budget.forget(id)
 	delete(s.vols, id)
 	delete(s.unverified, id)
 }
