@@ -40,18 +40,18 @@ const pageSize = 4096
 // It is the one place that knows what each volume is charged and what is reserved.
 //
 // A volume is charged the bytes of its saved record (volumeBytes): the volume store (records.go)
-// charges them when it saves a record, or loads one at start (chargeSaved), and frees them when
-// the volume is forgotten (forget). So the bytes in use are, at every moment no operation is in
-// progress, exactly the sum over the records saved: a step that fails between a charge and its
-// save (a record that cannot be written) cannot leave a charge behind, nor give back bytes
-// twice. One exception keeps the count from falling below the memory held: a reconcile that
+// charges them when it saves a record, or loads one at start (chargeSaved), and frees them when the
+// volume is forgotten (chargeSaved with nothing). So the bytes in use are, at every moment no
+// operation is in progress, exactly the sum over the records saved: a step that fails between a
+// charge and its save (a record that cannot be written) cannot leave a charge behind, nor give back
+// bytes twice. One exception keeps the count from falling below the memory held: a reconcile that
 // rewrote copies and then could not save the record naming them (or rebuild the view) leaves the
-// new copies on disk, so that volume is charged the larger of its saved record's bytes and what
-// its tmpfs holds (volumeRewrite's viewFailed and saveFailed), the same on every cycle that
-// fails so, until the next save or forget. Operations in progress hold reservations: room for a
-// volume before its record is saved (publish), for a share's new copy beside its old one, and
-// for a view kept for readers, until the record naming them is saved (a reconcile's
-// volumeRewrite). A reservation is released when its operation ends, whatever happened.
+// new copies on disk, so that volume is charged the larger of its saved record's bytes and what its
+// tmpfs holds (volumeRewrite's viewFailed and saveFailed), the same on every cycle that fails so,
+// until the next save or forget. Operations in progress hold reservations: room for a volume before
+// its record is saved (publish), for a share's new copy beside its old one, and for a view kept for
+// readers, until the record naming them is saved (a reconcile's volumeRewrite). A reservation is
+// released when its operation ends, whatever happened.
 type volumeBudget struct {
 	limit int64
 
@@ -81,7 +81,8 @@ func (e *budgetExceeded) Error() string {
 // chargeSaved charges volume id the n bytes of the record just saved (or, at start, found on
 // disk), whether they fit or not, in place of what it was charged before (a previous record's,
 // or an unsaved charge: the record describes the disk now). The volume store's own call
-// (records.go). Room was reserved for what a save adds.
+// (records.go). Room was reserved for what a save adds. n = 0 (no record is): the volume is
+// gone, and forgotten.
 func (b *volumeBudget) chargeSaved(id string, n int64) {
 	b.setCharge(id, volumeCharge{saved: n})
 }
@@ -106,22 +107,19 @@ func (b *volumeBudget) chargedFor(id string) int64 {
 	return b.charges[id].bytes()
 }
 
-// forget frees what volume id is charged: it is gone. An unknown volume: nothing.
-func (b *volumeBudget) forget(id string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.charged -= b.charges[id].bytes()
-	delete(b.charges, id)
-}
-
+// setCharge charges volume id c in place of what it was charged; nothing: it is forgotten.
 func (b *volumeBudget) setCharge(id string, c volumeCharge) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.charges == nil {
-		b.charges = map[string]volumeCharge{}
-	}
 	b.charged += c.bytes() - b.charges[id].bytes()
-	b.charges[id] = c
+	switch {
+	case c == volumeCharge{}:
+		delete(b.charges, id)
+	case b.charges == nil:
+		b.charges = map[string]volumeCharge{id: c}
+	default:
+		b.charges[id] = c
+	}
 }
 
 // inUse is the bytes charged now: the volumes', and those reserved.

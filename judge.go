@@ -55,13 +55,14 @@ package main
 //	     when it is written (reconcile.go's writeNewCopy)
 //
 // When the share's list of keys (spec.items, sharekeys.go) is not the one the volume shows, the
-// share is refreshed from the source (keysChanged: it gains and loses keys in one swap); where it
-// cannot be (refreshResource=false, the source lacks a listed key, the pod's items select a key
-// no longer shared, the source cannot be read or was re-created and the pin refuses it, the
-// review of the pod's access failed) its copy keeps only the files the new list still shares,
-// and gains none (judge_narrow_test.go). Keys that stopped
-// being shared never stay: no error or setting keeps them. (Only a share that cannot be read
-// itself has no list to narrow to; it stays as it was until it can be.)
+// share is refreshed from the source ((10), keysChanged: it gains and loses keys in one swap).
+// Where it cannot be (refreshResource=false, the source lacks a listed key, the pod's items
+// select a key no longer shared, the source cannot be read or was re-created and the pin refuses
+// it, the review of the pod's access failed, the new copy does not fit), the verdict goes
+// through the one narrowing step (narrowed): the share's copy keeps only the files the new list
+// still shares, and gains none, whatever the row says of its state (judge_narrow_test.go). Keys
+// that stopped being shared never stay: no error or setting keeps them. (Only a share that
+// cannot be read itself has no list to narrow to; it stays as it was until it can be.)
 //
 // An outage must never revoke access: only an answer does.
 
@@ -151,7 +152,7 @@ func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *
 		}
 		v := d.judgeShareObject(ctx, rec, i, memo)
 		if v.err == nil && sh.UID != "" && v.state.ShareUID != sh.UID {
-			// This object (or one standing in for it over the same source) is the volume's now.
+			// This object (or one standing in for it over the same source) is the volume's now (4).
 			v.state.ShareUID = sh.UID
 			v.state.Told, _ = v.state.Told.after(outcomeAdopted)
 		}
@@ -213,14 +214,14 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	src, err := memo.source(ctx, sh)
 	switch {
 	case apierrors.IsNotFound(err):
-		// The source was deleted (or the share now points at a missing object). The share keeps
+		// (6) The source was deleted (or the share now points at a missing object). The share keeps
 		// its last good files, as the kubelet's own secret volumes do: deleting and re-creating a
 		// Secret during a rotation must not blank every consumer. Revocation is RBAC's job.
 		klog.V(2).InfoS("Source of a share not found; keeping its last files", "volumeID", rec.VolumeID,
 			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
 		return d.narrowed(rec, i, sh.Exposed, shareVerdict{state: st})
 	case apierrors.IsForbidden(err):
-		// The driver itself lost read on the source (an admin removed its RoleBinding). That
+		// (7) The driver itself lost read on the source (an admin removed its RoleBinding). That
 		// is not the pod's access, which was just granted: the share keeps its last files, as
 		// on any API error, and the pod is warned once with what the admin must run.
 		klog.V(2).InfoS("The driver may not read the source of a share; keeping its last files", "volumeID", rec.VolumeID,
@@ -237,18 +238,20 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 		sh.Pin = sh.Pin.orRecorded(st.SourceUID)
 	}
 	if sh.Pin.refuses(src.UID) {
-		// The new object is not shown; the keys the share stopped listing go all the same.
+		// (8) The new object is not shown; the keys the share stopped listing go all the same.
 		return d.narrowed(rec, i, sh.Exposed, sourceReplaced(st, sh, src.UID))
 	}
 	st.SourceUID = cmp.Or(st.SourceUID, src.UID) // a record from before UIDs were kept adopts it
 	sameKeys := st.Exposed.same(sh.Exposed)
 	if !st.Told.hidden() && sameSource && st.ResourceVersion == src.ResourceVersion && sameKeys {
+		// (9) What the volume shows is the source's now.
 		var tell bool
 		if st.Told, tell = st.Told.after(outcomeCurrent); tell {
 			return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshResumed, why: sh.sourceKey().String()}}
 		}
 		return shareVerdict{state: st}
 	}
+	// (10) A new copy, through the share's list now.
 	files, err := sharedFiles(rec, i, sh, src)
 	if err != nil {
 		// Not refreshed; the keys that stopped being shared still go.

@@ -101,7 +101,7 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 	rw := newVolumeRewrite(d.budget, rec)
 	defer rw.release()
 	w := d.writeCopies(vol, rec, verdicts, rw)
-	view := w.viewChange(rw, func() bool { return d.store.viewUnverified(rec.VolumeID) })
+	view := reconciledView(w, rw, func() bool { return d.store.viewUnverified(rec.VolumeID) })
 	// A state that changed without a reported change (a UID adopted, a list noted, a kept view
 	// dropped) is saved too.
 	if len(w.changes) == 0 && view == viewUnchanged && reflect.DeepEqual(w.next.Shares, rec.Shares) && w.next.KeptBytes == rec.KeptBytes {
@@ -127,12 +127,12 @@ type copiesWritten struct {
 	errs    []error       // the shares' errors; each such share is left as it was
 }
 
-// viewChange is what the reconcile that wrote w (rw: its bytes) does to the pod's view. A
+// reconciledView is what the reconcile that wrote w (rw: its bytes) does to the pod's view. A
 // share's copy rewritten changes the view, linked from the copies, even when the change is not
 // one reported as changing files (a list narrowed where the source could not be read). A view
 // replaced by refreshes alone is kept for readers still on it, if it fits beside what is in use.
 // unverified says whether the view is still to be rebuilt since the volume was recovered.
-func (w copiesWritten) viewChange(rw *volumeRewrite, unverified func() bool) viewChange {
+func reconciledView(w copiesWritten, rw *volumeRewrite, unverified func() bool) viewChange {
 	switch {
 	case !rw.anyRewritten() && !slices.ContainsFunc(w.changes, func(c shareChange) bool { return c.kind.changesFiles() }):
 		if len(w.errs) == 0 && unverified() {

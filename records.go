@@ -338,7 +338,7 @@ func (v viewChange) changesFiles() bool { return v >= viewReplaced }
 func (s *volumeStore) forget(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.budget.forget(id)
+	s.budget.chargeSaved(id, 0)
 	delete(s.vols, id)
 	delete(s.unverified, id)
 }
