@@ -4,6 +4,7 @@ package main
 // row by row. Every state meets every outcome in exactly one row.
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"testing"
@@ -119,8 +120,17 @@ func TestRecordsWithTheFlagsResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rec volumeRecord
-	if err := json.Unmarshal(b, &rec); err != nil {
+	// Read as the driver reads a record at start, from the volume's dir.
+	s := newVolumeStore(t.TempDir(), &volumeBudget{})
+	const id = "csi-0123456789abcdef"
+	if err := os.MkdirAll(s.mountPoint(id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.recordPath(id), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.readRecord(id)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rec.Shares) != 32 {
@@ -178,5 +188,44 @@ func TestRecordsKeepRevokedForTheReleaseBefore(t *testing.T) {
 	var st shareState
 	if err := json.Unmarshal([]byte(`{"kind":"Secret","name":"s","told":"someNewerState","revoked":true}`), &st); err != nil || st.Told != toldRevoked {
 		t.Fatalf("an unknown state with revoked: %q (%v), want revoked", st.Told, err)
+	}
+}
+
+// A share recorded with the flags goes on from where the pod was told: an upgrade tells the pod
+// nothing it was already told, and what the flags promised (a refresh resumed, files restored)
+// still comes.
+func TestSharesRecordedWithTheFlagsGoOnFromWhatThePodWasTold(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		flags    string // the share's flags, as the release before wrote them
+		mayRead  bool
+		change   changeKind
+		state    told
+		newFiles bool
+	}{
+		{"read still forbidden: not told again", `"revoked":false,"readForbidden":true`, false, "", toldReadForbidden, false},
+		{"read back: resumed", `"revoked":false,"readForbidden":true`, true, changeRefreshResumed, toldCurrent, false},
+		{"regranted, read still forbidden: not told again", `"revoked":true,"readForbidden":true`, false, "", toldRegrantedReadForbidden, false},
+		{"regranted, read back: restored", `"revoked":true,"readForbidden":true`, true, changeRestored, toldCurrent, true},
+		{"revoked, regranted and readable: restored", `"revoked":true`, true, changeRestored, toldCurrent, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newJudgeWorld(t)
+			w.mayReadFile = c.mayRead
+			var st shareState
+			if err := json.Unmarshal([]byte(`{"kind":"Secret","name":"ca","sourceNamespace":"p","sourceName":"ca","resourceVersion":"7",`+c.flags+`}`), &st); err != nil {
+				t.Fatal(err)
+			}
+			rec := volumeRecord{VolumeID: "v", PodNamespace: "team", ServiceAccount: "app", Refresh: true, GID: -1, Shares: []shareState{st}}
+			v := w.d.judgeShare(context.Background(), rec, 0, w.d.newCycleMemo())
+			got := changeKind("")
+			if v.change != nil {
+				got = v.change.kind
+			}
+			if v.err != nil || got != c.change || v.state.Told != c.state || (v.files != nil) != c.newFiles {
+				t.Fatalf("from %s: change %q, state %q, new files %v (err %v); want %q, %q, %v",
+					c.flags, got, v.state.Told, v.files != nil, v.err, c.change, c.state, c.newFiles)
+			}
+		})
 	}
 }
