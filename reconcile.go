@@ -1,7 +1,9 @@
 package main
 
-// Reconciling one volume with what the cluster says now, for the relist and for a share's change
-// (refresh.go), in two steps:
+// Reconciling one volume with what the cluster says now, for the relist (refresh.go) and for a
+// share's change (shareevents.go): under the volume's lock, taken only if no other operation
+// holds it (reconcileIfIdle), a volume whose pod is gone is taken off (volume.go's teardown), and
+// any other is reconciled in two steps:
 //
 //	(1) judge: each share of the volume gets a verdict from the share, the pod's access and the
 //	    source (judgeShare). Nothing is written, and a share whose check failed keeps its state.
@@ -10,7 +12,7 @@ package main
 //	    of revoked shares are dropped, and every change is reported to the pod (an event) and
 //	    counted (a metric).
 //
-// How each share is judged, the verdict table: judge.go.
+// How each share is judged, and the states it moves through: judge.go's tables.
 
 import (
 	"cmp"
@@ -68,6 +70,26 @@ type shareChange struct {
 	kind   changeKind
 	why    string
 	reason string // the event's reason, when not the kind's own (a share replaced: shareidentity.go)
+}
+
+// reconcileIfIdle reconciles the volume unless an operation holds its lock: such a volume is
+// being published, unpublished or reconciled right now, and the next pass will see it (a share
+// event's reaction retries it: shareevents.go). It takes the lock for the reconcile; idle says
+// whether it could (false: the volume was busy, and skipped).
+func (d *driver) reconcileIfIdle(ctx context.Context, volumeID string, memo *cycleMemo) (idle bool) {
+	if !d.locks.tryLock(volumeID) {
+		return false
+	}
+	defer d.locks.unlock(volumeID)
+	rec, ok := d.store.get(volumeID) // re-read under the lock
+	if !ok {
+		return true
+	}
+	if err := d.reconcile(ctx, rec, memo); err != nil {
+		d.metrics.reconcileFailed()
+		klog.ErrorS(err, "Reconciling volume failed; it is left as it was and retried next cycle", "volumeID", volumeID)
+	}
+	return true
 }
 
 // reconcile brings one volume to what the cluster says it should be: judge, then apply (see the
