@@ -227,10 +227,10 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 
 // writeNewCopy writes the new copy of share i that verdict v brings, its bytes reserved in rw
 // beside the old copy's (which stay charged until the record naming the new one is saved). A new
-// copy that does not fit is not written: the share keeps its last files, and the pod is told
-// once (overBudget, judge.go); so is one that would make the volume hold more files and directories than
-// maxVolumeEntries, beside the others (the files and directories of the volume's other shares).
-// On an error the share is as it was.
+// copy that does not fit is not written: the share keeps its last files, and the pod is told once
+// (overBudget, judge.go); so is one that would make the volume hold more files and directories than
+// maxVolumeEntries, beside the others (the files and directories of the volume's other shares). On
+// an error the share is as it was.
 func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, rw *volumeRewrite, others int) (shareVerdict, error) {
 	newBytes, newEntries := chargedBytes(v.files), filesEntries(v.files)
 	var refused string
