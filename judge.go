@@ -147,7 +147,7 @@ func (t told) keeping(shown, away told) told {
 func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) shareVerdict {
 	st := rec.Shares[i]
 	if sh, err := memo.share(ctx, st.shareRef); err == nil {
-		if !d.shareIdentity(ctx, st, sh, memo) {
+		if !shareIdentity(ctx, st, sh, memo) {
 			return replacedShare(rec, st, sh)
 		}
 		v := d.judgeShareObject(ctx, rec, i, memo)

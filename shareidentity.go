@@ -49,7 +49,7 @@ const reasonShareReplaced = "SharedResourceReplaced"
 // answer, not an outage. So a source that cannot be read (not found, forbidden, any API error)
 // does not keep the volume as it was: the new object is not the volume's until its source is
 // read and proves to be the volume's own (adopted then, restoring the volume).
-func (d *driver) shareIdentity(ctx context.Context, st shareState, sh shareSpec, memo *cycleMemo) bool {
+func shareIdentity(ctx context.Context, st shareState, sh shareSpec, memo *cycleMemo) bool {
 	switch {
 	case st.ShareUID == "" || sh.UID == "" || sh.UID == st.ShareUID:
 		return true
