@@ -5,7 +5,9 @@ package main
 // exists exactly as long as the volume does: it survives a driver restart, disappears with the
 // tmpfs on unpublish or reboot (when the pods are gone too), and can never be left behind on the
 // host disk. Records hold names, never data. Records persist across driver upgrades: their JSON
-// names never change, and a field added later must be optional (omitempty, zero when absent).
+// names never change, and a field added later must be optional (omitempty, zero when absent). A
+// field replaced by another is still read (a share's flags, now its Told), and what a driver
+// rolled back needs to show the pod what it saw is still written (revoked: shareStateJSON).
 
 import (
 	"encoding/json"
@@ -144,9 +146,11 @@ func (s *shareState) UnmarshalJSON(b []byte) error {
 
 // toldFromFlags is what the pod was told of a share, from the flags a record written before
 // Told was kept says. Revoked with one of the others: access came back to a revoked share whose
-// files that other reason keeps away. Where several reasons are set, the one most likely told
-// last is chosen; choosing another costs at most the pod being told once more, never a message
-// it misses (a state is told whenever a verdict leads to it from another).
+// files that other reason keeps away (or, for overBudget and sourceReplaced, the reason was
+// told before the revocation, and the flags kept it; the next verdict puts the state right, as
+// the flags would have, untold). Where several reasons are set, the one most likely told last is
+// chosen; choosing another costs at most the pod being told once more, never a message it
+// misses (a state is told whenever a verdict leads to it from another).
 func toldFromFlags(j shareStateJSON) told {
 	switch {
 	case j.Revoked && j.ShareReplaced:
