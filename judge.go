@@ -142,7 +142,7 @@ func (t told) keeping(shown, away told) told {
 	return shown
 }
 
-// judgeShare decides what share i of rec shows now (the table at the top of this file). It
+// judgeShare decides what share i of rec shows now (the tables at the top of this file). It
 // changes nothing, on disk or in rec.
 func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) shareVerdict {
 	st := rec.Shares[i]

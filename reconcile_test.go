@@ -1,7 +1,7 @@
 package main
 
 // Specification of a reconcile (reconcile.go: judge, then applyVerdicts) of one published volume
-// on a fake node, for the rows of judge.go's verdict table, as the pod sees it (its view), as
+// on a fake node, for the rows of judge.go's tables, as the pod sees it (its view), as
 // the driver remembers it (the saved record) and as the pod is told (events, once per change):
 //   - revoked when the pod may no longer use the share, restored when it may again: a volume
 //     that refreshes comes back with the source as it is now, one that does not with exactly
