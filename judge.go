@@ -333,7 +333,7 @@ func revokeShare(st shareState, why string) shareVerdict {
 }
 
 // replacedShare is the verdict on a share whose object was replaced by another under the same
-// name: revoked (its files leave the view, if the deletion did not already take them), and the
+// name (3): revoked (its files leave the view, if the deletion did not already take them), and the
 // pod told once, with what accepts the new object.
 func replacedShare(rec volumeRecord, st shareState, sh shareSpec) shareVerdict {
 	kind := changeRevoked
