@@ -37,26 +37,37 @@ import (
 const pageSize = 4096
 
 // volumeBudget counts the bytes of the node's volumes against a limit. Zero limit: no budget.
+// It is the one place that knows what each volume is charged and what is reserved.
 //
-// It has one owner: the volume store (records.go) charges a volume's bytes when its record is
-// saved, changes them when a record with other bytes replaces it, frees them when the volume is
-// forgotten, and charges the volumes it loads at start. So the bytes in use are, at every moment
-// no operation is in progress, exactly the sum over the records saved: a step that fails between
-// a charge and its save (a record that cannot be written) cannot leave a charge behind, nor
-// give back bytes twice. One exception keeps the count from falling below the memory held: a
-// reconcile that rewrote copies and then could not save the record naming them leaves the new
-// copies on disk, so the store charges that volume the larger of its saved record's bytes and
-// what its tmpfs holds (chargeUnsaved), the same on every cycle that fails so, until the next
-// save or forget. Operations in progress hold reservations: room for a volume before its
-// record is saved (publish), for a share's new copy beside its old one until the record naming
-// it is saved (refresh). A reservation is released when its operation ends, whatever happened.
+// A volume is charged the bytes of its saved record (volumeBytes): the volume store (records.go)
+// charges them when it saves a record, or loads one at start (chargeSaved), and frees them when the
+// volume is forgotten (chargeSaved with nothing). So the bytes in use are, at every moment no
+// operation is in progress, exactly the sum over the records saved: a step that fails between a
+// charge and its save (a record that cannot be written) cannot leave a charge behind, nor give back
+// bytes twice. One exception keeps the count from falling below the memory held: a reconcile that
+// rewrote copies and then could not save the record naming them (or rebuild the view) leaves the
+// new copies on disk, so that volume is charged the larger of its saved record's bytes and what its
+// tmpfs holds (volumeRewrite's viewFailed and saveFailed), the same on every cycle that fails so,
+// until the next save or forget. Operations in progress hold reservations: room for a volume before
+// its record is saved (publish), for a share's new copy beside its old one, and for a view kept for
+// readers, until the record naming them is saved (a reconcile's volumeRewrite). A reservation is
+// released when its operation ends, whatever happened.
 type volumeBudget struct {
 	limit int64
 
 	mu       sync.Mutex
-	saved    int64 // the volumes' charges (their saved records'): changed only by the volume store (charge)
-	reserved int64 // held by operations in progress (reservation)
+	charges  map[string]volumeCharge // each volume's
+	charged  int64                   // the sum of charges
+	reserved int64                   // held by operations in progress (reservation)
 }
+
+// volumeCharge is what one volume is charged.
+type volumeCharge struct {
+	saved   int64 // its saved record's bytes
+	unsaved int64 // what its tmpfs holds that its saved record does not describe; 0: none
+}
+
+func (c volumeCharge) bytes() int64 { return max(c.saved, c.unsaved) }
 
 // budgetExceeded is a charge the budget refused.
 type budgetExceeded struct{ need, used, limit int64 }
@@ -67,20 +78,55 @@ func (e *budgetExceeded) Error() string {
 		e.need, e.used, e.limit)
 }
 
-// charge changes the saved records' bytes by delta, whether they fit or not: the volume store's
-// own call (records.go), made once the record is on disk (or, at start, found there). Room was
-// reserved for what a save adds.
-func (b *volumeBudget) charge(delta int64) {
-	b.mu.Lock()
-	b.saved += delta
-	b.mu.Unlock()
+// chargeSaved charges volume id the n bytes of the record just saved (or, at start, found on
+// disk), whether they fit or not, in place of what it was charged before (a previous record's,
+// or an unsaved charge: the record describes the disk now). The volume store's own call
+// (records.go). Room was reserved for what a save adds. n = 0 (no record is): the volume is
+// gone, and forgotten.
+func (b *volumeBudget) chargeSaved(id string, n int64) {
+	b.setCharge(id, volumeCharge{saved: n})
 }
 
-// inUse is the bytes charged now: the saved records', and those reserved.
+// chargeUnsaved keeps volume id charged for n bytes its tmpfs holds though its saved record does
+// not describe them: the larger of the two, until the next save or forget; a reconcile failing
+// the same way every cycle charges the same, not more each time. An unknown volume: nothing.
+func (b *volumeBudget) chargeUnsaved(id string, n int64) {
+	b.mu.Lock()
+	c, ok := b.charges[id]
+	b.mu.Unlock()
+	if ok {
+		c.unsaved = n
+		b.setCharge(id, c)
+	}
+}
+
+// chargedFor is what volume id is charged now.
+func (b *volumeBudget) chargedFor(id string) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.charges[id].bytes()
+}
+
+// setCharge charges volume id c in place of what it was charged; nothing: it is forgotten.
+func (b *volumeBudget) setCharge(id string, c volumeCharge) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.charged += c.bytes() - b.charges[id].bytes()
+	switch {
+	case c == volumeCharge{}:
+		delete(b.charges, id)
+	case b.charges == nil:
+		b.charges = map[string]volumeCharge{id: c}
+	default:
+		b.charges[id] = c
+	}
+}
+
+// inUse is the bytes charged now: the volumes', and those reserved.
 func (b *volumeBudget) inUse() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.saved + b.reserved
+	return b.charged + b.reserved
 }
 
 // reservation is room an operation holds in the budget until it ends. Not safe for concurrent
@@ -102,13 +148,13 @@ func (b *volumeBudget) reserve(n int64) (*reservation, error) {
 }
 
 // take adds n bytes to the reservation, or refuses with a *budgetExceeded when they do not fit
-// beside what is in use.
+// beside what is in use. A negative n, a credit, is never refused.
 func (r *reservation) take(n int64) error {
 	b := r.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.limit > 0 && n > 0 && b.saved+b.reserved+n > b.limit {
-		return &budgetExceeded{need: n, used: b.saved + b.reserved, limit: b.limit}
+	if b.limit > 0 && n > 0 && b.charged+b.reserved+n > b.limit {
+		return &budgetExceeded{need: n, used: b.charged + b.reserved, limit: b.limit}
 	}
 	b.reserved += n
 	r.n += n
@@ -121,6 +167,80 @@ func (r *reservation) release() {
 	r.b.reserved -= r.n
 	r.b.mu.Unlock()
 	r.n = 0
+}
+
+// volumeRewrite is one reconcile's account of a volume's bytes, from its start until the record
+// naming what it wrote is saved: the room it holds (a new copy beside the old one, which stays
+// charged until then; a view kept for readers), what it rewrote, and what the volume's tmpfs
+// holds should the view or the record not be written after. The reconcile asks it; it does the
+// arithmetic. Not safe for concurrent use: one reconcile, under the volume's lock, holds it.
+type volumeRewrite struct {
+	b    *volumeBudget
+	room *reservation
+	rec  volumeRecord // the record saved when the reconcile started
+	// written are the bytes of the copies rewritten (chargedBytes), replaced those their shares
+	// were charged before: what the volume holds that rec does not say, until the next is saved.
+	written, replaced int64
+	rewrote           bool
+	// previousView is what the view before this reconcile costs if it is kept (volumedir.go): its
+	// payload dir, the old copies' charges of the shares rewritten (whose pages only it then
+	// holds), and the entries of the other shown shares' files in it (keptViewBytes).
+	previousView int64
+}
+
+// newVolumeRewrite starts the account of a reconcile of the volume rec; release it when the
+// reconcile ends.
+func newVolumeRewrite(b *volumeBudget, rec volumeRecord) *volumeRewrite {
+	return &volumeRewrite{b: b, room: b.reservation(), rec: rec, previousView: entryBytes}
+}
+
+// release gives back the room the reconcile held: saved, the record charges what it holds.
+func (w *volumeRewrite) release() { w.room.release() }
+
+// keptViewDropped gives back, until the record is saved, the bytes of the view the last refresh
+// kept (rec.KeptBytes), dropped now: the next record says none.
+func (w *volumeRewrite) keptViewDropped() { _ = w.room.take(-w.rec.KeptBytes) }
+
+// fits reserves n bytes for a share's new copy, beside its old one, or refuses with a
+// *budgetExceeded.
+func (w *volumeRewrite) fits(n int64) error { return w.room.take(n) }
+
+// rewritten notes that a share's copy, charged old.Bytes, was rewritten as one of now.Bytes.
+func (w *volumeRewrite) rewritten(old, now shareState) {
+	w.rewrote = true
+	w.written += now.Bytes
+	w.replaced += old.Bytes
+	w.previousView += old.Bytes
+}
+
+// shown notes a share whose copy, old, was not rewritten, and whose files the view shows: a view
+// kept links them.
+func (w *volumeRewrite) shown(old shareState) { w.previousView += keptViewBytes(old) }
+
+// anyRewritten says whether a share's copy was rewritten (the view changes with it).
+func (w *volumeRewrite) anyRewritten() bool { return w.rewrote }
+
+// keepsView reserves room to keep the view the reconcile replaces for readers still on it
+// (volumedir.go), beside what is in use: the old copies it alone then holds, and its links to the
+// other shares' files. False: it does not fit, and the view is not kept.
+func (w *volumeRewrite) keepsView() bool { return w.room.take(w.previousView-w.replaced) == nil }
+
+// keptViewCost is what the view the reconcile replaced costs, kept: what the next record says.
+func (w *volumeRewrite) keptViewCost() int64 { return w.previousView }
+
+// viewFailed charges the volume what its tmpfs holds when the view could not be rebuilt: the
+// new copies, beside the old copies' files the old view still links.
+func (w *volumeRewrite) viewFailed() {
+	w.b.chargeUnsaved(w.rec.VolumeID, w.b.chargedFor(w.rec.VolumeID)+w.written)
+}
+
+// saveFailed charges the volume what its tmpfs holds when next, the record naming the new copies,
+// could not be saved: they are on disk and in the view, the old ones freed. Nothing rewritten:
+// the saved record still says it.
+func (w *volumeRewrite) saveFailed(next volumeRecord) {
+	if w.rewrote {
+		w.b.chargeUnsaved(w.rec.VolumeID, volumeBytes(w.rec)-w.replaced+w.written+next.KeptBytes-w.rec.KeptBytes)
+	}
 }
 
 // entryBytes is what the kernel keeps for one entry of a tmpfs (a file, a directory, a symbolic

@@ -1,11 +1,11 @@
 package main
 
-// Specification of who owns the node's volume budget (budget.go): the volume store. Whatever
-// happens to the volumes (publish, refresh to a larger or smaller copy, revocation and
+// Specification of the node's volume budget's bookkeeping (budget.go), charged by the volume store.
+// Whatever happens to the volumes (publish, refresh to a larger or smaller copy, revocation and
 // restoration, a save that fails, unpublish, a driver restart), the bytes in use are exactly the
 // sum over the volumes of their saved record's charge, or, for a volume whose new copies were
 // written but whose record could not be saved after, the larger of that and its unsaved charge
-// (what its tmpfs holds: records.go's chargeUnsaved); zero when no volume is left; and never less
+// (what its tmpfs holds: budget.go's chargeUnsaved); zero when no volume is left; and never less
 // than what the volumes' tmpfs hold, measured on disk. A property test runs random sequences of
 // those operations on a fake node (unitdriver_test.go) and checks the invariant after every step;
 // FuzzBudgetFollowsSavedRecords lets the fuzzer pick sequences.
@@ -174,9 +174,9 @@ func (w *budgetWorld) chargedBytes() int64 {
 		if _, err := w.d.store.readRecord(rec.VolumeID); err != nil {
 			w.t.Fatalf("volume %s is in the store but its record cannot be read: %v", rec.VolumeID, err)
 		}
-		w.d.store.mu.Lock()
-		unsaved := w.d.store.unsaved[rec.VolumeID]
-		w.d.store.mu.Unlock()
+		w.d.budget.mu.Lock()
+		unsaved := w.d.budget.charges[rec.VolumeID].unsaved
+		w.d.budget.mu.Unlock()
 		sum += max(volumeBytes(rec), unsaved)
 	}
 	return sum

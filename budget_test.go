@@ -204,7 +204,7 @@ func TestRefreshBeyondTheBudgetKeepsTheLastFiles(t *testing.T) {
 		t.Fatalf("event %q, want %s saying the new files do not fit", e, reasonRefreshFailed)
 	}
 	rec, _ := d.store.get("vol-1")
-	if !rec.Shares[0].OverBudget || d.budget.inUse() != one {
+	if rec.Shares[0].Told != toldOverBudget || d.budget.inUse() != one {
 		t.Fatalf("record %+v, %d bytes in use; want the share over budget and its old copy counted", rec.Shares[0], d.budget.inUse())
 	}
 	d.budget.limit = 0 // room made

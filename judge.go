@@ -3,40 +3,66 @@ package main
 // Judging one share of a volume (step (1) of a reconcile, reconcile.go): what it should show now,
 // from the share, the pod's access and the source. Nothing here writes anything.
 //
-// A share's verdict, by what the API server says (refresh is the volume's refreshResource):
+// Each share of a volume is in one state (shareState.Told): what the pod was last told of it,
+// and with it whether the pod sees the share's files: the first four states show files (shown),
+// the other five keep the share's files away (away).
 //
-//	share     the pod's access  the source                     verdict
-//	deleted   -                 -                              revoked (its files leave the view)
-//	another object under its name, over another source object, or one that cannot be read (not
-//	          found, forbidden, an API error: the volume's object is gone all the same)
-//	                                                           revoked, told once (shareidentity.go)
-//	another object under its name, over the same source object the volume's, listing no key the
-//	          volume's did not (spec.items the same or narrower): adopted, judged as below
-//	exists    denied            -                              revoked
-//	exists    granted           - (refresh off)                restored if revoked (the copy kept is what comes back), else as it is
-//	exists    granted           not found                      as it is: the last files stay, as kubelet secret volumes do
-//	exists    granted           the driver may not read it     refreshFailed, once: the last files stay
-//	exists    granted           another object (re-created)    refreshFailed, once: the last files stay (sourcepin.go;
-//	                                                           while the share has no pin, the volume's
-//	                                                           recorded source is its pin)
-//	exists    granted           the version the volume shows   as it is (refreshResumed if it was refreshFailed)
-//	exists    granted           another version (or revoked)   refreshed (restored if revoked): a new copy
-//	any API error                                              as it is; retried next cycle
+//	state                    the pod sees       the pod was told
+//	current                  the share's files  nothing outstanding (published, refreshed, restored)
+//	readForbidden            its last files     the driver may not read the source
+//	sourceReplaced           its last files     the source is another object than the one pinned
+//	overBudget               its last files     the new files do not fit (on the node, or in the volume)
+//	revoked                  none               it may not use the share, or the share was deleted
+//	shareReplaced            none               the share's name holds another object now
+//	regrantedReadForbidden   none               it may use the share again, but the driver may not read the source
+//	regrantedSourceReplaced  none               it may use the share again, but the source is another object
+//	regrantedOverBudget      none               it may use the share again, but its files do not fit
+//
+// A reconcile judges each share, from what the API server says now, to an outcome (the first row
+// that applies); the outcome moves the share to its next state (told.after). The pod is told (an
+// event) when the outcome leads to a state the share is not in, and not again while it stays
+// there; the exceptions say so.
+//
+//	     what the API server says                     outcome          from          to
+//	(1)  any API error (share, review or source)      (an error)       any           as it is; retried next cycle
+//	(2)  the share deleted, or the pod's access       denied           shown         revoked: its files leave the view
+//	     denied                                                        away          revoked, untold: its files are away already
+//	(3)  another object under the share's name, over  shareReplaced    shown         shareReplaced: its files leave the view
+//	     another source object, or one that cannot                     away          shareReplaced
+//	     be read (the volume's object is gone all the
+//	     same), or listing a key the volume's did not
+//	     (shareidentity.go)
+//	(4)  another object under its name over the same  adopted          any           judged by (2), (5)-(11); a share
+//	     source object, listing no key the volume's                                  still shareReplaced then is revoked, untold
+//	     did not: the volume's object now
+//	(5)  access granted; the volume does not refresh  granted          away          current: the copy kept comes back (restored)
+//	                                                                   shown         as it is
+//	(6)  access granted; the source not found         (as it is)       any           as it is: the last files stay, as kubelet
+//	                                                                                 secret volumes do
+//	(7)  access granted; the driver may not read the  readForbidden    shown         readForbidden: the last files stay
+//	     source                                                        away          regrantedReadForbidden
+//	(8)  access granted; the source is another object sourceReplaced   shown         sourceReplaced: the last files stay
+//	     (re-created) than the pin (sourcepin.go;                      away          regrantedSourceReplaced
+//	     while the share has no pin, the volume's
+//	     recorded source is its pin)
+//	(9)  access granted; the source at the version    current          shown         current; told (refreshResumed) from
+//	     and through the list the volume shows                                       readForbidden only
+//	(10) access granted; anything else: a new copy    refreshed        any           current; always told (refreshed,
+//	                                                                                 keysChanged, or restored from away)
+//	(11) as (10), but the new copy does not fit in    overBudget       shown         overBudget: the last files stay
+//	     the node's volume budget (budget.go) or in                    away          regrantedOverBudget
+//	     the volume (maxVolumeEntries); known only
+//	     when it is written (reconcile.go's writeNewCopy)
 //
 // When the share's list of keys (spec.items, sharekeys.go) is not the one the volume shows, the
-// share is refreshed from the source (keysChanged: it gains and loses keys in one swap); where it
-// cannot be (refreshResource=false, the source lacks a listed key, the pod's items select a key
-// no longer shared, the source cannot be read or was re-created and the pin refuses it, the
-// review of the pod's access failed) its copy keeps only the files the new list still shares,
-// and gains none (judge_narrow_test.go). Keys that stopped
-// being shared never stay: no error or setting keeps them. (Only a share that cannot be read
-// itself has no list to narrow to; it stays as it was until it can be.)
-//
-// Applying a verdict that brings a new copy can still fail for reasons the judge does not see:
-// the node's volume budget (budget.go), and the bound on a volume's files and directories
-// (maxVolumeEntries). A new copy that does not fit is not written: the share keeps its last
-// files and the pod is told once (refreshFailed, OverBudget in the record; reconcile.go's
-// writeNewCopy).
+// share is refreshed from the source ((10), keysChanged: it gains and loses keys in one swap).
+// Where it cannot be (refreshResource=false, the source lacks a listed key, the pod's items
+// select a key no longer shared, the source cannot be read or was re-created and the pin refuses
+// it, the review of the pod's access failed, the new copy does not fit), the verdict goes
+// through the one narrowing step (narrowed): the share's copy keeps only the files the new list
+// still shares, and gains none, whatever the row says of its state (judge_narrow_test.go). Keys
+// that stopped being shared never stay: no error or setting keeps them. (Only a share that
+// cannot be read itself has no list to narrow to; it stays as it was until it can be.)
 //
 // An outage must never revoke access: only an answer does.
 
@@ -59,18 +85,76 @@ type shareVerdict struct {
 	err    error                        // the share could not be judged: it stays as it was
 }
 
-// judgeShare decides what share i of rec shows now (the table at the top of this file). It
+// outcome is what the judge of a share found (the second table at the top of this file).
+type outcome string
+
+const (
+	outcomeDenied         outcome = "denied"         // (2)
+	outcomeShareReplaced  outcome = "shareReplaced"  // (3)
+	outcomeAdopted        outcome = "adopted"        // (4)
+	outcomeGranted        outcome = "granted"        // (5)
+	outcomeReadForbidden  outcome = "readForbidden"  // (7)
+	outcomeSourceReplaced outcome = "sourceReplaced" // (8)
+	outcomeCurrent        outcome = "current"        // (9)
+	outcomeRefreshed      outcome = "refreshed"      // (10)
+	outcomeOverBudget     outcome = "overBudget"     // (11)
+)
+
+// after is the state a share in state t moves to on outcome o, and whether the pod is told.
+func (t told) after(o outcome) (next told, tell bool) {
+	switch o {
+	case outcomeDenied:
+		return toldRevoked, !t.hidden()
+	case outcomeShareReplaced:
+		next = toldShareReplaced
+	case outcomeAdopted:
+		if t == toldShareReplaced {
+			return toldRevoked, false
+		}
+		return t, false
+	case outcomeGranted:
+		next = t
+		if t.hidden() {
+			next = toldCurrent
+		}
+	case outcomeReadForbidden:
+		next = t.keeping(toldReadForbidden, toldRegrantedReadForbidden)
+	case outcomeSourceReplaced:
+		next = t.keeping(toldSourceReplaced, toldRegrantedSourceReplaced)
+	case outcomeOverBudget:
+		next = t.keeping(toldOverBudget, toldRegrantedOverBudget)
+	case outcomeCurrent:
+		return toldCurrent, t == toldReadForbidden
+	case outcomeRefreshed:
+		return toldCurrent, true
+	default:
+		return t, false
+	}
+	return next, next != t
+}
+
+// keeping is the state a share in t moves to when its last files stay for a reason: shown, the
+// reason's state; away, its regranted form (the files stay away).
+func (t told) keeping(shown, away told) told {
+	if t.hidden() {
+		return away
+	}
+	return shown
+}
+
+// judgeShare decides what share i of rec shows now (the tables at the top of this file). It
 // changes nothing, on disk or in rec.
 func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) shareVerdict {
 	st := rec.Shares[i]
 	if sh, err := memo.share(ctx, st.shareRef); err == nil {
-		if !d.shareIdentity(ctx, st, sh, memo) {
+		if !shareIdentity(ctx, st, sh, memo) {
 			return replacedShare(rec, st, sh)
 		}
 		v := d.judgeShareObject(ctx, rec, i, memo)
 		if v.err == nil && sh.UID != "" && v.state.ShareUID != sh.UID {
-			// This object (or one standing in for it over the same source) is the volume's now.
-			v.state.ShareUID, v.state.ShareReplaced = sh.UID, false
+			// This object (or one standing in for it over the same source) is the volume's now (4).
+			v.state.ShareUID = sh.UID
+			v.state.Told, _ = v.state.Told.after(outcomeAdopted)
 		}
 		return v
 	}
@@ -86,22 +170,21 @@ func (d *driver) judgeShareObject(ctx context.Context, rec volumeRecord, i int, 
 	case err != nil && shareRead(ctx, memo, st.shareRef):
 		// The share was read, the review failed: access is judged next cycle, but the share's
 		// list is known now, and what it no longer shares goes now.
-		return d.narrowDespite(rec, i, sh, err)
+		return d.narrowed(rec, i, sh.Exposed, shareVerdict{state: st, err: err})
 	case err != nil:
 		return shareVerdict{state: st, err: err}
 	case denied != "":
 		v := revokeShare(st, denied)
-		if !rec.Refresh && sh.Name != "" && !st.Exposed.same(sh.Exposed) {
+		if !rec.Refresh && sh.Name != "" {
 			// A revoked refreshResource=false share keeps its copy for when access comes back;
-			// what the share no longer exposes leaves it now.
-			return d.narrowShare(rec, i, sh, v)
+			// what the share no longer exposes leaves it now. (A deleted share has no list.)
+			return d.narrowed(rec, i, sh.Exposed, v)
 		}
 		return v
 	case !rec.Refresh:
 		// refreshResource=false: the files published are the files shown, on every path; only
 		// access decides whether they are visible, and the share's list which of them may stay.
-		v := restoreShare(st)
-		return d.narrowIfListChanged(rec, i, sh, v)
+		return d.narrowed(rec, i, sh.Exposed, restoreShare(st))
 	}
 	return d.judgeSource(ctx, rec, i, sh, memo)
 }
@@ -131,26 +214,22 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	src, err := memo.source(ctx, sh)
 	switch {
 	case apierrors.IsNotFound(err):
-		// The source was deleted (or the share now points at a missing object). The share keeps
+		// (6) The source was deleted (or the share now points at a missing object). The share keeps
 		// its last good files, as the kubelet's own secret volumes do: deleting and re-creating a
 		// Secret during a rotation must not blank every consumer. Revocation is RBAC's job.
 		klog.V(2).InfoS("Source of a share not found; keeping its last files", "volumeID", rec.VolumeID,
 			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
-		return d.narrowIfListChanged(rec, i, sh, shareVerdict{state: st})
+		return d.narrowed(rec, i, sh.Exposed, shareVerdict{state: st})
 	case apierrors.IsForbidden(err):
-		// The driver itself lost read on the source (an admin removed its RoleBinding). That
+		// (7) The driver itself lost read on the source (an admin removed its RoleBinding). That
 		// is not the pod's access, which was just granted: the share keeps its last files, as
 		// on any API error, and the pod is warned once with what the admin must run.
 		klog.V(2).InfoS("The driver may not read the source of a share; keeping its last files", "volumeID", rec.VolumeID,
 			"source", klog.KRef(sh.SourceNamespace, sh.SourceName))
-		return d.narrowIfListChanged(rec, i, sh, d.readForbidden(st, sh))
+		return d.narrowed(rec, i, sh.Exposed, d.readForbidden(st, sh))
 	case err != nil:
-		if !st.Exposed.same(sh.Exposed) {
-			// The list is the share's, not the source's: what it no longer shares goes now.
-			klog.ErrorS(err, "Reading the source of a share failed; keeping only what its new list still shares", "volumeID", rec.VolumeID, "share", st.String())
-			return d.narrowShare(rec, i, sh, shareVerdict{state: st})
-		}
-		return shareVerdict{state: st, err: err}
+		// The list is the share's, not the source's: what it no longer shares goes now.
+		return d.narrowed(rec, i, sh.Exposed, shareVerdict{state: st, err: err})
 	}
 
 	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
@@ -159,116 +238,73 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 		sh.Pin = sh.Pin.orRecorded(st.SourceUID)
 	}
 	if sh.Pin.refuses(src.UID) {
-		// The new object is not shown; the keys the share stopped listing go all the same.
-		return d.narrowIfListChanged(rec, i, sh, sourceReplaced(st, sh, src.UID))
+		// (8) The new object is not shown; the keys the share stopped listing go all the same.
+		return d.narrowed(rec, i, sh.Exposed, sourceReplaced(st, sh, src.UID))
 	}
-	resumed := st.ReadForbidden
-	st.ReadForbidden, st.SourceReplaced = false, false
 	st.SourceUID = cmp.Or(st.SourceUID, src.UID) // a record from before UIDs were kept adopts it
 	sameKeys := st.Exposed.same(sh.Exposed)
-	if !st.Revoked && sameSource && st.ResourceVersion == src.ResourceVersion && sameKeys {
-		if resumed {
+	if !st.Told.hidden() && sameSource && st.ResourceVersion == src.ResourceVersion && sameKeys {
+		// (9) What the volume shows is the source's now.
+		var tell bool
+		if st.Told, tell = st.Told.after(outcomeCurrent); tell {
 			return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshResumed, why: sh.sourceKey().String()}}
 		}
 		return shareVerdict{state: st}
 	}
+	// (10) A new copy, through the share's list now.
 	files, err := sharedFiles(rec, i, sh, src)
 	if err != nil {
+		// Not refreshed; the keys that stopped being shared still go.
 		err = fmt.Errorf("%s %s/%s: %w", st.Kind, sh.SourceNamespace, sh.SourceName, err)
-		if !sameKeys {
-			// Not refreshed; the keys that stopped being shared still go.
-			klog.ErrorS(err, "A share's list of keys changed but its source cannot be shown through it; keeping only what it still shares", "volumeID", rec.VolumeID, "share", st.String())
-			return d.narrowShare(rec, i, sh, shareVerdict{state: rec.Shares[i]})
-		}
-		return shareVerdict{state: rec.Shares[i], err: err}
+		return d.narrowed(rec, i, sh.Exposed, shareVerdict{state: rec.Shares[i], err: err})
 	}
 	change := &shareChange{share: st.shareRef, kind: changeRefreshed,
 		why: fmt.Sprintf("%s %s/%s (resourceVersion %s)", st.Kind, sh.SourceNamespace, sh.SourceName, src.ResourceVersion)}
 	switch {
-	case st.Revoked:
+	case st.Told.hidden():
 		change.kind = changeRestored
 	case !sameKeys:
-		change.kind, change.why = changeKeys, exposureSummary(sh)+", from "+change.why
+		change.kind, change.why = changeKeys, exposureSummary(sh.Exposed)+", from "+change.why
 	}
-	st.Revoked = false
+	st.Told, _ = st.Told.after(outcomeRefreshed)
 	st.SourceNamespace, st.SourceName, st.ResourceVersion = sh.SourceNamespace, sh.SourceName, src.ResourceVersion
 	st.SourceUID = cmp.Or(src.UID, st.SourceUID)
 	st.Exposed = sh.Exposed
 	return shareVerdict{state: st, files: files, change: change}
 }
 
-// narrowShare is the verdict base becomes when the share's list changed and its source is not
-// shown through the new list: the copy keeps only the files the new list still shares (under
-// the same name, from the same key) and gains none. The volume then shows the new list, so the
-// next refresh of the source (or of the list) brings the rest. A change base already reports
-// (revoked, restored, refreshFailed) is kept; the rewritten copy alone makes applyVerdicts
-// rebuild the view.
-func (d *driver) narrowShare(rec volumeRecord, i int, sh shareSpec, base shareVerdict) shareVerdict {
-	st := base.state
+// narrowed is verdict v on share i of rec narrowed to the share's list of keys now (exposed:
+// spec.items, sharekeys.go), the one narrowing step. Every verdict that brings no copy made
+// through the share's list now goes through it, so keys that stopped being shared never stay,
+// whatever else the verdict says. When exposed is the list the share's copy was made through,
+// v is as it is. Otherwise the copy keeps only the files the new list still shares (under the
+// same name, from the same key) and gains none, and the state notes the new list: the next
+// refresh of the source (or of the list) brings the rest. A change v reports (revoked,
+// restored, refreshFailed) is kept; a verdict that reported none reports keysChanged when files
+// leave. An error in v (the share was read, what came after failed) is logged and dropped: the
+// share is narrowed, and the rest judged again next cycle.
+func (d *driver) narrowed(rec volumeRecord, i int, exposed exposure, v shareVerdict) shareVerdict {
+	if v.state.Exposed.same(exposed) {
+		return v
+	}
+	if v.err != nil {
+		klog.ErrorS(v.err, "Checking a share failed; keeping only what its new list still shares", "volumeID", rec.VolumeID, "share", v.state.String())
+		v.err = nil
+	}
 	held, err := atomicwriter.ReadFiles(d.store.dirOf(rec).shareDir(i))
 	if err != nil {
-		return shareVerdict{state: rec.Shares[i], err: fmt.Errorf("reading the copy of %s to drop keys no longer shared: %w", st.shareRef, err)}
+		return shareVerdict{state: rec.Shares[i], err: fmt.Errorf("reading the copy of %s to drop keys no longer shared: %w", v.state.shareRef, err)}
 	}
-	kept := keepShared(held, rec.Items, i, st.Exposed, sh.Exposed)
-	st.Exposed = sh.Exposed
-	base.state = st
+	kept := keepShared(held, rec.Items, i, v.state.Exposed, exposed)
+	v.state.Exposed = exposed
 	if len(kept) == len(held) {
-		return base // nothing the pod sees changes; the record notes the new list
+		return v // nothing the pod sees changes; the record notes the new list
 	}
-	base.files = kept
-	if base.change == nil {
-		base.change = &shareChange{share: st.shareRef, kind: changeKeys, why: exposureSummary(sh) + "; files no longer shared were removed"}
+	v.files = kept
+	if v.change == nil {
+		v.change = &shareChange{share: v.state.shareRef, kind: changeKeys, why: exposureSummary(exposed) + "; files no longer shared were removed"}
 	}
-	return base
-}
-
-// narrowInstead is what share i of rec becomes when want, a verdict that changed its list, brought
-// a new copy that did not fit in the node's budget or could not be written (a full tmpfs; got:
-// the share keeps its last files): its copy keeps only what the new list still shares. Narrowing
-// only drops files, so it needs no reservation; the volume store charges the smaller copy when
-// the record naming it is saved (budget.go). Should even that fail, got stands (logged).
-func (d *driver) narrowInstead(vol volumeDir, rec volumeRecord, i int, want, got shareVerdict) shareVerdict {
-	sh := shareSpec{Kind: rec.Shares[i].Kind, Name: rec.Shares[i].Name, Exposed: want.state.Exposed}
-	v := d.narrowShare(rec, i, sh, got)
-	if v.err != nil || v.files == nil {
-		if v.err != nil {
-			klog.ErrorS(v.err, "Dropping the keys a share no longer lists failed", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
-			return got
-		}
-		return v // nothing to drop; the record notes the new list
-	}
-	if err := vol.writeCopy(i, v.files); err != nil {
-		klog.ErrorS(err, "Dropping the keys a share no longer lists failed", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
-		return got
-	}
-	v.state.Bytes, v.state.Entries = chargedBytes(v.files), filesEntries(v.files)
-	why := exposureSummary(sh) + "; files no longer shared were removed"
-	if got.change != nil {
-		why += ", and its new files are not shown: " + got.change.why
-	}
-	v.change = &shareChange{share: rec.Shares[i].shareRef, kind: changeKeys, why: why}
 	return v
-}
-
-// narrowIfListChanged is base, narrowed (narrowShare) when the share's list is not the one
-// share i of rec was made through.
-func (d *driver) narrowIfListChanged(rec volumeRecord, i int, sh shareSpec, base shareVerdict) shareVerdict {
-	if rec.Shares[i].Exposed.same(sh.Exposed) {
-		return base
-	}
-	return d.narrowShare(rec, i, sh, base)
-}
-
-// narrowDespite is the verdict on share i of rec when judging it failed with err after the share
-// itself was read: the share stays as it was (err, retried next cycle), unless its list changed,
-// in which case its copy keeps only what the new list still shares (narrowShare) and the error
-// is logged: keys that stopped being shared never stay, whatever else failed.
-func (d *driver) narrowDespite(rec volumeRecord, i int, sh shareSpec, err error) shareVerdict {
-	if rec.Shares[i].Exposed.same(sh.Exposed) {
-		return shareVerdict{state: rec.Shares[i], err: err}
-	}
-	klog.ErrorS(err, "Checking a share failed; keeping only what its new list still shares", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
-	return d.narrowShare(rec, i, sh, shareVerdict{state: rec.Shares[i]})
 }
 
 // shareRead says whether the share was read, and read whole, this cycle (memoized): its list is
@@ -278,55 +314,70 @@ func shareRead(ctx context.Context, memo *cycleMemo, ref shareRef) bool {
 	return err == nil
 }
 
-// exposureSummary says what sh exposes, for an event: the names it shares, never others.
-func exposureSummary(sh shareSpec) string {
-	if sh.Exposed.all() {
+// exposureSummary says what a share's list exposes, for an event: the names it shares, never
+// others.
+func exposureSummary(e exposure) string {
+	if e.all() {
 		return "it shares every key of its source"
 	}
-	return "it shares only " + quoteAll(sh.Exposed.names())
+	return "it shares only " + quoteAll(e.names())
 }
 
-// revokeShare is the verdict on a share the pod may no longer see: revoked, reported once.
+// revokeShare is the verdict on a share the pod may no longer see: revoked (2).
 func revokeShare(st shareState, why string) shareVerdict {
-	if st.Revoked {
+	var tell bool
+	if st.Told, tell = st.Told.after(outcomeDenied); !tell {
 		return shareVerdict{state: st}
 	}
-	// Whether the driver may read the source is judged again, and told again, when access
-	// comes back.
-	st.Revoked, st.ReadForbidden = true, false
 	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRevoked, why: why}}
 }
 
-// restoreShare is the verdict on a share of a volume that does not refresh, which the pod may
-// see: its copy, kept while it was revoked, is exactly what comes back.
-func restoreShare(st shareState) shareVerdict {
-	if !st.Revoked {
+// replacedShare is the verdict on a share whose object was replaced by another under the same
+// name (3): revoked (its files leave the view, if the deletion did not already take them), and the
+// pod told once, with what accepts the new object.
+func replacedShare(rec volumeRecord, st shareState, sh shareSpec) shareVerdict {
+	kind := changeRevoked
+	if st.Told.hidden() {
+		kind = changeShareReplaced // no file changes: they are away already
+	}
+	var tell bool
+	if st.Told, tell = st.Told.after(outcomeShareReplaced); !tell {
 		return shareVerdict{state: st}
 	}
-	st.Revoked = false
+	why := replacedShareMessage(rec, st, sh)
+	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: kind, why: why, reason: reasonShareReplaced}}
+}
+
+// restoreShare is the verdict on a share of a volume that does not refresh, which the pod may
+// see (5): its copy, kept while it was away, is exactly what comes back.
+func restoreShare(st shareState) shareVerdict {
+	var tell bool
+	if st.Told, tell = st.Told.after(outcomeGranted); !tell {
+		return shareVerdict{state: st}
+	}
 	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRestored}}
 }
 
 // sourceReplaced is the verdict on a share whose source is another object than the one it was
-// made for: its files stay, and the pod is told once, with what an admin runs to accept it.
+// made for (8): its files stay, and the pod is told, with what an admin runs to accept it.
 func sourceReplaced(st shareState, sh shareSpec, uid string) shareVerdict {
-	if st.SourceReplaced {
+	var tell bool
+	if st.Told, tell = st.Told.after(outcomeSourceReplaced); !tell {
 		return shareVerdict{state: st}
 	}
-	st.SourceReplaced = true
 	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshFailed, why: replacedMessage(sh, uid)}}
 }
 
-// readForbidden is the verdict on a share whose source the driver may no longer read: its
-// files stay, and the pod is told once, with what an admin must run.
+// readForbidden is the verdict on a share whose source the driver may no longer read (7): its
+// files stay, and the pod is told, with what an admin must run.
 func (d *driver) readForbidden(st shareState, sh shareSpec) shareVerdict {
-	if st.ReadForbidden {
+	var tell bool
+	if st.Told, tell = st.Told.after(outcomeReadForbidden); !tell {
 		return shareVerdict{state: st}
 	}
-	st.ReadForbidden = true
-	// A revoked share has no files to keep: its access is back, but its files are not.
+	// A share whose files are away has none to keep: its access is back, but its files are not.
 	what := "keeps its last files and is not refreshed"
-	if st.Revoked {
+	if st.Told.hidden() {
 		what = "may be used again, but its files stay away until the driver may read its source"
 	}
 	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshFailed,

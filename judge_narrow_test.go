@@ -87,9 +87,9 @@ func TestKeysNoLongerSharedLeaveOnEveryPath(t *testing.T) {
 		state func(st shareState) bool
 	}{
 		{"the review fails", func(w *narrowWorld) { w.reviewErr = errors.New("connection refused") }, changeKeys,
-			func(st shareState) bool { return !st.Revoked }},
+			func(st shareState) bool { return st.Told == toldCurrent }},
 		{"the pin refuses a re-created source", func(w *narrowWorld) { w.pin = "tls-0" }, changeRefreshFailed,
-			func(st shareState) bool { return st.SourceReplaced }},
+			func(st shareState) bool { return st.Told == toldSourceReplaced }},
 	} {
 		for _, refresh := range []bool{true, false} {
 			if path.want == changeRefreshFailed && !refresh {

@@ -62,17 +62,17 @@ func TestJudgeShareThroughAccessAndReadChanges(t *testing.T) {
 		mayUse, mayRead bool
 		change          changeKind // "" for none
 		msg             string
-		revoked, forbid bool
+		state           told
 		files           bool // a new copy to write
 	}{
-		{"granted and readable, unchanged", true, true, "", "", false, false, false},
-		{"the driver loses read", true, false, "refreshFailed", "keeps its last files and is not refreshed", false, true, false},
-		{"told once", true, false, "", "", false, true, false},
-		{"the pod loses use: revoked", false, false, "revoked", "", true, false, false},
-		{"use back, read still not", true, false, "refreshFailed", "may be used again, but its files stay away", true, true, false},
-		{"read back: restored", true, true, "restored", "", false, false, true},
-		{"read lost again, then back with nothing new", true, false, "refreshFailed", "keeps its last files", false, true, false},
-		{"resumed", true, true, "refreshResumed", "", false, false, false},
+		{"granted and readable, unchanged", true, true, "", "", toldCurrent, false},
+		{"the driver loses read", true, false, "refreshFailed", "keeps its last files and is not refreshed", toldReadForbidden, false},
+		{"told once", true, false, "", "", toldReadForbidden, false},
+		{"the pod loses use: revoked", false, false, "revoked", "", toldRevoked, false},
+		{"use back, read still not", true, false, "refreshFailed", "may be used again, but its files stay away", toldRegrantedReadForbidden, false},
+		{"read back: restored", true, true, "restored", "", toldCurrent, true},
+		{"read lost again, then back with nothing new", true, false, "refreshFailed", "keeps its last files", toldReadForbidden, false},
+		{"resumed", true, true, "refreshResumed", "", toldCurrent, false},
 	} {
 		w.mayUse, w.mayReadFile = step.mayUse, step.mayRead
 		v := w.d.judgeShare(context.Background(), rec, 0, w.d.newCycleMemo())
@@ -89,9 +89,9 @@ func TestJudgeShareThroughAccessAndReadChanges(t *testing.T) {
 				t.Errorf("%s: %q does not say what to run", step.name, v.change.why)
 			}
 		}
-		if got != step.change || v.state.Revoked != step.revoked || v.state.ReadForbidden != step.forbid || (v.files != nil) != step.files {
-			t.Fatalf("%s: change %q revoked %v forbidden %v files %v; want %q %v %v %v", step.name, got,
-				v.state.Revoked, v.state.ReadForbidden, v.files != nil, step.change, step.revoked, step.forbid, step.files)
+		if got != step.change || v.state.Told != step.state || (v.files != nil) != step.files {
+			t.Fatalf("%s: change %q state %q files %v; want %q %q %v", step.name, got,
+				v.state.Told, v.files != nil, step.change, step.state, step.files)
 		}
 		rec.Shares[0] = v.state // what reconcile saves
 	}

@@ -1,7 +1,9 @@
 package main
 
-// Reconciling one volume with what the cluster says now, for the relist and for a share's change
-// (refresh.go), in two steps:
+// Reconciling one volume with what the cluster says now, for the relist (refresh.go) and for a
+// share's change (shareevents.go): under the volume's lock, taken only if no other operation
+// holds it (reconcileIfIdle), a volume whose pod is gone is taken off (volume.go's teardown), and
+// any other is reconciled in two steps:
 //
 //	(1) judge: each share of the volume gets a verdict from the share, the pod's access and the
 //	    source (judgeShare). Nothing is written, and a share whose check failed keeps its state.
@@ -10,7 +12,7 @@ package main
 //	    of revoked shares are dropped, and every change is reported to the pod (an event) and
 //	    counted (a metric).
 //
-// How each share is judged, the verdict table: judge.go.
+// How each share is judged, and the states it moves through: judge.go's tables.
 
 import (
 	"cmp"
@@ -70,6 +72,26 @@ type shareChange struct {
 	reason string // the event's reason, when not the kind's own (a share replaced: shareidentity.go)
 }
 
+// reconcileIfIdle reconciles the volume unless an operation holds its lock: such a volume is
+// being published, unpublished or reconciled right now, and the next pass will see it (a share
+// event's reaction retries it: shareevents.go). It takes the lock for the reconcile; idle says
+// whether it could (false: the volume was busy, and skipped).
+func (d *driver) reconcileIfIdle(ctx context.Context, volumeID string, memo *cycleMemo) (idle bool) {
+	if !d.locks.tryLock(volumeID) {
+		return false
+	}
+	defer d.locks.unlock(volumeID)
+	rec, ok := d.store.get(volumeID) // re-read under the lock
+	if !ok {
+		return true
+	}
+	if err := d.reconcile(ctx, rec, memo); err != nil {
+		d.metrics.reconcileFailed()
+		klog.ErrorS(err, "Reconciling volume failed; it is left as it was and retried next cycle", "volumeID", volumeID)
+	}
+	return true
+}
+
 // reconcile brings one volume to what the cluster says it should be: judge, then apply (see the
 // top of this file). The caller holds the volume's lock. It returns the first error met; the
 // shares it concerns were left as they were.
@@ -96,56 +118,57 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 // record, which could show a pod files it lost just before the crash).
 func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error {
 	vol := d.store.dirOf(rec)
-	// New copies hold room in the budget beside the old ones until the record naming them is
-	// saved: then the store charges what the record says, and the room goes back. Not saved, the
-	// store charges what is on disk instead (chargeUnsaved), and the room goes back all the same.
-	room := d.budget.reservation()
-	defer room.release()
-	w := d.writeCopies(vol, rec, verdicts, room)
-	next, changes, errs := w.next, w.changes, w.errs
-	// A share's copy rewritten changes the view, linked from the copies, even when the change is
-	// not one that is reported as changing files (a list narrowed where the source could not be read).
-	filesChanged := w.copied || slices.ContainsFunc(changes, func(c shareChange) bool { return c.kind.changesFiles() })
-	rebuild := filesChanged || len(errs) == 0 && d.store.viewUnverified(rec.VolumeID)
+	// What the reconcile writes holds room in the budget until the record naming it is saved:
+	// then the store charges what the record says, and the room goes back (budget.go).
+	rw := newVolumeRewrite(d.budget, rec)
+	defer rw.release()
+	w := d.writeCopies(vol, rec, verdicts, rw)
+	view := reconciledView(w, rw, func() bool { return d.store.viewUnverified(rec.VolumeID) })
 	// A state that changed without a reported change (a UID adopted, a list noted, a kept view
 	// dropped) is saved too.
-	if len(changes) == 0 && !rebuild && reflect.DeepEqual(next.Shares, rec.Shares) && next.KeptBytes == rec.KeptBytes {
+	if len(w.changes) == 0 && view == viewUnchanged && reflect.DeepEqual(w.next.Shares, rec.Shares) && w.next.KeptBytes == rec.KeptBytes {
 		vol.dropRevokedCopies(rec)
-		return errors.Join(errs...)
+		return errors.Join(w.errs...)
 	}
-	// A kept view holds the old copies of the shares rewritten (charged until the record is saved)
-	// and links to the other shares' files: those are admitted beside what is in use, or the view
-	// is not kept.
-	keep := keepsPreviousView(changes) && room.take(w.previousView-w.replaced) == nil
-	conflicts, err := d.saveReconciled(vol, rec, w, rebuild, filesChanged, keep)
+	conflicts, err := d.saveReconciled(vol, w.next, view, rw)
 	if err != nil {
-		return errors.Join(append(errs, err)...)
+		return errors.Join(append(w.errs, err)...)
 	}
-	if len(changes) > 0 {
+	if len(w.changes) > 0 {
 		d.crash.reached(stepReconcileRecord)
 	}
-	vol.dropRevokedCopies(next)
-	d.reportChanges(next, changes, conflicts)
-	return errors.Join(errs...)
+	vol.dropRevokedCopies(w.next)
+	d.reportChanges(w.next, w.changes, conflicts)
+	return errors.Join(w.errs...)
 }
 
 // copiesWritten is what writeCopies did.
 type copiesWritten struct {
 	next    volumeRecord  // the record to save: rec with each share's new state
 	changes []shareChange // to report
-	copied  bool          // a share's copy was rewritten
-	// written are the bytes of the copies rewritten (chargedBytes), replaced those their shares
-	// were charged before (rec's): what the volume holds that rec does not say, until next is saved.
-	written, replaced int64
-	// previousView is what the view before this reconcile costs if it is kept (volumedir.go):
-	// the old copies' charges of the shares rewritten, whose pages only it then holds, and the
-	// entries of the other shares' files in it: keptViewBytes.
-	previousView int64
-	errs         []error // the shares' errors; each such share is left as it was
+	errs    []error       // the shares' errors; each such share is left as it was
 }
 
-// writeCopies writes the new copies the verdicts on rec's shares bring.
-func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVerdict, room *reservation) (w copiesWritten) {
+// reconciledView is what the reconcile that wrote w (rw: its bytes) does to the pod's view. A
+// share's copy rewritten changes the view, linked from the copies, even when the change is not
+// one reported as changing files (a list narrowed where the source could not be read). A view
+// replaced by refreshes alone is kept for readers still on it, if it fits beside what is in use.
+// unverified says whether the view is still to be rebuilt since the volume was recovered.
+func reconciledView(w copiesWritten, rw *volumeRewrite, unverified func() bool) viewChange {
+	switch {
+	case !rw.anyRewritten() && !slices.ContainsFunc(w.changes, func(c shareChange) bool { return c.kind.changesFiles() }):
+		if len(w.errs) == 0 && unverified() {
+			return viewRebuilt
+		}
+		return viewUnchanged
+	case keepsPreviousView(w.changes) && rw.keepsView():
+		return viewReplacedKept
+	}
+	return viewReplaced
+}
+
+// writeCopies writes the new copies the verdicts on rec's shares bring, noting their bytes in rw.
+func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVerdict, rw *volumeRewrite) (w copiesWritten) {
 	w.next = rec.clone()
 	// A change drops the view the last refresh kept before writing anything, so that a volume
 	// holds at most two sets of files (the tmpfs's size allows for two), and no longer counts it;
@@ -155,14 +178,14 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 		if err := vol.dropPreviousView(); err != nil {
 			klog.ErrorS(err, "Dropping the view kept for readers failed", "volumeID", rec.VolumeID)
 		} else if rec.KeptBytes > 0 {
-			_ = room.take(-rec.KeptBytes) // a credit: never refused
+			rw.keptViewDropped()
 			w.next.KeptBytes = 0
 		}
 	}
-	w.previousView = entryBytes // its payload dir
 	for i, v := range verdicts {
+		old := rec.Shares[i]
 		if v.err != nil {
-			klog.ErrorS(v.err, "Checking a share of a volume failed; it is left as it was", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
+			klog.ErrorS(v.err, "Checking a share of a volume failed; it is left as it was", "volumeID", rec.VolumeID, "share", old.String())
 			w.errs = append(w.errs, v.err)
 			continue
 		}
@@ -170,27 +193,22 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 			want := v
 			var err error
 			others := volumeEntryCount(w.next.Shares) - w.next.Shares[i].Entries
-			if v, err = writeNewCopy(vol, rec.Shares[i], i, v, room, others); err != nil {
+			if v, err = writeNewCopy(vol, old, i, v, rw, others); err != nil {
 				// Not written (a full tmpfs: ENOSPC, out of inodes): the share is as it was...
-				w.errs = append(w.errs, fmt.Errorf("writing the copy of %s: %w", rec.Shares[i], err))
-				v = shareVerdict{state: rec.Shares[i]}
+				w.errs = append(w.errs, fmt.Errorf("writing the copy of %s: %w", old, err))
+				v = shareVerdict{state: old}
 			}
-			if v.files == nil && !rec.Shares[i].Exposed.same(want.state.Exposed) {
-				v = d.narrowInstead(vol, rec, i, want, v) // judge.go: keys no longer shared still go
+			if v.files == nil && !old.Exposed.same(want.state.Exposed) {
+				v = d.narrowUnwritten(vol, rec, i, want, v) // keys no longer shared still go
 			}
 			if err != nil && v.files == nil {
 				continue // ...but for the keys no longer shared, when there were some to drop
 			}
-			if v.files != nil { // nil: it did not fit, and was not written
-				w.copied = true
-				w.written += v.state.Bytes
-				w.replaced += rec.Shares[i].Bytes
-				w.previousView += rec.Shares[i].Bytes
-			} else if !rec.Shares[i].Revoked {
-				w.previousView += keptViewBytes(rec.Shares[i])
-			}
-		} else if !rec.Shares[i].Revoked {
-			w.previousView += keptViewBytes(rec.Shares[i])
+		}
+		if v.files != nil { // nil: no new copy, or it did not fit, and was not written
+			rw.rewritten(old, v.state)
+		} else if !old.Told.hidden() {
+			rw.shown(old)
 		}
 		w.next.Shares[i] = v.state
 		if v.change != nil {
@@ -200,41 +218,103 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 	// The copies of revoked shares of a refreshing volume are emptied once the record is saved:
 	// they stop counting.
 	for i, st := range w.next.Shares {
-		if w.next.Refresh && st.Revoked {
+		if w.next.Refresh && st.Told.hidden() {
 			w.next.Shares[i].Bytes, w.next.Shares[i].Entries = chargedBytes(nil), 0
 		}
 	}
 	return w
 }
 
-// writeNewCopy writes the new copy of share i that verdict v brings, its bytes reserved in room
+// writeNewCopy writes the new copy of share i that verdict v brings, its bytes reserved in rw
 // beside the old copy's (which stay charged until the record naming the new one is saved). A new
-// copy that does not fit is not written: the share keeps its last files, and the pod is told
-// once (OverBudget); so is one that would make the volume hold more files and directories than
-// maxVolumeEntries, beside the others (the files and directories of the volume's other shares).
-// On an error the share is as it was.
-func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, room *reservation, others int) (shareVerdict, error) {
+// copy that does not fit is not written: the share keeps its last files, and the pod is told once
+// (overBudget, judge.go); so is one that would make the volume hold more files and directories than
+// maxVolumeEntries, beside the others (the files and directories of the volume's other shares). On
+// an error the share is as it was.
+func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, rw *volumeRewrite, others int) (shareVerdict, error) {
 	newBytes, newEntries := chargedBytes(v.files), filesEntries(v.files)
 	var refused string
 	if n := others + newEntries; n > maxVolumeEntries {
 		refused = fmt.Sprintf("its new files do not fit in the volume: they would make %d files and directories in it, and a volume holds at most %d "+
 			"(select fewer keys with the volumeAttribute %s)", n, maxVolumeEntries, attrItems)
-	} else if err := room.take(newBytes); err != nil {
+	} else if err := rw.fits(newBytes); err != nil {
 		refused = fmt.Sprintf("its new files do not fit on this node: %v", err)
 	}
 	if refused != "" {
-		if old.OverBudget {
+		var tell bool
+		if old.Told, tell = old.Told.after(outcomeOverBudget); !tell {
 			return shareVerdict{state: old}, nil
 		}
-		old.OverBudget = true
 		return shareVerdict{state: old, change: &shareChange{share: old.shareRef, kind: changeRefreshFailed,
 			why: "changed, but keeps its last files: " + refused}}, nil
 	}
 	if err := vol.writeCopy(i, v.files); err != nil {
 		return v, err
 	}
-	v.state.Bytes, v.state.Entries, v.state.OverBudget = newBytes, newEntries, false
+	v.state.Bytes, v.state.Entries = newBytes, newEntries
 	return v, nil
+}
+
+// narrowUnwritten is what share i of rec becomes when want, a verdict through the share's new
+// list of keys, brought a new copy that was not written (got: it did not fit, or could not be
+// written; the share keeps its last files): got narrowed to the new list (narrowed, judge.go),
+// its smaller copy written at once. Narrowing only drops files, so it needs no reservation; the
+// volume store charges the smaller copy when the record naming it is saved (budget.go). Should
+// even that fail, got stands (logged).
+func (d *driver) narrowUnwritten(vol volumeDir, rec volumeRecord, i int, want, got shareVerdict) shareVerdict {
+	v := d.narrowed(rec, i, want.state.Exposed, got)
+	if v.err == nil && v.files == nil {
+		return v // nothing to drop; the record notes the new list
+	}
+	if v.err == nil {
+		v.err = vol.writeCopy(i, v.files)
+	}
+	if v.err != nil {
+		klog.ErrorS(v.err, "Dropping the keys a share no longer lists failed", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
+		return got
+	}
+	v.state.Bytes, v.state.Entries = chargedBytes(v.files), filesEntries(v.files)
+	why := exposureSummary(want.state.Exposed) + "; files no longer shared were removed"
+	if got.change != nil {
+		why += ", and its new files are not shown: " + got.change.why
+	}
+	v.change = &shareChange{share: rec.Shares[i].shareRef, kind: changeKeys, why: why}
+	return v
+}
+
+// saveReconciled writes a reconciled volume's next state (its new copies already written) to
+// disk: the pod's view rebuilt from the copies as view says, then the record saved, last, so a
+// crash leaves the old record with a view the next reconcile rebuilds. A failure leaves the
+// volume charged what its tmpfs holds (rw) and, after a rebuild, the view marked as one the
+// record does not describe (viewUnsaved). It returns the paths two shares both provide, for the
+// caller to report.
+func (d *driver) saveReconciled(vol volumeDir, next volumeRecord, view viewChange, rw *volumeRewrite) ([]pathConflict, error) {
+	var conflicts []pathConflict
+	if view != viewUnchanged {
+		// The crash points are a change's steps (test/e2e/api/crash_test.go); a rebuild that
+		// changes nothing has none.
+		if view.changesFiles() {
+			d.crash.reached(stepReconcileCopies)
+		}
+		var kept bool
+		var err error
+		if conflicts, kept, err = vol.rebuildView(next.Shares, view); err != nil {
+			rw.viewFailed() // the old view still links the old copies' files, beside the new copies
+			return nil, err
+		}
+		if view.changesFiles() {
+			d.crash.reached(stepReconcileData)
+		}
+		// The view replaced is kept for readers still on it, or gone (with any kept before).
+		next.KeptBytes = 0
+		if kept {
+			next.KeptBytes = rw.keptViewCost()
+		}
+	}
+	if err := d.store.saveRewritten(next, view, rw); err != nil {
+		return nil, err
+	}
+	return conflicts, nil
 }
 
 // keepsPreviousView says whether a reconcile that made these changes keeps the view it replaces

@@ -1,7 +1,7 @@
 package main
 
 // Specification of a reconcile (reconcile.go: judge, then applyVerdicts) of one published volume
-// on a fake node, for the rows of judge.go's verdict table, as the pod sees it (its view), as
+// on a fake node, for the rows of judge.go's tables, as the pod sees it (its view), as
 // the driver remembers it (the saved record) and as the pod is told (events, once per change):
 //   - revoked when the pod may no longer use the share, restored when it may again: a volume
 //     that refreshes comes back with the source as it is now, one that does not with exactly
@@ -59,7 +59,7 @@ func TestReconcileRevokesAndRestoresARefreshingVolume(t *testing.T) {
 	expectEvents(t, events, "denied", reasonRevoked)
 	rec := savedRecord(t, d, "vol-1")
 	copyLeft, _ := atomicwriter.ReadFiles(d.store.dirOf(rec).shareDir(0))
-	if !rec.Shares[0].Revoked || len(copyLeft) != 0 || rec.Shares[0].Entries != 0 {
+	if !rec.Shares[0].Told.hidden() || len(copyLeft) != 0 || rec.Shares[0].Entries != 0 {
 		t.Fatalf("record %+v, copy %v: want the share revoked and its copy dropped (a restore fetches anew)", rec.Shares[0], copyLeft)
 	}
 
@@ -69,7 +69,7 @@ func TestReconcileRevokesAndRestoresARefreshingVolume(t *testing.T) {
 		t.Fatalf("granted again: %v, the pod sees %v; want the source as it is now", err, podView(t, d, "vol-1"))
 	}
 	expectEvents(t, events, "granted again", reasonRestored)
-	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].Revoked || rec.Shares[0].ResourceVersion != "2" {
+	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].Told.hidden() || rec.Shares[0].ResourceVersion != "2" {
 		t.Fatalf("record %+v: want the share shown at resourceVersion 2", rec.Shares[0])
 	}
 }
@@ -209,7 +209,7 @@ func TestReconcileKeepsTheLastFilesOfASourceThePinRefuses(t *testing.T) {
 		}
 	}
 	expectEvents(t, events, "pin refuses", reasonRefreshFailed)
-	if rec := savedRecord(t, d, "vol-1"); !rec.Shares[0].SourceReplaced {
+	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].Told != toldSourceReplaced {
 		t.Fatalf("record %+v: want SourceReplaced, so the pod is told once", rec.Shares[0])
 	}
 }
@@ -247,7 +247,7 @@ func TestReconcileWithoutAPinOnTheShareKeepsTheVolumesSource(t *testing.T) {
 		}
 	}
 	expectEvents(t, events, "source re-created", reasonRefreshFailed)
-	if rec := savedRecord(t, d, "vol-1"); !rec.Shares[0].SourceReplaced || rec.Shares[0].SourceUID != "src-1" {
+	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].Told != toldSourceReplaced || rec.Shares[0].SourceUID != "src-1" {
 		t.Fatalf("record %+v: want SourceReplaced and the original UID kept", rec.Shares[0])
 	}
 
@@ -263,7 +263,7 @@ func TestReconcileWithoutAPinOnTheShareKeepsTheVolumesSource(t *testing.T) {
 	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "RE-CREATOR-CA") {
 		t.Fatalf("pin moved to the new object: %v, the pod sees %v; want its files", err, podView(t, d, "vol-1"))
 	}
-	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].SourceReplaced || rec.Shares[0].SourceUID != "src-2" {
+	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].Told != toldCurrent || rec.Shares[0].SourceUID != "src-2" {
 		t.Fatalf("record %+v: want the new object's UID, not replaced", rec.Shares[0])
 	}
 }
@@ -343,13 +343,13 @@ func TestReconcileWhoseRecordCannotBeSavedIsRetriedWhole(t *testing.T) {
 	if err := reconcileVolume(t, d, "vol-1"); err == nil || !sees(podView(t, d, "vol-1")) {
 		t.Fatalf("revoked, record unsavable: %v, the pod sees %v; want an error and no files", err, podView(t, d, "vol-1"))
 	}
-	if rec, _ := d.store.get("vol-1"); rec.Shares[0].Revoked {
+	if rec, _ := d.store.get("vol-1"); rec.Shares[0].Told.hidden() {
 		t.Fatal("the store remembers a revocation its record does not say")
 	}
 	expectEvents(t, events, "record unsavable")
 
 	fix()
-	if err := reconcileVolume(t, d, "vol-1"); err != nil || !savedRecord(t, d, "vol-1").Shares[0].Revoked {
+	if err := reconcileVolume(t, d, "vol-1"); err != nil || !savedRecord(t, d, "vol-1").Shares[0].Told.hidden() {
 		t.Fatalf("retried: %v; want the revocation saved", err)
 	}
 	expectEvents(t, events, "retried", reasonRevoked)

@@ -5,7 +5,9 @@ package main
 // exists exactly as long as the volume does: it survives a driver restart, disappears with the
 // tmpfs on unpublish or reboot (when the pods are gone too), and can never be left behind on the
 // host disk. Records hold names, never data. Records persist across driver upgrades: their JSON
-// names never change, and a field added later must be optional (omitempty, zero when absent).
+// names never change, and a field added later must be optional (omitempty, zero when absent). A
+// field replaced by another is still read (a share's flags, now its Told), and what a driver
+// rolled back needs to show the pod what it saw is still written (revoked: shareStateJSON).
 
 import (
 	"encoding/json"
@@ -49,27 +51,15 @@ type shareState struct {
 	SourceNamespace string `json:"sourceNamespace"`
 	SourceName      string `json:"sourceName"`
 	ResourceVersion string `json:"resourceVersion"`
-	// Revoked: the pod may not use the share (or it was deleted); its files are not shown.
-	Revoked bool `json:"revoked"`
-	// ReadForbidden: the driver itself may no longer read the source, so the share keeps its
-	// last files and is not refreshed. Recorded so the pod is warned once, not every cycle.
-	ReadForbidden bool `json:"readForbidden,omitempty"`
-	// OverBudget: a refresh did not fit in the node's volume budget (budget.go), or would have
-	// made more files and directories than a volume holds (maxVolumeEntries), so the share
-	// keeps its last files. Recorded so the pod is warned once, not every cycle.
-	OverBudget bool `json:"overBudget,omitempty"`
-	// SourceReplaced: the source is another object than the one the share was made for
-	// (sourcepin.go), so the share keeps its last files. Recorded so the pod is warned once.
-	SourceReplaced bool `json:"sourceReplaced,omitempty"`
+	// Told is what the pod was last told of the share, and with it whether the pod sees the
+	// share's files (judge.go's table). Absent: the current files, nothing outstanding.
+	Told told `json:"told,omitempty"`
 	// ShareUID is the share object the volume was published from, and SourceUID the source object
 	// its files come from (shareidentity.go): another object under the share's name does not
 	// feed the volume. Absent in records written before they were kept: adopted at the next
 	// reconcile.
 	ShareUID  string `json:"shareUID,omitempty"`
 	SourceUID string `json:"sourceUID,omitempty"`
-	// ShareReplaced: the share's name now holds another object than ShareUID, so the share is
-	// revoked in this volume. Recorded so the pod is told once.
-	ShareReplaced bool `json:"shareReplaced,omitempty"`
 	// Bytes is what the share's copy costs in memory (chargedBytes), counted in the budget.
 	Bytes int64 `json:"bytes,omitempty"`
 	// Entries is how many files and directories the share's copy holds (pathEntries), counted
@@ -79,6 +69,108 @@ type shareState struct {
 	// key (as in records written before shares had lists). A list change is applied when it
 	// differs from the share's.
 	Exposed exposure `json:"exposed,omitempty"`
+}
+
+// told is the state of a share of a volume: what the pod was last told of it, and with it
+// whether the pod sees the share's files. The states, and what moves a share from one to
+// another, are the tables at the top of judge.go. Its value is what records hold.
+type told string
+
+const (
+	toldCurrent                 told = ""
+	toldReadForbidden           told = "readForbidden"
+	toldSourceReplaced          told = "sourceReplaced"
+	toldOverBudget              told = "overBudget"
+	toldRevoked                 told = "revoked"
+	toldShareReplaced           told = "shareReplaced"
+	toldRegrantedReadForbidden  told = "regrantedReadForbidden"
+	toldRegrantedSourceReplaced told = "regrantedSourceReplaced"
+	toldRegrantedOverBudget     told = "regrantedOverBudget"
+)
+
+// known says whether t is one of the states above.
+func (t told) known() bool {
+	switch t {
+	case toldCurrent, toldReadForbidden, toldSourceReplaced, toldOverBudget, toldRevoked, toldShareReplaced,
+		toldRegrantedReadForbidden, toldRegrantedSourceReplaced, toldRegrantedOverBudget:
+		return true
+	}
+	return false
+}
+
+// hidden says whether the share's files are away from the pod's view in state t.
+func (t told) hidden() bool {
+	switch t {
+	case toldRevoked, toldShareReplaced, toldRegrantedReadForbidden, toldRegrantedSourceReplaced, toldRegrantedOverBudget:
+		return true
+	}
+	return false
+}
+
+// shareStateFields is shareState without its JSON methods.
+type shareStateFields shareState
+
+// shareStateJSON is a share's state as records hold it: its fields, and the flags each of which
+// said what the pod was told before Told did. A record written before Told was kept has only
+// the flags (told from the flags: toldFromFlags). Revoked is still written: a driver rolled back
+// to a release that knows only the flags reads from it whether the pod sees the share's files,
+// which is what matters. The other flags are not: such a driver, not knowing the share was
+// already reported unreadable, replaced or over budget, tells the pod once more, and that is all.
+type shareStateJSON struct {
+	shareStateFields
+	Revoked        bool `json:"revoked"`
+	ReadForbidden  bool `json:"readForbidden,omitempty"`
+	OverBudget     bool `json:"overBudget,omitempty"`
+	SourceReplaced bool `json:"sourceReplaced,omitempty"`
+	ShareReplaced  bool `json:"shareReplaced,omitempty"`
+}
+
+func (s shareState) MarshalJSON() ([]byte, error) {
+	return json.Marshal(shareStateJSON{shareStateFields: shareStateFields(s), Revoked: s.Told.hidden()})
+}
+
+// UnmarshalJSON reads a share's state. A record without Told (current, or written before Told
+// was kept, or by a driver rolled back to that release since) is read from the flags, and so is
+// a Told this driver does not know (a newer driver's).
+func (s *shareState) UnmarshalJSON(b []byte) error {
+	var j shareStateJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*s = shareState(j.shareStateFields)
+	if s.Told == toldCurrent || !s.Told.known() {
+		s.Told = toldFromFlags(j)
+	}
+	return nil
+}
+
+// toldFromFlags is what the pod was told of a share, from the flags a record written before
+// Told was kept says. Revoked with one of the others: access came back to a revoked share whose
+// files that other reason keeps away (or, for overBudget and sourceReplaced, the reason was
+// told before the revocation, and the flags kept it; the next verdict puts the state right, as
+// the flags would have, untold). Where several reasons are set, the one most likely told last is
+// chosen; choosing another costs at most the pod being told once more, never a message it
+// misses (a state is told whenever a verdict leads to it from another).
+func toldFromFlags(j shareStateJSON) told {
+	switch {
+	case j.Revoked && j.ShareReplaced:
+		return toldShareReplaced
+	case j.Revoked && j.ReadForbidden:
+		return toldRegrantedReadForbidden
+	case j.Revoked && j.SourceReplaced:
+		return toldRegrantedSourceReplaced
+	case j.Revoked && j.OverBudget:
+		return toldRegrantedOverBudget
+	case j.Revoked:
+		return toldRevoked
+	case j.OverBudget:
+		return toldOverBudget
+	case j.SourceReplaced:
+		return toldSourceReplaced
+	case j.ReadForbidden:
+		return toldReadForbidden
+	}
+	return toldCurrent
 }
 
 func (r *volumeRecord) refs() []shareRef {
@@ -123,21 +215,13 @@ func (r *volumeRecord) accessKey(i int) accessKey {
 }
 
 // volumeStore keeps the published volumes in memory and persists each record in its volume.
-// It is the node's volume budget's one owner (budget.go): what it charges for a volume is
-// the bytes of the record it saved (volumeBytes), from the save until the volume is forgotten,
-// or more while copies its record does not name are on disk (chargeUnsaved).
+// What it charges the node's volume budget for a volume (budget.go) is the bytes of the record
+// it saved (volumeBytes), from the save until the volume is forgotten.
 type volumeStore struct {
 	dir    string // <state dir>/volumes
 	budget *volumeBudget
 	mu     sync.Mutex
 	vols   map[string]volumeRecord
-	// charged is what each volume charges to the budget: its saved record's bytes, or the larger
-	// of those and its unsaved charge.
-	charged map[string]int64
-	// unsaved is, for a volume whose copies were rewritten but whose record could not be saved
-	// after (a full tmpfs), the bytes its tmpfs holds that the saved record does not describe
-	// (chargeUnsaved); until the next save or forget.
-	unsaved map[string]int64
 	// unverified are the volumes recovered at start whose pod's view has not been rebuilt
 	// since: a crash between a reconcile's swap of the view and its save of the record leaves
 	// a view the record does not describe (the record is saved last), and only a rebuild from
@@ -148,7 +232,7 @@ type volumeStore struct {
 
 func newVolumeStore(stateDir string, budget *volumeBudget) *volumeStore {
 	return &volumeStore{dir: filepath.Join(stateDir, "volumes"), budget: budget,
-		vols: map[string]volumeRecord{}, charged: map[string]int64{}, unsaved: map[string]int64{}, unverified: map[string]bool{}}
+		vols: map[string]volumeRecord{}, unverified: map[string]bool{}}
 }
 
 // mountPoint is where the volume's tmpfs is mounted. id has passed validateVolumeID.
@@ -212,70 +296,53 @@ func (s *volumeStore) keep(rec volumeRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.vols[rec.VolumeID] = rec.clone()
-	s.budget.charge(n - s.charged[rec.VolumeID])
-	s.charged[rec.VolumeID] = n
-	delete(s.unsaved, rec.VolumeID)
+	s.budget.chargeSaved(rec.VolumeID, n)
 }
 
-// chargeUnsaved keeps volume id charged for n bytes its tmpfs holds though its saved record
-// does not describe them: a reconcile rewrote copies and then could not save the record naming
-// them. Those pages are real (the old copies' were freed, or are held by the view still), so
-// until the next save or forget the volume is charged the larger of its saved record's bytes and
-// n; a reconcile failing the same way every cycle charges the same, not more each time. An
-// unknown volume: nothing.
-func (s *volumeStore) chargeUnsaved(id string, n int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rec, ok := s.vols[id]
-	if !ok {
-		return
-	}
-	c := max(volumeBytes(rec), n)
-	s.budget.charge(c - s.charged[id])
-	s.charged[id] = c
-	s.unsaved[id] = n
-}
-
-// chargeUnsavedBeyond is chargeUnsaved with n bytes more than the volume charges now: a
-// reconcile wrote new copies of n bytes and could not rebuild the view, which still links the
-// old copies' files.
-func (s *volumeStore) chargeUnsavedBeyond(id string, n int64) {
-	s.mu.Lock()
-	now := s.charged[id]
-	s.mu.Unlock()
-	s.chargeUnsaved(id, now+n)
-}
-
-// saveRebuilt saves a reconciled volume's record and keeps the store's account of its disk in
-// step either way. rebuilt says its view was rebuilt for next; unsaved is what its tmpfs holds
-// should next not be saved (0: no copy was rewritten, the saved record still says it). Saved: a
-// rebuilt view is verified (viewVerified). Not saved: the volume is charged unsaved
-// (chargeUnsaved), and a rebuilt view shows next while the record still says the old state, so
-// the next reconcile must rebuild it even if its verdict is "as it is" (viewUnsaved).
-func (s *volumeStore) saveRebuilt(next volumeRecord, rebuilt bool, unsaved int64) error {
+// saveRewritten saves a reconciled volume's record, next, and keeps the store's account of its
+// disk in step either way: view is what the reconcile did to the pod's view, rw what it wrote.
+// Saved: a rebuilt view is verified (viewVerified). Not saved: the volume is charged what its
+// tmpfs holds (rw.saveFailed), and a rebuilt view shows next while the record still says the old
+// state, so the next reconcile must rebuild it even if its verdict is "as it is" (viewUnsaved).
+func (s *volumeStore) saveRewritten(next volumeRecord, view viewChange, rw *volumeRewrite) error {
 	if err := s.save(next); err != nil {
-		if unsaved > 0 {
-			s.chargeUnsaved(next.VolumeID, unsaved)
-		}
-		if rebuilt {
+		rw.saveFailed(next)
+		if view != viewUnchanged {
 			s.viewUnsaved(next.VolumeID)
 		}
 		return err
 	}
-	if rebuilt {
+	if view != viewUnchanged {
 		s.viewVerified(next.VolumeID)
 	}
 	return nil
 }
+
+// viewChange is what a reconcile does to the pod's view.
+type viewChange int
+
+const (
+	// viewUnchanged: no file changed, and the view is the record's; it stays.
+	viewUnchanged viewChange = iota
+	// viewRebuilt: no file changed, but the view was not verified since the volume was
+	// recovered (viewUnverified); it is rebuilt from the copies, changing nothing the record says.
+	viewRebuilt
+	// viewReplaced: files changed; the view is rebuilt, and the one it replaces dropped.
+	viewReplaced
+	// viewReplacedKept: files changed by refreshes alone; the view is rebuilt, and the one it
+	// replaces kept for readers still on it (volumedir.go), charged in the record.
+	viewReplacedKept
+)
+
+// changesFiles says whether the files the pod sees change (a change's steps: crash points).
+func (v viewChange) changesFiles() bool { return v >= viewReplaced }
 
 // forget drops a volume from memory and frees its bytes; its record goes away with its tmpfs.
 // An unknown volume: nothing.
 func (s *volumeStore) forget(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.budget.charge(-s.charged[id])
-	delete(s.charged, id)
-	delete(s.unsaved, id)
+	s.budget.chargeSaved(id, 0)
 	delete(s.vols, id)
 	delete(s.unverified, id)
 }

@@ -22,7 +22,7 @@ func TestVolumeStoreChangesOnlyBySave(t *testing.T) {
 	rec.Shares[0].ResourceVersion = "changed after save"
 
 	got, _ := s.get("vol-1")
-	got.Shares[0].Revoked = true
+	got.Shares[0].Told = toldRevoked
 	listed := s.list()
 	listed[0].Shares[0].ResourceVersion = "changed in a listed copy"
 
@@ -30,7 +30,7 @@ func TestVolumeStoreChangesOnlyBySave(t *testing.T) {
 	if !ok {
 		t.Fatal("the record is gone")
 	}
-	if st := now.Shares[0]; st.Revoked || st.ResourceVersion != "1" {
+	if st := now.Shares[0]; st.Told.hidden() || st.ResourceVersion != "1" {
 		t.Fatalf("the stored share changed without a save: %+v", st)
 	}
 
@@ -38,14 +38,14 @@ func TestVolumeStoreChangesOnlyBySave(t *testing.T) {
 	if err := s.save(got); err != nil {
 		t.Fatal(err)
 	}
-	if now, _ := s.get("vol-1"); !now.Shares[0].Revoked || now.Shares[0].ResourceVersion != "2" {
+	if now, _ := s.get("vol-1"); !now.Shares[0].Told.hidden() || now.Shares[0].ResourceVersion != "2" {
 		t.Fatalf("after save: %+v, want revoked at resourceVersion 2", now.Shares[0])
 	}
 	onDisk, err := s.readRecord("vol-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := onDisk.Shares[0]; !st.Revoked || st.ResourceVersion != "2" {
+	if st := onDisk.Shares[0]; !st.Told.hidden() || st.ResourceVersion != "2" {
 		t.Fatalf("on disk after save: %+v", st)
 	}
 }

@@ -172,7 +172,7 @@ func TestRecoverFromACrashAfterEachReconcileStep(t *testing.T) {
 				}
 				d.relistCycle(context.Background(), 0)
 				rec := savedRecord(t, d, "vol-1")
-				if !sees(podView(t, d, "vol-1"), want...) || rec.Shares[0].Revoked != (change == "revoke") ||
+				if !sees(podView(t, d, "vol-1"), want...) || rec.Shares[0].Told.hidden() != (change == "revoke") ||
 					change == "refresh" && rec.Shares[0].ResourceVersion != "2" {
 					t.Fatalf("after the next relist the pod sees %v, record %+v; want %q", podView(t, d, "vol-1"), rec.Shares[0], want)
 				}

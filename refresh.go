@@ -79,26 +79,6 @@ func (d *driver) relistCycle(ctx context.Context, window time.Duration) int {
 	return len(recs)
 }
 
-// reconcileIfIdle reconciles the volume unless an operation holds its lock: such a volume is
-// being published, unpublished or reconciled right now, and the next pass will see it (a share
-// event's reaction retries it: shareevents.go). It takes the lock for the reconcile; idle says
-// whether it could (false: the volume was busy, and skipped).
-func (d *driver) reconcileIfIdle(ctx context.Context, volumeID string, memo *cycleMemo) (idle bool) {
-	if !d.locks.tryLock(volumeID) {
-		return false
-	}
-	defer d.locks.unlock(volumeID)
-	rec, ok := d.store.get(volumeID) // re-read under the lock
-	if !ok {
-		return true
-	}
-	if err := d.reconcile(ctx, rec, memo); err != nil {
-		d.metrics.reconcileFailed()
-		klog.ErrorS(err, "Reconciling volume failed; it is left as it was and retried next cycle", "volumeID", volumeID)
-	}
-	return true
-}
-
 // relistJitter varies each interval by up to ±10%.
 const relistJitter = 0.1
 

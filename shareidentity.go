@@ -49,7 +49,7 @@ const reasonShareReplaced = "SharedResourceReplaced"
 // answer, not an outage. So a source that cannot be read (not found, forbidden, any API error)
 // does not keep the volume as it was: the new object is not the volume's until its source is
 // read and proves to be the volume's own (adopted then, restoring the volume).
-func (d *driver) shareIdentity(ctx context.Context, st shareState, sh shareSpec, memo *cycleMemo) bool {
+func shareIdentity(ctx context.Context, st shareState, sh shareSpec, memo *cycleMemo) bool {
 	switch {
 	case st.ShareUID == "" || sh.UID == "" || sh.UID == st.ShareUID:
 		return true
@@ -63,22 +63,6 @@ func (d *driver) shareIdentity(ctx context.Context, st shareState, sh shareSpec,
 		return false
 	}
 	return src.UID == st.SourceUID
-}
-
-// replacedShare is the verdict on a share whose object was replaced by another under the same
-// name: revoked (its files leave the view, if the deletion did not already take them), and the
-// pod told once, with what accepts the new object.
-func replacedShare(rec volumeRecord, st shareState, sh shareSpec) shareVerdict {
-	if st.ShareReplaced && st.Revoked {
-		return shareVerdict{state: st}
-	}
-	why := replacedShareMessage(rec, st, sh)
-	kind := changeRevoked
-	if st.Revoked {
-		kind = changeShareReplaced // no file changes: the deletion already took them
-	}
-	st.Revoked, st.ReadForbidden, st.ShareReplaced = true, false, true
-	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: kind, why: why, reason: reasonShareReplaced}}
 }
 
 // replacedShareMessage says which objects these are and what an admin does about it.

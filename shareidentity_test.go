@@ -125,7 +125,7 @@ func TestShareRecreatedOverAnotherSecretDoesNotFeedRunningVolumes(t *testing.T) 
 					t.Errorf("the event %q does not say %q", replaced[0], want)
 				}
 			}
-			if rec, _ := d.store.get("vol-1"); !rec.Shares[0].Revoked || !rec.Shares[0].ShareReplaced || rec.Shares[0].ShareUID != "share-1" {
+			if rec, _ := d.store.get("vol-1"); rec.Shares[0].Told != toldShareReplaced || rec.Shares[0].ShareUID != "share-1" {
 				t.Fatalf("record %+v: want the share revoked, replaced, still share-1's", rec.Shares[0])
 			}
 
@@ -147,7 +147,7 @@ func TestShareRecreatedOverAnotherSecretDoesNotFeedRunningVolumes(t *testing.T) 
 			if got := step(); got != "REAL-CA" {
 				t.Fatalf("after the share was created again over p/src the pod sees %q, want REAL-CA", got)
 			}
-			if rec, _ := d.store.get("vol-1"); rec.Shares[0].Revoked || rec.Shares[0].ShareReplaced || rec.Shares[0].ShareUID != "share-3" {
+			if rec, _ := d.store.get("vol-1"); rec.Shares[0].Told != toldCurrent || rec.Shares[0].ShareUID != "share-3" {
 				t.Fatalf("record %+v: want the share back, adopted as share-3", rec.Shares[0])
 			}
 		})
@@ -168,7 +168,7 @@ func TestShareRecreatedOverTheSameSecretIsAdopted(t *testing.T) {
 		t.Fatalf("the pod sees %q, want REAL-CA", got)
 	}
 	rec, _ := d.store.get("vol-1")
-	if rec.Shares[0].ShareUID != "share-2" || rec.Shares[0].Revoked {
+	if rec.Shares[0].ShareUID != "share-2" || rec.Shares[0].Told.hidden() {
 		t.Fatalf("record %+v: want the new object adopted", rec.Shares[0])
 	}
 	if n := len(events); n != 0 {
@@ -302,9 +302,9 @@ func TestShareRecreatedExposingMoreIsNotAdopted(t *testing.T) {
 				}
 				return
 			}
-			if len(seen) != 0 || !rec.Shares[0].ShareReplaced || rec.Shares[0].ShareUID != "share-1" || len(replaced) != 1 {
+			if len(seen) != 0 || rec.Shares[0].Told != toldShareReplaced || rec.Shares[0].ShareUID != "share-1" || len(replaced) != 1 {
 				t.Fatalf("the pod sees %q, share UID %s (replaced: %v), events %q: want nothing, the share replaced (still share-1's), one event",
-					seen, rec.Shares[0].ShareUID, rec.Shares[0].ShareReplaced, replaced)
+					seen, rec.Shares[0].ShareUID, rec.Shares[0].Told, replaced)
 			}
 		})
 	}

@@ -1,10 +1,9 @@
 package main
 
 // The volume on disk, and its one owner. Publish, reconcile, unpublish and recovery call down
-// into this file for everything about a volume on the node: making it (createVolume), writing a
-// reconciled one's view and record (saveReconciled), taking it off (teardown), cleaning a dir
-// that holds no usable record (cleanOrphan), measuring one a previous run left
-// (countRecovered), counting the mounts the volumes hold (countMounts), and the lock that lets
+// into this file for everything about a volume on the node: making it (createVolume), taking it
+// off (teardown), cleaning a dir that holds no usable record (cleanOrphan), measuring one a
+// previous run left (countRecovered), counting the mounts the volumes hold (countMounts), and the lock that lets
 // one operation at a time work on a volume (volumeLocks). Below it: the volume's target and bind
 // (target.go), its record in the store (records.go, which charges the node's budget: budget.go),
 // its directory's layout, copies and view (volumedir.go), and the mounts (tmpfs.go). Every step
@@ -190,51 +189,6 @@ func (d *driver) cleanOrphan(volDir string) {
 	}
 	// Remove, not RemoveAll: if anything is still in there, it is not ours to delete.
 	removeDirLogged(volDir)
-}
-
-// saveReconciled writes a reconciled volume's next state (w.next, its new copies already
-// written) to disk: the pod's view rebuilt from the copies when rebuild, then the record saved,
-// last, so a crash leaves the old record with a view the next reconcile rebuilds. filesChanged
-// says the rebuild is a change's (it has crash points). A failure leaves the store charging what
-// the tmpfs holds (chargeUnsaved) and, after a rebuild, the view marked as one the record does
-// not describe (viewUnsaved). keep keeps the view a change replaces for readers still on it
-// (volumedir.go), charged in the record. It returns the paths two shares both provide, for the
-// caller to report.
-func (d *driver) saveReconciled(vol volumeDir, rec volumeRecord, w copiesWritten, rebuild, filesChanged, keep bool) ([]pathConflict, error) {
-	next := w.next
-	var conflicts []pathConflict
-	if rebuild {
-		// The crash points are a change's steps (test/e2e/api/crash_test.go); a rebuild that changes
-		// nothing has none.
-		if filesChanged {
-			d.crash.reached(stepReconcileCopies)
-		}
-		var err error
-		var kept bool
-		if conflicts, kept, err = vol.rebuildView(next.Shares, keep && filesChanged); err != nil {
-			// The old view still links the old copies' files, beside the new copies.
-			d.store.chargeUnsavedBeyond(rec.VolumeID, w.written)
-			return nil, err
-		}
-		if filesChanged {
-			d.crash.reached(stepReconcileData)
-		}
-		// The view replaced is kept for readers still on it, or gone (with any kept before).
-		next.KeptBytes = 0
-		if kept {
-			next.KeptBytes = w.previousView
-		}
-	}
-	// Should the save fail with new copies written, they are on disk and in the view, the old ones
-	// freed: the volume stays charged for them, not for the saved record alone.
-	var unsaved int64
-	if w.copied {
-		unsaved = volumeBytes(rec) - w.replaced + w.written + next.KeptBytes - rec.KeptBytes
-	}
-	if err := d.store.saveRebuilt(next, rebuild, unsaved); err != nil {
-		return nil, err
-	}
-	return conflicts, nil
 }
 
 // countRecovered measures what a resumed volume's shares cost from their copies: a record

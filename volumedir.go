@@ -107,15 +107,16 @@ func (vd volumeDir) dropPreviousView() error {
 }
 
 // rebuildView composes the view again from the copies on disk of the shares not revoked, and
-// writes it, keeping the view it replaces when keep (writeView). It returns the paths two shares
+// writes it, keeping the view it replaces when view says so (viewReplacedKept; writeView). It returns the paths two shares
 // both provide, for the caller to report, and whether a view was kept: none when the view was
 // the same (a source's new version with the same bytes swaps nothing).
-func (vd volumeDir) rebuildView(shares []shareState, keep bool) (conflicts []pathConflict, kept bool, err error) {
+func (vd volumeDir) rebuildView(shares []shareState, view viewChange) (conflicts []pathConflict, kept bool, err error) {
+	keep := view == viewReplacedKept
 	refs := make([]shareRef, len(shares))
 	perShare := make([]map[string]atomicwriter.File, len(shares))
 	for i, st := range shares {
 		refs[i] = st.shareRef
-		if st.Revoked {
+		if st.Told.hidden() {
 			continue
 		}
 		files, err := atomicwriter.ReadFiles(vd.shareDir(i))
@@ -154,7 +155,7 @@ func (vd volumeDir) dropRevokedCopies(rec volumeRecord) {
 		return
 	}
 	for i, st := range rec.Shares {
-		if st.Revoked {
+		if st.Told.hidden() {
 			if err := vd.writeCopy(i, nil); err != nil {
 				klog.ErrorS(err, "Emptying a revoked share's copy failed", "volumeID", rec.VolumeID)
 			}

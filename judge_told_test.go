@@ -1,0 +1,231 @@
+package main
+
+// Specification of a share's states and their transitions: the tables at the top of judge.go,
+// row by row. Every state meets every outcome in exactly one row.
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"testing"
+)
+
+var (
+	allTold = []told{toldCurrent, toldReadForbidden, toldSourceReplaced, toldOverBudget,
+		toldRevoked, toldShareReplaced, toldRegrantedReadForbidden, toldRegrantedSourceReplaced, toldRegrantedOverBudget}
+	shownTold = allTold[:4]
+	awayTold  = allTold[4:]
+	// except is states less the ones named.
+	except = func(from []told, not ...told) []told {
+		var out []told
+		for _, t := range from {
+			if !contains(not, t) {
+				out = append(out, t)
+			}
+		}
+		return out
+	}
+)
+
+func contains(ts []told, t told) bool {
+	for _, u := range ts {
+		if u == t {
+			return true
+		}
+	}
+	return false
+}
+
+func TestToldTransitions(t *testing.T) {
+	same := told("(the same)")
+	rows := []struct {
+		row     string
+		outcome outcome
+		from    []told
+		to      told // same: the state it was in
+		tell    bool
+	}{
+		{"(2) denied, files shown: revoked, they leave", outcomeDenied, shownTold, toldRevoked, true},
+		{"(2) denied, files away: revoked, untold", outcomeDenied, awayTold, toldRevoked, false},
+		{"(3) share replaced, not told yet", outcomeShareReplaced, except(allTold, toldShareReplaced), toldShareReplaced, true},
+		{"(3) share replaced, told", outcomeShareReplaced, []told{toldShareReplaced}, toldShareReplaced, false},
+		{"(4) adopted while replaced: revoked, untold", outcomeAdopted, []told{toldShareReplaced}, toldRevoked, false},
+		{"(4) adopted otherwise: as it was", outcomeAdopted, except(allTold, toldShareReplaced), same, false},
+		{"(5) granted, files away: restored", outcomeGranted, awayTold, toldCurrent, true},
+		{"(5) granted, files shown: as it is", outcomeGranted, shownTold, same, false},
+		{"(7) read forbidden, shown", outcomeReadForbidden, except(shownTold, toldReadForbidden), toldReadForbidden, true},
+		{"(7) read forbidden, shown, told", outcomeReadForbidden, []told{toldReadForbidden}, toldReadForbidden, false},
+		{"(7) read forbidden, away", outcomeReadForbidden, except(awayTold, toldRegrantedReadForbidden), toldRegrantedReadForbidden, true},
+		{"(7) read forbidden, away, told", outcomeReadForbidden, []told{toldRegrantedReadForbidden}, toldRegrantedReadForbidden, false},
+		{"(8) source replaced, shown", outcomeSourceReplaced, except(shownTold, toldSourceReplaced), toldSourceReplaced, true},
+		{"(8) source replaced, shown, told", outcomeSourceReplaced, []told{toldSourceReplaced}, toldSourceReplaced, false},
+		{"(8) source replaced, away", outcomeSourceReplaced, except(awayTold, toldRegrantedSourceReplaced), toldRegrantedSourceReplaced, true},
+		{"(8) source replaced, away, told", outcomeSourceReplaced, []told{toldRegrantedSourceReplaced}, toldRegrantedSourceReplaced, false},
+		{"(9) current after read forbidden: resumed", outcomeCurrent, []told{toldReadForbidden}, toldCurrent, true},
+		{"(9) current otherwise: untold", outcomeCurrent, except(allTold, toldReadForbidden), toldCurrent, false},
+		{"(10) refreshed: always told", outcomeRefreshed, allTold, toldCurrent, true},
+		{"(11) over budget, shown", outcomeOverBudget, except(shownTold, toldOverBudget), toldOverBudget, true},
+		{"(11) over budget, shown, told", outcomeOverBudget, []told{toldOverBudget}, toldOverBudget, false},
+		{"(11) over budget, away", outcomeOverBudget, except(awayTold, toldRegrantedOverBudget), toldRegrantedOverBudget, true},
+		{"(11) over budget, away, told", outcomeOverBudget, []told{toldRegrantedOverBudget}, toldRegrantedOverBudget, false},
+	}
+	covered := map[outcome]map[told]string{}
+	for _, r := range rows {
+		if covered[r.outcome] == nil {
+			covered[r.outcome] = map[told]string{}
+		}
+		for _, from := range r.from {
+			t.Run(r.row+"/from "+string(from), func(t *testing.T) {
+				if prev, dup := covered[r.outcome][from]; dup {
+					t.Fatalf("also in row %q", prev)
+				}
+				covered[r.outcome][from] = r.row
+				want := r.to
+				if want == same {
+					want = from
+				}
+				if to, tell := from.after(r.outcome); to != want || tell != r.tell {
+					t.Fatalf("%q after %s: %q, told %v; want %q, told %v", from, r.outcome, to, tell, want, r.tell)
+				}
+			})
+		}
+	}
+	for _, o := range []outcome{outcomeDenied, outcomeShareReplaced, outcomeAdopted, outcomeGranted, outcomeReadForbidden,
+		outcomeSourceReplaced, outcomeCurrent, outcomeRefreshed, outcomeOverBudget} {
+		for _, from := range allTold {
+			if _, ok := covered[o][from]; !ok {
+				t.Errorf("no row says what %q becomes after %s", from, o)
+			}
+		}
+	}
+}
+
+func TestToldShownAndAway(t *testing.T) {
+	for _, s := range allTold {
+		if !s.known() || s.hidden() != contains(awayTold, s) {
+			t.Errorf("%q: known %v, hidden %v; want known, hidden %v", s, s.known(), s.hidden(), contains(awayTold, s))
+		}
+	}
+	if told("someNewerState").known() {
+		t.Error("an unknown state is known")
+	}
+}
+
+// testdata/record-told-flags.json is a record as the release before told wrote it: share
+// flags-NN holds the flags of NN's bits (1 revoked, 2 readForbidden, 4 overBudget,
+// 8 sourceReplaced, 16 shareReplaced), every combination. Each resumes in the state its flags
+// say, and whether the pod sees its files is what revoked said.
+func TestRecordsWithTheFlagsResume(t *testing.T) {
+	b, err := os.ReadFile("testdata/record-told-flags.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read as the driver reads a record at start, from the volume's dir.
+	s := newVolumeStore(t.TempDir(), &volumeBudget{})
+	const id = "csi-0123456789abcdef"
+	if err := os.MkdirAll(s.mountPoint(id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.recordPath(id), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.readRecord(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Shares) != 32 {
+		t.Fatalf("%d shares, want 32", len(rec.Shares))
+	}
+	for m, st := range rec.Shares {
+		revoked, forbidden, overBudget, sourceReplaced, shareReplaced := m&1 != 0, m&2 != 0, m&4 != 0, m&8 != 0, m&16 != 0
+		var want told
+		switch {
+		case revoked && shareReplaced:
+			want = toldShareReplaced
+		case revoked && forbidden:
+			want = toldRegrantedReadForbidden
+		case revoked && sourceReplaced:
+			want = toldRegrantedSourceReplaced
+		case revoked && overBudget:
+			want = toldRegrantedOverBudget
+		case revoked:
+			want = toldRevoked
+		case overBudget:
+			want = toldOverBudget
+		case sourceReplaced:
+			want = toldSourceReplaced
+		case forbidden:
+			want = toldReadForbidden
+		}
+		if st.Told != want || st.Told.hidden() != revoked || st.ResourceVersion != "7" || st.Bytes != 8192 || st.ShareUID != "uid-share" {
+			t.Errorf("%s: state %q, version %q, bytes %d, share UID %q; want state %q (files away: %v), the other fields as written", st.Name, st.Told, st.ResourceVersion, st.Bytes, st.ShareUID, want, revoked)
+		}
+	}
+}
+
+// A record the driver writes names the state, and still says revoked: a driver rolled back to a
+// release that knows only the flags shows the pod what it saw. A state this driver does not know
+// (a newer driver's) is read from the flags.
+func TestRecordsKeepRevokedForTheReleaseBefore(t *testing.T) {
+	type flags struct {
+		Told    string `json:"told"`
+		Revoked bool   `json:"revoked"`
+	}
+	for _, s := range allTold {
+		b, err := json.Marshal(shareState{shareRef: shareRef{Kind: kindSecret, Name: "s"}, Told: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var old flags
+		var back shareState
+		if err := json.Unmarshal(b, &old); err != nil || json.Unmarshal(b, &back) != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		if old.Told != string(s) || old.Revoked != s.hidden() || back.Told != s {
+			t.Errorf("%q written as %s: read back as %q; want told %q, revoked %v", s, b, back.Told, s, s.hidden())
+		}
+	}
+	var st shareState
+	if err := json.Unmarshal([]byte(`{"kind":"Secret","name":"s","told":"someNewerState","revoked":true}`), &st); err != nil || st.Told != toldRevoked {
+		t.Fatalf("an unknown state with revoked: %q (%v), want revoked", st.Told, err)
+	}
+}
+
+// A share recorded with the flags goes on from where the pod was told: an upgrade tells the pod
+// nothing it was already told, and what the flags promised (a refresh resumed, files restored)
+// still comes.
+func TestSharesRecordedWithTheFlagsGoOnFromWhatThePodWasTold(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		flags    string // the share's flags, as the release before wrote them
+		mayRead  bool
+		change   changeKind
+		state    told
+		newFiles bool
+	}{
+		{"read still forbidden: not told again", `"revoked":false,"readForbidden":true`, false, "", toldReadForbidden, false},
+		{"read back: resumed", `"revoked":false,"readForbidden":true`, true, changeRefreshResumed, toldCurrent, false},
+		{"regranted, read still forbidden: not told again", `"revoked":true,"readForbidden":true`, false, "", toldRegrantedReadForbidden, false},
+		{"regranted, read back: restored", `"revoked":true,"readForbidden":true`, true, changeRestored, toldCurrent, true},
+		{"revoked, regranted and readable: restored", `"revoked":true`, true, changeRestored, toldCurrent, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newJudgeWorld(t)
+			w.mayReadFile = c.mayRead
+			var st shareState
+			if err := json.Unmarshal([]byte(`{"kind":"Secret","name":"ca","sourceNamespace":"p","sourceName":"ca","resourceVersion":"7",`+c.flags+`}`), &st); err != nil {
+				t.Fatal(err)
+			}
+			rec := volumeRecord{VolumeID: "v", PodNamespace: "team", ServiceAccount: "app", Refresh: true, GID: -1, Shares: []shareState{st}}
+			v := w.d.judgeShare(context.Background(), rec, 0, w.d.newCycleMemo())
+			got := changeKind("")
+			if v.change != nil {
+				got = v.change.kind
+			}
+			if v.err != nil || got != c.change || v.state.Told != c.state || (v.files != nil) != c.newFiles {
+				t.Fatalf("from %s: change %q, state %q, new files %v (err %v); want %q, %q, %v",
+					c.flags, got, v.state.Told, v.files != nil, v.err, c.change, c.state, c.newFiles)
+			}
+		})
+	}
+}
