@@ -91,8 +91,7 @@ func BenchmarkPublishOnNode(b *testing.B) {
 			if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
 				b.Fatal(err)
 			}
-			srv := grpc.NewServer(grpc.UnaryInterceptor(observeCalls(d.metrics)))
-			csi.RegisterNodeServer(srv, &nodeServer{d: d})
+			srv := newCSIServer(d)
 			sock := filepath.Join(root, "csi.sock")
 			lis, err := listenUnix(sock)
 			if err != nil {
