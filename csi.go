@@ -28,11 +28,11 @@ var (
 
 // newCSIServer is the CSI endpoint's gRPC server: the Identity and Node services over d, every
 // call logged and counted (observeCalls). Calls run on a few long-lived worker goroutines
-// (NumStreamWorkers, one per CPU; a call that finds them all busy gets a goroutine of its own,
-// as every call would without them): a publish runs deep enough that on a new goroutine its
-// stack was grown and copied several times on every call.
+// (NumStreamWorkers, one per CPU the runtime uses; a call that finds them all busy gets a
+// goroutine of its own, as every call would without them): a publish runs deep enough that on
+// a new goroutine its stack was grown and copied several times on every call.
 func newCSIServer(d *driver) *grpc.Server {
-	s := grpc.NewServer(grpc.UnaryInterceptor(observeCalls(d.metrics)), grpc.NumStreamWorkers(uint32(runtime.NumCPU())))
+	s := grpc.NewServer(grpc.UnaryInterceptor(observeCalls(d.metrics)), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
 	csi.RegisterIdentityServer(s, &identityServer{d: d})
 	csi.RegisterNodeServer(s, &nodeServer{d: d})
 	return s
