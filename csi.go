@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"runtime"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -27,12 +26,9 @@ var (
 )
 
 // newCSIServer is the CSI endpoint's gRPC server: the Identity and Node services over d, every
-// call logged and counted (observeCalls). Calls run on a few long-lived worker goroutines
-// (NumStreamWorkers, one per CPU the runtime uses; a call that finds them all busy gets a
-// goroutine of its own, as every call would without them): a publish runs deep enough that on
-// a new goroutine its stack was grown and copied several times on every call.
+// call logged and counted (observeCalls).
 func newCSIServer(d *driver) *grpc.Server {
-	s := grpc.NewServer(grpc.UnaryInterceptor(observeCalls(d.metrics)), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+	s := grpc.NewServer(grpc.UnaryInterceptor(observeCalls(d.metrics)))
 	csi.RegisterIdentityServer(s, &identityServer{d: d})
 	csi.RegisterNodeServer(s, &nodeServer{d: d})
 	return s
