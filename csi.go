@@ -1,18 +1,16 @@
 package main
 
-// The CSI Identity and Node services: the top of the node plugin. Handlers validate (pure, no
-// I/O: validate.go), take the volume's lock (volumeLocks, volume.go: a second call for a volume in
-// progress is answered Aborted), call publish (publish.go) or unpublish (unpublish.go) and return
-// gRPC status errors a cluster admin can act on. The interceptor logs every call with its secrets stripped, and counts it.
+// The CSI Identity and Node services: the top of the node plugin. The node server's two
+// operations have their handlers with their work, NodePublishVolume in publish.go and
+// NodeUnpublishVolume in unpublish.go; here are the rest of the servers (identity, node info,
+// capabilities), and the interceptor that logs every call with its secrets stripped, and counts it.
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
@@ -26,6 +24,15 @@ var (
 	_ csi.IdentityServer = (*identityServer)(nil)
 	_ csi.NodeServer     = (*nodeServer)(nil)
 )
+
+// newCSIServer is the CSI endpoint's gRPC server: the Identity and Node services over d, every
+// call logged and counted (observeCalls).
+func newCSIServer(d *driver) *grpc.Server {
+	s := grpc.NewServer(grpc.UnaryInterceptor(observeCalls(d.metrics)))
+	csi.RegisterIdentityServer(s, &identityServer{d: d})
+	csi.RegisterNodeServer(s, &nodeServer{d: d})
+	return s
+}
 
 type identityServer struct {
 	csi.UnimplementedIdentityServer
@@ -54,38 +61,6 @@ type nodeServer struct {
 	d *driver
 }
 
-func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
-	v, err := parsePublishRequest(req, s.d.kubeletRoot)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if !s.d.locks.tryLock(v.VolumeID) {
-		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", v.VolumeID)
-	}
-	defer s.d.locks.unlock(v.VolumeID)
-	if err := s.d.publish(ctx, v); err != nil {
-		return nil, err
-	}
-	return &csi.NodePublishVolumeResponse{}, nil
-}
-
-func (s *nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
-	if err := validateVolumeID(req.GetVolumeId()); err != nil {
-		return nil, toStatus(err)
-	}
-	if err := validateTargetPath(s.d.kubeletRoot, req.GetTargetPath(), ""); err != nil {
-		return nil, toStatus(err)
-	}
-	if !s.d.locks.tryLock(req.GetVolumeId()) {
-		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", req.GetVolumeId())
-	}
-	defer s.d.locks.unlock(req.GetVolumeId())
-	if err := s.d.unpublish(req.GetVolumeId(), req.GetTargetPath()); err != nil {
-		return nil, err
-	}
-	return &csi.NodeUnpublishVolumeResponse{}, nil
-}
-
 func (s *nodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
 	return &csi.NodeGetInfoResponse{NodeId: s.d.nodeID}, nil
 }
@@ -97,18 +72,6 @@ func (s *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabiliti
 	return &csi.NodeGetCapabilitiesResponse{Capabilities: []*csi.NodeServiceCapability{{
 		Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP}},
 	}}}, nil
-}
-
-// toStatus maps validation errors to InvalidArgument and passes status errors through.
-func toStatus(err error) error {
-	var inv *invalidArgument
-	if errors.As(err, &inv) {
-		return status.Error(codes.InvalidArgument, inv.msg)
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	return status.Error(codes.Internal, err.Error())
 }
 
 // observeCalls logs every call with its secrets stripped (fields the CSI spec marks csi_secret,

@@ -1,6 +1,6 @@
 package main
 
-// Specification of ensureBind (target.go): a volume that exists, published again by the kubelet's
+// Specification of ensureBind (volume.go): a volume that exists, published again by the kubelet's
 // retry or resumed at start, ends bound read-only at its target, once. A missing bind is made; a
 // writable bind of the volume (an older driver's) is replaced by a read-only one; a target gone
 // is made again, and the record first says the driver made it, so unpublish removes it; a mount

@@ -21,7 +21,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -251,9 +250,7 @@ func runNode(ctx context.Context, o *options) error {
 // controller's (roles.go).
 func (w *wiring) serve(ctx context.Context, o *options) error {
 	d := w.d
-	grpcServer := grpc.NewServer(grpc.UnaryInterceptor(observeCalls(d.metrics)))
-	csi.RegisterIdentityServer(grpcServer, &identityServer{d: d})
-	csi.RegisterNodeServer(grpcServer, &nodeServer{d: d})
+	grpcServer := newCSIServer(d)
 	lis, err := listenUnix(w.sockPath)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", w.sockPath, err)

@@ -1,16 +1,19 @@
 package main
 
-// NodePublishVolume's work, in two halves: fetchVolume admits every share (looks it up, checks
+// NodePublishVolume: the handler validates the request (pure, no I/O: validate.go) and takes the
+// volume's lock (volumeLocks, volume.go: a second call for a volume in progress is answered
+// Aborted); then the work, in two halves: fetchVolume admits every share (looks it up, checks
 // the pod may use it, GETs its source: admitShare) and composes the pod's view without writing
 // anything, so a volume is published whole or not at all; createVolume (volume.go, the volume's
 // owner) then makes it on the node, step by step, and undoes exactly the steps that ran when one
-// fails. csi.go has validated the request and holds the volume's lock.
+// fails. A volume published already has its bind checked (ensureBind, volume.go).
 
 import (
 	"context"
 	"errors"
 	"fmt"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,18 +25,42 @@ import (
 // reservedBytes is tmpfs room kept for the record and directory entries.
 const reservedBytes = 64 << 10
 
-// publish makes v's data visible, read-only, at its target path. The caller holds v's lock.
-func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
-	if rec, ok := d.store.get(v.VolumeID); ok {
-		if !rec.sameRequest(v) {
-			return status.Errorf(codes.AlreadyExists, "volume %s is already published with other arguments (%s for pod %s/%s at %s)",
-				v.VolumeID, rec.describe(), rec.PodNamespace, rec.PodName, rec.TargetPath)
-		}
-		return d.ensureBind(rec)
+func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	v, err := parsePublishRequest(req, s.d.kubeletRoot)
+	if err != nil {
+		return nil, toStatus(err)
 	}
+	unlock, ok := s.d.locks.tryLock(v.VolumeID)
+	if !ok {
+		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", v.VolumeID)
+	}
+	defer unlock()
+	if err := s.d.publish(ctx, v); err != nil {
+		return nil, err
+	}
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// publish makes v's data visible, read-only, at its target path: a new volume, made whole or not
+// at all; a volume published already with the same arguments has its bind checked (the kubelet
+// publishes again after a restart, or when it did not hear the answer). The caller holds v's lock.
+func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
+	rec, published := d.store.get(v.VolumeID)
+	if !published {
+		return d.publishNew(ctx, v)
+	}
+	if !rec.sameRequest(v) {
+		return status.Errorf(codes.AlreadyExists, "volume %s is already published with other arguments (%s for pod %s/%s at %s)",
+			v.VolumeID, rec.describe(), rec.PodNamespace, rec.PodName, rec.TargetPath)
+	}
+	return d.ensureBind(rec)
+}
+
+// publishNew fetches and makes a volume the node does not have.
+func (d *driver) publishNew(ctx context.Context, v *volumeRequest) error {
 	// The target's path is checked (no symlink, parents present) before any API call or mount;
 	// again in createVolume, just before the driver creates it.
-	if _, err := d.checkTarget(v.TargetPath); err != nil {
+	if _, err := checkTarget(d.kubeletRoot, v.TargetPath); err != nil {
 		return err
 	}
 	rec, view, err := d.fetchVolume(ctx, v)

@@ -77,10 +77,11 @@ type shareChange struct {
 // event's reaction retries it: shareevents.go). It takes the lock for the reconcile; idle says
 // whether it could (false: the volume was busy, and skipped).
 func (d *driver) reconcileIfIdle(ctx context.Context, volumeID string, memo *cycleMemo) (idle bool) {
-	if !d.locks.tryLock(volumeID) {
+	unlock, ok := d.locks.tryLock(volumeID)
+	if !ok {
 		return false
 	}
-	defer d.locks.unlock(volumeID)
+	defer unlock()
 	rec, ok := d.store.get(volumeID) // re-read under the lock
 	if !ok {
 		return true

@@ -247,7 +247,8 @@ func TestShareEventOnABusyVolumeIsRetried(t *testing.T) {
 		cancel()
 		<-stopped // no reaction still writes when the test's directory goes
 	}()
-	if !d.locks.tryLock("vol-1") {
+	unlock, ok := d.locks.tryLock("vol-1")
+	if !ok {
 		t.Fatal("vol-1 is locked")
 	}
 	deleteShareFromCache(t, d, "share")
@@ -256,7 +257,7 @@ func TestShareEventOnABusyVolumeIsRetried(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(100 * time.Millisecond) // the reaction ran, and found vol-1 busy
-	d.locks.unlock("vol-1")
+	unlock()
 	deadline := time.Now().Add(5 * time.Second)
 	for viewOf(t, d, "vol-1") != "" {
 		if time.Now().After(deadline) {

@@ -1,8 +1,9 @@
 package main
 
-// The pod's side of a volume: its target path (checked, created) and the read-only bind of the
-// volume's view onto it; recognising that bind later, cheaply, so that unpublish and recovery
-// only ever unmount what the driver mounted; and whether a pod's directory is still there.
+// The pod's side of a volume: its target path (checked, created) below the kubelet's root, and
+// recognising the read-only bind of the volume's view onto it later, cheaply, so that unpublish
+// and recovery only ever unmount what the driver mounted; and whether a pod's directory is still
+// there. (Making the bind, and making it again: volume.go.)
 
 import (
 	"errors"
@@ -15,26 +16,25 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"k8s.io/klog/v2"
 )
 
 // checkTarget says whether the target directory exists, and refuses symlinks anywhere below the
 // kubelet root: the driver must mount onto exactly the path it was given, not wherever a link
 // points. The kubelet creates the target's parent; CSI makes the plugin create the target.
-func (d *driver) checkTarget(target string) (exists bool, err error) {
-	if exists, ok := d.checkTargetFast(target); ok {
+func checkTarget(kubeletRoot, target string) (exists bool, err error) {
+	if exists, ok := checkTargetFast(kubeletRoot, target); ok {
 		return exists, nil
 	}
-	return d.walkTarget(target)
+	return walkTarget(kubeletRoot, target)
 }
 
 // walkTarget is checkTarget segment by segment, with a message for each way a path can fail.
-func (d *driver) walkTarget(target string) (exists bool, err error) {
-	rel, err := filepath.Rel(d.kubeletRoot, target)
+func walkTarget(kubeletRoot, target string) (exists bool, err error) {
+	rel, err := filepath.Rel(kubeletRoot, target)
 	if err != nil {
 		return false, status.Errorf(codes.InvalidArgument, "target_path %q: %v", target, err)
 	}
-	p := d.kubeletRoot
+	p := kubeletRoot
 	segs := strings.Split(rel, "/")
 	for i, s := range segs {
 		p = filepath.Join(p, s)
@@ -64,8 +64,8 @@ func (d *driver) walkTarget(target string) (exists bool, err error) {
 // lstat of the target in it. ok is false whenever the walk must decide (a symlink, something
 // that is not a directory, a missing parent, an error, a kernel without openat2 or a symlink
 // in the kubelet root itself, which the walk does not look at): it gives the exact message.
-func (d *driver) checkTargetFast(target string) (exists, ok bool) {
-	rel, err := filepath.Rel(d.kubeletRoot, target)
+func checkTargetFast(kubeletRoot, target string) (exists, ok bool) {
+	rel, err := filepath.Rel(kubeletRoot, target)
 	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
 		return false, false
 	}
@@ -92,53 +92,6 @@ func (d *driver) checkTargetFast(target string) (exists, ok bool) {
 func createTarget(target string) error {
 	if err := os.Mkdir(target, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
 		return status.Errorf(codes.Internal, "creating target_path %q: %v", target, err)
-	}
-	return nil
-}
-
-// ensureBind makes a repeated publish succeed: the volume exists; its bind may be missing if the
-// driver stopped between saving the record and mounting.
-func (d *driver) ensureBind(rec volumeRecord) error {
-	mounts, err := d.mounter.mounts()
-	if err != nil {
-		return status.Errorf(codes.Internal, "%v", err)
-	}
-	vol := d.store.dirOf(rec)
-	if isOurBind(mounts, vol, rec.TargetPath) {
-		if e, _ := mountAt(mounts, rec.TargetPath); hasOption(e.Options, "ro") {
-			return nil
-		}
-		// A writable bind of ours (made by a version that bound, then remounted read-only: the
-		// remount does not propagate out of the driver's container) is replaced.
-		klog.InfoS("Replacing a writable bind of the volume with a read-only one", "volumeID", rec.VolumeID)
-		if err := d.mounter.unmount(rec.TargetPath); err != nil {
-			return status.Errorf(codes.Internal, "unmounting the writable bind at %s: %v", rec.TargetPath, err)
-		}
-		mounts, err = d.mounter.mounts()
-		if err != nil {
-			return status.Errorf(codes.Internal, "%v", err)
-		}
-	}
-	if e, ok := mountAt(mounts, rec.TargetPath); ok {
-		return status.Errorf(codes.FailedPrecondition, "target_path %q already has another mount (%s %s)", rec.TargetPath, e.FSType, e.Source)
-	}
-	exists, err := d.checkTarget(rec.TargetPath)
-	if err != nil {
-		return err
-	}
-	if !exists {
-		if !rec.CreatedTarget {
-			rec.CreatedTarget = true
-			if err := d.store.save(rec); err != nil {
-				return status.Errorf(codes.Internal, "%v", err)
-			}
-		}
-		if err := createTarget(rec.TargetPath); err != nil {
-			return err
-		}
-	}
-	if err := d.mounter.bindReadOnly(vol.dataDir(), rec.TargetPath); err != nil {
-		return status.Errorf(codes.Internal, "bind-mounting volume %s onto %s: %v", rec.VolumeID, rec.TargetPath, err)
 	}
 	return nil
 }

@@ -53,8 +53,8 @@ func TestCheckTargetFastAgreesWithTheWalkOrDefers(t *testing.T) {
 		{"missingparent", false, false}, // the kubelet creates the parent
 	} {
 		target := filepath.Join(vol, c.name, "mount")
-		exists, ok := d.checkTargetFast(target)
-		walkExists, walkErr := d.walkTarget(target)
+		exists, ok := checkTargetFast(d.kubeletRoot, target)
+		walkExists, walkErr := walkTarget(d.kubeletRoot, target)
 		if ok != c.wantFast {
 			t.Errorf("%s: fast path decided=%v, want %v", c.name, ok, c.wantFast)
 		}

@@ -1,14 +1,36 @@
 package main
 
-// NodeUnpublishVolume's work: find the volume's record, check the target is the one it was
-// published at, and take the volume off the node (teardown, volume.go: the same as for a volume
-// whose pod is gone). csi.go has validated the request and holds the volume's lock.
+// NodeUnpublishVolume: the handler validates the request (pure, no I/O: validate.go) and takes
+// the volume's lock (volumeLocks, volume.go); the work finds the volume's record, checks the
+// target is the one it was published at, and takes the volume off the node (teardown,
+// volume.go: the same as for a volume whose pod is gone).
 
 import (
+	"context"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 )
+
+func (s *nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	if err := validateVolumeID(req.GetVolumeId()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := validateTargetPath(s.d.kubeletRoot, req.GetTargetPath(), ""); err != nil {
+		return nil, toStatus(err)
+	}
+	unlock, ok := s.d.locks.tryLock(req.GetVolumeId())
+	if !ok {
+		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", req.GetVolumeId())
+	}
+	defer unlock()
+	if err := s.d.unpublish(req.GetVolumeId(), req.GetTargetPath()); err != nil {
+		return nil, err
+	}
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
 
 // unpublish removes a volume: the bind, the target dir if the driver made it, the tmpfs (and the
 // record with it), the volume dir. The caller holds the volume's lock. Unknown volumes succeed.

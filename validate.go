@@ -5,6 +5,7 @@ package main
 // touches the file system, so bad input is rejected without side effects.
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
@@ -85,13 +88,25 @@ type item struct {
 	Mode  os.FileMode `json:"mode,omitempty"` // 0: the volume's default mode
 }
 
-// invalidArgument is a validation failure; csi.go maps it to codes.InvalidArgument.
+// invalidArgument is a validation failure; toStatus maps it to codes.InvalidArgument.
 type invalidArgument struct{ msg string }
 
 func (e *invalidArgument) Error() string { return e.msg }
 
 func invalidf(format string, args ...any) error {
 	return &invalidArgument{msg: fmt.Sprintf(format, args...)}
+}
+
+// toStatus maps validation errors to InvalidArgument and passes status errors through.
+func toStatus(err error) error {
+	var inv *invalidArgument
+	if errors.As(err, &inv) {
+		return status.Error(codes.InvalidArgument, inv.msg)
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(codes.Internal, err.Error())
 }
 
 var (

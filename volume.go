@@ -1,11 +1,13 @@
 package main
 
 // The volume on disk, and its one owner. Publish, reconcile, unpublish and recovery call down
-// into this file for everything about a volume on the node: making it (createVolume), taking it
-// off (teardown), cleaning a dir that holds no usable record (cleanOrphan), measuring one a
-// previous run left (countRecovered), counting the mounts the volumes hold (countMounts), and the lock that lets
-// one operation at a time work on a volume (volumeLocks). Below it: the volume's target and bind
-// (target.go), its record in the store (records.go, which charges the node's budget: budget.go),
+// into this file for everything about a volume on the node: making it (createVolume), binding it
+// again where it was published (ensureBind), taking it off (teardown), cleaning a dir that
+// holds no usable record (cleanOrphan), measuring one a previous run left (countRecovered),
+// counting the mounts the volumes hold (countMounts), and the lock that lets one operation at a
+// time work on a volume (volumeLocks). Below it: the checks of the volume's target and the
+// recognition of its bind (target.go), its record in the store (records.go, which charges the
+// node's budget: budget.go),
 // its directory's layout, copies and view (volumedir.go), and the mounts (tmpfs.go). Every step
 // acts only on what the driver made: its own bind (checked by device and inode), its own target
 // dir, its own tmpfs.
@@ -79,7 +81,7 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 	}
 	d.crash.reached(stepPublishData)
 	// (4)
-	exists, err := d.checkTarget(rec.TargetPath)
+	exists, err := checkTarget(d.kubeletRoot, rec.TargetPath)
 	if err != nil {
 		return err
 	}
@@ -103,6 +105,53 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 	}
 	succeeded = true
 	d.crash.reached(stepPublishBind)
+	return nil
+}
+
+// ensureBind makes a repeated publish succeed: the volume exists; its bind may be missing if the
+// driver stopped between saving the record and mounting.
+func (d *driver) ensureBind(rec volumeRecord) error {
+	mounts, err := d.mounter.mounts()
+	if err != nil {
+		return status.Errorf(codes.Internal, "%v", err)
+	}
+	vol := d.store.dirOf(rec)
+	if isOurBind(mounts, vol, rec.TargetPath) {
+		if e, _ := mountAt(mounts, rec.TargetPath); hasOption(e.Options, "ro") {
+			return nil
+		}
+		// A writable bind of ours (made by a version that bound, then remounted read-only: the
+		// remount does not propagate out of the driver's container) is replaced.
+		klog.InfoS("Replacing a writable bind of the volume with a read-only one", "volumeID", rec.VolumeID)
+		if err := d.mounter.unmount(rec.TargetPath); err != nil {
+			return status.Errorf(codes.Internal, "unmounting the writable bind at %s: %v", rec.TargetPath, err)
+		}
+		mounts, err = d.mounter.mounts()
+		if err != nil {
+			return status.Errorf(codes.Internal, "%v", err)
+		}
+	}
+	if e, ok := mountAt(mounts, rec.TargetPath); ok {
+		return status.Errorf(codes.FailedPrecondition, "target_path %q already has another mount (%s %s)", rec.TargetPath, e.FSType, e.Source)
+	}
+	exists, err := checkTarget(d.kubeletRoot, rec.TargetPath)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		if !rec.CreatedTarget {
+			rec.CreatedTarget = true
+			if err := d.store.save(rec); err != nil {
+				return status.Errorf(codes.Internal, "%v", err)
+			}
+		}
+		if err := createTarget(rec.TargetPath); err != nil {
+			return err
+		}
+	}
+	if err := d.mounter.bindReadOnly(vol.dataDir(), rec.TargetPath); err != nil {
+		return status.Errorf(codes.Internal, "bind-mounting volume %s onto %s: %v", rec.VolumeID, rec.TargetPath, err)
+	}
 	return nil
 }
 
@@ -225,14 +274,16 @@ type volumeLocks struct {
 
 func newVolumeLocks() *volumeLocks { return &volumeLocks{held: map[string]struct{}{}} }
 
-func (l *volumeLocks) tryLock(id string) bool {
+// tryLock takes id's lock, and returns its release; ok is false (and there is nothing to
+// release) when an operation holds it.
+func (l *volumeLocks) tryLock(id string) (unlock func(), ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, busy := l.held[id]; busy {
-		return false
+		return nil, false
 	}
 	l.held[id] = struct{}{}
-	return true
+	return func() { l.unlock(id) }, true
 }
 
 func (l *volumeLocks) unlock(id string) {

@@ -67,9 +67,13 @@ func composeView(shares []shareRef, perShare []map[string]atomicwriter.File) vol
 	return volumeView{files: files, conflicts: conflicts, perShare: perShare}
 }
 
-// populate fills a new volume: every share's copy, then the view linked from them. (The writer
-// creates shares/ with the first copy.)
+// populate fills a new volume: every share's copy, then the view linked from them.
 func (vd volumeDir) populate(v volumeView) error {
+	// shares/ is made here, in the new tmpfs, where the writer would first look for it and its
+	// parent, and then make it.
+	if err := os.Mkdir(filepath.Join(vd.dir, sharesDir), 0o755); err != nil {
+		return err
+	}
 	for i, files := range v.perShare {
 		if err := vd.writeCopy(i, files); err != nil {
 			return err

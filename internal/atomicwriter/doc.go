@@ -57,6 +57,8 @@
 //     (Writer.Origins) when that file already is what would be written.
 //  7. Point ..data_tmp at the new payload dir and rename it over ..data: the commit point. If
 //     step 6 or 7 fails, ..data_tmp and the new payload dir are removed and ..data is unchanged.
+//     In a dir this write created there is no ..data to replace: ..data is made pointing at the
+//     new payload dir, in one symlink(2), as atomic for a reader as the rename.
 //  8. Make the top level match the payload: a link for each first segment, none of the writer's
 //     links for names no longer in it, no leftover ..data_tmp.
 //  9. Remove every payload dir but the current one: the previous one (unless Writer.KeepPrevious
