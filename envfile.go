@@ -135,8 +135,9 @@ func writeEnvFileFromShare(o *envFileOptions) (link string, names []string, err 
 		return "", nil, err
 	}
 	if len(files) == 0 {
-		// The revoked share's values leave the env file too, as its files left the volume: no
-		// container that reads the file, now or after a restart, finds them.
+		// The revoked share's values leave the env file too, as its files left the volume. (A
+		// view that lost only some keys fails to render below, and leaves the file as it was:
+		// the init container fails, so no app starts from it.)
 		what := "the env file now holds no variable"
 		if err := writeEnvFileAtomically(o.out, nil); err != nil {
 			what = fmt.Sprintf("emptying the env file failed: %v", err)

@@ -293,7 +293,15 @@ func (d *driver) narrowed(rec volumeRecord, i int, exposed exposure, v shareVerd
 	}
 	held, err := atomicwriter.ReadFiles(d.store.dirOf(rec).shareDir(i))
 	if err != nil {
-		return shareVerdict{state: rec.Shares[i], err: fmt.Errorf("reading the copy of %s to drop keys no longer shared: %w", v.state.shareRef, err)}
+		err = fmt.Errorf("reading the copy of %s to drop keys no longer shared: %w", v.state.shareRef, err)
+		if v.state.Told.hidden() {
+			// A revocation stands: the share leaves the view now. Its copy, kept for when access
+			// comes back, still notes the list it was made through, so it is narrowed before it
+			// can be shown again.
+			klog.ErrorS(err, "Narrowing the copy of a revoked share failed; it is revoked all the same", "volumeID", rec.VolumeID, "share", v.state.String())
+			return v
+		}
+		return shareVerdict{state: rec.Shares[i], err: err}
 	}
 	kept := keepShared(held, rec.Items, i, v.state.Exposed, exposed)
 	v.state.Exposed = exposed

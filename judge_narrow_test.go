@@ -199,3 +199,52 @@ func publishedThroughTheList(t *testing.T, client *fake.Clientset, items ...map[
 	}
 	return d, setItems
 }
+
+// A refreshResource=false share whose access is denied in the cycle its list narrows, on a node
+// whose volume budget is full: the revocation stands at once (the pod sees none of its files and
+// is told revoked), and the copy kept for when access comes back is narrowed all the same, which
+// needs no room. (Before, the refused room for the narrowed copy undid the revocation for a cycle:
+// the pod kept the narrowed files, told they did not fit.)
+func TestRevocationStandsWhenTheNodeIsFull(t *testing.T) {
+	client := fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "1"},
+		Data: map[string][]byte{"ca.crt": []byte("CA"), "tls.crt": []byte("LEAF")}})
+	allowed := true
+	d, _ := nodeWorldWith(t, client)
+	client.PrependReactor("create", "subjectaccessreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, &authorizationv1.SubjectAccessReview{Status: authorizationv1.SubjectAccessReviewStatus{Allowed: allowed}}, nil
+	})
+	setItems := func(items ...map[string]any) {
+		u := map[string]any{
+			"metadata": map[string]any{"name": "share"},
+			"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "items": list(items...)},
+		}
+		if err := d.shares.informers[kindSecret].GetStore().Update(&unstructured.Unstructured{Object: u}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setItems(entry("ca.crt"), entry("tls.crt"))
+	req := publishRequest(t, d, "vol-1")
+	req.VolumeContext[attrRefreshResource] = "false"
+	if _, err := (&nodeServer{d: d}).NodePublishVolume(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	d.budget.limit = d.budget.inUse() // the node is full (other pods' volumes)
+	allowed = false
+	setItems(entry("ca.crt"))
+	d.relistCycle(context.Background(), 0)
+	seen, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint("vol-1"), "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := d.store.get("vol-1")
+	if len(seen) != 0 || rec.Shares[0].Told != toldRevoked {
+		t.Errorf("after the denial the pod sees %q, told %q; want nothing, told %q", slices.Sorted(maps.Keys(seen)), rec.Shares[0].Told, toldRevoked)
+	}
+	kept, err := atomicwriter.ReadFiles(d.store.dirOf(rec).shareDir(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Sorted(maps.Keys(kept)); !slices.Equal(got, []string{"ca.crt"}) {
+		t.Errorf("the copy kept for when access comes back holds %q; want only what the share still lists, [ca.crt]", got)
+	}
+}

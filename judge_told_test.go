@@ -150,12 +150,12 @@ func TestRecordsWithTheFlagsResume(t *testing.T) {
 			want = toldRegrantedOverBudget
 		case revoked:
 			want = toldRevoked
+		case forbidden: // told after overBudget or sourceReplaced, which a read clears it to judge
+			want = toldReadForbidden
 		case overBudget:
 			want = toldOverBudget
 		case sourceReplaced:
 			want = toldSourceReplaced
-		case forbidden:
-			want = toldReadForbidden
 		}
 		if st.Told != want || st.Told.hidden() != revoked || st.ResourceVersion != "7" || st.Bytes != 8192 || st.ShareUID != "uid-share" {
 			t.Errorf("%s: state %q, version %q, bytes %d, share UID %q; want state %q (files away: %v), the other fields as written", st.Name, st.Told, st.ResourceVersion, st.Bytes, st.ShareUID, want, revoked)
@@ -227,5 +227,19 @@ func TestSharesRecordedWithTheFlagsGoOnFromWhatThePodWasTold(t *testing.T) {
 					c.flags, got, v.state.Told, v.files != nil, v.err, c.change, c.state, c.newFiles)
 			}
 		})
+	}
+}
+
+// A record that says revoked keeps the files away whatever its told says: no combination of
+// fields, written by any release, shows the pod files the flags hid.
+func TestARecordSayingRevokedIsReadAsAway(t *testing.T) {
+	for _, told := range []string{"current", "overBudget", "readForbidden", "sourceReplaced"} {
+		var st shareState
+		if err := json.Unmarshal([]byte(`{"kind":"Secret","name":"s","told":"`+told+`","revoked":true}`), &st); err != nil {
+			t.Fatal(err)
+		}
+		if !st.Told.hidden() {
+			t.Errorf("told %q with revoked: read as %q, which shows the files", told, st.Told)
+		}
 	}
 }

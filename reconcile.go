@@ -199,11 +199,19 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 				w.errs = append(w.errs, fmt.Errorf("writing the copy of %s: %w", old, err))
 				v = shareVerdict{state: old}
 			}
+			if want.state.Told.hidden() && !v.state.Told.hidden() {
+				// ...but a revocation stands, whether or not the copy it keeps for when access
+				// comes back could be narrowed: the share leaves the view now, its copy as it
+				// was, noting the list it was made through (narrowed below, or next time).
+				st := want.state
+				st.Exposed, st.Bytes, st.Entries = old.Exposed, old.Bytes, old.Entries
+				v = shareVerdict{state: st, change: want.change}
+			}
 			if v.files == nil && !old.Exposed.same(want.state.Exposed) {
 				v = d.narrowUnwritten(vol, rec, i, want, v) // keys no longer shared still go
 			}
-			if err != nil && v.files == nil {
-				continue // ...but for the keys no longer shared, when there were some to drop
+			if err != nil && v.files == nil && !v.state.Told.hidden() {
+				continue // ...and for the keys no longer shared, when there were some to drop
 			}
 		}
 		if v.files != nil { // nil: no new copy, or it did not fit, and was not written

@@ -138,7 +138,9 @@ func (s *shareState) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*s = shareState(j.shareStateFields)
-	if s.Told == toldCurrent || !s.Told.known() {
+	// A record that says revoked is read as keeping the files away whatever else it says: no
+	// combination of fields shows a pod files the flags hid.
+	if s.Told == toldCurrent || !s.Told.known() || j.Revoked && !s.Told.hidden() {
 		s.Told = toldFromFlags(j)
 	}
 	return nil
@@ -163,12 +165,14 @@ func toldFromFlags(j shareStateJSON) told {
 		return toldRegrantedOverBudget
 	case j.Revoked:
 		return toldRevoked
+	case j.ReadForbidden:
+		// Set with overBudget or sourceReplaced, it was told last: those are judged only from a
+		// source the driver read, after which readForbidden is cleared.
+		return toldReadForbidden
 	case j.OverBudget:
 		return toldOverBudget
 	case j.SourceReplaced:
 		return toldSourceReplaced
-	case j.ReadForbidden:
-		return toldReadForbidden
 	}
 	return toldCurrent
 }
