@@ -12,7 +12,7 @@ REGISTRY ?= ghcr.io/shared-resource
 # not pulled from anywhere.
 IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 
-.PHONY: build help test test-api soak unit tools-test vet lint deps-lint golangci-lint image deploy up down tools deps tools-cluster deps-cluster tools-api helm actionlint check-workflows cosign registry release e2e-kind bench clean manifests
+.PHONY: build help test test-api soak unit tools-test vet lint deps-lint golangci-lint image deploy up down tools tools-main deps tools-cluster deps-cluster tools-api helm actionlint check-workflows cosign registry release e2e-kind bench clean manifests
 
 ## build: the static driver binary, version stamped, in _output/bin.
 build:
@@ -77,6 +77,10 @@ deps:
 ## _output/bin.
 tools: deps
 	hack/build-tools.sh all
+## tools-main: the binaries of `make tools` but the older Kubernetes minors' (`make test` builds
+## those in the background while the newest minor's tests run, for the matrix after them).
+tools-main: deps
+	hack/build-tools.sh main
 ## deps-cluster: the apt packages `make up` needs (root); no helm, prometheus or jq.
 deps-cluster:
 	hack/install-deps.sh cluster
@@ -101,7 +105,7 @@ golangci-lint:
 ## cosign: cosign alone, into _output/bin (signing releases, the pod suite).
 cosign:
 	hack/build-tools.sh cosign
-## registry: distribution's registry binary, the local cluster's registry (also in tools, tools-cluster).
+## registry: distribution's registry binary, the test clusters' registry (also in tools; `make up` runs none).
 registry:
 	hack/build-tools.sh registry
 
@@ -110,7 +114,7 @@ registry:
 ## suites: test/README.md) against it, tears it down; on the newest supported Kubernetes minor, then the matrix of the
 ## older ones (hack/test.sh says which tests). KUBE_VERSION=1.NN: the whole suite on that minor only. The pod suite runs `make release` into the cluster's registry, so
 ## ociimage and cosign are built here, outside the cluster's network namespace (no network there).
-test: vet tools build tools-test $(BIN)/ociimage cosign
+test: vet tools-main build tools-test $(BIN)/ociimage cosign
 	hack/test.sh
 
 ## test-api: the suites that need no kubelet, as root on a control plane alone (etcd, API server,
@@ -125,12 +129,12 @@ test-api: deps tools-api build
 ## DURATION (default 3m), then every read every consumer made is checked. SEED replays a run.
 ## Prints the figures and violations; keeps the histories and logs in _output/soak/.
 SOAK_NODES := $(if $(filter command line environment,$(origin NODES)),$(NODES),3)
-soak: tools build $(BIN)/ociimage cosign
+soak: tools-main build $(BIN)/ociimage cosign
 	DURATION=$(DURATION) SEED=$(SEED) NODES=$(SOAK_NODES) hack/soak.sh
 
 ## bench: benchmarks against a local control plane (root); writes BENCHMARKS.md.
 ## BENCH_SMOKE=1: a quick check of every benchmark (CI); BENCH_COUNT (default 5), BENCH_FILTER.
-bench: build tools
+bench: build tools-main
 	hack/bench.sh
 
 ## image: an image tar of the static binary, written without Docker (load it with

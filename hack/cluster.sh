@@ -4,7 +4,9 @@
 # images and charts. Everything runs inside network namespaces created for the run, so no packet
 # leaves the machine (and no other process's network is touched).
 #
-#   [NODES=N] hack/cluster.sh up [--control-plane-only]   start a fresh cluster (runs `down` first)
+#   [NODES=N] hack/cluster.sh up [--control-plane-only] [--no-registry]
+#                                                start a fresh cluster (runs `down` first); without
+#                                                the registry (`make up`: its image is imported) with --no-registry
 #   hack/cluster.sh exec -- CMD [ARGS...]        run CMD inside the first node's netns with the cluster env
 #   hack/cluster.sh node-exec NODE -- CMD...     run CMD in that node's network and mount namespaces
 #   hack/cluster.sh import-image TAR             load a docker-archive into every node's containerd
@@ -608,7 +610,7 @@ EOF
 }
 
 write_env() {
-	local mode=$1
+	local mode=$1 registry=$2
 	cat >"$CL/env" <<EOF
 # Written by hack/cluster.sh up. Source it, or use \`hack/cluster.sh exec -- CMD\`.
 # The API server is reachable only from inside the network namespace \$SRCSI_NETNS.
@@ -632,7 +634,7 @@ export SRCSI_BUSYBOX_IMAGE=$BUSYBOX_IMAGE
 export SRCSI_NODES="$(for ((k = 1; k <= NODES; k++)); do printf '%s ' "$(node_name "$k")"; done)"
 export SRCSI_NODES_FILE=$CL/nodes.list
 EOF
-	[[ $mode == full ]] && cat >>"$CL/env" <<EOF
+	((registry)) && cat >>"$CL/env" <<EOF
 # The cluster's OCI registry (host:port, TLS) and the CA its certificate chains to: push with
 # \`make release REGISTRY=\$SRCSI_REGISTRY/PATH REGISTRY_CA_FILE=\$SRCSI_REGISTRY_CA\`; the node pulls from it.
 export SRCSI_REGISTRY=$REGISTRY
@@ -674,12 +676,14 @@ node_ready() {
 }
 
 cmd_up() {
-	local mode=full
-	case ${1:-} in
-	"") ;;
-	--control-plane-only) mode=control-plane-only ;;
-	*) die "unknown flag for up: $1" ;;
-	esac
+	local mode=full registry=1 flag
+	for flag in "$@"; do
+		case $flag in
+		--control-plane-only) mode=control-plane-only registry=0 ;;
+		--no-registry) registry=0 ;;
+		*) die "unknown flag for up: $flag (want --control-plane-only, --no-registry)" ;;
+		esac
+	done
 	for b in etcd kube-apiserver kube-controller-manager kubectl; do
 		[[ -x $KBIN/$b ]] || die "missing $KBIN/$b: run KUBE_VERSION=$KUBE_MINOR hack/build-tools.sh cluster"
 	done
@@ -687,9 +691,10 @@ cmd_up() {
 		check_cgroups
 		[[ -x $KBIN/kubelet && -x $KBIN/kube-scheduler ]] ||
 			die "missing $KBIN/kubelet or kube-scheduler: run KUBE_VERSION=$KUBE_MINOR hack/build-tools.sh cluster"
-		for b in mkimage pause registry containerd containerd-shim-runc-v2 ctr runc cni/bridge; do
+		for b in mkimage pause containerd containerd-shim-runc-v2 ctr runc cni/bridge; do
 			[[ -x $BIN/$b ]] || die "missing $BIN/$b: run hack/build-tools.sh cluster"
 		done
+		((!registry)) || [[ -x $BIN/registry ]] || die "missing $BIN/registry: run hack/build-tools.sh registry (or up --no-registry)"
 		[[ -x /bin/busybox ]] || die "missing /bin/busybox: run hack/install-deps.sh"
 	fi
 
@@ -715,19 +720,19 @@ cmd_up() {
 	start_control_plane
 	if [[ $mode == full ]]; then
 		start_scheduler
-		start_registry
+		((!registry)) || start_registry
 		for ((k = 1; k <= NODES; k++)); do start_containerd "$k"; done
 		build_images
 		for ((k = 1; k <= NODES; k++)); do
 			wait_for "containerd of $(node_name "$k") is serving" 20 ctr_on "$k" version
 		done
-		wait_for "registry serving on https://$REGISTRY" 20 registry_ready
+		((!registry)) || wait_for "registry serving on https://$REGISTRY" 20 registry_ready
 		import_image "$IMAGES/pause.tar"
 		import_image "$IMAGES/busybox.tar"
 		log "images imported"
 		for ((k = 1; k <= NODES; k++)); do start_kubelet "$k"; done
 	fi
-	write_env "$mode"
+	write_env "$mode" "$registry"
 
 	wait_for "kube-apiserver /readyz ok" 60 apiserver_ready
 	if [[ $mode == full ]]; then

@@ -2,7 +2,8 @@
 # `make up`: a local cluster (one node; `make up NODES=3` for three) with the driver installed from
 # deploy.yaml and an example share, left running for you to look around. `make down` removes all of it.
 #
-#   1. hack/cluster.sh up                      (kube-apiserver, etcd, kubelet, containerd... in a netns)
+#   1. hack/cluster.sh up --no-registry        (kube-apiserver, etcd, kubelet, containerd... in a netns;
+#                                                no registry: the image is imported, as step 2 says)
 #   2. the driver's image (`make image`: _output/shared-resource-csi-image.tar) imported into every
 #      node's containerd (the tests release to the cluster's registry instead)
 #   3. deploy.yaml applied through the test overlay (hack/deploy-overlay.sh: only the image
@@ -31,7 +32,7 @@ if [[ -z ${IMAGE:-} ]]; then
 fi
 
 start=$(date +%s)
-hack/cluster.sh up
+hack/cluster.sh up --no-registry
 # shellcheck source=/dev/null # written by cluster.sh up
 source _output/cluster/env # SRCSI_NODES, SRCSI_BUSYBOX_IMAGE
 
