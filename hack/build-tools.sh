@@ -133,6 +133,17 @@ kube_ldflags() {
 	echo "$flags"
 }
 
+# mod_version DIR MODULE: the version of MODULE that DIR's go.mod requires (a tidy go.mod lists
+# every module the build uses, at the version it selects). Read from the file, not with `go list
+# -m`, which first fetches the go.mod of every module in the graph: on a cold module cache that
+# kept every build waiting for the downloads, where the builds themselves fetch them side by side.
+mod_version() {
+	local v
+	v=$(awk -v m="$2" '$1 == "require" && $2 == m { print $3; exit } $1 == m && $2 ~ /^v[0-9]/ { print $2; exit }' "$1/go.mod")
+	[[ -n $v ]] || { echo "$1/go.mod requires no $2" >&2; return 1; }
+	echo "$v"
+}
+
 # go_build DIR ARGS...: `go build -trimpath ARGS` in the module DIR. Compiled without DWARF: every
 # binary here is linked stripped (-s -w), which drops it anyway, and not generating it saves about
 # an eighth of the compile's CPU.
@@ -169,8 +180,8 @@ minor_jobs() {
 	mod=$ROOT/$(kube_module_dir "$m")
 	dir=$(kube_bin_dir "$ROOT" "$m")
 	mkdir -p "$dir"
-	kube_version=$(cd "$mod" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
-	etcd_version=$(cd "$mod" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
+	kube_version=$(mod_version "$mod" k8s.io/kubernetes)
+	etcd_version=$(mod_version "$mod" go.etcd.io/etcd/server/v3)
 	[[ $kube_version == "v$m."* ]] || { echo "$mod pins Kubernetes $kube_version, not $m" >&2; return 1; }
 	if want etcd && stale etcd "etcd=$etcd_version $goversion" "$dir"; then etcd_st="etcd=$etcd_version $goversion"; fi
 	if want kube; then
@@ -193,7 +204,7 @@ minor_jobs() {
 module_tool() {
 	local name=$1 dir=$2 module=$3 pkg=$4 symbol=${5:-} version ldflags="-s -w" st
 	want "$name" || return 0
-	version=$(cd "$TOOLS/$dir" && go list -m -f '{{.Version}}' "$module")
+	version=$(mod_version "$TOOLS/$dir" "$module")
 	st="$name=$version $goversion"
 	# A tool built from a main package of ours (the registry's) is rebuilt when that changes.
 	[[ $pkg != . ]] || st+=" main=$(cat "$TOOLS/$dir"/*.go | sha256sum | cut -c1-16)"
@@ -236,14 +247,14 @@ build_cni() {
 }
 node_jobs() {
 	local v st c p stale_any=0
-	v=$(cd "$TOOLS/containerd" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)
+	v=$(mod_version "$TOOLS/containerd" github.com/containerd/containerd/v2)
 	st="containerd=$v $goversion tags=$CONTAINERD_TAGS"
 	for c in containerd containerd-shim-runc-v2 ctr; do if stale "$c" "$st"; then stale_any=1; fi; done
 	if ((stale_any)); then job "containerd-$v" build_containerd "$v" "$st"; fi
-	v=$(cd "$TOOLS/runc" && go list -m -f '{{.Version}}' github.com/opencontainers/runc)
+	v=$(mod_version "$TOOLS/runc" github.com/opencontainers/runc)
 	st="runc=$v $goversion"
 	if stale runc "$st"; then job "runc-$v" build_runc "$v" "$st"; fi
-	v=$(cd "$TOOLS/cni" && go list -m -f '{{.Version}}' github.com/containernetworking/plugins)
+	v=$(mod_version "$TOOLS/cni" github.com/containernetworking/plugins)
 	st="cni=$v $goversion"
 	mkdir -p "$BIN/cni"
 	stale_any=0

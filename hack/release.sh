@@ -84,10 +84,11 @@ trap 'rm -rf "$work"' EXIT
 
 # The binaries: static (CGO_ENABLED=0: the image has no libc), stamped as `make build` stamps;
 # -trimpath and the commit's VCS stamp keep them the same on every machine for the same commit.
+# Stripped (-s -w), and compiled without the DWARF the link would drop, as `make build` is.
 binflags=()
 for arch in "${ARCHES[@]}"; do
 	echo "release: building linux/$arch..."
-	CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath \
+	CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -gcflags=all=-dwarf=false \
 		-ldflags "-s -w -X main.version=$VERSION -X main.commit=$commit" \
 		-o "$work/bin/linux-$arch/$BINARY" .
 	binflags+=(-binary "linux/$arch=$work/bin/linux-$arch/$BINARY")
