@@ -79,8 +79,9 @@ deps:
 ## _output/bin.
 tools: deps
 	hack/build-tools.sh all
-## tools-main: the binaries of `make tools` but the older Kubernetes minors' (`make test` builds
-## those in the background while the newest minor's tests run, for the matrix after them).
+## tools-main: the binaries of `make tools` but the older Kubernetes minors': one minor's
+## (KUBE_VERSION's, default the newest) and every other tool (`make test` builds the older
+## minors in the background while the newest minor's tests run, for the matrix after them).
 tools-main: deps
 	hack/build-tools.sh main
 ## deps-cluster: the apt packages `make up` needs (root); no helm, prometheus or jq.

@@ -23,8 +23,9 @@
 # and appended to _output/bin/.logs/times (docs/development.md has the figures).
 #
 #   hack/build-tools.sh          all of them, every supported minor (`make tools`)
-#   hack/build-tools.sh main     all of them but the older minors' Kubernetes and etcd: what `make
-#                                test` needs before its first phase (`make tools-main`)
+#   hack/build-tools.sh main     all of them but the older minors' Kubernetes and etcd (one minor,
+#                                KUBE_VERSION's, default the newest): what `make test` needs
+#                                before its first phase (`make tools-main`)
 #   hack/build-tools.sh older    the older minors' Kubernetes and etcd alone: hack/test.sh builds
 #                                them in the background while the newest minor's phases run
 #   hack/build-tools.sh cluster  only what `make up` runs, for the minor KUBE_VERSION picks
@@ -66,6 +67,8 @@ mkdir -p "$BIN" "$LOGS"
 
 export CGO_ENABLED=0   # static binaries: no dependency on the host's libc
 export GOTOOLCHAIN=local
+# Each tool builds from its own module as its go.mod says (mod_version reads the versions there).
+export GOWORK=off GOFLAGS=-mod=readonly
 goversion=$(go env GOVERSION)
 # shellcheck source=hack/lib/versions.sh
 . "$ROOT/hack/lib/versions.sh"
@@ -134,13 +137,23 @@ kube_ldflags() {
 }
 
 # mod_version DIR MODULE: the version of MODULE that DIR's go.mod requires (a tidy go.mod lists
-# every module the build uses, at the version it selects). Read from the file, not with `go list
-# -m`, which first fetches the go.mod of every module in the graph: on a cold module cache that
-# kept every build waiting for the downloads, where the builds themselves fetch them side by side.
+# every module the build uses, at the version it selects; the builds run with -mod=readonly, so an
+# untidy one fails them). Read from the file, not with `go list -m`, which first fetches the go.mod
+# of every module in the graph: on a cold module cache that kept every build waiting for the
+# downloads, where the builds themselves fetch them side by side. Only require directives count;
+# a module that any replace or exclude names is refused, since the version built could differ.
 mod_version() {
 	local v
-	v=$(awk -v m="$2" '$1 == "require" && $2 == m { print $3; exit } $1 == m && $2 ~ /^v[0-9]/ { print $2; exit }' "$1/go.mod")
-	[[ -n $v ]] || { echo "$1/go.mod requires no $2" >&2; return 1; }
+	v=$(awk -v m="$2" '
+		{ gsub(/"/, "") }
+		/^[ \t]*\)/ { block = ""; next }
+		/^(require|replace|exclude)[ \t]*\(/ { block = $1; next }
+		$1 == "replace" || $1 == "exclude" { if ($2 == m) { bad = 1 }; next }
+		block == "replace" || block == "exclude" { if ($1 == m) { bad = 1 }; next }
+		$1 == "require" && $2 == m { v = $3 }
+		block == "require" && $1 == m { v = $2 }
+		END { if (bad) { print "replaced" } else { print v } }' "$1/go.mod")
+	[[ $v == v[0-9]* ]] || { echo "$1/go.mod: no require of $2 (or a replace or exclude names it): cannot tell its version" >&2; return 1; }
 	echo "$v"
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real Kubernetes cluster of one or more nodes on this machine, without Docker, for the
-# driver's e2e tests, with its own OCI registry (distribution's, on the first node's IP) for
-# images and charts. Everything runs inside network namespaces created for the run, so no packet
+# driver's e2e tests, with its own OCI registry (distribution's, on the first node's IP; not with
+# --no-registry, as `make up` starts it) for images and charts. Everything runs inside network namespaces created for the run, so no packet
 # leaves the machine (and no other process's network is touched).
 #
 #   [NODES=N] hack/cluster.sh up [--control-plane-only] [--no-registry]
@@ -20,7 +20,7 @@
 #   hack/cluster.sh restart-control-plane        SIGKILL to etcd and the API server, both started again
 #
 # Nodes (NODES=1 by default): one control plane (etcd, API server, controller manager, scheduler,
-# registry) in the first node's network namespace, and per node its own kubelet and containerd
+# and the registry) in the first node's network namespace, and per node its own kubelet and containerd
 # in a network namespace of its own (node k: 10.200.0.<k+1>, pods 10.<87+k>.0.0/16, all nodes on
 # one bridge, routes between them) and, with several nodes, a mount namespace of its own where
 # /var/lib/kubelet is its own directory: each node's driver pod sees only its node's paths, as on
@@ -28,8 +28,8 @@
 #
 # Binaries: hack/build-tools.sh (_output/bin). Packages: hack/install-deps.sh.
 # State: _output/cluster (logs in _output/cluster/logs survive `down` for post-mortems).
-# Env for tests: _output/cluster/env (KUBECONFIG, SRCSI_NETNS, SRCSI_KUBECTL, SRCSI_REGISTRY,
-# CONTAINERD_ADDRESS...).
+# Env for tests: _output/cluster/env (KUBECONFIG, SRCSI_NETNS, SRCSI_KUBECTL, SRCSI_REGISTRY when
+# the registry runs, CONTAINERD_ADDRESS...).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the whole test suite against local clusters that it brings up and always tears down.
-# Called by `make test` (after build and tools); needs root. The suites, by what they need
+# Called by `make test` (after build and tools-main); needs root. The suites, by what they need
 # (test/README.md): the root's tests of the mount code (build tag root) and test/ (its own Go
 # module): e2e/api, e2e/pods, e2e/nodes, manifests. Phases, each on a cluster of its own:
 #   1. the newest supported minor, one node: the root module's tests with the tag root (the unit
@@ -55,18 +55,24 @@ hack/cluster.sh down >/dev/null 2>&1 || true
 # suite's compiling, and those phases leave the cores idle much of the time. At the lowest CPU and
 # I/O priority, in a session of its own whose scheduler autogroup is niced too (with autogroups a
 # process's nice counts only within its session), so the clusters and the tests always come first.
-# When everything is built it is done in seconds. The matrix waits for it.
+# One minor at a time (BUILD_JOBS=1), and the first process the kernel kills should memory run
+# short. When everything is built it is done in seconds. The matrix waits for it.
 older_build=
 if ((${#matrix[@]})); then
-	setsid -w bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 ionice -c 3 hack/build-tools.sh older' \
-		>_output/build-older.log 2>&1 &
+	setsid -w bash -c '{ echo 19 >/proc/self/autogroup; echo 1000 >/proc/self/oom_score_adj; } 2>/dev/null
+		BUILD_JOBS=1 exec nice -n 19 ionice -c 3 hack/build-tools.sh older' >_output/build-older.log 2>&1 &
 	older_build=$!
 fi
-trap '[[ -z $older_build ]] || kill -- -"$older_build" 2>/dev/null; hack/cluster.sh down' EXIT
+# On the way out, the build too if it still runs (its session: setsid made it a group of its own).
+# shellcheck disable=SC2317 # called by the EXIT trap
+stop_older_build() {
+	if [[ -n $older_build ]] && jobs -rp | grep -qx "$older_build"; then kill -- -"$older_build" 2>/dev/null || true; fi
+}
+trap 'stop_older_build; hack/cluster.sh down' EXIT
 start=$(date +%s)
 
 # The crash tests run the driver's test build, with its crash points compiled in (crashsteps.go).
-CGO_ENABLED=0 go build -trimpath -tags crashpoints -o _output/bin/shared-resource-csi-crashpoints .
+CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -tags crashpoints -o _output/bin/shared-resource-csi-crashpoints .
 # Modules are downloaded first, the driver's and test/'s: there is no route out of the cluster's
 # network namespace.
 go mod download

@@ -98,7 +98,7 @@ func TestNodesDriverRunsOnEveryNode(t *testing.T) {
 			t.Error(err)
 		}
 		if s.Release == nil {
-			t.Fatal("the suite did not install the driver from the cluster's registry ($SRCSI_REGISTRY unset?)")
+			t.Fatal("the suite did not install the driver from the cluster's registry ($SRCSI_REGISTRY unset: a cluster of `make up`, which starts none? `NODES=3 hack/cluster.sh up` does)")
 		}
 		if err := s.CheckPulledFromRelease(pod); err != nil {
 			t.Errorf("node %s: %v", n.Name, err)

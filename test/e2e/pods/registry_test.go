@@ -35,7 +35,7 @@ import (
 func TestPodsInstalledFromTheRegistry(t *testing.T) {
 	if os.Getenv("SRCSI_REGISTRY") == "" {
 		if os.Getenv("CI") != "" || os.Getenv("SRCSI_CLUSTER_DIR") != "" {
-			t.Fatal("$SRCSI_REGISTRY is not set: hack/cluster.sh up writes it into the cluster env")
+			t.Fatal("$SRCSI_REGISTRY is not set: this cluster has no registry (make up starts none); bring one up with `make registry build`, then `hack/cluster.sh up`, which writes it into the cluster env")
 		}
 		t.Skip("no registry in this cluster (hack/e2e-kind.sh imports the image)")
 	}
