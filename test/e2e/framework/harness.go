@@ -886,17 +886,23 @@ func SameFiles[V ~string | ~[]byte](got, want map[string]V) error {
 func ReadVolume(t *testing.T, target string) map[string]string {
 	t.Helper()
 	// A name listed can be gone when it is read: the driver swapped the view in between (a
-	// revocation takes the names away). That is the atomic writer working; the snapshot is
-	// taken again, so that it is always one view, before or after.
+	// revocation takes the names away, a refresh those of the keys the source dropped). That is
+	// the atomic writer working; the snapshot is taken again, so that it is always one view,
+	// before or after. The writer removes a dropped key's name just after the swap, so until it
+	// does (for as long as it is off the CPU, on a busy machine) the name dangles: the reads are
+	// retried for up to a second, a name that stays dangling fails.
+	const settle = time.Second
+	deadline := time.Now().Add(settle)
 	for attempt := 1; ; attempt++ {
 		out, vanished, err := readVolumeOnce(target)
 		switch {
 		case err != nil:
 			t.Fatal(err)
-		case vanished && attempt < 5:
+		case vanished && time.Now().Before(deadline):
+			time.Sleep(10 * time.Millisecond)
 			continue
 		case vanished:
-			t.Fatalf("reading volume %s: files vanished while it was read, %d times in a row", target, attempt)
+			t.Fatalf("reading volume %s: files vanished while it was read, %d times in a row over %v", target, attempt, settle)
 		}
 		return out
 	}
