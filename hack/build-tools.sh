@@ -36,9 +36,9 @@
 #                                kubectl, etcd) and helm
 #   hack/build-tools.sh helm     helm alone (`make manifests`, `make release`)
 #   hack/build-tools.sh actionlint  actionlint alone (`make vet`)
-#   hack/build-tools.sh golangci-lint  golangci-lint alone (`make vet`; ~3 min cold on 2 cores)
-#   hack/build-tools.sh cosign   cosign alone (`make release COSIGN_KEY=...`; ~10 min cold on 2 cores,
-#                                so not part of `all`: no test needs it)
+#   hack/build-tools.sh golangci-lint  golangci-lint alone (`make vet`; ~2 min cold on 2 cores)
+#   hack/build-tools.sh cosign   cosign alone (`make release COSIGN_KEY=...`, and `make test`'s
+#                                release tests; ~4 min cold on 2 cores, so not part of `all`)
 #   hack/build-tools.sh registry distribution's registry alone (hack/cluster.sh up starts it, unless
 #                                --no-registry)
 # BUILD_JOBS: how many builds run at once (default 4; 1 builds one after another).

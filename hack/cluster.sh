@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A real Kubernetes cluster of one or more nodes on this machine, without Docker, for the
-# driver's e2e tests, with its own OCI registry (distribution's, on the first node's IP; not with
-# --no-registry, as `make up` starts it) for images and charts. Everything runs inside network namespaces created for the run, so no packet
-# leaves the machine (and no other process's network is touched).
+# driver's e2e tests, with its own OCI registry (distribution's, on the first node's IP) for
+# images and charts, unless --no-registry (which `make up` passes: it imports its image).
+# Everything runs inside network namespaces created for the run, so no packet leaves the machine
+# (and no other process's network is touched).
 #
 #   [NODES=N] hack/cluster.sh up [--control-plane-only] [--no-registry]
 #                                                start a fresh cluster (runs `down` first); without
