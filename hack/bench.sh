@@ -16,6 +16,8 @@ cd "$ROOT"
 [[ $(id -u) == 0 ]] || { echo "make bench needs root (the driver mounts file systems)" >&2; exit 1; }
 # shellcheck source=hack/lib/versions.sh
 source hack/lib/versions.sh
+# shellcheck source=hack/lib/goenv.sh
+source hack/lib/goenv.sh
 # The control plane of KUBE_VERSION's minor (default the newest), as `make up` and `make test`.
 KBIN=$(kube_bin_dir "$ROOT" "$(kube_minor)")
 [[ -x _output/bin/shared-resource-csi && -x $KBIN/kubectl ]] || {

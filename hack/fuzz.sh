@@ -18,6 +18,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=hack/lib/goenv.sh
+source hack/lib/goenv.sh
 
 declare -A budget=(
 	[FuzzParsePublishRequest]=40000

@@ -13,6 +13,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 # shellcheck source=hack/lib/versions.sh
 source hack/lib/versions.sh
+# shellcheck source=hack/lib/goenv.sh
+source hack/lib/goenv.sh
 [[ $(id -u) == 0 ]] || { echo "make soak needs root (it mounts file systems and runs kubelets)" >&2; exit 1; }
 DURATION=${DURATION:-3m}
 SEED=${SEED:-$((RANDOM * 32768 + RANDOM))}

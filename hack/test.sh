@@ -26,6 +26,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 # shellcheck source=hack/lib/versions.sh
 source hack/lib/versions.sh
+# shellcheck source=hack/lib/goenv.sh
+source hack/lib/goenv.sh
 main_minor=$(kube_minor)
 # The older minors' phase: the matrix, unless one minor was asked for or tests were picked.
 matrix=()

@@ -1,0 +1,18 @@
+# shellcheck shell=bash
+# How every Go command of this repository compiles, the driver's tests and linters as much as its
+# release: the way the driver ships. Static (CGO_ENABLED=0), -trimpath, and without DWARF (the
+# release links stripped, which drops it anyway). hack/build-tools.sh compiles the clusters'
+# Kubernetes binaries and tools the same way, so each package is compiled once into the Go build
+# cache and serves them all: client-go compiled for kube-apiserver is the driver's, the linters'
+# and the tests'; the standard library for arm64 is the release's and tools/ociimage's fixtures'.
+# Compiled two ways, the shared packages would be compiled twice (some 500 CPU seconds on a cold
+# cache). It also tests the driver's code as it ships: without cgo.
+#
+# Sourced by the scripts that run Go (hack/test.sh, bench.sh, fuzz.sh, soak.sh); the Makefile
+# exports what it sets to every recipe. GOFLAGS the caller set are kept.
+export CGO_ENABLED=0
+case " ${GOFLAGS:-} " in
+*" -trimpath "*) ;;
+*) GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath -gcflags=all=-dwarf=false" ;;
+esac
+export GOFLAGS
