@@ -85,7 +85,7 @@ tools: deps
 	hack/build-tools.sh all
 ## tools-main: the binaries of `make tools` but the older Kubernetes minors': one minor's
 ## (KUBE_VERSION's, default the newest) and every other tool (`make test` builds the older
-## minors in the background while the newest minor's tests run, for the matrix after them).
+## minors in the background from its start, for the matrix at its end).
 tools-main: deps
 	hack/build-tools.sh main
 ## deps-cluster: the apt packages `make up` needs (root); no helm, prometheus or jq.
@@ -116,19 +116,20 @@ cosign:
 registry:
 	hack/build-tools.sh registry
 
-## test: everything, as root: the release tools' tests (tools-test), then brings up the local
-## cluster, runs every test (the root module's with -tags root: the unit and mount tests; test/'s
-## suites: test/README.md) against it, tears it down; on the newest supported Kubernetes minor, then the matrix of the
-## older ones (hack/test.sh says which tests). KUBE_VERSION=1.NN: the whole suite on that minor only. The pod suite runs `make release` into the cluster's registry, so
-## ociimage and cosign are built here, outside the cluster's network namespace (no network there).
-test: vet tools-main build tools-test $(BIN)/ociimage cosign
+## test: everything CI runs, as root (hack/test.sh): vet, the release tools' tests (tools-test),
+## then brings up the local cluster, runs every test (the root module's with -tags root: the unit
+## and mount tests; test/'s suites: test/README.md) against it, tears it down; on the newest
+## supported Kubernetes minor, then a smoke of every benchmark, the fuzz targets and the matrix of
+## the older minors (hack/test.sh says which tests). KUBE_VERSION=1.NN: the whole suite on that
+## minor only, without the benchmarks, fuzzing or matrix.
+test:
 	hack/test.sh
 
 ## test-api: the suites that need no kubelet, as root on a control plane alone (etcd, API server,
 ## controller manager; no kubelet, no container runtime): on any Linux host, cgroup v1 or v2. The
 ## root module's tests with the tag root, test/e2e/api (the driver as a process against the API
 ## server), test/manifests and test/e2e/framework. KUBE_VERSION=1.NN picks the minor.
-test-api: deps tools-api build
+test-api:
 	TEST_NODES=0 hack/test.sh
 
 ## soak: the soak tier (test/e2e/soak, docs/reliability.md) on a local cluster of NODES nodes

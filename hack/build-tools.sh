@@ -27,7 +27,7 @@
 #                                KUBE_VERSION's, default the newest): what `make test` needs
 #                                before its first phase (`make tools-main`)
 #   hack/build-tools.sh older    the older minors' Kubernetes and etcd alone: hack/test.sh builds
-#                                them in the background while the newest minor's phases run
+#                                them in the background from its start, for its last phase
 #   hack/build-tools.sh cluster  only what `make up` runs, for the minor KUBE_VERSION picks
 #                                (default the newest): Kubernetes, etcd, containerd, runc, CNI,
 #                                mkimage, pause (no registry: `make up` imports its image)

@@ -1,26 +1,30 @@
 #!/usr/bin/env bash
-# Runs the whole test suite against local clusters that it brings up and always tears down.
-# Called by `make test` (after build and tools-main); needs root. The suites, by what they need
+# Runs the whole test suite against local clusters that it brings up and always tears down:
+# `make test`, everything CI runs (.ci/run). Needs root. First it builds what the phases run (make
+# vet tools-main build tools-test ...: the linters run there). The suites, by what they need
 # (test/README.md): the root's tests of the mount code (build tag root) and test/ (its own Go
 # module): e2e/api, e2e/pods, e2e/nodes, manifests. Phases, each on a cluster of its own:
 #   1. the newest supported minor, one node: the root module's tests with the tag root (the unit
 #      tests and the mount tests), then test/'s e2e/api, e2e/pods, manifests and e2e/framework;
 #   2. the newest minor, three nodes (NODES=3): the multi-node suite (test/e2e/nodes), then a short
 #      soak (test/e2e/soak: SOAK_DURATION, default 2m; `make soak` runs longer ones);
-#   3. each older supported minor (hack/lib/versions.sh), one node: the tests that prove a user's
+#   3. a smoke of every benchmark (BENCH_SMOKE=1 hack/bench.sh) on a control plane; then every
+#      fuzz target (hack/fuzz.sh) in the background, beside the older minors' phases;
+#   4. each older supported minor (hack/lib/versions.sh), one node: the tests that prove a user's
 #      install works there (hack/matrixtests/matrix.txt: packages of test/ and test names, checked
-#      to exist before any cluster starts). Their binaries build in the background meanwhile.
+#      to exist before any cluster starts). Their binaries build in the background from the start.
 # After each phase `down` must leave nothing behind (hack/cluster.sh check-down).
 # A phase that needs no kubelet, for hosts that cannot run this harness's nodes (cgroup v2):
 #   0. `make test-api` (TEST_NODES=0): a control plane alone (hack/cluster.sh up
 #      --control-plane-only: etcd, API server, controller manager; no kubelet, no container
 #      runtime, no cgroups): the root module's tests with the tag root, and test/'s e2e/api,
 #      manifests and e2e/framework: every suite but the pod and node suites.
-# KUBE_VERSION=1.NN: the phases on that minor only, no matrix.
-# TEST_ARGS: more `go test` flags for the phases (with TEST_ARGS the matrix is skipped). A -run in it picks the phase: the three-node one if it names TestNodes,
-# else the one-node one. TEST_PACKAGES: the one-node (or control-plane) phase's packages of test/ (default below).
+# KUBE_VERSION=1.NN: phases 1 and 2 on that minor only: no benchmarks, fuzzing or matrix.
+# TEST_ARGS: more `go test` flags for the phases (with TEST_ARGS, phases 3 and 4 are skipped). A
+# -run in it picks the phase: the three-node one if it names TestNodes, else the one-node one.
+# TEST_PACKAGES: the one-node (or control-plane) phase's packages of test/ (default below).
 # TEST_NODES: the phases to run on the main minor ("1 3" by default, or as the -run picks; 0: the
-# control-plane phase); set, the matrix is skipped.
+# control-plane phase); set, phases 3 and 4 are skipped.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -29,7 +33,8 @@ source hack/lib/versions.sh
 # shellcheck source=hack/lib/goenv.sh
 source hack/lib/goenv.sh
 main_minor=$(kube_minor)
-# The older minors' phase: the matrix, unless one minor was asked for or tests were picked.
+# The older minors' phase (and the benchmarks' and fuzz targets'): unless one minor was asked for
+# or tests or phases were picked.
 matrix=()
 if [[ -z ${KUBE_VERSION:-} && -z ${TEST_ARGS:-} && -z ${TEST_NODES:-} ]]; then matrix=("${KUBE_MINORS[@]:1}"); fi
 # What proves a user's install works on a minor: hack/matrixtests/matrix.txt. A test it names that
@@ -52,25 +57,45 @@ fi
 
 # A run killed earlier may have left a cluster behind.
 hack/cluster.sh down >/dev/null 2>&1 || true
+mkdir -p _output
+# lowest_priority: a command prefix. "${lowest_priority[@]}" CMD... & runs CMD in a session of its
+# own (setsid -w; as a simple command in the background it keeps the job's PID, which is then that
+# of its process group) at the lowest CPU and I/O priority, its scheduler autogroup niced too (with
+# autogroups a process's nice counts only within its session), and the first process the kernel
+# kills should memory run short: the clusters, the tests and the builds they wait for come first.
+# shellcheck disable=SC2016 # expanded by the inner bash
+lowest_priority=(setsid -w bash -c '{ echo 19 >/proc/self/autogroup; echo 1000 >/proc/self/oom_score_adj; } 2>/dev/null
+	exec nice -n 19 ionice -c 3 "$@"' lowest_priority)
 # The older minors' Kubernetes and etcd (`hack/build-tools.sh older`, for the matrix) build in the
-# background while the newest minor's phases run: on a cold build cache they are about half of the
-# suite's compiling, and those phases leave the cores idle much of the time. At the lowest CPU and
-# I/O priority, in a session of its own whose scheduler autogroup is niced too (with autogroups a
-# process's nice counts only within its session), so the clusters and the tests always come first.
-# One minor at a time (BUILD_JOBS=1), and the first process the kernel kills should memory run
-# short. When everything is built it is done in seconds. The matrix waits for it.
+# background from the start, beside the builds below and then the newest minor's phases: on a cold
+# build cache they are about half of the suite's compiling, and the phases leave the cores idle
+# much of the time. One minor at a time (BUILD_JOBS=1). When everything is built it is done in
+# seconds. The matrix waits for it.
 older_build=
 if ((${#matrix[@]})); then
-	setsid -w bash -c '{ echo 19 >/proc/self/autogroup; echo 1000 >/proc/self/oom_score_adj; } 2>/dev/null
-		BUILD_JOBS=1 exec nice -n 19 ionice -c 3 hack/build-tools.sh older' >_output/build-older.log 2>&1 &
+	"${lowest_priority[@]}" env BUILD_JOBS=1 hack/build-tools.sh older >_output/build-older.log 2>&1 &
 	older_build=$!
 fi
-# On the way out, the build too if it still runs (its session: setsid made it a group of its own).
+# The fuzz targets' run (started after the newest minor's phases, below).
+fuzz_run=
+# On the way out, the background jobs too if they still run (each its own process group).
 # shellcheck disable=SC2317 # called by the EXIT trap
-stop_older_build() {
-	if [[ -n $older_build ]] && jobs -rp | grep -qx "$older_build"; then kill -- -"$older_build" 2>/dev/null || true; fi
+stop_background() {
+	local pid
+	for pid in $older_build $fuzz_run; do
+		if jobs -rp | grep -qx "$pid"; then kill -- -"$pid" 2>/dev/null || true; fi
+	done
 }
-trap 'stop_older_build; hack/cluster.sh down' EXIT
+trap 'stop_background; hack/cluster.sh down' EXIT
+# What the phases run, built first: for make test the linters (vet), the newest minor's cluster,
+# the driver, the release tools' tests (tools-test) and what the pod suite's `make release` runs
+# outside the cluster's network namespace (ociimage, cosign); for the control-plane phase (make
+# test-api) its control plane alone.
+if [[ $TEST_NODES == 0 ]]; then
+	make deps tools-api build
+else
+	make vet tools-main build tools-test _output/bin/ociimage cosign
+fi
 start=$(date +%s)
 
 # The crash tests run the driver's test build, with its crash points compiled in (crashsteps.go).
@@ -163,6 +188,21 @@ if [[ $TEST_NODES == *3* ]]; then
 	((status != 0)) || status=$down_status
 	echo "three-node phase took $(($(date +%s) - phase)) s"
 fi
+# A whole run (the matrix's) goes on with what needs no node. Every benchmark, shrunk and run once
+# (BENCH_SMOKE=1 make bench): they must run; their numbers fail nothing. On a control plane of its
+# own, while the older minors' build goes on beside it.
+if ((${#matrix[@]})); then
+	phase=$(date +%s)
+	BENCH_SMOKE=1 hack/bench.sh
+	bench_status=$?
+	((status != 0)) || status=$bench_status
+	echo "benchmark smoke took $(($(date +%s) - phase)) s"
+	# Then every fuzz target for its count of executions (hack/fuzz.sh: no cluster, no root), in
+	# the background beside the older minors' build and phases, which leave a core idle. Not while
+	# anything runs flat out at normal priority: a fuzz input that takes over 10 s counts as a hang.
+	"${lowest_priority[@]}" hack/fuzz.sh >_output/fuzz.log 2>&1 &
+	fuzz_run=$!
+fi
 # The older minors, one after another: each cluster takes the machine's /var/lib/kubelet, its
 # ports and network namespace, so two cannot run side by side here. Their binaries first.
 if [[ -n $older_build ]]; then
@@ -191,5 +231,19 @@ for minor in "${matrix[@]}"; do
 	((status != 0)) || status=$down_status
 	echo "Kubernetes $minor phase took $(($(date +%s) - phase)) s"
 done
+if [[ -n $fuzz_run ]]; then
+	waited=$(date +%s)
+	wait "$fuzz_run"
+	fuzz_status=$?
+	fuzz_run=
+	echo "the fuzz targets' run: waited $(($(date +%s) - waited)) s for it"
+	if ((fuzz_status != 0)); then
+		cat _output/fuzz.log
+		echo "a fuzz target failed (_output/fuzz.log, above)" >&2
+		status=1
+	else
+		sed -n '/^fuzz summary:/,$p' _output/fuzz.log
+	fi
+fi
 echo "tests finished in $(($(date +%s) - start)) s"
 exit "$status"
