@@ -11,10 +11,11 @@ REGISTRY ?= ghcr.io/shared-resource
 # IMAGE: the tag of `make image`'s tar, imported straight into a node (up.sh, e2e-kind.sh); it is
 # not pulled from anywhere.
 IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
-# Every Go command compiles as the driver ships: static, -trimpath, no DWARF (hack/lib/goenv.sh,
-# which says why, sets both for the scripts; GOFLAGS of the caller's are kept).
-export CGO_ENABLED := 0
-export GOFLAGS := $(shell GOFLAGS='$(GOFLAGS)' bash -c '. hack/lib/goenv.sh && printf %s "$$GOFLAGS"')
+# Every Go command compiles as the driver ships: static, -trimpath, no DWARF. hack/lib/goenv.sh
+# says why, and what of the caller's environment wins; the scripts source it, and here its values
+# are exported to every recipe.
+export CGO_ENABLED := $(shell bash -c '. hack/lib/goenv.sh && printf %s "$$CGO_ENABLED"')
+export GOFLAGS := $(shell bash -c '. hack/lib/goenv.sh && printf %s "$$GOFLAGS"')
 
 .PHONY: build help test test-api soak unit tools-test vet lint deps-lint golangci-lint image deploy up down tools tools-main deps tools-cluster deps-cluster tools-api helm actionlint check-workflows cosign registry release e2e-kind bench clean manifests
 

@@ -6,13 +6,20 @@
 # cache and serves them all: client-go compiled for kube-apiserver is the driver's, the linters'
 # and the tests'; the standard library for arm64 is the release's and tools/ociimage's fixtures'.
 # Compiled two ways, the shared packages would be compiled twice (some 500 CPU seconds on a cold
-# cache). It also tests the driver's code as it ships: without cgo.
+# cache). It also tests the driver's code as it ships: without cgo. (A panic's stack then names
+# files by module path, github.com/shared-resource/csi-driver/x.go, not by their place on disk.)
 #
 # Sourced by the scripts that run Go (hack/test.sh, bench.sh, fuzz.sh, soak.sh); the Makefile
-# exports what it sets to every recipe. GOFLAGS the caller set are kept.
-export CGO_ENABLED=0
+# exports what it sets to every recipe. What the caller set wins: CGO_ENABLED=1 (which -race
+# needs: `CGO_ENABLED=1 make test TEST_ARGS=-race`), and a -trimpath or -gcflags of its own in
+# GOFLAGS, to which nothing is then added.
+export CGO_ENABLED=${CGO_ENABLED:-0}
 case " ${GOFLAGS:-} " in
-*" -trimpath "*) ;;
-*) GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath -gcflags=all=-dwarf=false" ;;
+*" -trimpath"*) ;;
+*) GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath" ;;
+esac
+case " $GOFLAGS " in
+*" -gcflags"*) ;;
+*) GOFLAGS="$GOFLAGS -gcflags=all=-dwarf=false" ;;
 esac
 export GOFLAGS
