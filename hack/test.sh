@@ -33,10 +33,14 @@ source hack/lib/versions.sh
 # shellcheck source=hack/lib/goenv.sh
 source hack/lib/goenv.sh
 main_minor=$(kube_minor)
-# The older minors' phase (and the benchmarks' and fuzz targets'): unless one minor was asked for
-# or tests or phases were picked.
-matrix=()
-if [[ -z ${KUBE_VERSION:-} && -z ${TEST_ARGS:-} && -z ${TEST_NODES:-} ]]; then matrix=("${KUBE_MINORS[@]:1}"); fi
+# A whole run: no minor asked for, no tests or phases picked. Only a whole run has the benchmarks'
+# and fuzz targets' phase and the older minors' (the matrix).
+whole_run=0 matrix=()
+if [[ -z ${KUBE_VERSION:-} && -z ${TEST_ARGS:-} && -z ${TEST_NODES:-} ]]; then
+	whole_run=1 matrix=("${KUBE_MINORS[@]:1}")
+else
+	echo "KUBE_VERSION, TEST_ARGS or TEST_NODES set: no benchmarks, fuzzing or older minors in this run"
+fi
 # What proves a user's install works on a minor: hack/matrixtests/matrix.txt. A test it names that
 # no longer exists (renamed, removed) fails here, naming the line, before any cluster is started;
 # otherwise the older minors would silently run fewer tests.
@@ -66,6 +70,11 @@ mkdir -p _output
 # shellcheck disable=SC2016 # expanded by the inner bash
 lowest_priority=(setsid -w bash -c '{ echo 19 >/proc/self/autogroup; echo 1000 >/proc/self/oom_score_adj; } 2>/dev/null
 	exec nice -n 19 ionice -c 3 "$@"' lowest_priority)
+# low_priority: the same for a job that must never wait long, the fuzz targets' (one input that
+# takes over 10 s counts as a hang, and its input would be saved as a failure): nice 10 (its
+# autogroup weighs about a tenth of a test's), its I/O in the normal class, no OOM preference.
+# shellcheck disable=SC2016 # expanded by the inner bash
+low_priority=(setsid -w bash -c 'echo 10 >/proc/self/autogroup 2>/dev/null; exec nice -n 10 "$@"' low_priority)
 # The older minors' Kubernetes and etcd (`hack/build-tools.sh older`, for the matrix) build in the
 # background from the start, beside the builds below and then the newest minor's phases: on a cold
 # build cache they are about half of the suite's compiling, and the phases leave the cores idle
@@ -188,19 +197,19 @@ if [[ $TEST_NODES == *3* ]]; then
 	((status != 0)) || status=$down_status
 	echo "three-node phase took $(($(date +%s) - phase)) s"
 fi
-# A whole run (the matrix's) goes on with what needs no node. Every benchmark, shrunk and run once
-# (BENCH_SMOKE=1 make bench): they must run; their numbers fail nothing. On a control plane of its
-# own, while the older minors' build goes on beside it.
-if ((${#matrix[@]})); then
+# A whole run goes on with what needs no node. Every benchmark, shrunk and run once (BENCH_SMOKE=1
+# make bench): they must run; their numbers fail nothing. On a control plane of its own, while the
+# older minors' build goes on beside it.
+if ((whole_run)); then
 	phase=$(date +%s)
 	BENCH_SMOKE=1 hack/bench.sh
 	bench_status=$?
 	((status != 0)) || status=$bench_status
 	echo "benchmark smoke took $(($(date +%s) - phase)) s"
 	# Then every fuzz target for its count of executions (hack/fuzz.sh: no cluster, no root), in
-	# the background beside the older minors' build and phases, which leave a core idle. Not while
-	# anything runs flat out at normal priority: a fuzz input that takes over 10 s counts as a hang.
-	"${lowest_priority[@]}" hack/fuzz.sh >_output/fuzz.log 2>&1 &
+	# the background beside the older minors' build and phases, which leave a core idle. Not
+	# earlier, beside builds at normal priority that keep both cores busy for minutes.
+	"${low_priority[@]}" hack/fuzz.sh >_output/fuzz.log 2>&1 &
 	fuzz_run=$!
 fi
 # The older minors, one after another: each cluster takes the machine's /var/lib/kubelet, its
@@ -210,6 +219,13 @@ if [[ -n $older_build ]]; then
 	wait "$older_build"
 	older_status=$?
 	older_build=
+	# Killed (by the OOM killer, which takes it first): once more, in the foreground, from where
+	# it stopped.
+	if ((older_status >= 128)); then
+		echo "the older minors' build was killed (signal $((older_status - 128))): building them again, in the foreground"
+		BUILD_JOBS=1 hack/build-tools.sh older >>_output/build-older.log 2>&1
+		older_status=$?
+	fi
 	grep -E '^(built|FAILED)' _output/build-older.log
 	echo "the older minors' build: waited $(($(date +%s) - waited)) s for it"
 	if ((older_status != 0)); then
