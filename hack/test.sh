@@ -216,6 +216,14 @@ fi
 # ports and network namespace, so two cannot run side by side here. Their binaries first.
 if [[ -n $older_build ]]; then
 	waited=$(date +%s)
+	# Now the matrix waits for it and only the fuzz targets run beside it (nice 10): its CPU and
+	# I/O priority back to normal, its autogroup's (the session's) and each of its processes'
+	# (their process group's), so that the fuzz targets do not hold back what the run waits for.
+	{
+		echo 0 >"/proc/$older_build/autogroup"
+		renice -n 0 -g "$older_build"
+		ionice -c 2 -n 4 -P "$older_build"
+	} >/dev/null 2>&1 || true
 	wait "$older_build"
 	older_status=$?
 	older_build=
