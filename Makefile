@@ -29,14 +29,10 @@ build:
 help:
 	@awk -f hack/make-help.awk $(firstword $(MAKEFILE_LIST))
 
-## vet: go vet of the driver's module (without and with the build tag root, its mount tests), of
-## test/'s module (the end-to-end suites, benchmarks and manifests tests: test/README.md), gofmt,
-## check-workflows, and lint (shellcheck, actionlint with shellcheck on the workflows' run: steps,
-## golangci-lint on every module). Pyflakes stays off: the workflows hold no Python.
+## vet: lint (shellcheck, actionlint with shellcheck on the workflows' run: steps, golangci-lint
+## on every module, whose govet runs go vet's analyzers: .golangci.yml), check-workflows and
+## gofmt. Pyflakes stays off: the workflows hold no Python.
 vet: lint check-workflows
-	go vet ./...
-	go vet -tags root ./...
-	cd test && go vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 
 # The shell scripts: every tracked *.sh (the sourced libraries under hack/lib have no shebang) and
