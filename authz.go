@@ -38,8 +38,21 @@ type decision struct {
 // publishes by one service account costs one SubjectAccessReview. Denials are never cached: a
 // newly granted pod must not wait for a TTL, and the kubelet's retry backoff bounds their cost.
 // Errors are never cached and never mean "allowed".
+//
+// A denial is believed only from an API server whose RBAC caches are loaded. A kube-apiserver
+// that has just started serves requests before they are (its readiness check informer-sync
+// fails until then), and its authorizer then denies what RBAC grants: taken as an answer, that
+// would revoke every volume the relist checks in those seconds. So a denial is followed by a look at
+// that check (kubeClient.authorizerReady): failing (or no answer), the review counts as an error, which revokes
+// nothing and is retried; ok, the review is asked once more and that answer stands (the first
+// may have come just before the caches were loaded). A denial costs three requests, a grant
+// one. Only that check is asked: an API server unready for another reason (its etcd, a
+// shutdown) still authorizes from loaded caches, and its denials must not wait. (Behind a load
+// balancer over several API servers, the check may be answered by another one than the review;
+// a starting one is usually kept out of the balancer until it is ready.)
 type authorizer struct {
 	sar   sarCreator
+	ready func(context.Context) error // nil once RBAC's caches are loaded (kubeClient.authorizerReady)
 	ttl   time.Duration
 	now   func() time.Time
 	group singleflight.Group
@@ -48,8 +61,8 @@ type authorizer struct {
 	granted map[accessKey]time.Time // grant time
 }
 
-func newAuthorizer(sar sarCreator, ttl time.Duration) *authorizer {
-	return &authorizer{sar: sar, ttl: ttl, now: time.Now, granted: map[accessKey]time.Time{}}
+func newAuthorizer(sar sarCreator, ready func(context.Context) error, ttl time.Duration) *authorizer {
+	return &authorizer{sar: sar, ready: ready, ttl: ttl, now: time.Now, granted: map[accessKey]time.Time{}}
 }
 
 // check answers a publish: from the grant cache when it can, else as recheck does.
@@ -97,7 +110,22 @@ func (a *authorizer) cachedGrant(key accessKey) bool {
 	return true
 }
 
+// review asks the API server, and believes a denial only from one that is ready (see authorizer).
 func (a *authorizer) review(ctx context.Context, key accessKey) (decision, error) {
+	d, err := a.ask(ctx, key)
+	if err != nil || d.Allowed {
+		return d, err
+	}
+	if err := a.ready(ctx); err != nil {
+		return decision{}, fmt.Errorf("SubjectAccessReview for service account %s/%s on %s %q denied access, but the API server has not loaded "+
+			"its RBAC caches (it is starting), so the denial is not trusted; will ask again: %w",
+			key.Namespace, key.ServiceAccount, key.Kind.shareTypeName(), key.Share, err)
+	}
+	return a.ask(ctx, key)
+}
+
+// ask sends one SubjectAccessReview as the pod's service account.
+func (a *authorizer) ask(ctx context.Context, key accessKey) (decision, error) {
 	sar := &authorizationv1.SubjectAccessReview{
 		Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: "system:serviceaccount:" + key.Namespace + ":" + key.ServiceAccount,

@@ -13,6 +13,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -104,6 +105,30 @@ func (s sarClient) Create(ctx context.Context, sar *authorizationv1.SubjectAcces
 	err := s.c.Post().Resource("subjectaccessreviews").VersionedParams(&opts, metav1.ParameterCodec).
 		Body(sar).Do(ctx).Into(out)
 	return out, err
+}
+
+// authorizerReady asks the API server whether the informers its authorizer reads RBAC from have
+// synced: nil when they have. A starting kube-apiserver serves requests before they have. It
+// reads GET /readyz?verbose, which lists each readiness check and which every user may read
+// (system:public-info-viewer; a check's own path, /readyz/informer-sync, is not granted), and
+// looks for the check informer-sync passing, whatever the others say. The error is never the
+// client's: an API server that refuses the GET must not read as one that refused the review.
+func (k *kubeClient) authorizerReady(ctx context.Context) error {
+	body, err := k.core.Get().AbsPath("/readyz").Param("verbose", "true").DoRaw(ctx)
+	check := "no informer-sync check listed"
+	for line := range strings.Lines(string(body)) {
+		if strings.Contains(line, "]informer-sync ") {
+			if strings.HasPrefix(line, "[+]informer-sync ok") {
+				return nil
+			}
+			check = strings.TrimSpace(line)
+			break
+		}
+	}
+	if err != nil && len(body) == 0 {
+		return fmt.Errorf("GET /readyz: %v", err)
+	}
+	return fmt.Errorf("GET /readyz: %s", check)
 }
 
 // eventSink is where client-go's event broadcaster writes: core/v1 Events in the involved

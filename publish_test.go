@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,15 +40,16 @@ import (
 )
 
 // gatedSAR answers a review with allowed (or err), but only after release is closed; started is
-// closed when the request arrives.
+// closed when the first request arrives (a denial is asked twice: authz.go).
 type gatedSAR struct {
 	started, release chan struct{}
 	allowed          bool
 	err              error
+	once             sync.Once
 }
 
 func (g *gatedSAR) Create(_ context.Context, _ *authorizationv1.SubjectAccessReview, _ metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
-	close(g.started)
+	g.once.Do(func() { close(g.started) })
 	<-g.release
 	if g.err != nil {
 		return nil, g.err
