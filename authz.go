@@ -37,56 +37,82 @@ type decision struct {
 // authorizer answers access questions, caching grants for a short TTL so that a burst of
 // publishes by one service account costs one SubjectAccessReview. Denials are never cached: a
 // newly granted pod must not wait for a TTL, and the kubelet's retry backoff bounds their cost.
-// Errors are never cached and never mean "allowed".
+// Errors are never cached and never mean "allowed". Any denial drops the key's cached grant.
 //
-// A denial is believed only from an API server whose RBAC caches are loaded. A kube-apiserver
-// that has just started serves requests before they are (its readiness check informer-sync
-// fails until then), and its authorizer then denies what RBAC grants: taken as an answer, that
-// would revoke every volume the relist checks in those seconds. So a denial is followed by a look at
-// that check (kubeClient.authorizerReady): failing (or no answer), the review counts as an error, which revokes
-// nothing and is retried; ok, the review is asked once more and that answer stands (the first
-// may have come just before the caches were loaded). A denial costs three requests, a grant
-// one. Only that check is asked: an API server unready for another reason (its etcd, a
-// shutdown) still authorizes from loaded caches, and its denials must not wait. (Behind a load
-// balancer over several API servers, the check may be answered by another one than the review;
-// a starting one is usually kept out of the balancer until it is ready.)
+// The relist (recheck) believes a denial only from an API server whose RBAC caches are loaded.
+// A kube-apiserver that has just started serves requests before they are, and its authorizer
+// then denies what RBAC grants: taken as an answer, that would revoke every volume the relist
+// checks in those seconds. So a denial the relist gets is followed by a look at the API server's
+// readiness check informer-sync (kubeClient.authorizerLoading). Listed as failing, the denial is
+// held back: the review counts as an error, which revokes nothing, and is asked again next
+// cycle; but for loadingGrace at most, after which the denial stands (an informer can stay
+// unsynced on a running API server, and revocations must not wait for good). Not listed as
+// failing (ok, or the GET failed, or the check is not there to read), the review is asked once
+// more and that answer stands: the first may have come just before the caches were loaded. So
+// a relist's denial costs three requests. A publish's denial is answered as it comes (one
+// review): it revokes nothing, and the kubelet retries it. (Behind a load balancer over several
+// API servers, the check may be answered by another one than the review; a starting one is
+// usually kept out of the balancer until it is ready.)
 type authorizer struct {
-	sar   sarCreator
-	ready func(context.Context) error // nil once RBAC's caches are loaded (kubeClient.authorizerReady)
-	ttl   time.Duration
-	now   func() time.Time
-	group singleflight.Group
+	sar     sarCreator
+	loading func(context.Context) bool // the API server says its RBAC caches are still loading (kubeClient.authorizerLoading)
+	ttl     time.Duration
+	now     func() time.Time
+	group   singleflight.Group
 
 	mu      sync.Mutex
 	granted map[accessKey]time.Time // grant time
+	// heldBack are the keys whose denial the relist holds back while the API server loads its
+	// caches, and since when: at most one per volume's share the relist checks.
+	heldBack map[accessKey]time.Time
 }
 
-func newAuthorizer(sar sarCreator, ready func(context.Context) error, ttl time.Duration) *authorizer {
-	return &authorizer{sar: sar, ready: ready, ttl: ttl, now: time.Now, granted: map[accessKey]time.Time{}}
+// loadingGrace is how long the relist holds back a key's denials while the API server says its
+// RBAC caches are loading: they load in seconds when it starts.
+const loadingGrace = 2 * time.Minute
+
+func newAuthorizer(sar sarCreator, loading func(context.Context) bool, ttl time.Duration) *authorizer {
+	return &authorizer{sar: sar, loading: loading, ttl: ttl, now: time.Now,
+		granted: map[accessKey]time.Time{}, heldBack: map[accessKey]time.Time{}}
 }
 
-// check answers a publish: from the grant cache when it can, else as recheck does.
+// check answers a publish: from the grant cache when it can, else from one review. Concurrent
+// calls for one key share one request.
 func (a *authorizer) check(ctx context.Context, key accessKey) (decision, error) {
 	if a.cachedGrant(key) {
 		return decision{Allowed: true, Reason: "cached grant"}, nil
 	}
-	return a.recheck(ctx, key)
+	v, err, _ := a.group.Do("check/"+key.String(), func() (any, error) {
+		d, err := a.ask(ctx, key)
+		if err == nil {
+			a.noteGrant(key, d.Allowed)
+		}
+		return d, err
+	})
+	if err != nil {
+		return decision{}, err
+	}
+	return v.(decision), nil
 }
 
-// recheck always asks the API server (the relist must see revocations), and refreshes the grant
-// cache with the answer. Concurrent calls for one key share one request.
+// recheck answers the relist: it always asks the API server (the relist must see revocations),
+// believes a denial only as the authorizer's doc says, and refreshes the grant cache with the
+// answer. Concurrent calls for one key share one request.
 func (a *authorizer) recheck(ctx context.Context, key accessKey) (decision, error) {
-	v, err, _ := a.group.Do(key.String(), func() (any, error) {
-		d, err := a.review(ctx, key)
+	v, err, _ := a.group.Do("recheck/"+key.String(), func() (any, error) {
+		d, err := a.ask(ctx, key)
 		if err != nil {
 			return decision{}, err
 		}
-		a.mu.Lock()
-		if d.Allowed {
-			a.granted[key] = a.now()
-		} else {
-			delete(a.granted, key)
+		if !d.Allowed {
+			a.noteGrant(key, false)
+			if d, err = a.confirmDenial(ctx, key, d); err != nil {
+				return decision{}, err
+			}
 		}
+		a.noteGrant(key, d.Allowed)
+		a.mu.Lock()
+		delete(a.heldBack, key)
 		a.mu.Unlock()
 		return d, nil
 	})
@@ -94,6 +120,39 @@ func (a *authorizer) recheck(ctx context.Context, key accessKey) (decision, erro
 		return decision{}, err
 	}
 	return v.(decision), nil
+}
+
+// confirmDenial is what the relist makes of denied, a review's denial: an error while the API
+// server says its RBAC caches are loading (for loadingGrace at most), else the answer of the
+// review asked again.
+func (a *authorizer) confirmDenial(ctx context.Context, key accessKey, denied decision) (decision, error) {
+	if !a.loading(ctx) {
+		return a.ask(ctx, key)
+	}
+	a.mu.Lock()
+	since, ok := a.heldBack[key]
+	if !ok {
+		since = a.now()
+		a.heldBack[key] = since
+	}
+	a.mu.Unlock()
+	if a.now().Sub(since) >= loadingGrace {
+		return denied, nil
+	}
+	return decision{}, fmt.Errorf("SubjectAccessReview for service account %s/%s on %s %q denied access, but the API server says it is still loading "+
+		"its RBAC caches (its readiness check informer-sync fails, as while it starts), so the denial is held back (for %v at most); will ask again",
+		key.Namespace, key.ServiceAccount, key.Kind.shareTypeName(), key.Share, loadingGrace)
+}
+
+// noteGrant caches a grant of key, or drops its cached one.
+func (a *authorizer) noteGrant(key accessKey, allowed bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if allowed {
+		a.granted[key] = a.now()
+	} else {
+		delete(a.granted, key)
+	}
 }
 
 func (a *authorizer) cachedGrant(key accessKey) bool {
@@ -108,20 +167,6 @@ func (a *authorizer) cachedGrant(key accessKey) bool {
 		return false
 	}
 	return true
-}
-
-// review asks the API server, and believes a denial only from one that is ready (see authorizer).
-func (a *authorizer) review(ctx context.Context, key accessKey) (decision, error) {
-	d, err := a.ask(ctx, key)
-	if err != nil || d.Allowed {
-		return d, err
-	}
-	if err := a.ready(ctx); err != nil {
-		return decision{}, fmt.Errorf("SubjectAccessReview for service account %s/%s on %s %q denied access, but the API server has not loaded "+
-			"its RBAC caches (it is starting), so the denial is not trusted; will ask again: %w",
-			key.Namespace, key.ServiceAccount, key.Kind.shareTypeName(), key.Share, err)
-	}
-	return a.ask(ctx, key)
 }
 
 // ask sends one SubjectAccessReview as the pod's service account.

@@ -20,7 +20,7 @@ import (
 func TestAuthorizerCachesGrantsNotDenialsNorErrors(t *testing.T) {
 	answer, answerErr := true, error(nil)
 	client, sars := fakeSARClient(func() (bool, error) { return answer, answerErr })
-	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), apiAlwaysReady, time.Minute)
+	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), rbacLoaded, time.Minute)
 	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
 	for i := 0; i < 1000; i++ {
 		d, err := a.check(context.Background(), key)
@@ -31,15 +31,15 @@ func TestAuthorizerCachesGrantsNotDenialsNorErrors(t *testing.T) {
 	if sars.Load() != 1 {
 		t.Errorf("%d SARs for 1000 checks, want 1", sars.Load())
 	}
-	// A fresh check (the relist) always asks, and a denial replaces the cached grant. (A denial
-	// from a ready API server is asked twice: TestAuthorizerBelievesADenialOnlyFromAReadyAPIServer.)
+	// A fresh check (the relist) always asks, and a denial replaces the cached grant. (The relist
+	// asks a denial twice: TestRelistBelievesADenialOnlyOnceRBACIsLoaded.)
 	answer = false
 	if d, _ := a.recheck(context.Background(), key); d.Allowed || sars.Load() != 3 {
 		t.Fatalf("fresh check: %v after %d SARs, want a denial from SARs 2 and 3", d, sars.Load())
 	}
 	// A denial is not cached: the next check asks again.
-	if d, _ := a.check(context.Background(), key); d.Allowed || sars.Load() != 5 {
-		t.Fatalf("check after a denial: %v after %d SARs, want a denial from SARs 4 and 5", d, sars.Load())
+	if d, _ := a.check(context.Background(), key); d.Allowed || sars.Load() != 4 {
+		t.Fatalf("check after a denial: %v after %d SARs, want a denial from a fourth SAR", d, sars.Load())
 	}
 	// An error is never a grant, and is not cached: once the API answers again, so is the check.
 	answerErr = errors.New("apiserver down")
@@ -47,31 +47,37 @@ func TestAuthorizerCachesGrantsNotDenialsNorErrors(t *testing.T) {
 		t.Fatalf("error case: %v %v", d, err)
 	}
 	answer, answerErr = true, nil
-	if d, err := a.check(context.Background(), key); err != nil || !d.Allowed || sars.Load() != 7 {
-		t.Fatalf("check after the error: %v %v after %d SARs, want a grant from a seventh SAR", d, err, sars.Load())
+	if d, err := a.check(context.Background(), key); err != nil || !d.Allowed || sars.Load() != 6 {
+		t.Fatalf("check after the error: %v %v after %d SARs, want a grant from a sixth SAR", d, err, sars.Load())
 	}
 }
 
 // A starting kube-apiserver answers before its RBAC caches are loaded, and then denies what RBAC
-// grants; its /readyz fails until they are. Such a denial is an error (which revokes nothing and
-// is retried), never a denial; from a ready API server the review is asked again, and that second
+// grants; its readiness check informer-sync fails until they are. The relist holds such a denial
+// back as an error (which revokes nothing, and is asked again next cycle), for loadingGrace at
+// most; from an API server that does not say it is loading, it asks again, and that second
 // answer stands, whichever it is (the first may have come just before the caches were loaded).
-func TestAuthorizerBelievesADenialOnlyFromAReadyAPIServer(t *testing.T) {
+// A publish's denial is believed as it comes: it revokes nothing.
+func TestRelistBelievesADenialOnlyOnceRBACIsLoaded(t *testing.T) {
 	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
-	notReady := errors.New("readyz check failed: informer-sync")
 	for _, c := range []struct {
 		name        string
+		publish     bool   // check (a publish) instead of recheck (the relist)
 		answers     []bool // the SARs' answers, in order
-		ready       error  // what /readyz says
+		loading     bool   // what the API server's readiness checks say
+		heldFor     time.Duration
 		wantErr     bool
 		wantAllowed bool
 		wantSARs    int64
-		wantReadyz  int
+		wantLooks   int
 	}{
-		{name: "granted: no readiness asked", answers: []bool{true}, wantAllowed: true, wantSARs: 1},
-		{name: "denied by a starting API server: an error", answers: []bool{false}, ready: notReady, wantErr: true, wantSARs: 1, wantReadyz: 1},
-		{name: "denied by a ready API server, twice: denied", answers: []bool{false, false}, wantSARs: 2, wantReadyz: 1},
-		{name: "denied, then ready and granted: granted", answers: []bool{false, true}, wantAllowed: true, wantSARs: 2, wantReadyz: 1},
+		{name: "granted: no readiness looked at", answers: []bool{true}, wantAllowed: true, wantSARs: 1},
+		{name: "denied while RBAC loads: held back", answers: []bool{false}, loading: true, wantErr: true, wantSARs: 1, wantLooks: 1},
+		{name: "denied while RBAC loads, past the grace: denied", answers: []bool{false}, loading: true, heldFor: loadingGrace,
+			wantSARs: 1, wantLooks: 1},
+		{name: "denied, RBAC loaded, denied again: denied", answers: []bool{false, false}, wantSARs: 2, wantLooks: 1},
+		{name: "denied, RBAC loaded, then granted: granted", answers: []bool{false, true}, wantAllowed: true, wantSARs: 2, wantLooks: 1},
+		{name: "a publish: denied as it comes", publish: true, answers: []bool{false}, loading: true, wantSARs: 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			answers := c.answers
@@ -83,25 +89,52 @@ func TestAuthorizerBelievesADenialOnlyFromAReadyAPIServer(t *testing.T) {
 				answers = answers[1:]
 				return a, nil
 			})
-			readyz := 0
-			a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) error {
-				readyz++
-				return c.ready
+			looks := 0
+			a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) bool {
+				looks++
+				return c.loading
 			}, time.Minute)
-			d, err := a.recheck(context.Background(), key)
-			if (err != nil) != c.wantErr || d.Allowed != c.wantAllowed || sars.Load() != c.wantSARs || readyz != c.wantReadyz {
-				t.Fatalf("decision %+v, error %v, after %d SARs and %d readiness checks; want error %v, allowed %v, %d SARs, %d readiness checks",
-					d, err, sars.Load(), readyz, c.wantErr, c.wantAllowed, c.wantSARs, c.wantReadyz)
+			now := time.Now()
+			a.now = func() time.Time { return now }
+			if c.heldFor > 0 {
+				a.heldBack[key] = now.Add(-c.heldFor)
 			}
-			if err != nil && !errors.Is(err, notReady) {
-				t.Errorf("the error does not say why: %v", err)
+			ask := a.recheck
+			if c.publish {
+				ask = a.check
+			}
+			d, err := ask(context.Background(), key)
+			if (err != nil) != c.wantErr || d.Allowed != c.wantAllowed || sars.Load() != c.wantSARs || looks != c.wantLooks {
+				t.Fatalf("decision %+v, error %v, after %d SARs and %d looks at readiness; want error %v, allowed %v, %d SARs, %d looks",
+					d, err, sars.Load(), looks, c.wantErr, c.wantAllowed, c.wantSARs, c.wantLooks)
+			}
+			if _, held := a.heldBack[key]; held != c.wantErr {
+				t.Errorf("held back: %v, want %v (only while the denial is)", held, c.wantErr)
 			}
 		})
 	}
 }
 
-// apiAlwaysReady is an API server whose /readyz always answers ok.
-func apiAlwaysReady(context.Context) error { return nil }
+// Any denial drops the cached grant, even one the relist holds back: publishes then ask again.
+func TestADenialHeldBackStillDropsTheCachedGrant(t *testing.T) {
+	answer := true
+	client, sars := fakeSARClient(func() (bool, error) { return answer, nil })
+	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) bool { return true }, time.Minute)
+	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
+	if d, err := a.check(context.Background(), key); err != nil || !d.Allowed {
+		t.Fatalf("grant: %v %v", d, err)
+	}
+	answer = false
+	if _, err := a.recheck(context.Background(), key); err == nil {
+		t.Fatal("a denial while RBAC loads was believed by the relist")
+	}
+	if d, err := a.check(context.Background(), key); err != nil || d.Allowed || sars.Load() != 3 {
+		t.Fatalf("publish after the held-back denial: %v %v after %d SARs, want a denial from a third SAR", d, err, sars.Load())
+	}
+}
+
+// rbacLoaded is an API server whose RBAC caches are loaded.
+func rbacLoaded(context.Context) bool { return false }
 
 func TestAuthorizerSendsTheServiceAccountIdentity(t *testing.T) {
 	client := fake.NewSimpleClientset()
@@ -110,7 +143,7 @@ func TestAuthorizerSendsTheServiceAccountIdentity(t *testing.T) {
 		got = a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview)
 		return true, got, nil
 	})
-	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), apiAlwaysReady, time.Minute)
+	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), rbacLoaded, time.Minute)
 	if _, err := a.check(context.Background(), accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindConfigMap, Share: "cfg"}); err != nil {
 		t.Fatal(err)
 	}

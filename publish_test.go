@@ -40,7 +40,7 @@ import (
 )
 
 // gatedSAR answers a review with allowed (or err), but only after release is closed; started is
-// closed when the first request arrives (a denial is asked twice: authz.go).
+// closed when the first request arrives (the relist asks a denial twice: authz.go).
 type gatedSAR struct {
 	started, release chan struct{}
 	allowed          bool
