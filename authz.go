@@ -37,7 +37,8 @@ type decision struct {
 // authorizer answers access questions, caching grants for a short TTL so that a burst of
 // publishes by one service account costs one SubjectAccessReview. Denials are never cached: a
 // newly granted pod must not wait for a TTL, and the kubelet's retry backoff bounds their cost.
-// Errors are never cached and never mean "allowed". Any denial drops the key's cached grant.
+// Errors are never cached and never mean "allowed". Any denial drops the key's cached grant, and
+// a grant asked before a denial (by any key) came is not cached.
 //
 // The relist (recheck) believes a denial only from an API server whose RBAC caches are loaded.
 // A kube-apiserver that has just started serves requests before they are, and its authorizer
@@ -45,35 +46,42 @@ type decision struct {
 // checks in those seconds. So a denial the relist gets is followed by a look at the API server's
 // readiness check informer-sync (kubeClient.authorizerLoading). Listed as failing, the denial is
 // held back: the review counts as an error, which revokes nothing, and is asked again next
-// cycle; but for loadingGrace at most, after which the denial stands (an informer can stay
-// unsynced on a running API server, and revocations must not wait for good). Not listed as
-// failing (ok, or the GET failed, or the check is not there to read), the review is asked once
-// more and that answer stands: the first may have come just before the caches were loaded. So
-// a relist's denial costs three requests. A publish's denial is answered as it comes (one
-// review): it revokes nothing, and the kubelet retries it. (Behind a load balancer over several
-// API servers, the check may be answered by another one than the review; a starting one is
-// usually kept out of the balancer until it is ready.)
+// cycle; but only until the API server has been seen loading for the grace (loadingGrace, or
+// two relist intervals if longer), after which denials stand: an informer can stay unsynced on a
+// running API server, and revocations must not wait for good. (The grace counts from the first
+// look that saw it loading; a look that saw it loaded, or none for a grace, starts it anew; a
+// driver restarted counts from its start.) Not listed as failing (ok, or the GET failed, or the
+// check is not there to read), the review is asked once more and that answer stands: the first
+// may have come just before the caches were loaded. So a relist's denial costs three requests.
+// A publish's denial is answered as it comes (one review): it revokes nothing, and the kubelet
+// retries it. (Behind a load balancer over several API servers, the check may be answered by
+// another one than the review; a starting one is usually kept out of the balancer until it is
+// ready.)
 type authorizer struct {
 	sar     sarCreator
 	loading func(context.Context) bool // the API server says its RBAC caches are still loading (kubeClient.authorizerLoading)
 	ttl     time.Duration
+	grace   time.Duration // how long the relist holds denials back while the API server loads RBAC
 	now     func() time.Time
 	group   singleflight.Group
 
 	mu      sync.Mutex
 	granted map[accessKey]time.Time // grant time
-	// heldBack are the keys whose denial the relist holds back while the API server loads its
-	// caches, and since when: at most one per volume's share the relist checks.
-	heldBack map[accessKey]time.Time
+	denials uint64                  // how many denials came: a grant asked before one is not cached
+	// loadingSince is when the relist first saw the API server loading its RBAC caches, and
+	// loadingSeen when it last did; zero: not loading as far as the last look saw.
+	loadingSince, loadingSeen time.Time
 }
 
-// loadingGrace is how long the relist holds back a key's denials while the API server says its
+// loadingGrace is the least time the relist holds denials back while the API server says its
 // RBAC caches are loading: they load in seconds when it starts.
 const loadingGrace = 2 * time.Minute
 
-func newAuthorizer(sar sarCreator, loading func(context.Context) bool, ttl time.Duration) *authorizer {
-	return &authorizer{sar: sar, loading: loading, ttl: ttl, now: time.Now,
-		granted: map[accessKey]time.Time{}, heldBack: map[accessKey]time.Time{}}
+// newAuthorizer answers with sar, caching grants for ttl; the relist's denials are held back as
+// the authorizer's doc says, for loadingGrace or two relist intervals, whichever is longer.
+func newAuthorizer(sar sarCreator, loading func(context.Context) bool, ttl, relistInterval time.Duration) *authorizer {
+	return &authorizer{sar: sar, loading: loading, ttl: ttl, grace: max(loadingGrace, 2*relistInterval), now: time.Now,
+		granted: map[accessKey]time.Time{}}
 }
 
 // check answers a publish: from the grant cache when it can, else from one review. Concurrent
@@ -83,9 +91,10 @@ func (a *authorizer) check(ctx context.Context, key accessKey) (decision, error)
 		return decision{Allowed: true, Reason: "cached grant"}, nil
 	}
 	v, err, _ := a.group.Do("check/"+key.String(), func() (any, error) {
+		before := a.denialCount()
 		d, err := a.ask(ctx, key)
 		if err == nil {
-			a.noteGrant(key, d.Allowed)
+			a.noteAnswer(key, d.Allowed, before)
 		}
 		return d, err
 	})
@@ -100,20 +109,19 @@ func (a *authorizer) check(ctx context.Context, key accessKey) (decision, error)
 // answer. Concurrent calls for one key share one request.
 func (a *authorizer) recheck(ctx context.Context, key accessKey) (decision, error) {
 	v, err, _ := a.group.Do("recheck/"+key.String(), func() (any, error) {
+		before := a.denialCount()
 		d, err := a.ask(ctx, key)
 		if err != nil {
 			return decision{}, err
 		}
 		if !d.Allowed {
-			a.noteGrant(key, false)
+			a.noteAnswer(key, false, before)
+			before = a.denialCount()
 			if d, err = a.confirmDenial(ctx, key, d); err != nil {
 				return decision{}, err
 			}
 		}
-		a.noteGrant(key, d.Allowed)
-		a.mu.Lock()
-		delete(a.heldBack, key)
-		a.mu.Unlock()
+		a.noteAnswer(key, d.Allowed, before)
 		return d, nil
 	})
 	if err != nil {
@@ -123,35 +131,48 @@ func (a *authorizer) recheck(ctx context.Context, key accessKey) (decision, erro
 }
 
 // confirmDenial is what the relist makes of denied, a review's denial: an error while the API
-// server says its RBAC caches are loading (for loadingGrace at most), else the answer of the
+// server says its RBAC caches are loading, until it has for the grace; else the answer of the
 // review asked again.
 func (a *authorizer) confirmDenial(ctx context.Context, key accessKey, denied decision) (decision, error) {
 	if !a.loading(ctx) {
+		a.mu.Lock()
+		a.loadingSince, a.loadingSeen = time.Time{}, time.Time{}
+		a.mu.Unlock()
 		return a.ask(ctx, key)
 	}
+	now := a.now()
 	a.mu.Lock()
-	since, ok := a.heldBack[key]
-	if !ok {
-		since = a.now()
-		a.heldBack[key] = since
+	if a.loadingSince.IsZero() || now.Sub(a.loadingSeen) > a.grace {
+		a.loadingSince = now
 	}
+	a.loadingSeen = now
+	since := a.loadingSince
 	a.mu.Unlock()
-	if a.now().Sub(since) >= loadingGrace {
+	if now.Sub(since) >= a.grace {
 		return denied, nil
 	}
 	return decision{}, fmt.Errorf("SubjectAccessReview for service account %s/%s on %s %q denied access, but the API server says it is still loading "+
 		"its RBAC caches (its readiness check informer-sync fails, as while it starts), so the denial is held back (for %v at most); will ask again",
-		key.Namespace, key.ServiceAccount, key.Kind.shareTypeName(), key.Share, loadingGrace)
+		key.Namespace, key.ServiceAccount, key.Kind.shareTypeName(), key.Share, a.grace)
 }
 
-// noteGrant caches a grant of key, or drops its cached one.
-func (a *authorizer) noteGrant(key accessKey, allowed bool) {
+func (a *authorizer) denialCount() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if allowed {
-		a.granted[key] = a.now()
-	} else {
+	return a.denials
+}
+
+// noteAnswer notes an answer about key: a grant is cached, unless a denial came since before
+// (denialCount when it was asked); a denial drops the cached grant.
+func (a *authorizer) noteAnswer(key accessKey, allowed bool, before uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case !allowed:
+		a.denials++
 		delete(a.granted, key)
+	case a.denials == before:
+		a.granted[key] = a.now()
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 func TestAuthorizerCachesGrantsNotDenialsNorErrors(t *testing.T) {
 	answer, answerErr := true, error(nil)
 	client, sars := fakeSARClient(func() (bool, error) { return answer, answerErr })
-	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), rbacLoaded, time.Minute)
+	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), rbacLoaded, time.Minute, time.Minute)
 	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
 	for i := 0; i < 1000; i++ {
 		d, err := a.check(context.Background(), key)
@@ -62,10 +62,10 @@ func TestRelistBelievesADenialOnlyOnceRBACIsLoaded(t *testing.T) {
 	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
 	for _, c := range []struct {
 		name        string
-		publish     bool   // check (a publish) instead of recheck (the relist)
-		answers     []bool // the SARs' answers, in order
-		loading     bool   // what the API server's readiness checks say
-		heldFor     time.Duration
+		publish     bool          // check (a publish) instead of recheck (the relist)
+		answers     []bool        // the SARs' answers, in order
+		loading     bool          // what the API server's readiness checks say
+		loadingFor  time.Duration // how long the relist has seen the API server loading already
 		wantErr     bool
 		wantAllowed bool
 		wantSARs    int64
@@ -73,7 +73,7 @@ func TestRelistBelievesADenialOnlyOnceRBACIsLoaded(t *testing.T) {
 	}{
 		{name: "granted: no readiness looked at", answers: []bool{true}, wantAllowed: true, wantSARs: 1},
 		{name: "denied while RBAC loads: held back", answers: []bool{false}, loading: true, wantErr: true, wantSARs: 1, wantLooks: 1},
-		{name: "denied while RBAC loads, past the grace: denied", answers: []bool{false}, loading: true, heldFor: loadingGrace,
+		{name: "denied while RBAC loads, past the grace: denied", answers: []bool{false}, loading: true, loadingFor: loadingGrace,
 			wantSARs: 1, wantLooks: 1},
 		{name: "denied, RBAC loaded, denied again: denied", answers: []bool{false, false}, wantSARs: 2, wantLooks: 1},
 		{name: "denied, RBAC loaded, then granted: granted", answers: []bool{false, true}, wantAllowed: true, wantSARs: 2, wantLooks: 1},
@@ -93,11 +93,11 @@ func TestRelistBelievesADenialOnlyOnceRBACIsLoaded(t *testing.T) {
 			a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) bool {
 				looks++
 				return c.loading
-			}, time.Minute)
+			}, time.Minute, time.Minute)
 			now := time.Now()
 			a.now = func() time.Time { return now }
-			if c.heldFor > 0 {
-				a.heldBack[key] = now.Add(-c.heldFor)
+			if c.loadingFor > 0 {
+				a.loadingSince, a.loadingSeen = now.Add(-c.loadingFor), now.Add(-time.Minute)
 			}
 			ask := a.recheck
 			if c.publish {
@@ -108,10 +108,71 @@ func TestRelistBelievesADenialOnlyOnceRBACIsLoaded(t *testing.T) {
 				t.Fatalf("decision %+v, error %v, after %d SARs and %d looks at readiness; want error %v, allowed %v, %d SARs, %d looks",
 					d, err, sars.Load(), looks, c.wantErr, c.wantAllowed, c.wantSARs, c.wantLooks)
 			}
-			if _, held := a.heldBack[key]; held != c.wantErr {
-				t.Errorf("held back: %v, want %v (only while the denial is)", held, c.wantErr)
-			}
 		})
+	}
+}
+
+// The grace counts from the first look that saw the API server loading, across cycles and keys;
+// a look that sees it loaded, or none for a grace, starts it anew, so an API server that loaded
+// once and restarts weeks later gets its whole grace again. It is two relist intervals when that
+// is longer.
+func TestRelistHoldsDenialsBackForTheGraceOnly(t *testing.T) {
+	loading := true
+	client, _ := fakeSARClient(func() (bool, error) { return false, nil })
+	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) bool { return loading }, time.Minute, time.Minute)
+	now := time.Now()
+	a.now = func() time.Time { return now }
+	keyA := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
+	keyB := accessKey{Namespace: "team-b", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
+	held := func(key accessKey) bool {
+		t.Helper()
+		d, err := a.recheck(context.Background(), key)
+		if err == nil && d.Allowed {
+			t.Fatalf("a denial became a grant: %+v", d)
+		}
+		return err != nil
+	}
+	t0 := now
+	for step, c := range []struct {
+		at      time.Duration // since the first look that saw the API server loading
+		key     accessKey
+		loading bool
+		held    bool
+	}{
+		{0, keyA, true, true},
+		{time.Minute, keyB, true, true}, // another key, the same episode
+		{loadingGrace - time.Second, keyA, true, true},
+		{loadingGrace, keyB, true, false},                                 // the grace is spent: denials stand
+		{loadingGrace + time.Minute, keyA, false, false},                  // loaded: asked again, and denied
+		{loadingGrace + 2*time.Minute, keyA, true, true},                  // loading again: a new grace
+		{2*loadingGrace + 2*time.Minute + time.Second, keyB, true, true},  // none seen for over a grace: a new one
+		{3*loadingGrace + 2*time.Minute + time.Second, keyB, true, false}, // ...spent in turn
+	} {
+		now = t0.Add(c.at)
+		loading = c.loading
+		if got := held(c.key); got != c.held {
+			t.Fatalf("step %d (%v after the first): held back %v, want %v", step, c.at, got, c.held)
+		}
+	}
+	if long := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), nil, time.Minute, 5*time.Minute); long.grace != 10*time.Minute {
+		t.Errorf("grace with a 5 min relist interval: %v, want two intervals", long.grace)
+	}
+}
+
+// A grant asked before a denial came is not cached: a publish's review in flight when the relist
+// found access revoked must not let publishes in from the cache for a TTL.
+func TestAGrantAskedBeforeADenialIsNotCached(t *testing.T) {
+	client, sars := fakeSARClient(func() (bool, error) { return true, nil })
+	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), rbacLoaded, time.Minute, time.Minute)
+	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
+	before := a.denialCount()
+	a.noteAnswer(key, false, a.denialCount()) // the relist's denial lands first...
+	a.noteAnswer(key, true, before)           // ...then the publish's grant, asked before it
+	if a.cachedGrant(key) {
+		t.Fatal("a grant asked before a denial was cached")
+	}
+	if d, err := a.check(context.Background(), key); err != nil || !d.Allowed || sars.Load() != 1 || !a.cachedGrant(key) {
+		t.Fatalf("a grant asked after: %v %v after %d SARs, cached %v; want it cached", d, err, sars.Load(), a.cachedGrant(key))
 	}
 }
 
@@ -119,7 +180,7 @@ func TestRelistBelievesADenialOnlyOnceRBACIsLoaded(t *testing.T) {
 func TestADenialHeldBackStillDropsTheCachedGrant(t *testing.T) {
 	answer := true
 	client, sars := fakeSARClient(func() (bool, error) { return answer, nil })
-	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) bool { return true }, time.Minute)
+	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) bool { return true }, time.Minute, time.Minute)
 	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
 	if d, err := a.check(context.Background(), key); err != nil || !d.Allowed {
 		t.Fatalf("grant: %v %v", d, err)
@@ -143,7 +204,7 @@ func TestAuthorizerSendsTheServiceAccountIdentity(t *testing.T) {
 		got = a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview)
 		return true, got, nil
 	})
-	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), rbacLoaded, time.Minute)
+	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), rbacLoaded, time.Minute, time.Minute)
 	if _, err := a.check(context.Background(), accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindConfigMap, Share: "cfg"}); err != nil {
 		t.Fatal(err)
 	}
