@@ -44,44 +44,48 @@ type decision struct {
 // A kube-apiserver that has just started serves requests before they are, and its authorizer
 // then denies what RBAC grants: taken as an answer, that would revoke every volume the relist
 // checks in those seconds. So a denial the relist gets is followed by a look at the API server's
-// readiness check informer-sync (kubeClient.authorizerLoading). Listed as failing, the denial is
-// held back: the review counts as an error, which revokes nothing, and is asked again next
-// cycle; but only until the API server has been seen loading for the grace (loadingGrace, or
-// two relist intervals if longer), after which denials stand: an informer can stay unsynced on a
-// running API server, and revocations must not wait for good. (The grace counts from the first
-// look that saw it loading; a look that saw it loaded, or none for a grace, starts it anew; a
-// driver restarted counts from its start.) Not listed as failing (ok, or the GET failed, or the
-// check is not there to read), the review is asked once more and that answer stands: the first
-// may have come just before the caches were loaded. So a relist's denial costs three requests.
-// A publish's denial is answered as it comes (one review): it revokes nothing, and the kubelet
-// retries it. (Behind a load balancer over several API servers, the check may be answered by
-// another one than the review; a starting one is usually kept out of the balancer until it is
-// ready.)
+// readiness check informer-sync (kubeClient.rbacCaches). Listed as failing, the denial is held
+// back: the review counts as an error, which revokes nothing, and is asked again next cycle; but
+// only for the grace (loadingGrace, or two relist intervals if longer) from the first look that
+// held that key's denial back, after which it stands: an informer can stay unsynced on a running
+// API server, and revocations must not wait for good. A hold ends when the key gets an answer
+// believed, and one whose last look is older than holdForgotten graces is forgotten (its volume
+// gone, or an API server that loaded long ago); a driver restarted starts its holds anew. Not
+// listed as failing (ok, or the GET failed, or the check is not there to read), the review is
+// asked once more and that answer stands: the first may have come just before the caches were
+// loaded. So a relist's denial costs three requests at most. A publish's denial is answered as
+// it comes (one review): it revokes nothing, and the kubelet retries it. (Behind a load balancer
+// over several API servers, the check and the second review may be answered by another one than
+// the first review; a starting one is usually kept out of the balancer until it is ready.)
 type authorizer struct {
-	sar     sarCreator
-	loading func(context.Context) bool // the API server says its RBAC caches are still loading (kubeClient.authorizerLoading)
-	ttl     time.Duration
-	grace   time.Duration // how long the relist holds denials back while the API server loads RBAC
-	now     func() time.Time
-	group   singleflight.Group
+	sar        sarCreator
+	rbacCaches func(context.Context) rbacCaches // what the API server says of its RBAC caches (kubeClient.rbacCaches)
+	ttl        time.Duration
+	grace      time.Duration // how long the relist holds a key's denials back while the API server loads RBAC
+	now        func() time.Time
+	group      singleflight.Group
 
 	mu      sync.Mutex
 	granted map[accessKey]time.Time // grant time
 	denials uint64                  // how many denials came: a grant asked before one is not cached
-	// loadingSince is when the relist first saw the API server loading its RBAC caches, and
-	// loadingSeen when it last did; zero: not loading as far as the last look saw.
-	loadingSince, loadingSeen time.Time
+	held    map[accessKey]hold      // the keys whose denial the relist holds back
 }
 
-// loadingGrace is the least time the relist holds denials back while the API server says its
-// RBAC caches are loading: they load in seconds when it starts.
+// hold is a key's denials held back: since the first look that held one, and the last.
+type hold struct{ since, seen time.Time }
+
+// loadingGrace is the least time the relist holds a key's denials back while the API server
+// says its RBAC caches are loading: they load in seconds when it starts.
 const loadingGrace = 2 * time.Minute
+
+// holdForgotten is how many graces after its last look a hold is forgotten.
+const holdForgotten = 5
 
 // newAuthorizer answers with sar, caching grants for ttl; the relist's denials are held back as
 // the authorizer's doc says, for loadingGrace or two relist intervals, whichever is longer.
-func newAuthorizer(sar sarCreator, loading func(context.Context) bool, ttl, relistInterval time.Duration) *authorizer {
-	return &authorizer{sar: sar, loading: loading, ttl: ttl, grace: max(loadingGrace, 2*relistInterval), now: time.Now,
-		granted: map[accessKey]time.Time{}}
+func newAuthorizer(sar sarCreator, caches func(context.Context) rbacCaches, ttl, relistInterval time.Duration) *authorizer {
+	return &authorizer{sar: sar, rbacCaches: caches, ttl: ttl, grace: max(loadingGrace, 2*relistInterval), now: time.Now,
+		granted: map[accessKey]time.Time{}, held: map[accessKey]hold{}}
 }
 
 // check answers a publish: from the grant cache when it can, else from one review. Concurrent
@@ -122,6 +126,7 @@ func (a *authorizer) recheck(ctx context.Context, key accessKey) (decision, erro
 			}
 		}
 		a.noteAnswer(key, d.Allowed, before)
+		a.endHold(key)
 		return d, nil
 	})
 	if err != nil {
@@ -130,30 +135,42 @@ func (a *authorizer) recheck(ctx context.Context, key accessKey) (decision, erro
 	return v.(decision), nil
 }
 
-// confirmDenial is what the relist makes of denied, a review's denial: an error while the API
-// server says its RBAC caches are loading, until it has for the grace; else the answer of the
-// review asked again.
+// confirmDenial is what the relist makes of denied, a review's denial of key: an error while the
+// API server says its RBAC caches are loading, until the key's hold is a grace old; else the
+// answer of the review asked again.
 func (a *authorizer) confirmDenial(ctx context.Context, key accessKey, denied decision) (decision, error) {
-	if !a.loading(ctx) {
-		a.mu.Lock()
-		a.loadingSince, a.loadingSeen = time.Time{}, time.Time{}
-		a.mu.Unlock()
+	if a.rbacCaches(ctx) != rbacLoading {
+		a.endHold(key)
 		return a.ask(ctx, key)
 	}
 	now := a.now()
 	a.mu.Lock()
-	if a.loadingSince.IsZero() || now.Sub(a.loadingSeen) > a.grace {
-		a.loadingSince = now
+	for k, h := range a.held {
+		if now.Sub(h.seen) > holdForgotten*a.grace {
+			delete(a.held, k)
+		}
 	}
-	a.loadingSeen = now
-	since := a.loadingSince
+	h, ok := a.held[key]
+	if !ok {
+		h.since = now
+	}
+	h.seen = now
+	a.held[key] = h
 	a.mu.Unlock()
-	if now.Sub(since) >= a.grace {
+	if now.Sub(h.since) >= a.grace {
+		a.endHold(key)
 		return denied, nil
 	}
 	return decision{}, fmt.Errorf("SubjectAccessReview for service account %s/%s on %s %q denied access, but the API server says it is still loading "+
-		"its RBAC caches (its readiness check informer-sync fails, as while it starts), so the denial is held back (for %v at most); will ask again",
-		key.Namespace, key.ServiceAccount, key.Kind.shareTypeName(), key.Share, a.grace)
+		"its RBAC caches (its readiness check informer-sync fails, as while it starts), so the denial is held back, until %v after the first one held; "+
+		"will ask again", key.Namespace, key.ServiceAccount, key.Kind.shareTypeName(), key.Share, a.grace)
+}
+
+// endHold ends key's hold, if it has one.
+func (a *authorizer) endHold(key accessKey) {
+	a.mu.Lock()
+	delete(a.held, key)
+	a.mu.Unlock()
 }
 
 func (a *authorizer) denialCount() uint64 {

@@ -20,7 +20,7 @@ import (
 func TestAuthorizerCachesGrantsNotDenialsNorErrors(t *testing.T) {
 	answer, answerErr := true, error(nil)
 	client, sars := fakeSARClient(func() (bool, error) { return answer, answerErr })
-	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), rbacLoaded, time.Minute, time.Minute)
+	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), cachesLoaded, time.Minute, time.Minute)
 	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
 	for i := 0; i < 1000; i++ {
 		d, err := a.check(context.Background(), key)
@@ -64,20 +64,21 @@ func TestRelistBelievesADenialOnlyOnceRBACIsLoaded(t *testing.T) {
 		name        string
 		publish     bool          // check (a publish) instead of recheck (the relist)
 		answers     []bool        // the SARs' answers, in order
-		loading     bool          // what the API server's readiness checks say
-		loadingFor  time.Duration // how long the relist has seen the API server loading already
+		caches      rbacCaches    // what the API server's readiness checks say
+		heldFor     time.Duration // how long the relist has held the key's denials back already
 		wantErr     bool
 		wantAllowed bool
 		wantSARs    int64
 		wantLooks   int
 	}{
 		{name: "granted: no readiness looked at", answers: []bool{true}, wantAllowed: true, wantSARs: 1},
-		{name: "denied while RBAC loads: held back", answers: []bool{false}, loading: true, wantErr: true, wantSARs: 1, wantLooks: 1},
-		{name: "denied while RBAC loads, past the grace: denied", answers: []bool{false}, loading: true, loadingFor: loadingGrace,
+		{name: "denied while RBAC loads: held back", answers: []bool{false}, caches: rbacLoading, wantErr: true, wantSARs: 1, wantLooks: 1},
+		{name: "denied while RBAC loads, past the grace: denied", answers: []bool{false}, caches: rbacLoading, heldFor: loadingGrace,
 			wantSARs: 1, wantLooks: 1},
-		{name: "denied, RBAC loaded, denied again: denied", answers: []bool{false, false}, wantSARs: 2, wantLooks: 1},
-		{name: "denied, RBAC loaded, then granted: granted", answers: []bool{false, true}, wantAllowed: true, wantSARs: 2, wantLooks: 1},
-		{name: "a publish: denied as it comes", publish: true, answers: []bool{false}, loading: true, wantSARs: 1},
+		{name: "denied, RBAC loaded, denied again: denied", answers: []bool{false, false}, caches: rbacLoaded, wantSARs: 2, wantLooks: 1},
+		{name: "denied, nothing said of RBAC, denied again: denied", answers: []bool{false, false}, caches: rbacUnknown, wantSARs: 2, wantLooks: 1},
+		{name: "denied, RBAC loaded, then granted: granted", answers: []bool{false, true}, caches: rbacLoaded, wantAllowed: true, wantSARs: 2, wantLooks: 1},
+		{name: "a publish: denied as it comes", publish: true, answers: []bool{false}, caches: rbacLoading, wantSARs: 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			answers := c.answers
@@ -90,14 +91,14 @@ func TestRelistBelievesADenialOnlyOnceRBACIsLoaded(t *testing.T) {
 				return a, nil
 			})
 			looks := 0
-			a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) bool {
+			a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) rbacCaches {
 				looks++
-				return c.loading
+				return c.caches
 			}, time.Minute, time.Minute)
 			now := time.Now()
 			a.now = func() time.Time { return now }
-			if c.loadingFor > 0 {
-				a.loadingSince, a.loadingSeen = now.Add(-c.loadingFor), now.Add(-time.Minute)
+			if c.heldFor > 0 {
+				a.held[key] = hold{since: now.Add(-c.heldFor), seen: now.Add(-time.Minute)}
 			}
 			ask := a.recheck
 			if c.publish {
@@ -108,54 +109,65 @@ func TestRelistBelievesADenialOnlyOnceRBACIsLoaded(t *testing.T) {
 				t.Fatalf("decision %+v, error %v, after %d SARs and %d looks at readiness; want error %v, allowed %v, %d SARs, %d looks",
 					d, err, sars.Load(), looks, c.wantErr, c.wantAllowed, c.wantSARs, c.wantLooks)
 			}
+			if _, held := a.held[key]; held != c.wantErr {
+				t.Errorf("held: %v, want %v (only while the denial is held back)", held, c.wantErr)
+			}
 		})
 	}
 }
 
-// The grace counts from the first look that saw the API server loading, across cycles and keys;
-// a look that sees it loaded, or none for a grace, starts it anew, so an API server that loaded
-// once and restarts weeks later gets its whole grace again. It is two relist intervals when that
-// is longer.
-func TestRelistHoldsDenialsBackForTheGraceOnly(t *testing.T) {
-	loading := true
+// A key's denials are held back for the grace from the first look that held one back, however
+// other keys fare; an answer believed ends the hold, and a hold not looked at for holdForgotten
+// graces is forgotten, so a key held once (its volume since gone, or an API server restarted
+// long after) gets its whole grace again. The grace is two relist intervals when that is longer.
+func TestRelistHoldsAKeysDenialsBackForTheGraceOnly(t *testing.T) {
+	caches := rbacLoading
 	client, _ := fakeSARClient(func() (bool, error) { return false, nil })
-	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) bool { return loading }, time.Minute, time.Minute)
+	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) rbacCaches { return caches }, time.Minute, time.Minute)
 	now := time.Now()
 	a.now = func() time.Time { return now }
 	keyA := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
 	keyB := accessKey{Namespace: "team-b", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
-	held := func(key accessKey) bool {
-		t.Helper()
-		d, err := a.recheck(context.Background(), key)
-		if err == nil && d.Allowed {
-			t.Fatalf("a denial became a grant: %+v", d)
-		}
-		return err != nil
-	}
 	t0 := now
 	for step, c := range []struct {
-		at      time.Duration // since the first look that saw the API server loading
-		key     accessKey
-		loading bool
-		held    bool
+		at     time.Duration // since the first look
+		key    accessKey
+		caches rbacCaches
+		held   bool
 	}{
-		{0, keyA, true, true},
-		{time.Minute, keyB, true, true}, // another key, the same episode
-		{loadingGrace - time.Second, keyA, true, true},
-		{loadingGrace, keyB, true, false},                                 // the grace is spent: denials stand
-		{loadingGrace + time.Minute, keyA, false, false},                  // loaded: asked again, and denied
-		{loadingGrace + 2*time.Minute, keyA, true, true},                  // loading again: a new grace
-		{2*loadingGrace + 2*time.Minute + time.Second, keyB, true, true},  // none seen for over a grace: a new one
-		{3*loadingGrace + 2*time.Minute + time.Second, keyB, true, false}, // ...spent in turn
+		{0, keyA, rbacLoading, true},
+		{time.Minute, keyB, rbacLoading, true}, // B's own hold
+		{loadingGrace - time.Second, keyA, rbacLoading, true},
+		{loadingGrace, keyA, rbacLoading, false},                 // A's grace is spent: its denial stands
+		{loadingGrace, keyB, rbacLoading, true},                  // B's is not
+		{loadingGrace + time.Minute, keyB, rbacLoading, false},   // now it is
+		{loadingGrace + 2*time.Minute, keyA, rbacLoading, true},  // A, held again: a new grace
+		{loadingGrace + 3*time.Minute, keyA, rbacUnknown, false}, // nothing said: asked again, denied
+		{loadingGrace + 4*time.Minute, keyA, rbacLoading, true},
+		{loadingGrace + 4*time.Minute + holdForgotten*loadingGrace + time.Second, keyA, rbacLoading, true}, // forgotten: a new grace
 	} {
 		now = t0.Add(c.at)
-		loading = c.loading
-		if got := held(c.key); got != c.held {
-			t.Fatalf("step %d (%v after the first): held back %v, want %v", step, c.at, got, c.held)
+		caches = c.caches
+		d, err := a.recheck(context.Background(), c.key)
+		if err == nil && d.Allowed {
+			t.Fatalf("step %d: a denial became a grant: %+v", step, d)
+		}
+		if held := err != nil; held != c.held {
+			t.Fatalf("step %d (%v after the first look): held back %v, want %v", step, c.at, held, c.held)
 		}
 	}
-	if long := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), nil, time.Minute, 5*time.Minute); long.grace != 10*time.Minute {
-		t.Errorf("grace with a 5 min relist interval: %v, want two intervals", long.grace)
+	long := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) rbacCaches { return rbacLoading }, time.Minute, 5*time.Minute)
+	long.now = func() time.Time { return now }
+	if _, err := long.recheck(context.Background(), keyA); err == nil {
+		t.Fatal("not held back at first")
+	}
+	now = now.Add(9 * time.Minute)
+	if _, err := long.recheck(context.Background(), keyA); err == nil {
+		t.Fatal("with a 5 min relist interval, the grace is two intervals: still held back after 9 min")
+	}
+	now = now.Add(time.Minute)
+	if _, err := long.recheck(context.Background(), keyA); err != nil {
+		t.Fatalf("with a 5 min relist interval, held back after 10 min: %v", err)
 	}
 }
 
@@ -163,7 +175,7 @@ func TestRelistHoldsDenialsBackForTheGraceOnly(t *testing.T) {
 // found access revoked must not let publishes in from the cache for a TTL.
 func TestAGrantAskedBeforeADenialIsNotCached(t *testing.T) {
 	client, sars := fakeSARClient(func() (bool, error) { return true, nil })
-	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), rbacLoaded, time.Minute, time.Minute)
+	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), cachesLoaded, time.Minute, time.Minute)
 	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
 	before := a.denialCount()
 	a.noteAnswer(key, false, a.denialCount()) // the relist's denial lands first...
@@ -180,7 +192,7 @@ func TestAGrantAskedBeforeADenialIsNotCached(t *testing.T) {
 func TestADenialHeldBackStillDropsTheCachedGrant(t *testing.T) {
 	answer := true
 	client, sars := fakeSARClient(func() (bool, error) { return answer, nil })
-	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) bool { return true }, time.Minute, time.Minute)
+	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) rbacCaches { return rbacLoading }, time.Minute, time.Minute)
 	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
 	if d, err := a.check(context.Background(), key); err != nil || !d.Allowed {
 		t.Fatalf("grant: %v %v", d, err)
@@ -194,8 +206,8 @@ func TestADenialHeldBackStillDropsTheCachedGrant(t *testing.T) {
 	}
 }
 
-// rbacLoaded is an API server whose RBAC caches are loaded.
-func rbacLoaded(context.Context) bool { return false }
+// cachesLoaded is an API server that says its RBAC caches are loaded.
+func cachesLoaded(context.Context) rbacCaches { return rbacLoaded }
 
 func TestAuthorizerSendsTheServiceAccountIdentity(t *testing.T) {
 	client := fake.NewSimpleClientset()
@@ -204,7 +216,7 @@ func TestAuthorizerSendsTheServiceAccountIdentity(t *testing.T) {
 		got = a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview)
 		return true, got, nil
 	})
-	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), rbacLoaded, time.Minute, time.Minute)
+	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), cachesLoaded, time.Minute, time.Minute)
 	if _, err := a.check(context.Background(), accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindConfigMap, Share: "cfg"}); err != nil {
 		t.Fatal(err)
 	}

@@ -107,21 +107,32 @@ func (s sarClient) Create(ctx context.Context, sar *authorizationv1.SubjectAcces
 	return out, err
 }
 
-// authorizerLoading says whether the API server says the informers its authorizer reads RBAC
-// from are still loading: its readiness check informer-sync listed as failing by GET
-// /readyz?verbose, which lists each check and which every user may read
-// (system:public-info-viewer; a check's own path, /readyz/informer-sync, is not granted). A
-// starting kube-apiserver serves requests before they have synced. Only that listing says so: a
-// GET that fails, or a listing without the check, says nothing of the kind (false).
-func (k *kubeClient) authorizerLoading(ctx context.Context) bool {
+// rbacCaches is what an API server says of the informers its authorizer reads RBAC from.
+type rbacCaches int
+
+const (
+	rbacUnknown rbacCaches = iota // it says nothing of them: no answer, or no such check listed
+	rbacLoading                   // its readiness check informer-sync is listed as failing
+	rbacLoaded                    // ...as passing
+)
+
+// rbacCaches reads what the API server says of the informers its authorizer reads RBAC from:
+// its readiness check informer-sync, in GET /readyz?verbose, which lists each check and which
+// every user may read (system:public-info-viewer; a check's own path, /readyz/informer-sync, is
+// not granted). A starting kube-apiserver serves requests before they have synced.
+func (k *kubeClient) rbacCaches(ctx context.Context) rbacCaches {
 	// DoRaw returns the body of an unready answer (500) too, with its error.
 	body, _ := k.core.Get().AbsPath("/readyz").Param("verbose", "true").DoRaw(ctx)
+	said := rbacUnknown
 	for line := range strings.Lines(string(body)) {
-		if strings.HasPrefix(line, "[-]informer-sync ") {
-			return true
+		switch {
+		case strings.HasPrefix(line, "[-]informer-sync "):
+			return rbacLoading
+		case strings.HasPrefix(line, "[+]informer-sync ok"):
+			said = rbacLoaded
 		}
 	}
-	return false
+	return said
 }
 
 // eventSink is where client-go's event broadcaster writes: core/v1 Events in the involved

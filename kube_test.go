@@ -1,6 +1,6 @@
 package main
 
-// Specification of kubeClient.authorizerLoading: what the API server's /readyz?verbose says of
+// Specification of kubeClient.rbacCaches: what the API server's /readyz?verbose says of
 // its informer-sync check, whatever its other checks say. An HTTP server stands in for the API
 // server's readiness handler (the answers below are its format, apiserver's healthz package).
 
@@ -13,19 +13,19 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-func TestAuthorizerLoadingFollowsTheInformerSyncCheck(t *testing.T) {
+func TestRBACCachesFollowTheInformerSyncCheck(t *testing.T) {
 	forbidden := `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"forbidden: User \"x\" cannot get path \"/readyz\"","reason":"Forbidden","code":403}`
 	for _, c := range []struct {
-		name    string
-		status  int
-		body    string
-		loading bool
+		name   string
+		status int
+		body   string
+		caches rbacCaches
 	}{
-		{name: "ready", status: http.StatusOK, body: "[+]ping ok\n[+]etcd ok\n[+]informer-sync ok\n[+]poststarthook/rbac/bootstrap-roles ok\nreadyz check passed\n"},
+		{name: "ready", status: http.StatusOK, body: "[+]ping ok\n[+]etcd ok\n[+]informer-sync ok\n[+]poststarthook/rbac/bootstrap-roles ok\nreadyz check passed\n", caches: rbacLoaded},
 		{name: "starting: informers not synced", status: http.StatusInternalServerError,
-			body: "[+]ping ok\n[-]informer-sync failed: reason withheld\n[-]poststarthook/rbac/bootstrap-roles failed: reason withheld\nreadyz check failed\n", loading: true},
+			body: "[+]ping ok\n[-]informer-sync failed: reason withheld\n[-]poststarthook/rbac/bootstrap-roles failed: reason withheld\nreadyz check failed\n", caches: rbacLoading},
 		{name: "unready for another reason (shutting down), informers synced", status: http.StatusInternalServerError,
-			body: "[+]ping ok\n[+]informer-sync ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n"},
+			body: "[+]ping ok\n[+]informer-sync ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n", caches: rbacLoaded},
 		{name: "no such check listed", status: http.StatusOK, body: "[+]ping ok\nreadyz check passed\n"},
 		{name: "refused", status: http.StatusForbidden, body: forbidden},
 		{name: "not found", status: http.StatusNotFound, body: "404 page not found\n"},
@@ -44,17 +44,17 @@ func TestAuthorizerLoadingFollowsTheInformerSyncCheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := k.authorizerLoading(context.Background()); got != c.loading {
-				t.Fatalf("loading: %v, want %v", got, c.loading)
+			if got := k.rbacCaches(context.Background()); got != c.caches {
+				t.Fatalf("said %v, want %v", got, c.caches)
 			}
 		})
 	}
-	// An API server that does not answer says nothing of the kind either.
+	// An API server that does not answer says nothing.
 	k, err := newKubeClient(&rest.Config{Host: "http://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k.authorizerLoading(context.Background()) {
-		t.Fatal("loading, from an API server that does not answer")
+	if got := k.rbacCaches(context.Background()); got != rbacUnknown {
+		t.Fatalf("said %v, from an API server that does not answer", got)
 	}
 }
