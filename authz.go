@@ -48,9 +48,11 @@ type decision struct {
 // back: the review counts as an error, which revokes nothing, and is asked again next cycle; but
 // only for the grace (loadingGrace, or two relist intervals if longer) from the first look that
 // held that key's denial back, after which it stands: an informer can stay unsynced on a running
-// API server, and revocations must not wait for good. A hold ends when the key gets an answer
-// believed, and one whose last look is older than holdForgotten graces is forgotten (its volume
-// gone, or an API server that loaded long ago); a driver restarted starts its holds anew. Not
+// API server, and revocations must not wait for good; so do its later denials while the API
+// server still says so. A hold ends when the key gets a grant, or an answer asked while the API
+// server did not say it was loading, and one whose last look is older than holdForgotten graces
+// is forgotten (its volume gone, or an API server that loaded long ago); a driver restarted
+// starts its holds anew. Not
 // listed as failing (ok, or the GET failed, or the check is not there to read), the review is
 // asked once more and that answer stands: the first may have come just before the caches were
 // loaded. So a relist's denial costs three requests at most. A publish's denial is answered as
@@ -118,7 +120,9 @@ func (a *authorizer) recheck(ctx context.Context, key accessKey) (decision, erro
 		if err != nil {
 			return decision{}, err
 		}
-		if !d.Allowed {
+		if d.Allowed {
+			a.endHold(key)
+		} else {
 			a.noteAnswer(key, false, before)
 			before = a.denialCount()
 			if d, err = a.confirmDenial(ctx, key, d); err != nil {
@@ -126,7 +130,6 @@ func (a *authorizer) recheck(ctx context.Context, key accessKey) (decision, erro
 			}
 		}
 		a.noteAnswer(key, d.Allowed, before)
-		a.endHold(key)
 		return d, nil
 	})
 	if err != nil {
@@ -140,8 +143,11 @@ func (a *authorizer) recheck(ctx context.Context, key accessKey) (decision, erro
 // answer of the review asked again.
 func (a *authorizer) confirmDenial(ctx context.Context, key accessKey, denied decision) (decision, error) {
 	if a.rbacCaches(ctx) != rbacLoading {
-		a.endHold(key)
-		return a.ask(ctx, key)
+		d, err := a.ask(ctx, key)
+		if err == nil {
+			a.endHold(key) // an answer believed; a failed review keeps the hold
+		}
+		return d, err
 	}
 	now := a.now()
 	a.mu.Lock()
@@ -158,7 +164,8 @@ func (a *authorizer) confirmDenial(ctx context.Context, key accessKey, denied de
 	a.held[key] = h
 	a.mu.Unlock()
 	if now.Sub(h.since) >= a.grace {
-		a.endHold(key)
+		// The grace is spent: the denial stands, and so do the next ones while the API server
+		// still says it is loading (the hold stays, looked at each cycle).
 		return denied, nil
 	}
 	return decision{}, fmt.Errorf("SubjectAccessReview for service account %s/%s on %s %q denied access, but the API server says it is still loading "+

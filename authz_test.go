@@ -109,16 +109,17 @@ func TestRelistBelievesADenialOnlyOnceRBACIsLoaded(t *testing.T) {
 				t.Fatalf("decision %+v, error %v, after %d SARs and %d looks at readiness; want error %v, allowed %v, %d SARs, %d looks",
 					d, err, sars.Load(), looks, c.wantErr, c.wantAllowed, c.wantSARs, c.wantLooks)
 			}
-			if _, held := a.held[key]; held != c.wantErr {
-				t.Errorf("held: %v, want %v (only while the denial is held back)", held, c.wantErr)
+			// The relist keeps a hold while the API server says it is loading, spent or not.
+			if _, held := a.held[key]; held != (c.caches == rbacLoading && !c.publish) {
+				t.Errorf("held: %v, want %v", held, !held)
 			}
 		})
 	}
 }
 
 // A key's denials are held back for the grace from the first look that held one back, however
-// other keys fare; an answer believed ends the hold, and a hold not looked at for holdForgotten
-// graces is forgotten, so a key held once (its volume since gone, or an API server restarted
+// other keys fare, and stand after it; an answer asked while the API server does not say it is
+// loading ends the hold, and a hold not looked at for holdForgotten graces is forgotten, so a key held once (its volume since gone, or an API server restarted
 // long after) gets its whole grace again. The grace is two relist intervals when that is longer.
 func TestRelistHoldsAKeysDenialsBackForTheGraceOnly(t *testing.T) {
 	caches := rbacLoading
@@ -141,8 +142,8 @@ func TestRelistHoldsAKeysDenialsBackForTheGraceOnly(t *testing.T) {
 		{loadingGrace, keyA, rbacLoading, false},                 // A's grace is spent: its denial stands
 		{loadingGrace, keyB, rbacLoading, true},                  // B's is not
 		{loadingGrace + time.Minute, keyB, rbacLoading, false},   // now it is
-		{loadingGrace + 2*time.Minute, keyA, rbacLoading, true},  // A, held again: a new grace
-		{loadingGrace + 3*time.Minute, keyA, rbacUnknown, false}, // nothing said: asked again, denied
+		{loadingGrace + 2*time.Minute, keyA, rbacLoading, false}, // A's hold stays spent: its denials stand
+		{loadingGrace + 3*time.Minute, keyA, rbacUnknown, false}, // nothing said: asked again, denied; the hold ends
 		{loadingGrace + 4*time.Minute, keyA, rbacLoading, true},
 		{loadingGrace + 4*time.Minute + holdForgotten*loadingGrace + time.Second, keyA, rbacLoading, true}, // forgotten: a new grace
 	} {
