@@ -43,22 +43,22 @@ type decision struct {
 // The relist (recheck) believes a denial only from an API server whose RBAC caches are loaded.
 // A kube-apiserver that has just started serves requests before they are, and its authorizer
 // then denies what RBAC grants: taken as an answer, that would revoke every volume the relist
-// checks in those seconds. So a denial the relist gets is followed by a look at the API server's
-// readiness check informer-sync (kubeClient.rbacCaches). Listed as failing, the denial is held
-// back: the review counts as an error, which revokes nothing, and is asked again next cycle; but
-// only for the grace (loadingGrace, or two relist intervals if longer) from the first look that
-// held that key's denial back, after which it stands: an informer can stay unsynced on a running
-// API server, and revocations must not wait for good; so do its later denials while the API
-// server still says so. A hold ends when the key gets a grant, or an answer asked while the API
-// server did not say it was loading, and one whose last look is older than holdForgotten graces
-// is forgotten (its volume gone, or an API server that loaded long ago); a driver restarted
-// starts its holds anew. Not
-// listed as failing (ok, or the GET failed, or the check is not there to read), the review is
-// asked once more and that answer stands: the first may have come just before the caches were
-// loaded. So a relist's denial costs three requests at most. A publish's denial is answered as
-// it comes (one review): it revokes nothing, and the kubelet retries it. (Behind a load balancer
-// over several API servers, the check and the second review may be answered by another one than
-// the first review; a starting one is usually kept out of the balancer until it is ready.)
+// checks in those seconds. So a denial the relist gets is followed by a look at the API
+// server's readiness check informer-sync (kubeClient.rbacCaches). Listed as failing, the denial
+// is held back: the review counts as an error, which revokes nothing, and is asked again next
+// cycle; but only for the grace (loadingGrace, or two relist intervals if longer) from the
+// first look that held that key's denial back, after which it stands, and so do the key's later
+// denials while the API server still says so: an informer can stay unsynced on a running API
+// server, and revocations must not wait for good. A hold ends when the key gets a grant, or an
+// answer asked while the API server did not say it was loading, and one whose last look is
+// older than holdForgotten graces is forgotten (its volume gone, or an API server that loaded
+// long ago); a driver restarted starts its holds anew. Not listed as failing (ok, or the GET
+// failed, or the check is not there to read), the review is asked once more and that answer
+// stands: the first may have come just before the caches were loaded. So a relist's denial
+// costs three requests at most. A publish's denial is answered as it comes (one review): it
+// revokes nothing, and the kubelet retries it. (Behind a load balancer over several API
+// servers, the check and the second review may be answered by another one than the first
+// review; a starting one is usually kept out of the balancer until it is ready.)
 type authorizer struct {
 	sar        sarCreator
 	rbacCaches func(context.Context) rbacCaches // what the API server says of its RBAC caches (kubeClient.rbacCaches)
