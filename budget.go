@@ -390,7 +390,7 @@ const itemSlotBytes = 64
 
 // recordPages is what rec costs on disk, in whole pages.
 func recordPages(rec volumeRecord) int64 {
-	b, err := json.MarshalIndent(rec, "", "  ") // as writeRecord writes it
+	b, err := json.Marshal(rec) // as writeRecord writes it
 	if err != nil {
 		return pageSize // cannot happen: a record is plain data
 	}

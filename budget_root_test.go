@@ -79,7 +79,7 @@ func TestLongNamedVolumesAreChargedWhatTheirTmpfsHolds(t *testing.T) {
 			if err := vd.populate(composeView(rec.refs(), []map[string]atomicwriter.File{files})); err != nil {
 				t.Fatal(err)
 			}
-			b, err := json.MarshalIndent(rec, "", "  ")
+			b, err := json.Marshal(rec)
 			if err != nil {
 				t.Fatal(err)
 			}

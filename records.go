@@ -432,7 +432,7 @@ func (s *volumeStore) recordPath(id string) string {
 
 // writeRecord replaces rec's record.json atomically: a crash leaves the old record or the new one.
 func (s *volumeStore) writeRecord(rec volumeRecord) error {
-	b, err := json.MarshalIndent(rec, "", "  ")
+	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
