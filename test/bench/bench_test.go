@@ -107,6 +107,7 @@ func benchPublishLatency(b *testing.B, c *benchCluster, f *fleet, sc benchScale)
 	d.publishAndUnpublish(b, d.shareVolume(sa, f.shares[len(f.shares)-1]))
 
 	var cold, warm, coldCPU, warmCPU []time.Duration
+	var floorSAR, floorGET []time.Duration
 	before := d.scrape(b)
 	for j := range sc.coldSamples {
 		// Spaced as pods arrive, not back to back: each cold publish takes two of client-go's
@@ -115,14 +116,15 @@ func benchPublishLatency(b *testing.B, c *benchCluster, f *fleet, sc benchScale)
 		time.Sleep(50 * time.Millisecond)
 		wall, cpu := d.publishAndUnpublish(b, d.shareVolume(sa, f.shares[j]))
 		cold, coldCPU = append(cold, wall), append(coldCPU, cpu)
-	}
-	mid := d.scrape(b)
-	// What the API server alone takes for the requests of a cold publish, asked by this process.
-	var floorSAR, floorGET []time.Duration
-	for j := range sc.coldSamples {
+		// What the API server alone takes for the requests of that cold publish, asked by
+		// this process after the same pause. Requests that follow a pause cost more than
+		// requests back to back (the API server's, etcd's and the client's threads have
+		// parked), so floors taken back to back would be faster than any cold publish can be.
+		time.Sleep(50 * time.Millisecond)
 		sarTook, getTook := c.apiFloor(b, sa, f.shares[j], f.srcNS, fmt.Sprintf("src-%d", j))
 		floorSAR, floorGET = append(floorSAR, sarTook), append(floorGET, getTook)
 	}
+	mid := d.scrape(b)
 	// What the kernel alone takes for a warm publish's mounts and writes: one floor sample after
 	// each warm publish, on the same file system as the driver's volumes, so whatever else the
 	// machine does weighs on both alike and their ratio holds.
