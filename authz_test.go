@@ -8,10 +8,12 @@ package main
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -173,18 +175,43 @@ func TestRelistHoldsAKeysDenialsBackForTheGraceOnly(t *testing.T) {
 }
 
 // A grant asked before a denial came is not cached: a publish's review in flight when the relist
-// found access revoked must not let publishes in from the cache for a TTL.
+// found access revoked must not let publishes in from the cache for a TTL. The publish's review
+// is held until the relist's reviews have answered.
 func TestAGrantAskedBeforeADenialIsNotCached(t *testing.T) {
-	client, sars := fakeSARClient(func() (bool, error) { return true, nil })
-	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), cachesLoaded, time.Minute, time.Minute)
+	publishAsked, publishAnswers := make(chan struct{}), make(chan struct{})
+	var sars atomic.Int64
+	a := newAuthorizer(sarFunc(func() bool {
+		switch sars.Add(1) {
+		case 1: // the publish's review: granted, once the relist has its denial
+			close(publishAsked)
+			<-publishAnswers
+			return true
+		case 2, 3: // the relist's review, and the one it asks again
+			return false
+		}
+		return true
+	}), cachesLoaded, time.Minute, time.Minute)
 	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
-	before := a.denialCount()
-	a.noteAnswer(key, false, a.denialCount()) // the relist's denial lands first...
-	a.noteAnswer(key, true, before)           // ...then the publish's grant, asked before it
+	published := make(chan decision)
+	go func() {
+		d, err := a.check(context.Background(), key)
+		if err != nil {
+			t.Error(err)
+		}
+		published <- d
+	}()
+	<-publishAsked
+	if d, err := a.recheck(context.Background(), key); err != nil || d.Allowed {
+		t.Fatalf("the relist's recheck: %v %v, want a denial", d, err)
+	}
+	close(publishAnswers)
+	if d := <-published; !d.Allowed {
+		t.Fatalf("the publish's review: %v, want its grant", d)
+	}
 	if a.cachedGrant(key) {
 		t.Fatal("a grant asked before a denial was cached")
 	}
-	if d, err := a.check(context.Background(), key); err != nil || !d.Allowed || sars.Load() != 1 || !a.cachedGrant(key) {
+	if d, err := a.check(context.Background(), key); err != nil || !d.Allowed || sars.Load() != 4 || !a.cachedGrant(key) {
 		t.Fatalf("a grant asked after: %v %v after %d SARs, cached %v; want it cached", d, err, sars.Load(), a.cachedGrant(key))
 	}
 }
@@ -209,6 +236,16 @@ func TestADenialHeldBackStillDropsTheCachedGrant(t *testing.T) {
 
 // cachesLoaded is an API server that says its RBAC caches are loaded.
 func cachesLoaded(context.Context) rbacCaches { return rbacLoaded }
+
+// sarFunc answers each review with allowed(), without the fake clientset, which holds a lock
+// while a reaction runs, so that one review can wait for others.
+type sarFunc func() (allowed bool)
+
+func (f sarFunc) Create(_ context.Context, sar *authorizationv1.SubjectAccessReview, _ metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
+	res := sar.DeepCopy()
+	res.Status.Allowed = f()
+	return res, nil
+}
 
 func TestAuthorizerSendsTheServiceAccountIdentity(t *testing.T) {
 	client := fake.NewSimpleClientset()
