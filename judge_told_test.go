@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"slices"
 	"testing"
 )
 
@@ -19,22 +20,13 @@ var (
 	except = func(from []told, not ...told) []told {
 		var out []told
 		for _, t := range from {
-			if !contains(not, t) {
+			if !slices.Contains(not, t) {
 				out = append(out, t)
 			}
 		}
 		return out
 	}
 )
-
-func contains(ts []told, t told) bool {
-	for _, u := range ts {
-		if u == t {
-			return true
-		}
-	}
-	return false
-}
 
 func TestToldTransitions(t *testing.T) {
 	same := told("(the same)")
@@ -102,8 +94,8 @@ func TestToldTransitions(t *testing.T) {
 
 func TestToldShownAndAway(t *testing.T) {
 	for _, s := range allTold {
-		if !s.known() || s.hidden() != contains(awayTold, s) {
-			t.Errorf("%q: known %v, hidden %v; want known, hidden %v", s, s.known(), s.hidden(), contains(awayTold, s))
+		if !s.known() || s.hidden() != slices.Contains(awayTold, s) {
+			t.Errorf("%q: known %v, hidden %v; want known, hidden %v", s, s.known(), s.hidden(), slices.Contains(awayTold, s))
 		}
 	}
 	if told("someNewerState").known() {
