@@ -243,9 +243,12 @@ type PodSuite struct {
 	// chart names the installed chart for `helm upgrade`: the released chart in the cluster's
 	// registry (oci://..., --version, --ca-file), or the chart in this tree.
 	chart []string
-	// Release is the test release the driver was installed from, when it came from the cluster's
-	// registry (SRCSI_REGISTRY); nil when the image was imported.
+	// Release is the test release the driver runs now, when it came from the cluster's registry
+	// (SRCSI_REGISTRY); nil when the image was imported. An upgrade (PrepareUpgrade) replaces it.
 	Release *testRelease
+	// Installed is the release the suite installed first, by README.md's install lines; an
+	// upgrade leaves it.
+	Installed *testRelease
 }
 
 var (
@@ -1390,7 +1393,7 @@ func deployFromRegistry(s *PodSuite, reg string) (*PodSuite, error) {
 	if err := runRelease(rel, ca, nil, "sh", "-c", ours.Replace(in.Release)); err != nil {
 		return nil, fmt.Errorf("README.md's %q, with the cluster's registry: %w", in.Release, err)
 	}
-	s.Release, s.Image, s.chart = rel, rel.Image(), rel.chartArgs(reg, ca)
+	s.Release, s.Installed, s.Image, s.chart = rel, rel, rel.Image(), rel.chartArgs(reg, ca)
 	start := time.Now()
 	helmLine := strings.Replace(ours.Replace(in.Helm), "helm install ", `"$HELM" --kubeconfig "$KUBECONFIG" upgrade --install --take-ownership --force-conflicts `, 1) +
 		` --ca-file "$SRCSI_REGISTRY_CA" --set driver.relistInterval=` + PodsRelist.String()
