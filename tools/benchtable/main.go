@@ -147,7 +147,11 @@ func (r *results) series(bench, unit string) []float64 { return r.vals[bench][un
 
 // derived combines two metrics of one benchmark run by run.
 func (r *results) derived(bench, a, b string, f func(a, b float64) float64) []float64 {
-	x, y := r.series(bench, a), r.series(bench, b)
+	return combine(r.series(bench, a), r.series(bench, b), f)
+}
+
+// combine is f(x[i], y[i]), run by run; nil unless both have the same runs.
+func combine(x, y []float64, f func(a, b float64) float64) []float64 {
 	if len(x) == 0 || len(x) != len(y) {
 		return nil
 	}
@@ -168,14 +172,7 @@ func apiFloor(bench string) func(*results) []float64 {
 
 // divide is x[i] / y[i], run by run; nil unless both have the same runs.
 func divide(x, y []float64) []float64 {
-	if len(x) == 0 || len(x) != len(y) {
-		return nil
-	}
-	out := make([]float64, len(x))
-	for i := range x {
-		out[i] = x[i] / y[i]
-	}
-	return out
+	return combine(x, y, func(a, b float64) float64 { return a / b })
 }
 
 type stats struct{ median, min, max float64 }
@@ -281,15 +278,7 @@ func sections() []section {
 			figure{what: "write " + size + ", huge=within_size (the driver's mount)", values: metric(huge, "write-p50-us"), format: "%.0f µs"},
 			figure{what: "  ratio, page by page / huge=within_size, " + size, values: func(r *results) []float64 {
 				// Run i of one against run i of the other: they ran back to back.
-				x, y := r.series(plain, "write-p50-us"), r.series(huge, "write-p50-us")
-				if len(x) == 0 || len(x) != len(y) {
-					return nil
-				}
-				out := make([]float64, len(x))
-				for i := range x {
-					out[i] = x[i] / y[i]
-				}
-				return out
+				return divide(r.series(plain, "write-p50-us"), r.series(huge, "write-p50-us"))
 			}, format: "%.1f×"},
 		)
 	}
