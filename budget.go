@@ -388,9 +388,13 @@ func recordHeapBytes(rec volumeRecord) int64 {
 // itemSlotBytes is an item's struct (an int, two string headers, a mode), rounded up.
 const itemSlotBytes = 64
 
+// encodeRecord is rec as the volume store writes it (records.go's writeRecord), and so as the
+// budget counts it.
+func encodeRecord(rec volumeRecord) ([]byte, error) { return json.Marshal(rec) }
+
 // recordPages is what rec costs on disk, in whole pages.
 func recordPages(rec volumeRecord) int64 {
-	b, err := json.Marshal(rec) // as writeRecord writes it
+	b, err := encodeRecord(rec)
 	if err != nil {
 		return pageSize // cannot happen: a record is plain data
 	}

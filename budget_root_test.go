@@ -10,7 +10,6 @@ package main
 // for its tmpfs (volumeBytes, less what it charges for the driver's heap).
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -79,7 +78,7 @@ func TestLongNamedVolumesAreChargedWhatTheirTmpfsHolds(t *testing.T) {
 			if err := vd.populate(composeView(rec.refs(), []map[string]atomicwriter.File{files})); err != nil {
 				t.Fatal(err)
 			}
-			b, err := json.Marshal(rec)
+			b, err := encodeRecord(rec)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -80,7 +80,7 @@ func TestRecordsAreChargedWhatTheHeapHolds(t *testing.T) {
 	for i := range maxItems {
 		rec.Items = append(rec.Items, item{Key: fmt.Sprintf("%04d", i) + strings.Repeat("k", 249), Path: fmt.Sprintf("%04d", i) + strings.Repeat("p", 249), Mode: 0o440})
 	}
-	b, err := json.Marshal(rec)
+	b, err := encodeRecord(rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestVolumeBytesCountTheRecordAsSaved(t *testing.T) {
 	for i := range 200 { // a long list of items makes a record of several pages
 		rec.Items = append(rec.Items, item{Key: fmt.Sprintf("key-%d", i), Path: fmt.Sprintf("some/where/file-%d", i)})
 	}
-	b, _ := json.Marshal(rec)
+	b, _ := encodeRecord(rec)
 	if got, want := volumeBytes(rec), pages(int64(len(b)))+volumeEntries*entryBytes+10000+recordHeapBytes(rec); got != want || want < 4*pageSize {
 		t.Errorf("volumeBytes of a record of %d bytes = %d, want %d", len(b), got, want)
 	}

@@ -295,8 +295,10 @@ func (s *volumeStore) save(rec volumeRecord) error {
 
 // keep puts rec in memory and charges its bytes in place of the volume's previous charge (its
 // previous record's, or an unsaved charge: rec describes the disk now).
-func (s *volumeStore) keep(rec volumeRecord) {
-	n := volumeBytes(rec)
+func (s *volumeStore) keep(rec volumeRecord) { s.keepCharging(rec, volumeBytes(rec)) }
+
+// keepCharging puts rec in memory, charged n bytes in place of the volume's previous charge.
+func (s *volumeStore) keepCharging(rec volumeRecord, n int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.vols[rec.VolumeID] = rec.clone()
@@ -352,9 +354,15 @@ func (s *volumeStore) forget(id string) {
 }
 
 // remember puts a record loaded at start into memory, charged whether it fits or not (the
-// volume exists); its view is unverified until a reconcile rebuilds it (viewVerified).
+// volume exists); its view is unverified until a reconcile rebuilds it (viewVerified). Its file is
+// charged as it is on disk when that is larger than the record as writeRecord writes it (earlier
+// versions wrote records indented), until the next save rewrites it.
 func (s *volumeStore) remember(rec volumeRecord) {
-	s.keep(rec)
+	n := volumeBytes(rec)
+	if fi, err := os.Stat(s.recordPath(rec.VolumeID)); err == nil {
+		n += max(0, pages(fi.Size())-recordPages(rec))
+	}
+	s.keepCharging(rec, n)
 	s.mu.Lock()
 	s.unverified[rec.VolumeID] = true
 	s.mu.Unlock()
@@ -432,7 +440,7 @@ func (s *volumeStore) recordPath(id string) string {
 
 // writeRecord replaces rec's record.json atomically: a crash leaves the old record or the new one.
 func (s *volumeStore) writeRecord(rec volumeRecord) error {
-	b, err := json.Marshal(rec)
+	b, err := encodeRecord(rec)
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,11 @@
 package main
 
-// Specification of the volume store (records.go): a record changes only by save.
+// Specification of the volume store (records.go): a record changes only by save, and a record
+// found at start is charged at least what its file holds.
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"testing"
 )
@@ -47,5 +50,39 @@ func TestVolumeStoreChangesOnlyBySave(t *testing.T) {
 	}
 	if st := onDisk.Shares[0]; !st.Told.hidden() || st.ResourceVersion != "2" {
 		t.Fatalf("on disk after save: %+v", st)
+	}
+}
+
+// A record written by an earlier version (indented JSON, larger than this version writes it) is
+// charged as its file is on disk when it is resumed, and as this version writes it once saved.
+func TestARecordFoundAtStartIsChargedWhatItsFileHolds(t *testing.T) {
+	budget := &volumeBudget{}
+	s := newVolumeStore(t.TempDir(), budget)
+	rec := volumeRecord{VolumeID: "vol-1", PodUID: "uid", TargetPath: "/target", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "ca"}, ResourceVersion: "1"}}}
+	for i := range 300 {
+		rec.Items = append(rec.Items, item{Key: fmt.Sprintf("key-%d", i), Path: fmt.Sprintf("dir/file-%d", i)})
+	}
+	indented, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pages(int64(len(indented))) <= recordPages(rec) {
+		t.Fatalf("the indented record (%d bytes) takes no more pages than the compact one: the test shows nothing", len(indented))
+	}
+	if err := os.MkdirAll(s.mountPoint(rec.VolumeID), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.recordPath(rec.VolumeID), indented, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.remember(rec)
+	if got, want := budget.inUse(), volumeBytes(rec)-recordPages(rec)+pages(int64(len(indented))); got != want {
+		t.Fatalf("resumed: charged %d bytes, want %d (the record's file as it is on disk)", got, want)
+	}
+	if err := s.save(rec); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := budget.inUse(), volumeBytes(rec); got != want {
+		t.Fatalf("saved again: charged %d bytes, want %d (the record as this version writes it)", got, want)
 	}
 }
