@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -178,7 +179,11 @@ func TestRelistHoldsAKeysDenialsBackForTheGraceOnly(t *testing.T) {
 // found access revoked must not let publishes in from the cache for a TTL. The publish's review
 // is held until the relist's reviews have answered.
 func TestAGrantAskedBeforeADenialIsNotCached(t *testing.T) {
+	const wait = 10 * time.Second // a regression fails the test, not hangs it
 	publishAsked, publishAnswers := make(chan struct{}), make(chan struct{})
+	var answerOnce sync.Once
+	answer := func() { answerOnce.Do(func() { close(publishAnswers) }) }
+	t.Cleanup(answer)
 	var sars atomic.Int64
 	a := newAuthorizer(sarFunc(func() bool {
 		switch sars.Add(1) {
@@ -192,21 +197,40 @@ func TestAGrantAskedBeforeADenialIsNotCached(t *testing.T) {
 		return true
 	}), cachesLoaded, time.Minute, time.Minute)
 	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
-	published := make(chan decision)
+	type answered struct {
+		d   decision
+		err error
+	}
+	published, rechecked := make(chan answered, 1), make(chan answered, 1)
 	go func() {
 		d, err := a.check(context.Background(), key)
-		if err != nil {
-			t.Error(err)
-		}
-		published <- d
+		published <- answered{d, err}
 	}()
-	<-publishAsked
-	if d, err := a.recheck(context.Background(), key); err != nil || d.Allowed {
-		t.Fatalf("the relist's recheck: %v %v, want a denial", d, err)
+	select {
+	case <-publishAsked:
+	case <-time.After(wait):
+		t.Fatal("the publish sent no review")
 	}
-	close(publishAnswers)
-	if d := <-published; !d.Allowed {
-		t.Fatalf("the publish's review: %v, want its grant", d)
+	go func() {
+		d, err := a.recheck(context.Background(), key)
+		rechecked <- answered{d, err}
+	}()
+	select {
+	case r := <-rechecked:
+		if r.err != nil || r.d.Allowed {
+			t.Fatalf("the relist's recheck: %v %v, want a denial", r.d, r.err)
+		}
+	case <-time.After(wait):
+		t.Fatal("the relist's recheck waited for the publish's review")
+	}
+	answer()
+	select {
+	case r := <-published:
+		if r.err != nil || !r.d.Allowed {
+			t.Fatalf("the publish's review: %v %v, want its grant", r.d, r.err)
+		}
+	case <-time.After(wait):
+		t.Fatal("the publish's review did not return")
 	}
 	if a.cachedGrant(key) {
 		t.Fatal("a grant asked before a denial was cached")
