@@ -63,6 +63,28 @@ func TestPodsInstalledFromTheRegistry(t *testing.T) {
 	}
 	t.Logf("driver pod %s: image %s, imageID %s", pod.Name, pod.Spec.Containers[0].Image, pod.Status.ContainerStatuses[0].ImageID)
 
+	// For the release installed by README.md's lines, and the one the driver runs now if an
+	// upgrade replaced it: what the registry serves for its tag is the index pushed, byte for
+	// byte, and the release's signature verifies it.
+	installed := servedRelease{s.Installed.Repo, s.Installed.Version, s.Installed.IndexDigest, s.Installed.IndexSig, s.Installed.CosignPub}
+	running := servedRelease{rel.Repo, rel.Version, rel.IndexDigest, rel.IndexSig, rel.CosignPub}
+	checkServedAndSigned(t, installed, ca)
+	if running.IndexDigest != installed.IndexDigest {
+		checkServedAndSigned(t, running, ca)
+	}
+}
+
+// servedRelease is what a test release pushed to the cluster's registry: its tag, the digest of
+// its index, and the index's signature with the public key that verifies it.
+type servedRelease struct {
+	Repo, Version, IndexDigest string
+	IndexSig, CosignPub        []byte
+}
+
+// checkServedAndSigned checks that the registry serves rel's tag as the index rel pushed, and
+// that rel's signature verifies that index and nothing else.
+func checkServedAndSigned(t *testing.T, rel servedRelease, ca string) {
+	t.Helper()
 	// What the registry serves for the release's tag is the index pushed, byte for byte.
 	pem, err := os.ReadFile(ca)
 	if err != nil {
