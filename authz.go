@@ -44,7 +44,7 @@ type decision struct {
 // A kube-apiserver that has just started serves requests before they are, and its authorizer
 // then denies what RBAC grants: taken as an answer, that would revoke every volume the relist
 // checks in those seconds. So a denial the relist gets is followed by a look at the API
-// server's readiness check informer-sync (kubeClient.rbacCaches). Listed as failing, the denial
+// server's readiness check informer-sync (kubeClient.rbacLoading). Listed as failing, the denial
 // is held back: the review counts as an error, which revokes nothing, and is asked again next
 // cycle; but only for the grace (loadingGrace, or two relist intervals if longer) from the
 // first look that held that key's denial back, after which it stands, and so do the key's later
@@ -60,12 +60,12 @@ type decision struct {
 // servers, the check and the second review may be answered by another one than the first
 // review; a starting one is usually kept out of the balancer until it is ready.)
 type authorizer struct {
-	sar        sarCreator
-	rbacCaches func(context.Context) rbacCaches // what the API server says of its RBAC caches (kubeClient.rbacCaches)
-	ttl        time.Duration
-	grace      time.Duration // how long the relist holds a key's denials back while the API server loads RBAC
-	now        func() time.Time
-	group      singleflight.Group
+	sar         sarCreator
+	rbacLoading func(context.Context) bool // whether the API server says it is loading its RBAC caches (kubeClient.rbacLoading)
+	ttl         time.Duration
+	grace       time.Duration // how long the relist holds a key's denials back while the API server loads RBAC
+	now         func() time.Time
+	group       singleflight.Group
 
 	mu      sync.Mutex
 	granted map[accessKey]time.Time // grant time
@@ -85,8 +85,8 @@ const holdForgotten = 5
 
 // newAuthorizer answers with sar, caching grants for ttl; the relist's denials are held back as
 // the authorizer's doc says, for loadingGrace or two relist intervals, whichever is longer.
-func newAuthorizer(sar sarCreator, caches func(context.Context) rbacCaches, ttl, relistInterval time.Duration) *authorizer {
-	return &authorizer{sar: sar, rbacCaches: caches, ttl: ttl, grace: max(loadingGrace, 2*relistInterval), now: time.Now,
+func newAuthorizer(sar sarCreator, rbacLoading func(context.Context) bool, ttl, relistInterval time.Duration) *authorizer {
+	return &authorizer{sar: sar, rbacLoading: rbacLoading, ttl: ttl, grace: max(loadingGrace, 2*relistInterval), now: time.Now,
 		granted: map[accessKey]time.Time{}, held: map[accessKey]hold{}}
 }
 
@@ -142,7 +142,7 @@ func (a *authorizer) recheck(ctx context.Context, key accessKey) (decision, erro
 // API server says its RBAC caches are loading, until the key's hold is a grace old; else the
 // answer of the review asked again.
 func (a *authorizer) confirmDenial(ctx context.Context, key accessKey, denied decision) (decision, error) {
-	if a.rbacCaches(ctx) != rbacLoading {
+	if !a.rbacLoading(ctx) {
 		d, err := a.ask(ctx, key)
 		if err == nil {
 			a.endHold(key) // an answer believed; a failed review keeps the hold

@@ -23,7 +23,7 @@ import (
 func TestAuthorizerCachesGrantsNotDenialsNorErrors(t *testing.T) {
 	answer, answerErr := true, error(nil)
 	client, sars := fakeSARClient(func() (bool, error) { return answer, answerErr })
-	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), cachesLoaded, time.Minute, time.Minute)
+	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), notLoading, time.Minute, time.Minute)
 	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
 	for i := 0; i < 1000; i++ {
 		d, err := a.check(context.Background(), key)
@@ -67,7 +67,7 @@ func TestRelistBelievesADenialOnlyOnceRBACIsLoaded(t *testing.T) {
 		name        string
 		publish     bool          // check (a publish) instead of recheck (the relist)
 		answers     []bool        // the SARs' answers, in order
-		caches      rbacCaches    // what the API server's readiness checks say
+		loading     bool          // whether the API server's readiness checks say it loads RBAC
 		heldFor     time.Duration // how long the relist has held the key's denials back already
 		wantErr     bool
 		wantAllowed bool
@@ -75,13 +75,12 @@ func TestRelistBelievesADenialOnlyOnceRBACIsLoaded(t *testing.T) {
 		wantLooks   int
 	}{
 		{name: "granted: no readiness looked at", answers: []bool{true}, wantAllowed: true, wantSARs: 1},
-		{name: "denied while RBAC loads: held back", answers: []bool{false}, caches: rbacLoading, wantErr: true, wantSARs: 1, wantLooks: 1},
-		{name: "denied while RBAC loads, past the grace: denied", answers: []bool{false}, caches: rbacLoading, heldFor: loadingGrace,
+		{name: "denied while RBAC loads: held back", answers: []bool{false}, loading: true, wantErr: true, wantSARs: 1, wantLooks: 1},
+		{name: "denied while RBAC loads, past the grace: denied", answers: []bool{false}, loading: true, heldFor: loadingGrace,
 			wantSARs: 1, wantLooks: 1},
-		{name: "denied, RBAC loaded, denied again: denied", answers: []bool{false, false}, caches: rbacLoaded, wantSARs: 2, wantLooks: 1},
-		{name: "denied, nothing said of RBAC, denied again: denied", answers: []bool{false, false}, caches: rbacUnknown, wantSARs: 2, wantLooks: 1},
-		{name: "denied, RBAC loaded, then granted: granted", answers: []bool{false, true}, caches: rbacLoaded, wantAllowed: true, wantSARs: 2, wantLooks: 1},
-		{name: "a publish: denied as it comes", publish: true, answers: []bool{false}, caches: rbacLoading, wantSARs: 1},
+		{name: "denied, RBAC not said to load, denied again: denied", answers: []bool{false, false}, wantSARs: 2, wantLooks: 1},
+		{name: "denied, RBAC not said to load, then granted: granted", answers: []bool{false, true}, wantAllowed: true, wantSARs: 2, wantLooks: 1},
+		{name: "a publish: denied as it comes", publish: true, answers: []bool{false}, loading: true, wantSARs: 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			answers := c.answers
@@ -94,9 +93,9 @@ func TestRelistBelievesADenialOnlyOnceRBACIsLoaded(t *testing.T) {
 				return a, nil
 			})
 			looks := 0
-			a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) rbacCaches {
+			a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) bool {
 				looks++
-				return c.caches
+				return c.loading
 			}, time.Minute, time.Minute)
 			now := time.Now()
 			a.now = func() time.Time { return now }
@@ -113,7 +112,7 @@ func TestRelistBelievesADenialOnlyOnceRBACIsLoaded(t *testing.T) {
 					d, err, sars.Load(), looks, c.wantErr, c.wantAllowed, c.wantSARs, c.wantLooks)
 			}
 			// The relist keeps a hold while the API server says it is loading, spent or not.
-			if _, held := a.held[key]; held != (c.caches == rbacLoading && !c.publish) {
+			if _, held := a.held[key]; held != (c.loading && !c.publish) {
 				t.Errorf("held: %v, want %v", held, !held)
 			}
 		})
@@ -125,33 +124,33 @@ func TestRelistBelievesADenialOnlyOnceRBACIsLoaded(t *testing.T) {
 // loading ends the hold, and a hold not looked at for holdForgotten graces is forgotten, so a key held once (its volume since gone, or an API server restarted
 // long after) gets its whole grace again. The grace is two relist intervals when that is longer.
 func TestRelistHoldsAKeysDenialsBackForTheGraceOnly(t *testing.T) {
-	caches := rbacLoading
+	loading := true
 	client, _ := fakeSARClient(func() (bool, error) { return false, nil })
-	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) rbacCaches { return caches }, time.Minute, time.Minute)
+	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) bool { return loading }, time.Minute, time.Minute)
 	now := time.Now()
 	a.now = func() time.Time { return now }
 	keyA := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
 	keyB := accessKey{Namespace: "team-b", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
 	t0 := now
 	for step, c := range []struct {
-		at     time.Duration // since the first look
-		key    accessKey
-		caches rbacCaches
-		held   bool
+		at      time.Duration // since the first look
+		key     accessKey
+		loading bool
+		held    bool
 	}{
-		{0, keyA, rbacLoading, true},
-		{time.Minute, keyB, rbacLoading, true}, // B's own hold
-		{loadingGrace - time.Second, keyA, rbacLoading, true},
-		{loadingGrace, keyA, rbacLoading, false},                 // A's grace is spent: its denial stands
-		{loadingGrace, keyB, rbacLoading, true},                  // B's is not
-		{loadingGrace + time.Minute, keyB, rbacLoading, false},   // now it is
-		{loadingGrace + 2*time.Minute, keyA, rbacLoading, false}, // A's hold stays spent: its denials stand
-		{loadingGrace + 3*time.Minute, keyA, rbacUnknown, false}, // nothing said: asked again, denied; the hold ends
-		{loadingGrace + 4*time.Minute, keyA, rbacLoading, true},
-		{loadingGrace + 4*time.Minute + holdForgotten*loadingGrace + time.Second, keyA, rbacLoading, true}, // forgotten: a new grace
+		{0, keyA, true, true},
+		{time.Minute, keyB, true, true}, // B's own hold
+		{loadingGrace - time.Second, keyA, true, true},
+		{loadingGrace, keyA, true, false},                  // A's grace is spent: its denial stands
+		{loadingGrace, keyB, true, true},                   // B's is not
+		{loadingGrace + time.Minute, keyB, true, false},    // now it is
+		{loadingGrace + 2*time.Minute, keyA, true, false},  // A's hold stays spent: its denials stand
+		{loadingGrace + 3*time.Minute, keyA, false, false}, // not said to load: asked again, denied; the hold ends
+		{loadingGrace + 4*time.Minute, keyA, true, true},
+		{loadingGrace + 4*time.Minute + holdForgotten*loadingGrace + time.Second, keyA, true, true}, // forgotten: a new grace
 	} {
 		now = t0.Add(c.at)
-		caches = c.caches
+		loading = c.loading
 		d, err := a.recheck(context.Background(), c.key)
 		if err == nil && d.Allowed {
 			t.Fatalf("step %d: a denial became a grant: %+v", step, d)
@@ -160,7 +159,7 @@ func TestRelistHoldsAKeysDenialsBackForTheGraceOnly(t *testing.T) {
 			t.Fatalf("step %d (%v after the first look): held back %v, want %v", step, c.at, held, c.held)
 		}
 	}
-	long := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) rbacCaches { return rbacLoading }, time.Minute, 5*time.Minute)
+	long := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) bool { return true }, time.Minute, 5*time.Minute)
 	long.now = func() time.Time { return now }
 	if _, err := long.recheck(context.Background(), keyA); err == nil {
 		t.Fatal("not held back at first")
@@ -195,7 +194,7 @@ func TestAGrantAskedBeforeADenialIsNotCached(t *testing.T) {
 			return false
 		}
 		return true
-	}), cachesLoaded, time.Minute, time.Minute)
+	}), notLoading, time.Minute, time.Minute)
 	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
 	type answered struct {
 		d   decision
@@ -244,7 +243,7 @@ func TestAGrantAskedBeforeADenialIsNotCached(t *testing.T) {
 func TestADenialHeldBackStillDropsTheCachedGrant(t *testing.T) {
 	answer := true
 	client, sars := fakeSARClient(func() (bool, error) { return answer, nil })
-	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) rbacCaches { return rbacLoading }, time.Minute, time.Minute)
+	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) bool { return true }, time.Minute, time.Minute)
 	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
 	if d, err := a.check(context.Background(), key); err != nil || !d.Allowed {
 		t.Fatalf("grant: %v %v", d, err)
@@ -258,8 +257,8 @@ func TestADenialHeldBackStillDropsTheCachedGrant(t *testing.T) {
 	}
 }
 
-// cachesLoaded is an API server that says its RBAC caches are loaded.
-func cachesLoaded(context.Context) rbacCaches { return rbacLoaded }
+// notLoading is an API server that does not say it is loading its RBAC caches.
+func notLoading(context.Context) bool { return false }
 
 // sarFunc answers each review with allowed(), without the fake clientset, which holds a lock
 // while a reaction runs, so that one review can wait for others.
@@ -278,7 +277,7 @@ func TestAuthorizerSendsTheServiceAccountIdentity(t *testing.T) {
 		got = a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview)
 		return true, got, nil
 	})
-	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), cachesLoaded, time.Minute, time.Minute)
+	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), notLoading, time.Minute, time.Minute)
 	if _, err := a.check(context.Background(), accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindConfigMap, Share: "cfg"}); err != nil {
 		t.Fatal(err)
 	}

@@ -112,7 +112,7 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 		store:       newVolumeStore(o.stateDir, nodeBudget), // the budget's owner
 		locks:       newVolumeLocks(),
 		sources:     sources,
-		authz:       newAuthorizer(sarClient{c: kube.authz}, kube.rbacCaches, o.authzTTL, o.relistInterval),
+		authz:       newAuthorizer(sarClient{c: kube.authz}, kube.rbacLoading, o.authzTTL, o.relistInterval),
 		metrics:     m,
 		crash:       newCrashPoints(),
 		events:      broadcaster.NewRecorder(kube.scheme, corev1.EventSource{Component: driverEventComponent, Host: o.nodeID}),

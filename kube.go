@@ -107,32 +107,20 @@ func (s sarClient) Create(ctx context.Context, sar *authorizationv1.SubjectAcces
 	return out, err
 }
 
-// rbacCaches is what an API server says of the informers its authorizer reads RBAC from.
-type rbacCaches int
-
-const (
-	rbacUnknown rbacCaches = iota // it says nothing of them: no answer, or no such check listed
-	rbacLoading                   // its readiness check informer-sync is listed as failing
-	rbacLoaded                    // ...as passing
-)
-
-// rbacCaches reads what the API server says of the informers its authorizer reads RBAC from:
-// its readiness check informer-sync, in GET /readyz?verbose, which lists each check and which
-// every user may read (system:public-info-viewer; a check's own path, /readyz/informer-sync, is
-// not granted). A starting kube-apiserver serves requests before they have synced.
-func (k *kubeClient) rbacCaches(ctx context.Context) rbacCaches {
+// rbacLoading says whether the API server says it is still loading the informers its authorizer
+// reads RBAC from: its readiness check informer-sync listed as failing, in GET /readyz?verbose,
+// which lists each check and which every user may read (system:public-info-viewer; a check's own
+// path, /readyz/informer-sync, is not granted). A starting kube-apiserver serves requests before
+// they have synced. Anything else (the check passing or not listed, no answer) is not "loading".
+func (k *kubeClient) rbacLoading(ctx context.Context) bool {
 	// DoRaw returns the body of an unready answer (500) too, with its error.
 	body, _ := k.core.Get().AbsPath("/readyz").Param("verbose", "true").DoRaw(ctx)
-	said := rbacUnknown
 	for line := range strings.Lines(string(body)) {
-		switch {
-		case strings.HasPrefix(line, "[-]informer-sync "):
-			return rbacLoading
-		case strings.HasPrefix(line, "[+]informer-sync ok"):
-			said = rbacLoaded
+		if strings.HasPrefix(line, "[-]informer-sync ") {
+			return true
 		}
 	}
-	return said
+	return false
 }
 
 // eventSink is where client-go's event broadcaster writes: core/v1 Events in the involved

@@ -1,6 +1,6 @@
 package main
 
-// Specification of kubeClient.rbacCaches: what the API server's /readyz?verbose says of
+// Specification of kubeClient.rbacLoading: what the API server's /readyz?verbose says of
 // its informer-sync check, whatever its other checks say. An HTTP server stands in for the API
 // server's readiness handler (the answers below are its format, apiserver's healthz package).
 
@@ -16,16 +16,16 @@ import (
 func TestRBACCachesFollowTheInformerSyncCheck(t *testing.T) {
 	forbidden := `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"forbidden: User \"x\" cannot get path \"/readyz\"","reason":"Forbidden","code":403}`
 	for _, c := range []struct {
-		name   string
-		status int
-		body   string
-		caches rbacCaches
+		name    string
+		status  int
+		body    string
+		loading bool
 	}{
-		{name: "ready", status: http.StatusOK, body: "[+]ping ok\n[+]etcd ok\n[+]informer-sync ok\n[+]poststarthook/rbac/bootstrap-roles ok\nreadyz check passed\n", caches: rbacLoaded},
+		{name: "ready", status: http.StatusOK, body: "[+]ping ok\n[+]etcd ok\n[+]informer-sync ok\n[+]poststarthook/rbac/bootstrap-roles ok\nreadyz check passed\n"},
 		{name: "starting: informers not synced", status: http.StatusInternalServerError,
-			body: "[+]ping ok\n[-]informer-sync failed: reason withheld\n[-]poststarthook/rbac/bootstrap-roles failed: reason withheld\nreadyz check failed\n", caches: rbacLoading},
+			body: "[+]ping ok\n[-]informer-sync failed: reason withheld\n[-]poststarthook/rbac/bootstrap-roles failed: reason withheld\nreadyz check failed\n", loading: true},
 		{name: "unready for another reason (shutting down), informers synced", status: http.StatusInternalServerError,
-			body: "[+]ping ok\n[+]informer-sync ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n", caches: rbacLoaded},
+			body: "[+]ping ok\n[+]informer-sync ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n"},
 		{name: "no such check listed", status: http.StatusOK, body: "[+]ping ok\nreadyz check passed\n"},
 		{name: "refused", status: http.StatusForbidden, body: forbidden},
 		{name: "not found", status: http.StatusNotFound, body: "404 page not found\n"},
@@ -44,17 +44,17 @@ func TestRBACCachesFollowTheInformerSyncCheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := k.rbacCaches(context.Background()); got != c.caches {
-				t.Fatalf("said %v, want %v", got, c.caches)
+			if got := k.rbacLoading(context.Background()); got != c.loading {
+				t.Fatalf("said loading %v, want %v", got, c.loading)
 			}
 		})
 	}
-	// An API server that does not answer says nothing.
+	// An API server that does not answer does not say it is loading.
 	k, err := newKubeClient(&rest.Config{Host: "http://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := k.rbacCaches(context.Background()); got != rbacUnknown {
-		t.Fatalf("said %v, from an API server that does not answer", got)
+	if k.rbacLoading(context.Background()) {
+		t.Fatal("said loading, from an API server that does not answer")
 	}
 }

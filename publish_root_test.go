@@ -78,7 +78,7 @@ func BenchmarkPublishOnNode(b *testing.B) {
 				account: testDriverAccount, mounter: kernelMounter{},
 				store: newVolumeStore(filepath.Join(root, "plugins", driverName), budget), locks: newVolumeLocks(),
 				shares:  newShareIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), func(shareKind, string) {}),
-				sources: sources, authz: newAuthorizer(grantAll{}, cachesLoaded, time.Hour, time.Minute), events: &record.FakeRecorder{},
+				sources: sources, authz: newAuthorizer(grantAll{}, notLoading, time.Hour, time.Minute), events: &record.FakeRecorder{},
 				metrics: newMetrics(), crash: newCrashPoints()}
 			u := &unstructured.Unstructured{Object: map[string]any{
 				"metadata": map[string]any{"name": "share", "uid": "share-1"},

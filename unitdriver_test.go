@@ -41,7 +41,7 @@ func newTestDriver(t *testing.T, sar sarCreator, src sourceGetter) *driver {
 		locks:       newVolumeLocks(),
 		shares:      newShareIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), func(shareKind, string) {}),
 		sources:     sources,
-		authz:       newAuthorizer(sar, cachesLoaded, time.Minute, time.Minute),
+		authz:       newAuthorizer(sar, notLoading, time.Minute, time.Minute),
 		events:      &record.FakeRecorder{},
 		metrics:     newMetrics(),
 		crash:       newCrashPoints(),
