@@ -16,6 +16,7 @@ IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 # are exported to every recipe.
 export CGO_ENABLED := $(shell bash -c '. hack/lib/goenv.sh && printf %s "$$CGO_ENABLED"')
 export GOFLAGS := $(shell bash -c '. hack/lib/goenv.sh && printf %s "$$GOFLAGS"')
+export BUILD_GOGC := $(shell bash -c '. hack/lib/goenv.sh && printf %s "$$BUILD_GOGC"')
 
 .PHONY: build help test test-api soak unit tools-test vet lint deps-lint golangci-lint image deploy up down tools tools-main deps tools-cluster deps-cluster tools-api helm actionlint check-workflows cosign registry release e2e-kind bench clean manifests
 
@@ -23,7 +24,7 @@ export GOFLAGS := $(shell bash -c '. hack/lib/goenv.sh && printf %s "$$GOFLAGS"'
 # Stripped (-s -w), so compiled without the DWARF the link would drop: faster, and the compiled
 # packages it shares with the cluster's tools (client-go, say) are compiled once for both.
 build:
-	CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN)/$(BINARY) .
+	GOGC=$(BUILD_GOGC) CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN)/$(BINARY) .
 
 ## help: every target with the first sentence of its `##` lines (`make` alone builds).
 help:
@@ -39,7 +40,7 @@ vet: lint check-workflows
 # every tracked file whose first line is a sh or bash shebang (.ci/run).
 SHELL_SCRIPTS = $(sort $(shell git ls-files '*.sh'; git ls-files -z | xargs -0 awk 'FNR == 1 && /^\#!.*[/ ](ba)?sh( |$$)/ { print FILENAME } { nextfile }'))
 # GOLANGCI_LINT: golangci-lint over one module (run in its directory) with the repository's .golangci.yml.
-GOLANGCI_LINT = $(CURDIR)/$(BIN)/golangci-lint run --config $(CURDIR)/.golangci.yml
+GOLANGCI_LINT = GOGC=$(BUILD_GOGC) $(CURDIR)/$(BIN)/golangci-lint run --config $(CURDIR)/.golangci.yml
 
 ## lint: shellcheck on every shell script, and on the run: steps of .github/workflows (through
 ## actionlint), and golangci-lint (.golangci.yml: staticcheck, revive, errcheck, govet...) on every

@@ -34,9 +34,9 @@ filter=${BENCH_FILTER:-.}
 
 # Built before the cluster's network namespace is entered: there is no route out of it.
 echo "building the benchmarks..."
-go -C test test -vet=off -c -o "$OUT/bench.test" ./bench
-go test -tags root -vet=off -c -o "$OUT/root.test" .
-(cd tools && go build -trimpath -o "$OUT/benchtable" ./benchtable)
+GOGC=$BUILD_GOGC go -C test test -vet=off -c -o "$OUT/bench.test" ./bench
+GOGC=$BUILD_GOGC go test -tags root -vet=off -c -o "$OUT/root.test" .
+(cd tools && GOGC=$BUILD_GOGC go build -trimpath -o "$OUT/benchtable" ./benchtable)
 
 # A run killed earlier may have left a cluster behind.
 hack/cluster.sh down >/dev/null 2>&1 || true

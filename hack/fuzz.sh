@@ -66,7 +66,7 @@ for pair in "${pairs[@]}"; do
 	echo "=== $t ($pkg), -fuzztime $limit"
 	start=$SECONDS
 	set +e
-	go test -run "^${t}\$" -fuzz "^${t}\$" -fuzztime "$limit" "$pkg" 2>&1 | tee "$log"
+	GOGC=$BUILD_GOGC go test -run "^${t}\$" -fuzz "^${t}\$" -fuzztime "$limit" "$pkg" 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
 	set -e
 	# The last progress line carries the total, e.g. "fuzz: elapsed: 20s, execs: 123456 (6172/sec), ...".

@@ -88,7 +88,7 @@ trap 'rm -rf "$work"' EXIT
 binflags=()
 for arch in "${ARCHES[@]}"; do
 	echo "release: building linux/$arch..."
-	CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -gcflags=all=-dwarf=false \
+	GOGC=${BUILD_GOGC:-400} CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -gcflags=all=-dwarf=false \
 		-ldflags "-s -w -X main.version=$VERSION -X main.commit=$commit" \
 		-o "$work/bin/linux-$arch/$BINARY" .
 	binflags+=(-binary "linux/$arch=$work/bin/linux-$arch/$BINARY")

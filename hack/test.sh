@@ -108,7 +108,7 @@ fi
 start=$(date +%s)
 
 # The crash tests run the driver's test build, with its crash points compiled in (crashsteps.go).
-CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -tags crashpoints -o _output/bin/shared-resource-csi-crashpoints .
+GOGC=$BUILD_GOGC CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -tags crashpoints -o _output/bin/shared-resource-csi-crashpoints .
 # Modules are downloaded first, the driver's and test/'s: there is no route out of the cluster's
 # network namespace.
 go mod download
@@ -116,7 +116,8 @@ go -C test mod download
 
 # gotest MINOR LOG DIR ARGS...: `go test` in DIR (the root, or test/) inside the network
 # namespace of the cluster of MINOR, where the API server is reachable. -p 1: one package at a
-# time (the suites share the cluster and its node), each with -parallel 4 as one package had.
+# time (the suites share the cluster and its node), each with -parallel 4 as one package had. The
+# go command compiles with GOGC=$BUILD_GOGC; each test binary runs with GO_TEST_EXEC's (goenv.sh).
 gotest() {
 	local minor=$1 log=$2 dir=$3
 	shift 3
@@ -126,7 +127,8 @@ gotest() {
 		KUBECTL="$(kube_bin_dir "$ROOT" "$minor")/kubectl" \
 		HELM="$ROOT/_output/bin/helm" \
 		SRCSI_NODES_API_OUT="$ROOT/_output/nodes-api.txt" \
-		go -C "$dir" test -count=1 -timeout 40m -p 1 -parallel 4 -v "$@" 2>&1 | tee "$log"
+		GOGC="$BUILD_GOGC" \
+		go -C "$dir" test -exec "$GO_TEST_EXEC" -count=1 -timeout 40m -p 1 -parallel 4 -v "$@" 2>&1 | tee "$log"
 	return "${PIPESTATUS[0]}"
 }
 # The one-node phase's packages of test/: the driver against the API server, real pods, the chart

@@ -23,3 +23,15 @@ case " $GOFLAGS " in
 *) GOFLAGS="$GOFLAGS -gcflags=all=-dwarf=false" ;;
 esac
 export GOFLAGS
+# BUILD_GOGC: the garbage collector's target for the commands that compile, lint and fuzz (the
+# scripts and the Makefile put it in GOGC for go build, golangci-lint and go test -fuzz). At 400
+# rather than Go's default 100 they spend less time collecting: compiling the driver's
+# dependencies took 18% less CPU, Kubernetes' largest packages 12% less, and golangci-lint over
+# test/ 21% less, for a larger heap (the largest compile 0.43 -> 0.56 GB, golangci-lint
+# 1.2 -> 2.6 GB). Not GOGC itself: a test binary inherits the go command's environment, and the
+# tests and benchmarks run the driver with the collector as it ships.
+export BUILD_GOGC=${BUILD_GOGC:-400}
+# GO_TEST_EXEC: what `go test -exec` runs each test binary with when the go command runs with
+# GOGC=$BUILD_GOGC: the GOGC the caller set, or none.
+if [[ -v GOGC ]]; then GO_TEST_EXEC="env GOGC=$GOGC"; else GO_TEST_EXEC="env -u GOGC"; fi
+export GO_TEST_EXEC
