@@ -47,7 +47,7 @@ const pageSize = 4096
 // bytes twice. One exception keeps the count from falling below the memory held: a reconcile that
 // rewrote copies and then could not save the record naming them (or rebuild the view) leaves the
 // new copies on disk, so that volume is charged the larger of its saved record's bytes and what its
-// tmpfs holds (volumeRewrite's viewFailed and saveFailed), the same on every cycle that fails so,
+// tmpfs holds, measured (volumeRewrite's unsaved), the same on every cycle that fails so,
 // until the next save or forget. Operations in progress hold reservations: room for a volume before
 // its record is saved (publish), for a share's new copy beside its old one, and for a view kept for
 // readers, until the record naming them is saved (a reconcile's volumeRewrite). A reservation is
@@ -88,16 +88,19 @@ func (b *volumeBudget) chargeSaved(id string, n int64) {
 }
 
 // chargeUnsaved keeps volume id charged for n bytes its tmpfs holds though its saved record does
-// not describe them: the larger of the two, until the next save or forget; a reconcile failing
-// the same way every cycle charges the same, not more each time. An unknown volume: nothing.
+// not describe them: the larger of the two, until the next save or forget. An unknown volume:
+// nothing.
 func (b *volumeBudget) chargeUnsaved(id string, n int64) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	c, ok := b.charges[id]
-	b.mu.Unlock()
-	if ok {
-		c.unsaved = n
-		b.setCharge(id, c)
+	if !ok {
+		return
 	}
+	before := c.bytes()
+	c.unsaved = n
+	b.charged += c.bytes() - before
+	b.charges[id] = c
 }
 
 // chargedFor is what volume id is charged now.
@@ -228,19 +231,20 @@ func (w *volumeRewrite) keepsView() bool { return w.room.take(w.previousView-w.r
 // keptViewCost is what the view the reconcile replaced costs, kept: what the next record says.
 func (w *volumeRewrite) keptViewCost() int64 { return w.previousView }
 
-// viewFailed charges the volume what its tmpfs holds when the view could not be rebuilt: the
-// new copies, beside the old copies' files the old view still links.
-func (w *volumeRewrite) viewFailed() {
-	w.b.chargeUnsaved(w.rec.VolumeID, w.b.chargedFor(w.rec.VolumeID)+w.written)
-}
-
-// saveFailed charges the volume what its tmpfs holds when next, the record naming the new copies,
-// could not be saved: they are on disk and in the view, the old ones freed. Nothing rewritten:
-// the saved record still says it.
-func (w *volumeRewrite) saveFailed(next volumeRecord) {
-	if w.rewrote {
-		w.b.chargeUnsaved(w.rec.VolumeID, volumeBytes(w.rec)-w.replaced+w.written+next.KeptBytes-w.rec.KeptBytes)
+// unsaved charges the volume what its tmpfs holds once its record no longer describes it: the
+// view could not be rebuilt from the new copies, or the record naming them could not be saved.
+// held is that, measured (volumeDir.heldBytes), not counted from what the reconcile wrote: the
+// copies a failed cycle wrote are replaced by the next cycle's, an older copy may stay linked from
+// the view alone, and a view kept for readers links whatever the view showed; so a reconcile that
+// fails the same way every cycle is charged the same. Should measuring have failed (err), the
+// new copies are charged on top of what the volume is charged now: never less than it holds,
+// though then more with every cycle that fails so.
+func (w *volumeRewrite) unsaved(held int64, err error) {
+	n := held + recordHeapBytes(w.rec)
+	if err != nil {
+		n = w.b.chargedFor(w.rec.VolumeID) + w.written
 	}
+	w.b.chargeUnsaved(w.rec.VolumeID, n)
 }
 
 // entryBytes is what the kernel keeps for one entry of a tmpfs (a file, a directory, a symbolic

@@ -2,10 +2,11 @@ package main
 
 // Specification of the node's volume budget's bookkeeping (budget.go), charged by the volume store.
 // Whatever happens to the volumes (publish, refresh to a larger or smaller copy, revocation and
-// restoration, a save that fails, unpublish, a driver restart), the bytes in use are exactly the
-// sum over the volumes of their saved record's charge, or, for a volume whose new copies were
-// written but whose record could not be saved after, the larger of that and its unsaved charge
-// (what its tmpfs holds: budget.go's chargeUnsaved); zero when no volume is left; and never less
+// restoration, a save or a view's rebuild that fails, unpublish, a driver restart), the bytes in
+// use are exactly the sum over the volumes of their saved record's charge, or, for a volume whose
+// new copies were written but whose record could not be saved after, the larger of that and its
+// unsaved charge (what its tmpfs holds, measured: budget.go's volumeRewrite.unsaved);
+// zero when no volume is left; and never less
 // than what the volumes' tmpfs hold, measured on disk. A property test runs random sequences of
 // those operations on a fake node (unitdriver_test.go) and checks the invariant after every step;
 // FuzzBudgetFollowsSavedRecords lets the fuzzer pick sequences.
@@ -16,6 +17,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -25,8 +27,6 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-
-	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
 // budgetWorld is a fake node with three volume slots over the SharedSecret "share" (Secret p/src),
@@ -77,9 +77,9 @@ func (w *budgetWorld) setData(n int) {
 	}
 }
 
-// breakSave makes every save of volume id's record fail, as on a full tmpfs: a non-empty
-// directory takes the record's place, and nothing can be renamed over it. fixSave puts the
-// record back as it was.
+// breakSave makes every save of volume id's record fail, as on a full tmpfs: a directory takes the
+// record's place, holding the record (its bytes stay on the tmpfs, as a failed save leaves them),
+// and nothing can be renamed over it. fixSave puts the record back as it was.
 func (w *budgetWorld) breakSave(id string) {
 	p := w.d.store.recordPath(id)
 	b, err := os.ReadFile(p)
@@ -90,7 +90,10 @@ func (w *budgetWorld) breakSave(id string) {
 	if err := os.Remove(p); err != nil {
 		w.t.Fatal(err)
 	}
-	if err := os.MkdirAll(filepath.Join(p, "full"), 0o700); err != nil {
+	if err := os.Mkdir(p, 0o700); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(p, "saved"), b, 0o600); err != nil {
 		w.t.Fatal(err)
 	}
 }
@@ -107,6 +110,27 @@ func (w *budgetWorld) fixSave(id string) {
 	}
 	if err := os.WriteFile(p, b, 0o600); err != nil {
 		w.t.Fatal(err)
+	}
+}
+
+// breakView makes every rebuild of volume id's view fail, as on a full tmpfs: a non-empty
+// directory stands where the atomic writer makes its next ..data link. The share's copies are
+// still written (each in its own directory). fixView removes it.
+func (w *budgetWorld) breakView(id string) {
+	rec, ok := w.d.store.get(id)
+	if !ok {
+		return
+	}
+	if err := os.MkdirAll(filepath.Join(w.d.store.dirOf(rec).dataDir(), "..data_tmp", "full"), 0o700); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *budgetWorld) fixView(id string) {
+	if rec, ok := w.d.store.get(id); ok {
+		if err := os.RemoveAll(filepath.Join(w.d.store.dirOf(rec).dataDir(), "..data_tmp")); err != nil {
+			w.t.Fatal(err)
+		}
 	}
 }
 
@@ -128,7 +152,7 @@ func (w *budgetWorld) step(op, arg byte) string {
 	ns := &nodeServer{d: w.d}
 	k := int(arg) % budgetSlots
 	id := fmt.Sprintf("vol-%d", k)
-	switch op % 8 {
+	switch op % 9 {
 	case 0:
 		_, err := ns.NodePublishVolume(ctx, w.request(k))
 		return fmt.Sprintf("publish %s: %v", id, err)
@@ -159,6 +183,14 @@ func (w *budgetWorld) step(op, arg byte) string {
 	case 6:
 		w.restart()
 		return "restart"
+	case 7:
+		n := int(arg) * 173
+		w.breakView(id)
+		w.setData(n)
+		w.d.relistCycle(ctx, 0)
+		w.d.relistCycle(ctx, 0)
+		w.fixView(id)
+		return fmt.Sprintf("refresh to %d bytes, %s's view unwritable", n, id)
 	default:
 		w.d.relistCycle(ctx, 0)
 		return "relist"
@@ -182,9 +214,11 @@ func (w *budgetWorld) chargedBytes() int64 {
 	return sum
 }
 
-// onDiskBytes is what the volumes' tmpfs hold, measured: each volume's record on disk (in whole
-// pages) and own entries, and the files of each share's copy as they are on disk now (whatever
-// the record says). The budget must never count less: that memory is real.
+// onDiskBytes is what the volumes' tmpfs hold, measured on disk whatever the records say: every
+// entry under each volume's directory (the copies, the view's links to them, an older copy only
+// the view still links, a view kept for readers, the record), names and link targets by their
+// length, the pages of each file once however many links it has; and each record's items in the
+// driver's memory. The budget must never count less: that memory is real.
 func (w *budgetWorld) onDiskBytes() int64 {
 	var sum int64
 	for _, rec := range w.d.store.list() {
@@ -192,13 +226,34 @@ func (w *budgetWorld) onDiskBytes() int64 {
 		if err != nil {
 			w.t.Fatalf("volume %s: %v", rec.VolumeID, err)
 		}
-		sum += recordPages(saved) + recordHeapBytes(saved) + volumeEntries*entryBytes
-		for i := range rec.Shares {
-			files, err := atomicwriter.ReadFiles(w.d.store.dirOf(rec).shareDir(i))
+		sum += recordHeapBytes(saved)
+		root := w.d.store.mountPoint(rec.VolumeID)
+		inodes := map[uint64]bool{}
+		err = filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
 			if err != nil {
-				w.t.Fatalf("volume %s, share %d: %v", rec.VolumeID, i, err)
+				return err
 			}
-			sum += chargedBytes(files)
+			sum += entryBytes
+			if p != root {
+				sum += entryNameBytes(fi.Name())
+			}
+			switch {
+			case fi.Mode()&os.ModeSymlink != 0:
+				target, err := os.Readlink(p)
+				if err != nil {
+					return err
+				}
+				sum += linkTargetBytes(target)
+			case fi.Mode().IsRegular():
+				if ino := fi.Sys().(*syscall.Stat_t).Ino; !inodes[ino] {
+					inodes[ino] = true
+					sum += pages(fi.Size())
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			w.t.Fatalf("volume %s: %v", rec.VolumeID, err)
 		}
 	}
 	return sum
@@ -249,6 +304,8 @@ func FuzzBudgetFollowsSavedRecords(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 200, 5, 1, 6, 0, 1, 1})
 	// Revoked and restored around a failed save, on a volume that does not refresh.
 	f.Add([]byte{0, 2, 3, 0, 5, 2, 4, 0, 6, 0, 1, 2})
+	// A failed save, then a view that cannot be rebuilt, then a restart.
+	f.Add([]byte{0, 0, 5, 30, 7, 60, 7, 3, 6, 0, 1, 0})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		if len(ops) > 80 {
 			ops = ops[:80]
@@ -292,5 +349,48 @@ func TestFailedSaveChargesWhatIsOnDiskOnce(t *testing.T) {
 	}
 	if left := w.d.budget.inUse(); left != 0 {
 		t.Fatalf("with no volume left %d bytes are still counted; want 0", left)
+	}
+}
+
+// A view that cannot be rebuilt (a full tmpfs), refresh after refresh: each relist writes the
+// share's new copy, replacing the one the last relist wrote, beside the old files the view still
+// links. The budget must count that once, not the new copy again every cycle (it did: each
+// failed rebuild charged its copy on top of the last one's charge), and nothing once the view is
+// rebuilt and the record saved.
+func TestFailedViewRebuildChargesWhatIsOnDiskOnce(t *testing.T) {
+	w := newBudgetWorld(t)
+	ctx := context.Background()
+	req := w.request(0)
+	if _, err := (&nodeServer{d: w.d}).NodePublishVolume(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	w.setData(16 << 10)
+	w.d.relistCycle(ctx, 0)
+	w.d.relistCycle(ctx, 0) // the view the refresh kept for readers is dropped
+	saved := w.d.budget.inUse()
+	w.breakView("vol-0")
+	w.setData(64 << 10)
+	w.d.relistCycle(ctx, 0)
+	first := w.d.budget.inUse()
+	for i := range 4 {
+		w.setData(64 << 10) // a new version every cycle, of the same size
+		w.d.relistCycle(ctx, 0)
+		if i == 1 {
+			w.d.relistCycle(ctx, 0) // and one with none
+		}
+	}
+	drift := w.d.budget.inUse() - first
+	t.Logf("saved %d bytes; with the view unwritable %d, then %d bytes moved over 5 more relists", saved, first, drift)
+	if held := w.onDiskBytes(); first < held {
+		t.Fatalf("with a new copy of 64 KiB beside the view's old files, the budget counts %d bytes (%d more than the saved record), the tmpfs holds %d; want at least that", first, first-saved, held)
+	}
+	if drift != 0 {
+		t.Fatalf("5 more relists of a volume whose view cannot be rebuilt moved the budget by %d bytes; want 0", drift)
+	}
+	w.fixView("vol-0")
+	w.d.relistCycle(ctx, 0)
+	rec, _ := w.d.store.get("vol-0")
+	if used := w.d.budget.inUse(); used != volumeBytes(rec) {
+		t.Fatalf("once the view is rebuilt and the record saved, the budget counts %d bytes; want the record's %d", used, volumeBytes(rec))
 	}
 }

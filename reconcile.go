@@ -162,7 +162,9 @@ func reconciledView(w copiesWritten, rw *volumeRewrite, unverified func() bool) 
 			return viewRebuilt
 		}
 		return viewUnchanged
-	case keepsPreviousView(w.changes) && rw.keepsView():
+	case keepsPreviousView(w.changes) && !unverified() && rw.keepsView():
+		// A view the record does not describe (rebuilt by a reconcile whose record could not be
+		// saved, or left by a crash) is not kept: what it links is not what its record says.
 		return viewReplacedKept
 	}
 	return viewReplaced
@@ -308,7 +310,7 @@ func (d *driver) saveReconciled(vol volumeDir, next volumeRecord, view viewChang
 		var kept bool
 		var err error
 		if conflicts, kept, err = vol.rebuildView(next.Shares, view); err != nil {
-			rw.viewFailed() // the old view still links the old copies' files, beside the new copies
+			d.store.chargeHeld(next, rw) // the old view still links the old copies' files, beside the new copies
 			return nil, err
 		}
 		if view.changesFiles() {

@@ -19,6 +19,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"k8s.io/klog/v2"
 )
 
 // volumeRecord is what the driver must remember about a published volume.
@@ -308,11 +310,11 @@ func (s *volumeStore) keepCharging(rec volumeRecord, n int64) {
 // saveRewritten saves a reconciled volume's record, next, and keeps the store's account of its
 // disk in step either way: view is what the reconcile did to the pod's view, rw what it wrote.
 // Saved: a rebuilt view is verified (viewVerified). Not saved: the volume is charged what its
-// tmpfs holds (rw.saveFailed), and a rebuilt view shows next while the record still says the old
+// tmpfs holds (chargeHeld), and a rebuilt view shows next while the record still says the old
 // state, so the next reconcile must rebuild it even if its verdict is "as it is" (viewUnsaved).
 func (s *volumeStore) saveRewritten(next volumeRecord, view viewChange, rw *volumeRewrite) error {
 	if err := s.save(next); err != nil {
-		rw.saveFailed(next)
+		s.chargeHeld(next, rw)
 		if view != viewUnchanged {
 			s.viewUnsaved(next.VolumeID)
 		}
@@ -322,6 +324,16 @@ func (s *volumeStore) saveRewritten(next volumeRecord, view viewChange, rw *volu
 		s.viewVerified(next.VolumeID)
 	}
 	return nil
+}
+
+// chargeHeld charges the volume of rec, whose saved record no longer describes its disk, what its
+// tmpfs holds, measured (rw.unsaved).
+func (s *volumeStore) chargeHeld(rec volumeRecord, rw *volumeRewrite) {
+	held, err := s.dirOf(rec).heldBytes()
+	if err != nil {
+		klog.ErrorS(err, "Measuring a volume's tmpfs failed; it is charged its new copies on top of its last charge", "volumeID", rec.VolumeID)
+	}
+	rw.unsaved(held, err)
 }
 
 // viewChange is what a reconcile does to the pod's view.
@@ -354,15 +366,19 @@ func (s *volumeStore) forget(id string) {
 }
 
 // remember puts a record loaded at start into memory, charged whether it fits or not (the
-// volume exists); its view is unverified until a reconcile rebuilds it (viewVerified). Its file is
-// charged as it is on disk when that is larger than the record as writeRecord writes it (earlier
-// versions wrote records indented), until the next save rewrites it.
+// volume exists); its view is unverified until a reconcile rebuilds it (viewVerified). It is
+// charged what its tmpfs holds, measured, when that is more than the record says, until the next
+// save: earlier versions wrote records indented (larger), and a reconcile that failed before this
+// start (or a crash in one) may have left copies or a view the record does not name.
 func (s *volumeStore) remember(rec volumeRecord) {
 	n := volumeBytes(rec)
 	if fi, err := os.Stat(s.recordPath(rec.VolumeID)); err == nil {
 		n += max(0, pages(fi.Size())-recordPages(rec))
 	}
 	s.keepCharging(rec, n)
+	if held, err := s.dirOf(rec).heldBytes(); err == nil {
+		s.budget.chargeUnsaved(rec.VolumeID, held+recordHeapBytes(rec))
+	}
 	s.mu.Lock()
 	s.unverified[rec.VolumeID] = true
 	s.mu.Unlock()

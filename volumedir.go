@@ -24,9 +24,11 @@ package main
 
 import (
 	"bytes"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 
 	"k8s.io/klog/v2"
 
@@ -165,4 +167,47 @@ func (vd volumeDir) dropRevokedCopies(rec volumeRecord) {
 			}
 		}
 	}
+}
+
+// heldBytes measures what the volume's tmpfs holds, in the budget's units (budget.go): every
+// entry (file, directory, symbolic or hard link: tmpfs keeps an inode and a dentry for each), each
+// name and link target by its length, and the pages of each file once, however many links it
+// has. What the budget charges a volume whose record no longer describes its disk: the record is
+// a count of what a publish or a reconcile wrote, and after a failure the disk holds more (copies
+// a failed cycle wrote, older copies only the view still links, a view kept for readers).
+func (vd volumeDir) heldBytes() (int64, error) {
+	var n int64
+	files := map[uint64]bool{} // by inode: hard links share their pages
+	err := filepath.WalkDir(vd.dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		n += entryBytes
+		if p != vd.dir { // the tmpfs's root has no name of its own on the tmpfs
+			n += entryNameBytes(e.Name())
+		}
+		switch {
+		case e.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			n += linkTargetBytes(target)
+		case e.Type().IsRegular():
+			fi, err := e.Info()
+			if err != nil {
+				return err
+			}
+			st, ok := fi.Sys().(*syscall.Stat_t)
+			if ok && files[st.Ino] {
+				break
+			}
+			if ok {
+				files[st.Ino] = true
+			}
+			n += pages(fi.Size())
+		}
+		return nil
+	})
+	return n, err
 }
