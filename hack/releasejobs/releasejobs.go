@@ -23,9 +23,29 @@ var signingUses = regexp.MustCompile(`^(sigstore/cosign-installer|actions/downlo
 var buildCommand = regexp.MustCompile(`(^|[\s;&|(])(make|go|bash|sh|hack/|_output/|\./)(\s|/|$)|\bhack/|\b_output/bin/`)
 
 type step struct {
-	Name string `json:"name"`
-	Uses string `json:"uses"`
-	Run  string `json:"run"`
+	Name            string `json:"name"`
+	Uses            string `json:"uses"`
+	Run             string `json:"run"`
+	If              any    `json:"if"`
+	ContinueOnError any    `json:"continue-on-error"`
+}
+
+// reviewGate says whether s is the step that refuses to sign unless the environment release has
+// required reviewers, prevents self-review and lets no admin bypass them: it asks the API for
+// those three, outside comments, and runs unconditionally, failing the job when it fails.
+func (s step) reviewGate() bool {
+	var code strings.Builder
+	for _, line := range strings.Split(s.Run, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			code.WriteString(line + "\n")
+		}
+	}
+	for _, want := range []string{"environments/release", "required_reviewers", "prevent_self_review", "can_admins_bypass"} {
+		if !strings.Contains(code.String(), want) {
+			return false
+		}
+	}
+	return s.If == nil && s.ContinueOnError == nil
 }
 
 type job struct {
@@ -100,11 +120,11 @@ func Check(content []byte) ([]string, error) {
 					problems = append(problems, fmt.Sprintf("job %s may sign (id-token: write) but runs %q (%s): build in a job without id-token and sign its digests here", n, strings.TrimSpace(line), what))
 				}
 			}
-			if strings.Contains(s.Run, "environments/release") && strings.Contains(s.Run, "required_reviewers") {
+			if s.reviewGate() {
 				checked = true
 			}
 			if strings.Contains(s.Run, "cosign sign") && !checked {
-				problems = append(problems, fmt.Sprintf("job %s signs (%s) before a step that refuses when the environment release has no required reviewers", n, what))
+				problems = append(problems, fmt.Sprintf("job %s signs (%s) before a step that refuses when the environment release lacks required reviewers, prevent_self_review, or can_admins_bypass false", n, what))
 			}
 		}
 	}

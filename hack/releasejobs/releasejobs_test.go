@@ -25,8 +25,8 @@ func TestReleaseWorkflowSignsApartFromBuilding(t *testing.T) {
 }
 
 func TestCheckRefusesSigningWhereCodeRuns(t *testing.T) {
-	const gate = `
-      - run: gh api "repos/$GITHUB_REPOSITORY/environments/release" --jq '[.protection_rules[] | select(.type == "required_reviewers")] | length'`
+	const gateRun = `run: gh api "repos/$GITHUB_REPOSITORY/environments/release" --jq '"\([.protection_rules[] | select(.type == "required_reviewers")] | length) \(any(.protection_rules[]; .prevent_self_review)) \(.can_admins_bypass)"'`
+	const gate = "\n      - " + gateRun
 	for _, tc := range []struct {
 		name, jobs string
 		want       string // in a problem; empty: none
@@ -69,6 +69,38 @@ func TestCheckRefusesSigningWhereCodeRuns(t *testing.T) {
     environment: release
     permissions: {id-token: write}
     steps:
+      - run: cosign sign --yes x`, "before a step that refuses"},
+		{"reviewers but self-review allowed", `
+  sign:
+    environment: release
+    permissions: {id-token: write}
+    steps:
+      - run: gh api "repos/$GITHUB_REPOSITORY/environments/release" --jq '[.protection_rules[] | select(.type == "required_reviewers")] | length'
+      - run: cosign sign --yes x`, "before a step that refuses"},
+		{"the checks named in a comment alone", `
+  sign:
+    environment: release
+    permissions: {id-token: write}
+    steps:
+      - run: |
+          # prevent_self_review and can_admins_bypass are checked elsewhere
+          gh api "repos/$GITHUB_REPOSITORY/environments/release" --jq '[.protection_rules[] | select(.type == "required_reviewers")] | length'
+      - run: cosign sign --yes x`, "before a step that refuses"},
+		{"a gate that may be skipped", `
+  sign:
+    environment: release
+    permissions: {id-token: write}
+    steps:
+      - if: github.event_name == 'workflow_dispatch'
+        ` + gateRun + `
+      - run: cosign sign --yes x`, "before a step that refuses"},
+		{"a gate whose failure is ignored", `
+  sign:
+    environment: release
+    permissions: {id-token: write}
+    steps:
+      - continue-on-error: true
+        ` + gateRun + `
       - run: cosign sign --yes x`, "before a step that refuses"},
 		{"outside the environment", `
   sign:
