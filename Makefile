@@ -151,7 +151,7 @@ image: build $(BIN)/mkimage
 
 # mkimage alone (stdlib only): `make image` must not need the cluster's tools (kind users have Docker).
 $(BIN)/mkimage: tools/mkimage/main.go
-	cd tools && CGO_ENABLED=0 go build -trimpath -o ../$(BIN)/mkimage ./mkimage
+	cd tools && GOGC=$(BUILD_GOGC) CGO_ENABLED=0 go build -trimpath -o ../$(BIN)/mkimage ./mkimage
 
 ## manifests: deploy.yaml and deploy/cluster-wide-read.yaml rendered from the Helm chart
 ## (charts/shared-resource-csi): edit the chart, then run this. `make test` fails when they differ.
@@ -176,7 +176,7 @@ release: helm $(BIN)/ociimage $(if $(COSIGN_KEY),cosign)
 
 # ociimage: the release's image builder (go-containerregistry, its own module under tools/).
 $(BIN)/ociimage: $(wildcard tools/ociimage/*.go) tools/ociimage/go.mod tools/ociimage/go.sum
-	cd tools/ociimage && CGO_ENABLED=0 go build -trimpath -o ../../$(BIN)/ociimage .
+	cd tools/ociimage && GOGC=$(BUILD_GOGC) CGO_ENABLED=0 go build -trimpath -o ../../$(BIN)/ociimage .
 
 ## deploy: install into the cluster kubectl points at.
 deploy:

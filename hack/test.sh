@@ -33,6 +33,11 @@ source hack/lib/versions.sh
 # shellcheck source=hack/lib/goenv.sh
 source hack/lib/goenv.sh
 main_minor=$(kube_minor)
+# Each test binary runs through GO_TEST_EXEC (gotest, below): an -exec of the caller's would run
+# them with the build's GOGC.
+case " ${TEST_ARGS:-} " in
+*" -exec"*) echo "TEST_ARGS may not set -exec: the test binaries run through hack/lib/goenv.sh's GO_TEST_EXEC" >&2; exit 2 ;;
+esac
 # A whole run: no minor asked for, no tests or phases picked. Only a whole run has the benchmarks'
 # and fuzz targets' phase and the older minors' (the matrix).
 whole_run=0 matrix=()
