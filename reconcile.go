@@ -311,6 +311,9 @@ func (d *driver) saveReconciled(vol volumeDir, next volumeRecord, view viewChang
 		var err error
 		if conflicts, kept, err = vol.rebuildView(next.Shares, view); err != nil {
 			d.store.chargeHeld(next, rw) // the old view still links the old copies' files, beside the new copies
+			// The view may have been swapped before the failure (its top-level links are
+			// updated after): rebuilt next cycle, and not kept for readers until then.
+			d.store.viewUnsaved(next.VolumeID)
 			return nil, err
 		}
 		if view.changesFiles() {

@@ -376,7 +376,9 @@ func (s *volumeStore) remember(rec volumeRecord) {
 		n += max(0, pages(fi.Size())-recordPages(rec))
 	}
 	s.keepCharging(rec, n)
-	if held, err := s.dirOf(rec).heldBytes(); err == nil {
+	if held, err := s.dirOf(rec).heldBytes(); err != nil {
+		klog.ErrorS(err, "Measuring a volume's tmpfs failed; it is charged what its record says", "volumeID", rec.VolumeID)
+	} else {
 		s.budget.chargeUnsaved(rec.VolumeID, held+recordHeapBytes(rec))
 	}
 	s.mu.Lock()

@@ -174,40 +174,67 @@ func (vd volumeDir) dropRevokedCopies(rec volumeRecord) {
 // name and link target by its length, and the pages of each file once, however many links it
 // has. What the budget charges a volume whose record no longer describes its disk: the record is
 // a count of what a publish or a reconcile wrote, and after a failure the disk holds more (copies
-// a failed cycle wrote, older copies only the view still links, a view kept for readers).
+// a failed cycle wrote, older copies only the view still links, a view kept for readers). Like
+// the record's count, it cannot see a file a reader keeps open after it was removed; the tmpfs's
+// size bounds those. Call it with the volume's lock held: nothing else writes there meanwhile.
 func (vd volumeDir) heldBytes() (int64, error) {
-	var n int64
-	files := map[uint64]bool{} // by inode: hard links share their pages
-	err := filepath.WalkDir(vd.dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		n += entryBytes
-		if p != vd.dir { // the tmpfs's root has no name of its own on the tmpfs
-			n += entryNameBytes(e.Name())
-		}
+	root, err := os.OpenRoot(vd.dir)
+	if err != nil {
+		return 0, err
+	}
+	defer root.Close()
+	n := int64(entryBytes) // the tmpfs's root, whose name is not on the tmpfs
+	err = addHeldUnder(root, map[uint64]bool{}, &n)
+	return n, err
+}
+
+// addHeldUnder adds to n what dir's entries hold, its subdirectories' through a root of their
+// own: no path is ever joined, so a pod's path of up to 4096 bytes (validate.go) under the
+// volume's directory cannot make a system call fail with ENAMETOOLONG. files holds the inodes
+// whose pages are counted.
+func addHeldUnder(dir *os.Root, files map[uint64]bool, n *int64) error {
+	d, err := dir.Open(".")
+	if err != nil {
+		return err
+	}
+	entries, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		*n += entryBytes + entryNameBytes(e.Name())
 		switch {
 		case e.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
+			target, err := dir.Readlink(e.Name())
 			if err != nil {
 				return err
 			}
-			n += linkTargetBytes(target)
+			*n += linkTargetBytes(target)
+		case e.IsDir():
+			sub, err := dir.OpenRoot(e.Name())
+			if err != nil {
+				return err
+			}
+			err = addHeldUnder(sub, files, n)
+			sub.Close()
+			if err != nil {
+				return err
+			}
 		case e.Type().IsRegular():
-			fi, err := e.Info()
+			fi, err := dir.Lstat(e.Name())
 			if err != nil {
 				return err
 			}
 			st, ok := fi.Sys().(*syscall.Stat_t)
 			if ok && files[st.Ino] {
-				break
+				continue
 			}
 			if ok {
 				files[st.Ino] = true
 			}
-			n += pages(fi.Size())
+			*n += pages(fi.Size())
 		}
-		return nil
-	})
-	return n, err
+	}
+	return nil
 }

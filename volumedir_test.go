@@ -36,3 +36,39 @@ func TestHeldBytesCountEachFilesPagesOnce(t *testing.T) {
 		t.Fatalf("heldBytes = %d, want %d", got, want)
 	}
 }
+
+// A pod's path may have 4096 bytes (validate.go), more than a system call takes once the volume's
+// own directory is in front of it: the measure never joins paths, so it still counts all of it.
+func TestHeldBytesMeasurePathsLongerThanTheKernelTakes(t *testing.T) {
+	dir := t.TempDir()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	segment := strings.Repeat("s", 250)
+	const depth = 18 // 18 segments of 251 bytes: 4518 bytes below dir
+	p := segment
+	for i := range depth {
+		if i > 0 {
+			p += "/" + segment
+		}
+		if err := root.Mkdir(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := root.WriteFile(p+"/f", []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, p, "f")); err == nil {
+		t.Fatalf("the file's absolute path (%d bytes) was accepted by the kernel: the test needs a longer one", len(filepath.Join(dir, p, "f")))
+	}
+	got, err := volumeDir{dir: dir, gid: -1}.heldBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := (depth+2)*entryBytes + depth*entryNameBytes(segment) + pageSize // the root, the dirs, f and its page
+	if got != want {
+		t.Fatalf("heldBytes = %d, want %d", got, want)
+	}
+}
