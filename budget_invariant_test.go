@@ -134,6 +134,17 @@ func (w *budgetWorld) fixView(id string) {
 	}
 }
 
+// refreshBroken gives the Secret a new version of n bytes and runs two relists between breaking
+// and fixing something (a volume's record, or its view): the first fails, and so does the next,
+// which must not charge it twice.
+func (w *budgetWorld) refreshBroken(n int, breakIt, fix func()) {
+	breakIt()
+	w.setData(n)
+	w.d.relistCycle(context.Background(), 0)
+	w.d.relistCycle(context.Background(), 0)
+	fix()
+}
+
 // restart is a new driver process over the same node: a fresh store and budget, recovering.
 func (w *budgetWorld) restart() {
 	n := *w.d
@@ -174,22 +185,14 @@ func (w *budgetWorld) step(op, arg byte) string {
 		return "grant"
 	case 5:
 		n := int(arg) * 211
-		w.breakSave(id)
-		w.setData(n)
-		w.d.relistCycle(ctx, 0)
-		w.d.relistCycle(ctx, 0)
-		w.fixSave(id)
+		w.refreshBroken(n, func() { w.breakSave(id) }, func() { w.fixSave(id) })
 		return fmt.Sprintf("refresh to %d bytes, %s's record unsavable", n, id)
 	case 6:
 		w.restart()
 		return "restart"
 	case 7:
 		n := int(arg) * 173
-		w.breakView(id)
-		w.setData(n)
-		w.d.relistCycle(ctx, 0)
-		w.d.relistCycle(ctx, 0)
-		w.fixView(id)
+		w.refreshBroken(n, func() { w.breakView(id) }, func() { w.fixView(id) })
 		return fmt.Sprintf("refresh to %d bytes, %s's view unwritable", n, id)
 	default:
 		w.d.relistCycle(ctx, 0)

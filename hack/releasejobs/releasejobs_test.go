@@ -24,6 +24,15 @@ func TestReleaseWorkflowSignsApartFromBuilding(t *testing.T) {
 	}
 }
 
+// signingJob is a job "sign" that may sign, in the environment release, running steps.
+func signingJob(steps string) string {
+	return `
+  sign:
+    environment: release
+    permissions: {id-token: write}
+    steps:` + steps
+}
+
 func TestCheckRefusesSigningWhereCodeRuns(t *testing.T) {
 	const gateRun = `run: gh api "repos/$GITHUB_REPOSITORY/environments/release" --jq '"\([.protection_rules[] | select(.type == "required_reviewers")] | length) \(any(.protection_rules[]; .prevent_self_review)) \(.can_admins_bypass)"'`
 	const gate = "\n      - " + gateRun
@@ -70,38 +79,22 @@ func TestCheckRefusesSigningWhereCodeRuns(t *testing.T) {
     permissions: {id-token: write}
     steps:
       - run: cosign sign --yes x`, "before a step that refuses"},
-		{"reviewers but self-review allowed", `
-  sign:
-    environment: release
-    permissions: {id-token: write}
-    steps:
+		{"reviewers but self-review allowed", signingJob(`
       - run: gh api "repos/$GITHUB_REPOSITORY/environments/release" --jq '[.protection_rules[] | select(.type == "required_reviewers")] | length'
-      - run: cosign sign --yes x`, "before a step that refuses"},
-		{"the checks named in a comment alone", `
-  sign:
-    environment: release
-    permissions: {id-token: write}
-    steps:
+      - run: cosign sign --yes x`), "before a step that refuses"},
+		{"the checks named in a comment alone", signingJob(`
       - run: |
           # prevent_self_review and can_admins_bypass are checked elsewhere
           gh api "repos/$GITHUB_REPOSITORY/environments/release" --jq '[.protection_rules[] | select(.type == "required_reviewers")] | length'
-      - run: cosign sign --yes x`, "before a step that refuses"},
-		{"a gate that may be skipped", `
-  sign:
-    environment: release
-    permissions: {id-token: write}
-    steps:
+      - run: cosign sign --yes x`), "before a step that refuses"},
+		{"a gate that may be skipped", signingJob(`
       - if: github.event_name == 'workflow_dispatch'
         ` + gateRun + `
-      - run: cosign sign --yes x`, "before a step that refuses"},
-		{"a gate whose failure is ignored", `
-  sign:
-    environment: release
-    permissions: {id-token: write}
-    steps:
+      - run: cosign sign --yes x`), "before a step that refuses"},
+		{"a gate whose failure is ignored", signingJob(`
       - continue-on-error: true
         ` + gateRun + `
-      - run: cosign sign --yes x`, "before a step that refuses"},
+      - run: cosign sign --yes x`), "before a step that refuses"},
 		{"outside the environment", `
   sign:
     permissions: {id-token: write}
