@@ -222,7 +222,7 @@ func addHeldUnder(dir *os.Root, files map[uint64]bool, n *int64) error {
 				return err
 			}
 		case e.Type().IsRegular():
-			fi, err := dir.Lstat(e.Name())
+			fi, err := e.Info() // lstat'ed by ReadDir already
 			if err != nil {
 				return err
 			}

@@ -5,9 +5,11 @@ package main
 // and link target, and each file's pages once, however many links it has.
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -46,8 +48,10 @@ func TestHeldBytesMeasurePathsLongerThanTheKernelTakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	segment := strings.Repeat("s", 250)
-	const depth = 18 // 18 segments of 251 bytes: 4518 bytes below dir
+	// As long as a pod's path may be: 16 segments of 255 bytes (maxPathDepth, NAME_MAX), 4095
+	// bytes, the last one a file.
+	segment := strings.Repeat("s", 255)
+	const depth = 15
 	p := segment
 	for i := range depth {
 		if i > 0 {
@@ -57,17 +61,18 @@ func TestHeldBytesMeasurePathsLongerThanTheKernelTakes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := root.WriteFile(p+"/f", []byte("x"), 0o600); err != nil {
+	f := p + "/" + segment
+	if err := root.WriteFile(f, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Lstat(filepath.Join(dir, p, "f")); err == nil {
-		t.Fatalf("the file's absolute path (%d bytes) was accepted by the kernel: the test needs a longer one", len(filepath.Join(dir, p, "f")))
+	if _, err := os.Lstat(filepath.Join(dir, f)); !errors.Is(err, syscall.ENAMETOOLONG) {
+		t.Fatalf("lstat of the file's absolute path (%d bytes): %v; want ENAMETOOLONG, which the measure must not meet", len(filepath.Join(dir, f)), err)
 	}
 	got, err := volumeDir{dir: dir, gid: -1}.heldBytes()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := (depth+2)*entryBytes + depth*entryNameBytes(segment) + pageSize // the root, the dirs, f and its page
+	want := (depth+2)*entryBytes + (depth+1)*entryNameBytes(segment) + pageSize // the root, the dirs, the file and its page
 	if got != want {
 		t.Fatalf("heldBytes = %d, want %d", got, want)
 	}
