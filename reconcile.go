@@ -296,9 +296,9 @@ func (d *driver) narrowUnwritten(vol volumeDir, rec volumeRecord, i int, want, g
 // saveReconciled writes a reconciled volume's next state (its new copies already written) to
 // disk: the pod's view rebuilt from the copies as view says, then the record saved, last, so a
 // crash leaves the old record with a view the next reconcile rebuilds. A failure leaves the
-// volume charged what its tmpfs holds (rw) and, after a rebuild, the view marked as one the
-// record does not describe (viewUnsaved). It returns the paths two shares both provide, for the
-// caller to report.
+// volume charged what its tmpfs holds and its view marked as one the record may not describe
+// (volumeStore.rewriteUnsaved). It returns the paths two shares both provide, for the caller to
+// report.
 func (d *driver) saveReconciled(vol volumeDir, next volumeRecord, view viewChange, rw *volumeRewrite) ([]pathConflict, error) {
 	var conflicts []pathConflict
 	if view != viewUnchanged {
@@ -310,10 +310,7 @@ func (d *driver) saveReconciled(vol volumeDir, next volumeRecord, view viewChang
 		var kept bool
 		var err error
 		if conflicts, kept, err = vol.rebuildView(next.Shares, view); err != nil {
-			d.store.chargeHeld(next, rw) // the old view still links the old copies' files, beside the new copies
-			// The view may have been swapped before the failure (its top-level links are
-			// updated after): rebuilt next cycle, and not kept for readers until then.
-			d.store.viewUnsaved(next.VolumeID)
+			d.store.rewriteUnsaved(next, rw) // the old view still links the old copies' files, beside the new copies
 			return nil, err
 		}
 		if view.changesFiles() {

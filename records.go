@@ -309,15 +309,10 @@ func (s *volumeStore) keepCharging(rec volumeRecord, n int64) {
 
 // saveRewritten saves a reconciled volume's record, next, and keeps the store's account of its
 // disk in step either way: view is what the reconcile did to the pod's view, rw what it wrote.
-// Saved: a rebuilt view is verified (viewVerified). Not saved: the volume is charged what its
-// tmpfs holds (chargeHeld), and a rebuilt view shows next while the record still says the old
-// state, so the next reconcile must rebuild it even if its verdict is "as it is" (viewUnsaved).
+// Saved: a rebuilt view is verified (viewVerified). Not saved: rewriteUnsaved.
 func (s *volumeStore) saveRewritten(next volumeRecord, view viewChange, rw *volumeRewrite) error {
 	if err := s.save(next); err != nil {
-		s.chargeHeld(next, rw)
-		if view != viewUnchanged {
-			s.viewUnsaved(next.VolumeID)
-		}
+		s.rewriteUnsaved(next, rw)
 		return err
 	}
 	if view != viewUnchanged {
@@ -326,14 +321,19 @@ func (s *volumeStore) saveRewritten(next volumeRecord, view viewChange, rw *volu
 	return nil
 }
 
-// chargeHeld charges the volume of rec, whose saved record no longer describes its disk, what its
-// tmpfs holds, measured (rw.unsaved).
-func (s *volumeStore) chargeHeld(rec volumeRecord, rw *volumeRewrite) {
-	held, err := s.dirOf(rec).heldBytes()
+// rewriteUnsaved notes a reconcile that wrote the volume's next state, next, to its tmpfs but
+// could not save the record naming it: its view could not be rebuilt from the new copies, or the
+// record could not be saved after. The volume is charged what its tmpfs holds, measured
+// (rw.unsaved). Its view is one the saved record may not describe (a rebuilt view shows next; a
+// failed rebuild may have swapped ..data before failing), so the next reconcile rebuilds it even
+// if its verdict is "as it is", and keeps no view for readers until then (viewUnsaved).
+func (s *volumeStore) rewriteUnsaved(next volumeRecord, rw *volumeRewrite) {
+	held, err := s.dirOf(next).heldBytes()
 	if err != nil {
-		klog.ErrorS(err, "Measuring a volume's tmpfs failed; it is charged its new copies on top of its last charge", "volumeID", rec.VolumeID)
+		klog.ErrorS(err, "Measuring a volume's tmpfs failed; it is charged its new copies on top of its last charge", "volumeID", next.VolumeID)
 	}
 	rw.unsaved(held, err)
+	s.viewUnsaved(next.VolumeID)
 }
 
 // viewChange is what a reconcile does to the pod's view.
