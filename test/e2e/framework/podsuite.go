@@ -1256,6 +1256,36 @@ func (s *PodSuite) AppLog(t *testing.T, ns, pod string) string {
 	return string(b)
 }
 
+// LogContainersIfFailed logs, once t has failed, what each container of the pod ns/name printed:
+// its current run, and the run before its last restart. Called before a test's checks, it keeps
+// the logs that the deletion of the test's namespace would otherwise take with it.
+func (s *PodSuite) LogContainersIfFailed(t *testing.T, ns, name string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx := context.Background()
+		p, err := s.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Logf("the logs of pod %s/%s: %v", ns, name, err)
+			return
+		}
+		for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+			for _, previous := range []bool{true, false} {
+				b, err := s.Kube.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Container: c.Name, Previous: previous}).DoRaw(ctx)
+				run := "current run"
+				if previous {
+					run = "run before the last restart"
+					if err != nil {
+						continue // no restart
+					}
+				}
+				t.Logf("pod %s/%s, container %s, %s (%v):\n%s", ns, name, c.Name, run, err, b)
+			}
+		}
+	})
+}
+
 // Publishes counts the driver's "Published volume" lines for the pod: NodePublishVolume calls
 // that published it (a repeated call for a published volume logs nothing).
 func (s *PodSuite) Publishes(t *testing.T, ns, pod string) int {

@@ -33,6 +33,7 @@ func TestPodsRestartInPlaceWhenTheShareChanges(t *testing.T) {
 	s.Grant(t, ns, framework.KindSecret, f.Share, framework.ServiceAccount(ns, "web"))
 	// The pod sees ca.crt only (items): "unseen" is a key of the share it is not given.
 	pod := s.NotifyPod(t, s.NotifyDeployment(ns, "web", "web", map[string]string{framework.AttrSharedSecret: f.Share, framework.AttrItems: "ca.crt"}, false))
+	s.LogContainersIfFailed(t, ns, pod.Name)
 	if log := s.AppLog(t, ns, pod.Name); !strings.Contains(log, "ca-v0") {
 		t.Fatalf("the app did not read its CA at start: %q", log)
 	}
@@ -134,6 +135,7 @@ func TestPodsSignalTheAppOncePerChange(t *testing.T) {
 	s := framework.PodsEnv(t, framework.PodsShared)
 	f, ns := s.NotifyShare(t, "notify-signal")
 	pod := s.NotifyPod(t, s.NotifyDeployment(ns, "proxy", "web", map[string]string{framework.AttrSharedSecret: f.Share}, true))
+	s.LogContainersIfFailed(t, ns, pod.Name) // what the watcher saw and signalled
 	hups := func() (int, error) {
 		out, stderr, err := s.Exec(ns, pod.Name, "cat", "/work/hups")
 		if err != nil {
@@ -141,6 +143,11 @@ func TestPodsSignalTheAppOncePerChange(t *testing.T) {
 		}
 		return strings.Count(string(out), "HUP"), nil
 	}
+	// The app makes /work/hups once its trap is set: a SIGHUP before that would end it.
+	framework.Eventually(t, 30*time.Second, func() error {
+		_, err := hups()
+		return err
+	})
 	for i := 1; i <= 3; i++ {
 		s.UpdateSecret(t, f.Platform, f.Secret, map[string][]byte{"ca.crt": []byte(fmt.Sprintf("ca-v%d", i))})
 		framework.Eventually(t, framework.PodsRelist+framework.PodsRelistSlack+5*time.Second, func() error {
