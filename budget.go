@@ -48,7 +48,10 @@ const pageSize = 4096
 // rewrote copies and then could not save the record naming them (or rebuild the view) leaves the
 // new copies on disk, so that volume is charged the larger of its saved record's bytes and what its
 // tmpfs holds, measured (volumeRewrite's unsaved), the same on every cycle that fails so,
-// until the next save or forget. Operations in progress hold reservations: room for a volume before
+// until the next save or forget. And no record names a file a reader keeps open after a refresh
+// removed it: its pages stay in the tmpfs until the reader closes it, so every reconcile charges
+// the volume at least what the kernel counts in its tmpfs (kernel, below), whatever its record
+// says. Operations in progress hold reservations: room for a volume before
 // its record is saved (publish), for a share's new copy beside its old one, and for a view kept for
 // readers, until the record naming them is saved (a reconcile's volumeRewrite). A reservation is
 // released when its operation ends, whatever happened.
@@ -61,13 +64,18 @@ type volumeBudget struct {
 	reserved int64                   // held by operations in progress (reservation)
 }
 
-// volumeCharge is what one volume is charged.
+// volumeCharge is what one volume is charged: the largest of what its record says, what a
+// reconcile that could not save it measured, and what the kernel counted.
 type volumeCharge struct {
 	saved   int64 // its saved record's bytes
 	unsaved int64 // what its tmpfs holds that its saved record does not describe; 0: none
+	// kernel is what the kernel counted in its tmpfs at its last reconcile (volumeDir.kernelBytes),
+	// files removed while a reader keeps them open included; 0: not counted yet. A save keeps it
+	// until the next count: a save never frees the pages of a file a reader keeps open.
+	kernel int64
 }
 
-func (c volumeCharge) bytes() int64 { return max(c.saved, c.unsaved) }
+func (c volumeCharge) bytes() int64 { return max(c.saved, c.unsaved, c.kernel) }
 
 // budgetExceeded is a charge the budget refused.
 type budgetExceeded struct{ need, used, limit int64 }
@@ -80,17 +88,43 @@ func (e *budgetExceeded) Error() string {
 
 // chargeSaved charges volume id the n bytes of the record just saved (or, at start, found on
 // disk), whether they fit or not, in place of what it was charged before (a previous record's,
-// or an unsaved charge: the record describes the disk now). The volume store's own call
-// (records.go). Room was reserved for what a save adds. n = 0 (no record is): the volume is
-// gone, and forgotten.
+// or an unsaved charge: the record describes the disk now; the kernel's last count stays). The
+// volume store's own call (records.go). Room was reserved for what a save adds. n = 0 (no record
+// is): the volume is gone, and forgotten.
 func (b *volumeBudget) chargeSaved(id string, n int64) {
-	b.setCharge(id, volumeCharge{saved: n})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.charges[id]
+	next := volumeCharge{saved: n, kernel: c.kernel}
+	if n == 0 {
+		next = volumeCharge{}
+	}
+	b.charged += next.bytes() - c.bytes()
+	switch {
+	case next == volumeCharge{}:
+		delete(b.charges, id)
+	case b.charges == nil:
+		b.charges = map[string]volumeCharge{id: next}
+	default:
+		b.charges[id] = next
+	}
 }
 
 // chargeUnsaved keeps volume id charged for n bytes its tmpfs holds though its saved record does
 // not describe them: the larger of the two, until the next save or forget. An unknown volume:
 // nothing.
 func (b *volumeBudget) chargeUnsaved(id string, n int64) {
+	b.amend(id, func(c *volumeCharge) { c.unsaved = n })
+}
+
+// chargeKernelCount keeps volume id charged at least the n bytes the kernel counts in its tmpfs
+// (volumeStore.chargeKernelCount), until the next count or forget. An unknown volume: nothing.
+func (b *volumeBudget) chargeKernelCount(id string, n int64) {
+	b.amend(id, func(c *volumeCharge) { c.kernel = n })
+}
+
+// amend changes volume id's charge with change. An unknown volume: nothing.
+func (b *volumeBudget) amend(id string, change func(*volumeCharge)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	c, ok := b.charges[id]
@@ -98,7 +132,7 @@ func (b *volumeBudget) chargeUnsaved(id string, n int64) {
 		return
 	}
 	before := c.bytes()
-	c.unsaved = n
+	change(&c)
 	b.charged += c.bytes() - before
 	b.charges[id] = c
 }
@@ -108,21 +142,6 @@ func (b *volumeBudget) chargedFor(id string) int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.charges[id].bytes()
-}
-
-// setCharge charges volume id c in place of what it was charged; nothing: it is forgotten.
-func (b *volumeBudget) setCharge(id string, c volumeCharge) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.charged += c.bytes() - b.charges[id].bytes()
-	switch {
-	case c == volumeCharge{}:
-		delete(b.charges, id)
-	case b.charges == nil:
-		b.charges = map[string]volumeCharge{id: c}
-	default:
-		b.charges[id] = c
-	}
 }
 
 // inUse is the bytes charged now: the volumes', and those reserved.

@@ -10,6 +10,7 @@ package main
 // for its tmpfs (volumeBytes, less what it charges for the driver's heap).
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -99,5 +100,67 @@ func TestLongNamedVolumesAreChargedWhatTheirTmpfsHolds(t *testing.T) {
 				t.Errorf("charged %d KiB for a tmpfs that holds %d KiB (%d KiB of pages, %d inodes)", charged>>10, held>>10, blocks>>10, inodes)
 			}
 		})
+	}
+}
+
+// A pod that keeps a file of its volume open while refreshes replace it keeps that version's
+// pages in the volume's tmpfs after the file was removed: no name leads to them, so neither the
+// record nor a walk of the tmpfs counts them, but the kernel does, and the reconcile charges the
+// volume at least that. Closed, they are freed, and the next reconcile charges the record again.
+func TestFilesKeptOpenAfterARefreshAreCharged(t *testing.T) {
+	tmpfsTestNeedRoot(t)
+	c := newFakeCluster(t)
+	d, _ := c.node()
+	root := tmpfsTestRealDir(t)
+	d.kubeletRoot, d.mounter, d.tmpfsSize = root, kernelMounter{}, 4<<20
+	d.store = newVolumeStore(filepath.Join(root, "plugins", driverName), d.budget)
+	version := func(v string) map[string]string { return map[string]string{"ca.crt": strings.Repeat(v, 64<<10)} }
+	kernel := func() int64 {
+		t.Helper()
+		var st unix.Statfs_t
+		if err := unix.Statfs(d.store.mountPoint("vol"), &st); err != nil {
+			t.Fatal(err)
+		}
+		return int64(st.Blocks-st.Bfree)*st.Bsize + int64(st.Files-st.Ffree)*entryBytes
+	}
+	c.setSource(version("a"))
+	req := publishVolume(t, d, "vol")
+	t.Cleanup(func() {
+		if _, err := (&nodeServer{d: d}).NodeUnpublishVolume(context.Background(), unpublishRequest(req)); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	held, err := os.Open(filepath.Join(req.TargetPath, "ca.crt")) // the pod reads version a, and keeps it open
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	// b replaces a (the view showing a is kept for readers), then c replaces b: a's file is
+	// removed, and only the open file keeps its pages.
+	for _, v := range []string{"b", "c"} {
+		c.setSource(version(v))
+		if err := reconcileVolume(t, d, "vol"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	saved := volumeBytes(savedRecord(t, d, "vol"))
+	pinned := kernel()
+	if pinned <= saved {
+		t.Fatalf("the tmpfs holds %d bytes by the kernel's count, no more than its record says (%d)", pinned, saved)
+	}
+	if got := d.budget.chargedFor("vol"); got < pinned {
+		t.Errorf("charged %d bytes while the kernel counts %d in the volume's tmpfs (the record says %d)", got, pinned, saved)
+	}
+
+	held.Close()
+	if freed := pinned - kernel(); freed < 64<<10 {
+		t.Fatalf("closing the file freed %d bytes of the tmpfs, not version a's 64 KiB", freed)
+	}
+	if err := reconcileVolume(t, d, "vol"); err != nil {
+		t.Fatal(err)
+	}
+	saved = volumeBytes(savedRecord(t, d, "vol"))
+	if got, now := d.budget.chargedFor("vol"), kernel(); got != saved || now > saved {
+		t.Errorf("after the file was closed: charged %d bytes, the record says %d, the kernel counts %d", got, saved, now)
 	}
 }

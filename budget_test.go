@@ -286,3 +286,26 @@ func publishedVolumeOfOneKey(t *testing.T) (*driver, *fake.Clientset, chan strin
 	}
 	return d, client, events
 }
+
+// A volume is charged the largest of what its record says, what a failed reconcile measured and
+// what the kernel counted; a save replaces the record's figure and the measure, not the kernel's
+// count (a save frees no page a reader keeps open), and only forgetting the volume frees it all.
+func TestAVolumeIsChargedTheLargestOfItsFigures(t *testing.T) {
+	b := &volumeBudget{limit: 1 << 20}
+	step := func(what string, change func(), want int64) {
+		t.Helper()
+		change()
+		if got, total := b.chargedFor("v"), b.inUse(); got != want || total != want {
+			t.Errorf("%s: the volume is charged %d, %d in all; want %d", what, got, total, want)
+		}
+	}
+	step("saved", func() { b.chargeSaved("v", 100) }, 100)
+	step("the kernel counts more", func() { b.chargeKernelCount("v", 300) }, 300)
+	step("a failed reconcile measured less", func() { b.chargeUnsaved("v", 200) }, 300)
+	step("saved again", func() { b.chargeSaved("v", 150) }, 300)
+	step("the kernel counts less", func() { b.chargeKernelCount("v", 120) }, 150)
+	step("a failed reconcile measured more", func() { b.chargeUnsaved("v", 400) }, 400)
+	step("saved again", func() { b.chargeSaved("v", 150) }, 150)
+	step("forgotten", func() { b.chargeSaved("v", 0) }, 0)
+	step("counted once forgotten", func() { b.chargeKernelCount("v", 500) }, 0)
+}

@@ -3,7 +3,7 @@ package main
 // Reconciling one volume with what the cluster says now, for the relist (refresh.go) and for a
 // share's change (shareevents.go): under the volume's lock, taken only if no other operation
 // holds it (reconcileIfIdle), a volume whose pod is gone is taken off (volume.go's teardown), and
-// any other is reconciled in two steps:
+// any other is reconciled in three steps:
 //
 //	(1) judge: each share of the volume gets a verdict from the share, the pod's access and the
 //	    source (judgeShare). Nothing is written, and a share whose check failed keeps its state.
@@ -11,6 +11,9 @@ package main
 //	    swap when any share's files changed, the record is saved with the new states, the copies
 //	    of revoked shares are dropped, and every change is reported to the pod (an event) and
 //	    counted (a metric).
+//	(3) charge: the volume is charged at least what the kernel counts in its tmpfs, whatever (2)
+//	    did: files a reader keeps open after a refresh removed them keep their pages, and no
+//	    record names them (volumeStore.chargeKernelCount).
 //
 // How each share is judged, and the states it moves through: judge.go's tables.
 
@@ -93,8 +96,8 @@ func (d *driver) reconcileIfIdle(ctx context.Context, volumeID string, memo *cyc
 	return true
 }
 
-// reconcile brings one volume to what the cluster says it should be: judge, then apply (see the
-// top of this file). The caller holds the volume's lock. It returns the first error met; the
+// reconcile brings one volume to what the cluster says it should be: judge, apply, charge (see
+// the top of this file). The caller holds the volume's lock. It returns the first error met; the
 // shares it concerns were left as they were.
 func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMemo) error {
 	if !d.podDirExists(rec.PodUID) {
@@ -107,7 +110,9 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 	for i := range rec.Shares {
 		verdicts[i] = d.judgeShare(ctx, rec, i, memo) // (1)
 	}
-	return d.applyVerdicts(rec, verdicts) // (2)
+	err := d.applyVerdicts(rec, verdicts) // (2)
+	d.store.chargeKernelCount(rec)        // (3)
+	return err
 }
 
 // applyVerdicts writes what the verdicts on rec's shares decided and reports it. It writes the

@@ -336,6 +336,16 @@ func (s *volumeStore) rewriteUnsaved(next volumeRecord, rw *volumeRewrite) {
 	s.viewUnsaved(next.VolumeID)
 }
 
+// chargeKernelCount charges volume rec at least what the kernel counts in its tmpfs
+// (volumeDir.kernelBytes) and what the driver's memory holds of its items, until the next count:
+// no record names a file a reader keeps open after a refresh removed it, and its pages stay until
+// the reader closes it. Where the kernel cannot say (not a tmpfs), the charge stays as it is.
+func (s *volumeStore) chargeKernelCount(rec volumeRecord) {
+	if n, ok := s.dirOf(rec).kernelBytes(); ok {
+		s.budget.chargeKernelCount(rec.VolumeID, n+recordHeapBytes(rec))
+	}
+}
+
 // viewChange is what a reconcile does to the pod's view.
 type viewChange int
 

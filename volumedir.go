@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
@@ -175,8 +176,8 @@ func (vd volumeDir) dropRevokedCopies(rec volumeRecord) {
 // has. What the budget charges a volume whose record no longer describes its disk: the record is
 // a count of what a publish or a reconcile wrote, and after a failure the disk holds more (copies
 // a failed cycle wrote, older copies only the view still links, a view kept for readers). Like
-// the record's count, it cannot see a file a reader keeps open after it was removed; the tmpfs's
-// size bounds those. Call it with the volume's lock held: nothing else writes there meanwhile.
+// the record's count, it cannot see a file a reader keeps open after it was removed: kernelBytes
+// does. Call it with the volume's lock held: nothing else writes there meanwhile.
 func (vd volumeDir) heldBytes() (int64, error) {
 	root, err := os.OpenRoot(vd.dir)
 	if err != nil {
@@ -186,6 +187,19 @@ func (vd volumeDir) heldBytes() (int64, error) {
 	n := int64(entryBytes) // the tmpfs's root, whose name is not on the tmpfs
 	err = addHeldUnder(root, map[uint64]bool{}, &n)
 	return n, err
+}
+
+// kernelBytes is what the kernel counts in the volume's tmpfs (statfs(2)): its pages in use, and
+// each inode in use at entryBytes (tmpfs counts a hard link as an inode). Unlike heldBytes and a
+// record, it counts a file removed while a reader still keeps it open: a pod that keeps its files
+// open across refreshes keeps every version's pages in the tmpfs, and no name leads to them. Not
+// a tmpfs (a unit test's node, a plain directory): ok is false.
+func (vd volumeDir) kernelBytes() (n int64, ok bool) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(vd.dir, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+		return 0, false
+	}
+	return int64(st.Blocks-st.Bfree)*st.Bsize + int64(st.Files-st.Ffree)*entryBytes, true
 }
 
 // addHeldUnder adds to n what dir's entries hold, its subdirectories' through a root of their
