@@ -164,3 +164,39 @@ func TestFilesKeptOpenAfterARefreshAreCharged(t *testing.T) {
 		t.Errorf("after the file was closed: charged %d bytes, the record says %d, the kernel counts %d", got, saved, now)
 	}
 }
+
+// The kernel's count is the volume's own tmpfs's: a volume dir that is not a tmpfs's mount point
+// (a unit test's plain directory, on a /tmp that may be a tmpfs) is not counted, and a tmpfs
+// mounted inside another counts its own pages alone.
+func TestKernelCountIsTheVolumesOwnTmpfs(t *testing.T) {
+	outer := tmpfsTestMount(t, 4<<20)
+	if err := os.WriteFile(filepath.Join(outer, "other"), make([]byte, 64<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	plain := filepath.Join(outer, "plain")
+	if err := os.Mkdir(plain, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := (volumeDir{dir: plain}).kernelBytes(); ok {
+		t.Errorf("a plain directory on a tmpfs was counted %d bytes: the tmpfs's, not a volume's", n)
+	}
+	inner := filepath.Join(outer, "inner")
+	if err := os.Mkdir(inner, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := mountTmpfs(inner, 4<<20, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := unmountExact(inner); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := os.WriteFile(filepath.Join(inner, "f"), make([]byte, 8<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Its root and the file: two inodes, two pages.
+	if n, ok := (volumeDir{dir: inner}).kernelBytes(); !ok || n != 2*pageSize+2*entryBytes {
+		t.Errorf("a tmpfs holding one 8 KiB file counted %d bytes (%v), want %d", n, ok, 2*pageSize+2*entryBytes)
+	}
+}

@@ -193,8 +193,13 @@ func (vd volumeDir) heldBytes() (int64, error) {
 // each inode in use at entryBytes (tmpfs counts a hard link as an inode). Unlike heldBytes and a
 // record, it counts a file removed while a reader still keeps it open: a pod that keeps its files
 // open across refreshes keeps every version's pages in the tmpfs, and no name leads to them. Not
-// a tmpfs (a unit test's node, a plain directory): ok is false.
+// a tmpfs mounted on the volume's dir (a unit test's node: a plain directory, perhaps on a tmpfs
+// /tmp, whose count would be everything else's on it): ok is false.
 func (vd volumeDir) kernelBytes() (n int64, ok bool) {
+	var dir, parent unix.Stat_t
+	if unix.Stat(vd.dir, &dir) != nil || unix.Stat(filepath.Dir(vd.dir), &parent) != nil || dir.Dev == parent.Dev {
+		return 0, false // not a mount point
+	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(vd.dir, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
 		return 0, false
