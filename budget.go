@@ -42,16 +42,17 @@ const pageSize = 4096
 // A volume is charged the bytes of its saved record (volumeBytes): the volume store (records.go)
 // charges them when it saves a record, or loads one at start (chargeSaved), and frees them when the
 // volume is forgotten (chargeSaved with nothing). So the bytes in use are, at every moment no
-// operation is in progress, exactly the sum over the records saved: a step that fails between a
-// charge and its save (a record that cannot be written) cannot leave a charge behind, nor give back
-// bytes twice. One exception keeps the count from falling below the memory held: a reconcile that
-// rewrote copies and then could not save the record naming them (or rebuild the view) leaves the
-// new copies on disk, so that volume is charged the larger of its saved record's bytes and what its
-// tmpfs holds, measured (volumeRewrite's unsaved), the same on every cycle that fails so,
-// until the next save or forget. And no record names a file a reader keeps open after a refresh
-// removed it: its pages stay in the tmpfs until the reader closes it, so every reconcile charges
-// the volume at least what the kernel counts in its tmpfs (kernel, below), whatever its record
-// says. Operations in progress hold reservations: room for a volume before
+// operation is in progress, the sum over the records saved, but for two exceptions that keep the
+// count from falling below the memory held; a step that fails between a charge and its save (a
+// record that cannot be written) cannot leave a charge behind, nor give back bytes twice. First, a
+// reconcile that rewrote copies and then could not save the record naming them (or rebuild the
+// view) leaves the new copies on disk, so that volume is charged the larger of its saved record's
+// bytes and what its tmpfs holds, measured (volumeRewrite's unsaved), the same on every cycle that
+// fails so, until the next save or forget. Second, no record names a file a reader keeps open
+// after a refresh removed it: its pages stay in the tmpfs until the reader closes it, so every
+// reconcile charges the volume, on top, what the kernel counts in its tmpfs beyond what a walk of
+// it finds (unlinked, below), until the reconcile after the reader closed it.
+// Operations in progress hold reservations: room for a volume before
 // its record is saved (publish), for a share's new copy beside its old one, and for a view kept for
 // readers, until the record naming them is saved (a reconcile's volumeRewrite). A reservation is
 // released when its operation ends, whatever happened.
@@ -64,18 +65,18 @@ type volumeBudget struct {
 	reserved int64                   // held by operations in progress (reservation)
 }
 
-// volumeCharge is what one volume is charged: the largest of what its record says, what a
-// reconcile that could not save it measured, and what the kernel counted.
+// volumeCharge is what one volume is charged: the larger of what its record says and what a
+// reconcile that could not save it measured, and the files no name leads to on top.
 type volumeCharge struct {
 	saved   int64 // its saved record's bytes
 	unsaved int64 // what its tmpfs holds that its saved record does not describe; 0: none
-	// kernel is what the kernel counted in its tmpfs at its last reconcile (volumeDir.kernelBytes),
-	// files removed while a reader keeps them open included; 0: not counted yet. A save keeps it
-	// until the next count: a save never frees the pages of a file a reader keeps open.
-	kernel int64
+	// unlinked is what its tmpfs holds of files removed while a reader keeps them open, by the
+	// kernel's count at the volume's last reconcile (tmpfsUsage.beyond); 0: none, or not counted.
+	// A save keeps it until the next count: a save frees no page a reader keeps open.
+	unlinked int64
 }
 
-func (c volumeCharge) bytes() int64 { return max(c.saved, c.unsaved, c.kernel) }
+func (c volumeCharge) bytes() int64 { return max(c.saved, c.unsaved) + c.unlinked }
 
 // budgetExceeded is a charge the budget refused.
 type budgetExceeded struct{ need, used, limit int64 }
@@ -88,14 +89,14 @@ func (e *budgetExceeded) Error() string {
 
 // chargeSaved charges volume id the n bytes of the record just saved (or, at start, found on
 // disk), whether they fit or not, in place of what it was charged before (a previous record's,
-// or an unsaved charge: the record describes the disk now; the kernel's last count stays). The
+// or an unsaved charge: the record describes the disk now; the files no name leads to stay). The
 // volume store's own call (records.go). Room was reserved for what a save adds. n = 0 (no record
 // is): the volume is gone, and forgotten.
 func (b *volumeBudget) chargeSaved(id string, n int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	c := b.charges[id]
-	next := volumeCharge{saved: n, kernel: c.kernel}
+	next := volumeCharge{saved: n, unlinked: c.unlinked}
 	if n == 0 {
 		next = volumeCharge{}
 	}
@@ -117,10 +118,11 @@ func (b *volumeBudget) chargeUnsaved(id string, n int64) {
 	b.amend(id, func(c *volumeCharge) { c.unsaved = n })
 }
 
-// chargeKernelCount keeps volume id charged at least the n bytes the kernel counts in its tmpfs
-// (volumeStore.chargeKernelCount), until the next count or forget. An unknown volume: nothing.
-func (b *volumeBudget) chargeKernelCount(id string, n int64) {
-	b.amend(id, func(c *volumeCharge) { c.kernel = n })
+// chargeUnlinked charges volume id, on top, the n bytes its tmpfs holds of files removed while a
+// reader keeps them open (volumeStore.chargeUnlinkedFiles), until the next count or forget. An
+// unknown volume: nothing.
+func (b *volumeBudget) chargeUnlinked(id string, n int64) {
+	b.amend(id, func(c *volumeCharge) { c.unlinked = n })
 }
 
 // amend changes volume id's charge with change. An unknown volume: nothing.
@@ -252,7 +254,7 @@ func (w *volumeRewrite) keptViewCost() int64 { return w.previousView }
 
 // unsaved charges the volume what its tmpfs holds once its record no longer describes it: the
 // view could not be rebuilt from the new copies, or the record naming them could not be saved.
-// held is that, measured (volumeDir.heldBytes), not counted from what the reconcile wrote: the
+// held is that, measured (volumeDir.measure), not counted from what the reconcile wrote: the
 // copies a failed cycle wrote are replaced by the next cycle's, an older copy may stay linked from
 // the view alone, and a view kept for readers links whatever the view showed; so a reconcile that
 // fails the same way every cycle is charged the same. Should measuring have failed (err), the
@@ -306,6 +308,10 @@ func entryNameBytes(name string) int64 {
 	}
 	return kmallocBytes(externalNameHeader + len(name) + 1)
 }
+
+// maxEntryNameBytes is what the longest name a tmpfs takes (255 bytes) costs (entryNameBytes:
+// kmalloc-512): the charge of a removed file's name, which can no longer be measured.
+const maxEntryNameBytes = 512
 
 // linkTargetBytes is what a symbolic link's target costs: a page when long, else its copy.
 func linkTargetBytes(target string) int64 {

@@ -99,6 +99,13 @@ func TestLongNamedVolumesAreChargedWhatTheirTmpfsHolds(t *testing.T) {
 			if charged < held {
 				t.Errorf("charged %d KiB for a tmpfs that holds %d KiB (%d KiB of pages, %d inodes)", charged>>10, held>>10, blocks>>10, inodes)
 			}
+			// With no file kept open, the walk finds every page and inode the kernel counts:
+			// nothing is charged as removed but kept open.
+			usage, ok := vd.kernelUsage()
+			m, err := vd.measure()
+			if err != nil || !ok || usage != m.seen {
+				t.Errorf("the kernel counts %+v (%v) in the tmpfs, the walk finds %+v (%v)", usage, ok, m.seen, err)
+			}
 		})
 	}
 }
@@ -106,62 +113,62 @@ func TestLongNamedVolumesAreChargedWhatTheirTmpfsHolds(t *testing.T) {
 // A pod that keeps a file of its volume open while refreshes replace it keeps that version's
 // pages in the volume's tmpfs after the file was removed: no name leads to them, so neither the
 // record nor a walk of the tmpfs counts them, but the kernel does, and the reconcile charges the
-// volume at least that. Closed, they are freed, and the next reconcile charges the record again.
+// volume them on top of its record: the file's pages, its inode and the longest name. Closed, they
+// are freed, and the next reconcile charges the record alone; and a driver restarted while the
+// file is open charges them as it resumes the volume, before its first relist.
 func TestFilesKeptOpenAfterARefreshAreCharged(t *testing.T) {
 	tmpfsTestNeedRoot(t)
-	c := newFakeCluster(t)
-	d, _ := c.node()
-	root := tmpfsTestRealDir(t)
-	d.kubeletRoot, d.mounter, d.tmpfsSize = root, kernelMounter{}, 4<<20
-	d.store = newVolumeStore(filepath.Join(root, "plugins", driverName), d.budget)
-	version := func(v string) map[string]string { return map[string]string{"ca.crt": strings.Repeat(v, 64<<10)} }
-	kernel := func() int64 {
-		t.Helper()
-		var st unix.Statfs_t
-		if err := unix.Statfs(d.store.mountPoint("vol"), &st); err != nil {
-			t.Fatal(err)
-		}
-		return int64(st.Blocks-st.Bfree)*st.Bsize + int64(st.Files-st.Ffree)*entryBytes
-	}
-	c.setSource(version("a"))
-	req := publishVolume(t, d, "vol")
-	t.Cleanup(func() {
-		if _, err := (&nodeServer{d: d}).NodeUnpublishVolume(context.Background(), unpublishRequest(req)); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	held, err := os.Open(filepath.Join(req.TargetPath, "ca.crt")) // the pod reads version a, and keeps it open
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
-	// b replaces a (the view showing a is kept for readers), then c replaces b: a's file is
-	// removed, and only the open file keeps its pages.
-	for _, v := range []string{"b", "c"} {
-		c.setSource(version(v))
-		if err := reconcileVolume(t, d, "vol"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	saved := volumeBytes(savedRecord(t, d, "vol"))
-	pinned := kernel()
-	if pinned <= saved {
-		t.Fatalf("the tmpfs holds %d bytes by the kernel's count, no more than its record says (%d)", pinned, saved)
-	}
-	if got := d.budget.chargedFor("vol"); got < pinned {
-		t.Errorf("charged %d bytes while the kernel counts %d in the volume's tmpfs (the record says %d)", got, pinned, saved)
-	}
+	for _, size := range []int{8 << 10, 64 << 10} {
+		t.Run(fmt.Sprintf("%d KiB", size>>10), func(t *testing.T) {
+			c := newFakeCluster(t)
+			d, _ := c.node()
+			root := tmpfsTestRealDir(t)
+			d.kubeletRoot, d.mounter, d.tmpfsSize = root, kernelMounter{}, 4<<20
+			d.store = newVolumeStore(filepath.Join(root, "plugins", driverName), d.budget)
+			version := func(v string) map[string]string { return map[string]string{"ca.crt": strings.Repeat(v, size)} }
+			// Version a, removed: its pages, and two inodes, its own and the payload dir's it was
+			// in (the open file's dentry holds its parent's, and with it the inode).
+			kept := int64(size) + 2*(entryBytes+maxEntryNameBytes)
+			c.setSource(version("a"))
+			req := publishVolume(t, d, "vol")
+			t.Cleanup(func() {
+				if _, err := (&nodeServer{d: d}).NodeUnpublishVolume(context.Background(), unpublishRequest(req)); err != nil {
+					t.Errorf("cleanup: %v", err)
+				}
+			})
+			held, err := os.Open(filepath.Join(req.TargetPath, "ca.crt")) // the pod reads version a, and keeps it open
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Close()
+			// b replaces a (the view showing a is kept for readers), then c replaces b: a's file
+			// is removed, and only the open file keeps its pages.
+			for _, v := range []string{"b", "c"} {
+				c.setSource(version(v))
+				if err := reconcileVolume(t, d, "vol"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			saved := volumeBytes(savedRecord(t, d, "vol"))
+			if got := d.budget.chargedFor("vol"); got != saved+kept {
+				t.Errorf("charged %d bytes, want the record's %d and %d for version a, removed but open", got, saved, kept)
+			}
 
-	held.Close()
-	if freed := pinned - kernel(); freed < 64<<10 {
-		t.Fatalf("closing the file freed %d bytes of the tmpfs, not version a's 64 KiB", freed)
-	}
-	if err := reconcileVolume(t, d, "vol"); err != nil {
-		t.Fatal(err)
-	}
-	saved = volumeBytes(savedRecord(t, d, "vol"))
-	if got, now := d.budget.chargedFor("vol"), kernel(); got != saved || now > saved {
-		t.Errorf("after the file was closed: charged %d bytes, the record says %d, the kernel counts %d", got, saved, now)
+			// Restarted while the file is open: charged as it resumes the volume.
+			n, _ := c.restart(d)
+			if got := n.budget.chargedFor("vol"); got < saved+kept {
+				t.Errorf("after a restart: charged %d bytes, want at least the record's %d and %d for version a", got, saved, kept)
+			}
+
+			held.Close()
+			if err := reconcileVolume(t, d, "vol"); err != nil {
+				t.Fatal(err)
+			}
+			saved = volumeBytes(savedRecord(t, d, "vol"))
+			if got := d.budget.chargedFor("vol"); got != saved {
+				t.Errorf("after the file was closed: charged %d bytes, want the record's %d", got, saved)
+			}
+		})
 	}
 }
 
@@ -177,8 +184,8 @@ func TestKernelCountIsTheVolumesOwnTmpfs(t *testing.T) {
 	if err := os.Mkdir(plain, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if n, ok := (volumeDir{dir: plain}).kernelBytes(); ok {
-		t.Errorf("a plain directory on a tmpfs was counted %d bytes: the tmpfs's, not a volume's", n)
+	if u, ok := (volumeDir{dir: plain}).kernelUsage(); ok {
+		t.Errorf("a plain directory on a tmpfs was counted %+v: the tmpfs's, not a volume's", u)
 	}
 	inner := filepath.Join(outer, "inner")
 	if err := os.Mkdir(inner, 0o700); err != nil {
@@ -196,7 +203,7 @@ func TestKernelCountIsTheVolumesOwnTmpfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Its root and the file: two inodes, two pages.
-	if n, ok := (volumeDir{dir: inner}).kernelBytes(); !ok || n != 2*pageSize+2*entryBytes {
-		t.Errorf("a tmpfs holding one 8 KiB file counted %d bytes (%v), want %d", n, ok, 2*pageSize+2*entryBytes)
+	if u, ok := (volumeDir{dir: inner}).kernelUsage(); !ok || u != (tmpfsUsage{pageBytes: 2 * pageSize, inodes: 2}) {
+		t.Errorf("a tmpfs holding one 8 KiB file counted %+v (%v), want two pages and two inodes", u, ok)
 	}
 }

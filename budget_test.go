@@ -287,25 +287,36 @@ func publishedVolumeOfOneKey(t *testing.T) (*driver, *fake.Clientset, chan strin
 	return d, client, events
 }
 
-// A volume is charged the largest of what its record says, what a failed reconcile measured and
-// what the kernel counted; a save replaces the record's figure and the measure, not the kernel's
-// count (a save frees no page a reader keeps open), and only forgetting the volume frees it all.
-func TestAVolumeIsChargedTheLargestOfItsFigures(t *testing.T) {
+// A volume is charged the larger of what its record says and what a failed reconcile measured,
+// and what its tmpfs holds of files removed but kept open on top; a save replaces the first two,
+// not the third (a save frees no page a reader keeps open), and only forgetting the volume frees
+// it all.
+func TestAVolumeIsChargedItsRecordOrMeasureAndItsUnlinkedFiles(t *testing.T) {
 	b := &volumeBudget{limit: 1 << 20}
+	b.chargeSaved("other", 1000) // another volume, charged throughout
 	step := func(what string, change func(), want int64) {
 		t.Helper()
 		change()
-		if got, total := b.chargedFor("v"), b.inUse(); got != want || total != want {
-			t.Errorf("%s: the volume is charged %d, %d in all; want %d", what, got, total, want)
+		if got, total := b.chargedFor("v"), b.inUse(); got != want || total != want+1000 {
+			t.Errorf("%s: the volume is charged %d, %d in all; want %d, and %d", what, got, total, want, want+1000)
 		}
 	}
 	step("saved", func() { b.chargeSaved("v", 100) }, 100)
-	step("the kernel counts more", func() { b.chargeKernelCount("v", 300) }, 300)
-	step("a failed reconcile measured less", func() { b.chargeUnsaved("v", 200) }, 300)
-	step("saved again", func() { b.chargeSaved("v", 150) }, 300)
-	step("the kernel counts less", func() { b.chargeKernelCount("v", 120) }, 150)
-	step("a failed reconcile measured more", func() { b.chargeUnsaved("v", 400) }, 400)
-	step("saved again", func() { b.chargeSaved("v", 150) }, 150)
+	step("files kept open", func() { b.chargeUnlinked("v", 30) }, 130)
+	step("a failed reconcile measured more", func() { b.chargeUnsaved("v", 200) }, 230)
+	step("saved again", func() { b.chargeSaved("v", 150) }, 180)
+	step("closed", func() { b.chargeUnlinked("v", 0) }, 150)
+	step("a failed reconcile measured less", func() { b.chargeUnsaved("v", 120) }, 150)
 	step("forgotten", func() { b.chargeSaved("v", 0) }, 0)
-	step("counted once forgotten", func() { b.chargeKernelCount("v", 500) }, 0)
+	step("counted once forgotten", func() { b.chargeUnlinked("v", 500) }, 0)
+	if got := b.chargedFor("other"); got != 1000 {
+		t.Errorf("the other volume is charged %d, want 1000", got)
+	}
+}
+
+// A removed file's name is charged as the longest a tmpfs takes.
+func TestMaxEntryNameBytesIsTheLongestNamesCost(t *testing.T) {
+	if got := entryNameBytes(strings.Repeat("n", 255)); got != maxEntryNameBytes {
+		t.Errorf("a 255-byte name costs %d, maxEntryNameBytes is %d", got, maxEntryNameBytes)
+	}
 }

@@ -11,9 +11,9 @@ package main
 //	    swap when any share's files changed, the record is saved with the new states, the copies
 //	    of revoked shares are dropped, and every change is reported to the pod (an event) and
 //	    counted (a metric).
-//	(3) charge: the volume is charged at least what the kernel counts in its tmpfs, whatever (2)
-//	    did: files a reader keeps open after a refresh removed them keep their pages, and no
-//	    record names them (volumeStore.chargeKernelCount).
+//	(3) charge: files a reader keeps open after a refresh removed them keep their pages in the
+//	    tmpfs, and no record names them: whatever (2) did, the volume is charged them on top of
+//	    its record, by the kernel's count (volumeStore.chargeUnlinkedFiles).
 //
 // How each share is judged, and the states it moves through: judge.go's tables.
 
@@ -111,7 +111,7 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 		verdicts[i] = d.judgeShare(ctx, rec, i, memo) // (1)
 	}
 	err := d.applyVerdicts(rec, verdicts) // (2)
-	d.store.chargeKernelCount(rec)        // (3)
+	d.store.chargeUnlinkedFiles(rec)      // (3)
 	return err
 }
 

@@ -222,7 +222,9 @@ func (r *volumeRecord) accessKey(i int) accessKey {
 
 // volumeStore keeps the published volumes in memory and persists each record in its volume.
 // What it charges the node's volume budget for a volume (budget.go) is the bytes of the record
-// it saved (volumeBytes), from the save until the volume is forgotten.
+// it saved (volumeBytes), from the save until the volume is forgotten; more when its tmpfs holds
+// more than the record says (rewriteUnsaved, remember), and the files no name leads to on top
+// (chargeUnlinkedFiles).
 type volumeStore struct {
 	dir    string // <state dir>/volumes
 	budget *volumeBudget
@@ -234,11 +236,14 @@ type volumeStore struct {
 	// fresh verdicts puts them back in step. A save that fails after the swap does the same
 	// (viewUnsaved).
 	unverified map[string]bool
+	// counted is, per volume, the kernel's count of its tmpfs (tmpfsUsage) that the last walk of it
+	// was compared with (chargeUnlinkedFiles); dropped by a save, which changes the disk.
+	counted map[string]tmpfsUsage
 }
 
 func newVolumeStore(stateDir string, budget *volumeBudget) *volumeStore {
 	return &volumeStore{dir: filepath.Join(stateDir, "volumes"), budget: budget,
-		vols: map[string]volumeRecord{}, unverified: map[string]bool{}}
+		vols: map[string]volumeRecord{}, unverified: map[string]bool{}, counted: map[string]tmpfsUsage{}}
 }
 
 // mountPoint is where the volume's tmpfs is mounted. id has passed validateVolumeID.
@@ -304,6 +309,7 @@ func (s *volumeStore) keepCharging(rec volumeRecord, n int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.vols[rec.VolumeID] = rec.clone()
+	delete(s.counted, rec.VolumeID) // a save changed the disk: the next count walks it again
 	s.budget.chargeSaved(rec.VolumeID, n)
 }
 
@@ -328,22 +334,42 @@ func (s *volumeStore) saveRewritten(next volumeRecord, view viewChange, rw *volu
 // failed rebuild may have swapped ..data before failing), so the next reconcile rebuilds it even
 // if its verdict is "as it is", and keeps no view for readers until then (viewUnsaved).
 func (s *volumeStore) rewriteUnsaved(next volumeRecord, rw *volumeRewrite) {
-	held, err := s.dirOf(next).heldBytes()
+	m, err := s.dirOf(next).measure()
 	if err != nil {
 		klog.ErrorS(err, "Measuring a volume's tmpfs failed; it is charged its new copies on top of its last charge", "volumeID", next.VolumeID)
 	}
-	rw.unsaved(held, err)
+	rw.unsaved(m.held, err)
 	s.viewUnsaved(next.VolumeID)
 }
 
-// chargeKernelCount charges volume rec at least what the kernel counts in its tmpfs
-// (volumeDir.kernelBytes) and what the driver's memory holds of its items, until the next count:
-// no record names a file a reader keeps open after a refresh removed it, and its pages stay until
-// the reader closes it. Where the kernel cannot say (not a tmpfs), the charge stays as it is.
-func (s *volumeStore) chargeKernelCount(rec volumeRecord) {
-	if n, ok := s.dirOf(rec).kernelBytes(); ok {
-		s.budget.chargeKernelCount(rec.VolumeID, n+recordHeapBytes(rec))
+// chargeUnlinkedFiles charges volume rec, on top of its record, what its tmpfs holds of files
+// removed while a reader keeps them open, until the next count: no record names them, and their
+// pages stay until the reader closes them. That is what the kernel counts in use in the tmpfs
+// (volumeDir.kernelUsage) beyond what a walk of it finds (volumeDir.measure). The walk is skipped
+// while the kernel's count is the one the last walk was compared with and no record was saved
+// since: the volume's disk changed in neither way. Where the kernel cannot say (not a tmpfs), or
+// the walk fails (logged), the charge stays as it is.
+func (s *volumeStore) chargeUnlinkedFiles(rec volumeRecord) {
+	vol := s.dirOf(rec)
+	usage, ok := vol.kernelUsage()
+	if !ok {
+		return
 	}
+	s.mu.Lock()
+	last, walked := s.counted[rec.VolumeID]
+	s.mu.Unlock()
+	if walked && last == usage {
+		return
+	}
+	m, err := vol.measure()
+	if err != nil {
+		klog.ErrorS(err, "Measuring a volume's tmpfs failed; files removed while kept open are charged as last counted", "volumeID", rec.VolumeID)
+		return
+	}
+	s.mu.Lock()
+	s.counted[rec.VolumeID] = usage
+	s.mu.Unlock()
+	s.budget.chargeUnlinked(rec.VolumeID, usage.beyond(m.seen))
 }
 
 // viewChange is what a reconcile does to the pod's view.
@@ -373,6 +399,7 @@ func (s *volumeStore) forget(id string) {
 	s.budget.chargeSaved(id, 0)
 	delete(s.vols, id)
 	delete(s.unverified, id)
+	delete(s.counted, id)
 }
 
 // remember puts a record loaded at start into memory, charged whether it fits or not (the
@@ -386,14 +413,17 @@ func (s *volumeStore) remember(rec volumeRecord) {
 		n += max(0, pages(fi.Size())-recordPages(rec))
 	}
 	s.keepCharging(rec, n)
-	if held, err := s.dirOf(rec).heldBytes(); err != nil {
+	if m, err := s.dirOf(rec).measure(); err != nil {
 		klog.ErrorS(err, "Measuring a volume's tmpfs failed; it is charged what its record says", "volumeID", rec.VolumeID)
 	} else {
-		s.budget.chargeUnsaved(rec.VolumeID, held+recordHeapBytes(rec))
+		s.budget.chargeUnsaved(rec.VolumeID, m.held+recordHeapBytes(rec))
 	}
 	s.mu.Lock()
 	s.unverified[rec.VolumeID] = true
 	s.mu.Unlock()
+	// Files a reader kept open across the restart are still held: charged now, before the
+	// first relist reaches the volume and before any publish is admitted.
+	s.chargeUnlinkedFiles(rec)
 }
 
 // viewUnverified says whether the volume's view has not been rebuilt since it was recovered.

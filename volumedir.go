@@ -170,48 +170,42 @@ func (vd volumeDir) dropRevokedCopies(rec volumeRecord) {
 	}
 }
 
-// heldBytes measures what the volume's tmpfs holds, in the budget's units (budget.go): every
-// entry (file, directory, symbolic or hard link: tmpfs keeps an inode and a dentry for each), each
-// name and link target by its length, and the pages of each file once, however many links it
-// has. What the budget charges a volume whose record no longer describes its disk: the record is
-// a count of what a publish or a reconcile wrote, and after a failure the disk holds more (copies
-// a failed cycle wrote, older copies only the view still links, a view kept for readers). Like
-// the record's count, it cannot see a file a reader keeps open after it was removed: kernelBytes
-// does. Call it with the volume's lock held: nothing else writes there meanwhile.
-func (vd volumeDir) heldBytes() (int64, error) {
+// volumeMeasure is what a walk of a volume's tmpfs finds: what it holds in the budget's units, and
+// what statfs(2) counts of those same entries.
+type volumeMeasure struct {
+	// held is in the budget's units (budget.go): every entry (file, directory, symbolic or hard
+	// link: tmpfs keeps an inode and a dentry for each), each name and link target by its length,
+	// and the pages of each file once, however many links it has.
+	held int64
+	// seen is what the kernel counts of the same entries (tmpfsUsage): the pages of each file
+	// once and of each long link target, in the kernel's page size, and an inode for each entry
+	// and for the root.
+	seen tmpfsUsage
+}
+
+// measure walks the volume's tmpfs. held is what the budget charges a volume whose record no
+// longer describes its disk: the record is a count of what a publish or a reconcile wrote, and
+// after a failure the disk holds more (copies a failed cycle wrote, older copies only the view
+// still links, a view kept for readers). Neither it nor the record can see a file a reader keeps
+// open after it was removed: what the kernel counts beyond seen (kernelUsage). Call it with the
+// volume's lock held: nothing else writes there meanwhile.
+func (vd volumeDir) measure() (volumeMeasure, error) {
 	root, err := os.OpenRoot(vd.dir)
 	if err != nil {
-		return 0, err
+		return volumeMeasure{}, err
 	}
 	defer root.Close()
-	n := int64(entryBytes) // the tmpfs's root, whose name is not on the tmpfs
-	err = addHeldUnder(root, map[uint64]bool{}, &n)
-	return n, err
+	// The tmpfs's root, whose name is not on the tmpfs.
+	m := volumeMeasure{held: entryBytes, seen: tmpfsUsage{inodes: 1}}
+	err = m.addUnder(root, map[uint64]bool{}, int64(os.Getpagesize()))
+	return m, err
 }
 
-// kernelBytes is what the kernel counts in the volume's tmpfs (statfs(2)): its pages in use, and
-// each inode in use at entryBytes (tmpfs counts a hard link as an inode). Unlike heldBytes and a
-// record, it counts a file removed while a reader still keeps it open: a pod that keeps its files
-// open across refreshes keeps every version's pages in the tmpfs, and no name leads to them. Not
-// a tmpfs mounted on the volume's dir (a unit test's node: a plain directory, perhaps on a tmpfs
-// /tmp, whose count would be everything else's on it): ok is false.
-func (vd volumeDir) kernelBytes() (n int64, ok bool) {
-	var dir, parent unix.Stat_t
-	if unix.Stat(vd.dir, &dir) != nil || unix.Stat(filepath.Dir(vd.dir), &parent) != nil || dir.Dev == parent.Dev {
-		return 0, false // not a mount point
-	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(vd.dir, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
-		return 0, false
-	}
-	return int64(st.Blocks-st.Bfree)*st.Bsize + int64(st.Files-st.Ffree)*entryBytes, true
-}
-
-// addHeldUnder adds to n what dir's entries hold, its subdirectories' through a root of their
-// own: no path is ever joined, so a pod's path of up to 4096 bytes (validate.go) under the
-// volume's directory cannot make a system call fail with ENAMETOOLONG. files holds the inodes
-// whose pages are counted.
-func addHeldUnder(dir *os.Root, files map[uint64]bool, n *int64) error {
+// addUnder adds what dir's entries hold, its subdirectories' through a root of their own: no path
+// is ever joined, so a pod's path of up to 4096 bytes (validate.go) under the volume's directory
+// cannot make a system call fail with ENAMETOOLONG. files holds the inodes whose pages are
+// counted; kernelPage is the kernel's page size (the budget's pages are 4 KiB: pageSize).
+func (m *volumeMeasure) addUnder(dir *os.Root, files map[uint64]bool, kernelPage int64) error {
 	d, err := dir.Open(".")
 	if err != nil {
 		return err
@@ -222,20 +216,24 @@ func addHeldUnder(dir *os.Root, files map[uint64]bool, n *int64) error {
 		return err
 	}
 	for _, e := range entries {
-		*n += entryBytes + entryNameBytes(e.Name())
+		m.held += entryBytes + entryNameBytes(e.Name())
+		m.seen.inodes++
 		switch {
 		case e.Type()&fs.ModeSymlink != 0:
 			target, err := dir.Readlink(e.Name())
 			if err != nil {
 				return err
 			}
-			*n += linkTargetBytes(target)
+			m.held += linkTargetBytes(target)
+			if len(target) >= shortSymlinkLen {
+				m.seen.pageBytes += kernelPage
+			}
 		case e.IsDir():
 			sub, err := dir.OpenRoot(e.Name())
 			if err != nil {
 				return err
 			}
-			err = addHeldUnder(sub, files, n)
+			err = m.addUnder(sub, files, kernelPage)
 			sub.Close()
 			if err != nil {
 				return err
@@ -252,8 +250,41 @@ func addHeldUnder(dir *os.Root, files map[uint64]bool, n *int64) error {
 			if ok {
 				files[st.Ino] = true
 			}
-			*n += pages(fi.Size())
+			m.held += pages(fi.Size())
+			m.seen.pageBytes += (fi.Size() + kernelPage - 1) / kernelPage * kernelPage
 		}
 	}
 	return nil
+}
+
+// tmpfsUsage is what the kernel counts in use in a tmpfs: its pages, in bytes, and its inodes
+// (tmpfs counts a hard link as an inode, shmem_link).
+type tmpfsUsage struct {
+	pageBytes, inodes int64
+}
+
+// beyond is what u holds that seen does not: the pages and inodes of files removed while a reader
+// keeps them open (and whatever else the kernel holds there that a walk cannot see: a node that
+// forces huge pages on every tmpfs gives each file one), charged in the budget's units, an inode
+// with its dentry (entryBytes) and a name of the longest length (maxEntryNameBytes), since the
+// name is no longer there to measure.
+func (u tmpfsUsage) beyond(seen tmpfsUsage) int64 {
+	return max(0, u.pageBytes-seen.pageBytes) + max(0, u.inodes-seen.inodes)*(entryBytes+maxEntryNameBytes)
+}
+
+// kernelUsage is what the kernel counts in use in the volume's tmpfs (statfs(2)). Unlike a walk
+// and a record, it counts a file removed while a reader still keeps it open: a pod that keeps its
+// files open across refreshes keeps every version's pages in the tmpfs, and no name leads to
+// them. Not a tmpfs mounted on the volume's dir (a unit test's node: a plain directory, perhaps on
+// a tmpfs /tmp, whose count would be everything else's on it): ok is false.
+func (vd volumeDir) kernelUsage() (u tmpfsUsage, ok bool) {
+	var dir, parent unix.Stat_t
+	if unix.Stat(vd.dir, &dir) != nil || unix.Stat(filepath.Dir(vd.dir), &parent) != nil || dir.Dev == parent.Dev {
+		return tmpfsUsage{}, false // not a mount point
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(vd.dir, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+		return tmpfsUsage{}, false
+	}
+	return tmpfsUsage{pageBytes: int64(st.Blocks-st.Bfree) * st.Bsize, inodes: int64(st.Files - st.Ffree)}, true
 }

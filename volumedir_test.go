@@ -1,8 +1,10 @@
 package main
 
-// Specification of what a volume's directory is measured to hold (volumeDir.heldBytes), which the
-// budget charges a volume whose record no longer describes its disk: each entry, each long name
-// and link target, and each file's pages once, however many links it has.
+// Specification of what a volume's directory is measured to hold (volumeDir.measure): in the
+// budget's units, which it charges a volume whose record no longer describes its disk, each entry,
+// each long name and link target, and each file's pages once, however many links it has; and what
+// the kernel counts of the same entries (an inode each, and the root's; each file's pages once,
+// and each long link target's page), against which files removed but kept open are charged.
 
 import (
 	"errors"
@@ -13,7 +15,7 @@ import (
 	"testing"
 )
 
-func TestHeldBytesCountEachFilesPagesOnce(t *testing.T) {
+func TestMeasureCountsEachFilesPagesOnce(t *testing.T) {
 	dir := t.TempDir()
 	long := strings.Repeat("n", 40)
 	for _, step := range []error{
@@ -27,21 +29,28 @@ func TestHeldBytesCountEachFilesPagesOnce(t *testing.T) {
 			t.Fatal(step)
 		}
 	}
-	got, err := volumeDir{dir: dir, gid: -1}.heldBytes()
+	if err := os.Symlink(strings.Repeat("t", shortSymlinkLen), filepath.Join(dir, "e")); err != nil {
+		t.Fatal(err)
+	}
+	m, err := volumeDir{dir: dir, gid: -1}.measure()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The root, a, b, c, the long name and d: six entries; a's two pages once and the long
-	// name's file's one; the long name beyond its dentry; c's target.
-	want := 6*entryBytes + 3*pageSize + entryNameBytes(long) + linkTargetBytes("a")
-	if got != want {
-		t.Fatalf("heldBytes = %d, want %d", got, want)
+	// The root, a, b, c, the long name, d and e: seven entries; a's two pages once and the long
+	// name's file's one; the long name beyond its dentry; c's target, and e's page.
+	want := 7*entryBytes + 3*pageSize + entryNameBytes(long) + linkTargetBytes("a") + pageSize
+	if m.held != want {
+		t.Errorf("held = %d, want %d", m.held, want)
+	}
+	// Seven inodes; a's pages once, the long name's page and e's.
+	if want := (tmpfsUsage{pageBytes: 4 * pageSize, inodes: 7}); m.seen != want {
+		t.Errorf("seen = %+v, want %+v", m.seen, want)
 	}
 }
 
 // A pod's path may have 4096 bytes (validate.go), more than a system call takes once the volume's
 // own directory is in front of it: the measure never joins paths, so it still counts all of it.
-func TestHeldBytesMeasurePathsLongerThanTheKernelTakes(t *testing.T) {
+func TestMeasureWalksPathsLongerThanTheKernelTakes(t *testing.T) {
 	dir := t.TempDir()
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -68,12 +77,12 @@ func TestHeldBytesMeasurePathsLongerThanTheKernelTakes(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(dir, f)); !errors.Is(err, syscall.ENAMETOOLONG) {
 		t.Fatalf("lstat of the file's absolute path (%d bytes): %v; want ENAMETOOLONG, which the measure must not meet", len(filepath.Join(dir, f)), err)
 	}
-	got, err := volumeDir{dir: dir, gid: -1}.heldBytes()
+	m, err := volumeDir{dir: dir, gid: -1}.measure()
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := (depth+2)*entryBytes + (depth+1)*entryNameBytes(segment) + pageSize // the root, the dirs, the file and its page
-	if got != want {
-		t.Fatalf("heldBytes = %d, want %d", got, want)
+	if m.held != want {
+		t.Fatalf("held = %d, want %d", m.held, want)
 	}
 }
