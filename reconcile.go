@@ -13,7 +13,8 @@ package main
 //	    counted (a metric).
 //	(3) charge: files a reader keeps open after a refresh removed them keep their pages in the
 //	    tmpfs, and no record names them: whatever (2) did, the volume is charged them on top of
-//	    its record, by the kernel's count (volumeStore.chargeUnlinkedFiles).
+//	    its record, by the kernel's count (volumeStore.chargeUnlinkedFiles), before the room (2)
+//	    reserved is given back, so that no publish is admitted meanwhile into memory they hold.
 //
 // How each share is judged, and the states it moves through: judge.go's tables.
 
@@ -110,9 +111,7 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 	for i := range rec.Shares {
 		verdicts[i] = d.judgeShare(ctx, rec, i, memo) // (1)
 	}
-	err := d.applyVerdicts(rec, verdicts) // (2)
-	d.store.chargeUnlinkedFiles(rec)      // (3)
-	return err
+	return d.applyVerdicts(rec, verdicts) // (2), (3)
 }
 
 // applyVerdicts writes what the verdicts on rec's shares decided and reports it. It writes the
@@ -128,6 +127,7 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 	// then the store charges what the record says, and the room goes back (budget.go).
 	rw := newVolumeRewrite(d.budget, rec)
 	defer rw.release()
+	defer d.store.chargeUnlinkedFiles(rec) // (3), whatever happened, before the room goes back
 	w := d.writeCopies(vol, rec, verdicts, rw)
 	view := reconciledView(w, rw, func() bool { return d.store.viewUnverified(rec.VolumeID) })
 	// A state that changed without a reported change (a UID adopted, a list noted, a kept view

@@ -236,14 +236,14 @@ type volumeStore struct {
 	// fresh verdicts puts them back in step. A save that fails after the swap does the same
 	// (viewUnsaved).
 	unverified map[string]bool
-	// counted is, per volume, the kernel's count of its tmpfs (tmpfsUsage) that the last walk of it
-	// was compared with (chargeUnlinkedFiles); dropped by a save, which changes the disk.
-	counted map[string]tmpfsUsage
+	// counted is, per volume, the disk its last walk for files removed but kept open saw
+	// (chargeUnlinkedFiles); dropped by a save, or a rewrite left unsaved, which change the disk.
+	counted map[string]countedDisk
 }
 
 func newVolumeStore(stateDir string, budget *volumeBudget) *volumeStore {
 	return &volumeStore{dir: filepath.Join(stateDir, "volumes"), budget: budget,
-		vols: map[string]volumeRecord{}, unverified: map[string]bool{}, counted: map[string]tmpfsUsage{}}
+		vols: map[string]volumeRecord{}, unverified: map[string]bool{}, counted: map[string]countedDisk{}}
 }
 
 // mountPoint is where the volume's tmpfs is mounted. id has passed validateVolumeID.
@@ -340,25 +340,30 @@ func (s *volumeStore) rewriteUnsaved(next volumeRecord, rw *volumeRewrite) {
 	}
 	rw.unsaved(m.held, err)
 	s.viewUnsaved(next.VolumeID)
+	s.mu.Lock()
+	delete(s.counted, next.VolumeID) // the disk changed without a save: the next count walks it
+	s.mu.Unlock()
 }
 
 // chargeUnlinkedFiles charges volume rec, on top of its record, what its tmpfs holds of files
 // removed while a reader keeps them open, until the next count: no record names them, and their
 // pages stay until the reader closes them. That is what the kernel counts in use in the tmpfs
 // (volumeDir.kernelUsage) beyond what a walk of it finds (volumeDir.measure). The walk is skipped
-// while the kernel's count is the one the last walk was compared with and no record was saved
-// since: the volume's disk changed in neither way. Where the kernel cannot say (not a tmpfs), or
-// the walk fails (logged), the charge stays as it is.
+// while the kernel's count and the payloads the volume's ..data links name are those the last
+// walk saw, and no record was saved, nor a rewrite left unsaved, since: the driver writes a volume
+// only through a swap of a ..data link (internal/atomicwriter) or before a save. Where the kernel
+// cannot say (not a tmpfs), or the walk fails (logged), the charge stays as it is.
 func (s *volumeStore) chargeUnlinkedFiles(rec volumeRecord) {
 	vol := s.dirOf(rec)
 	usage, ok := vol.kernelUsage()
 	if !ok {
 		return
 	}
+	disk := countedDisk{usage: usage, payloads: vol.payloads(len(rec.Shares))}
 	s.mu.Lock()
 	last, walked := s.counted[rec.VolumeID]
 	s.mu.Unlock()
-	if walked && last == usage {
+	if walked && last == disk {
 		return
 	}
 	m, err := vol.measure()
@@ -366,10 +371,23 @@ func (s *volumeStore) chargeUnlinkedFiles(rec volumeRecord) {
 		klog.ErrorS(err, "Measuring a volume's tmpfs failed; files removed while kept open are charged as last counted", "volumeID", rec.VolumeID)
 		return
 	}
+	s.chargeUnlinkedBeyond(rec.VolumeID, disk, m.seen)
+}
+
+// countedDisk is what chargeUnlinkedFiles compares to skip a walk: the kernel's count of the
+// volume's tmpfs, and the payload dirs its ..data links name (volumeDir.payloads).
+type countedDisk struct {
+	usage    tmpfsUsage
+	payloads string
+}
+
+// chargeUnlinkedBeyond charges volume id what disk's count holds beyond seen, what a walk of the
+// same disk found, and remembers disk as walked.
+func (s *volumeStore) chargeUnlinkedBeyond(id string, disk countedDisk, seen tmpfsUsage) {
 	s.mu.Lock()
-	s.counted[rec.VolumeID] = usage
+	s.counted[id] = disk
 	s.mu.Unlock()
-	s.budget.chargeUnlinked(rec.VolumeID, usage.beyond(m.seen))
+	s.budget.chargeUnlinked(id, disk.usage.beyond(seen))
 }
 
 // viewChange is what a reconcile does to the pod's view.
@@ -413,17 +431,20 @@ func (s *volumeStore) remember(rec volumeRecord) {
 		n += max(0, pages(fi.Size())-recordPages(rec))
 	}
 	s.keepCharging(rec, n)
-	if m, err := s.dirOf(rec).measure(); err != nil {
+	vol := s.dirOf(rec)
+	if m, err := vol.measure(); err != nil {
 		klog.ErrorS(err, "Measuring a volume's tmpfs failed; it is charged what its record says", "volumeID", rec.VolumeID)
 	} else {
 		s.budget.chargeUnsaved(rec.VolumeID, m.held+recordHeapBytes(rec))
+		// Files a reader kept open across the restart are still held: charged now, before the
+		// first relist reaches the volume and before any publish is admitted.
+		if usage, ok := vol.kernelUsage(); ok {
+			s.chargeUnlinkedBeyond(rec.VolumeID, countedDisk{usage: usage, payloads: vol.payloads(len(rec.Shares))}, m.seen)
+		}
 	}
 	s.mu.Lock()
 	s.unverified[rec.VolumeID] = true
 	s.mu.Unlock()
-	// Files a reader kept open across the restart are still held: charged now, before the
-	// first relist reaches the volume and before any publish is admitted.
-	s.chargeUnlinkedFiles(rec)
 }
 
 // viewUnverified says whether the volume's view has not been rebuilt since it was recovered.

@@ -28,6 +28,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -178,8 +179,9 @@ type volumeMeasure struct {
 	// and the pages of each file once, however many links it has.
 	held int64
 	// seen is what the kernel counts of the same entries (tmpfsUsage): the pages of each file
-	// once and of each long link target, in the kernel's page size, and an inode for each entry
-	// and for the root.
+	// once and of each long link target, in the kernel's page size; and the inode space of each
+	// entry and of the root, with each inode's extended attributes (an SELinux label: a tmpfs
+	// mounted without context= labels every inode).
 	seen tmpfsUsage
 }
 
@@ -196,28 +198,52 @@ func (vd volumeDir) measure() (volumeMeasure, error) {
 	}
 	defer root.Close()
 	// The tmpfs's root, whose name is not on the tmpfs.
-	m := volumeMeasure{held: entryBytes, seen: tmpfsUsage{inodes: 1}}
+	rootXattrs, err := xattrSpace(vd.dir)
+	if err != nil {
+		return volumeMeasure{}, err
+	}
+	m := volumeMeasure{held: entryBytes, seen: tmpfsUsage{inodeSpace: inodeSpaceBytes + rootXattrs}}
 	err = m.addUnder(root, map[uint64]bool{}, int64(os.Getpagesize()))
+	m.seen.inodeSpace = (m.seen.inodeSpace + inodeSpaceBytes - 1) / inodeSpaceBytes * inodeSpaceBytes
 	return m, err
 }
 
 // addUnder adds what dir's entries hold, its subdirectories' through a root of their own: no path
 // is ever joined, so a pod's path of up to 4096 bytes (validate.go) under the volume's directory
-// cannot make a system call fail with ENAMETOOLONG. files holds the inodes whose pages are
-// counted; kernelPage is the kernel's page size (the budget's pages are 4 KiB: pageSize).
+// cannot make a system call fail with ENAMETOOLONG (an entry's extended attributes are read
+// through /proc/self/fd/<dir>/<name>). files holds the inodes whose pages are counted;
+// kernelPage is the kernel's page size (the budget's pages are 4 KiB: pageSize).
 func (m *volumeMeasure) addUnder(dir *os.Root, files map[uint64]bool, kernelPage int64) error {
 	d, err := dir.Open(".")
 	if err != nil {
 		return err
 	}
+	defer d.Close()
 	entries, err := d.ReadDir(-1)
-	d.Close()
 	if err != nil {
 		return err
 	}
+	viaFD := "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/"
 	for _, e := range entries {
 		m.held += entryBytes + entryNameBytes(e.Name())
-		m.seen.inodes++
+		m.seen.inodeSpace += inodeSpaceBytes // a hard link too (shmem_link)
+		var fi fs.FileInfo
+		if e.Type().IsRegular() {
+			if fi, err = e.Info(); err != nil { // lstat'ed by ReadDir already
+				return err
+			}
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				if files[st.Ino] {
+					continue // another link to a file counted: its pages and attributes are
+				}
+				files[st.Ino] = true
+			}
+		}
+		x, err := xattrSpace(viaFD + e.Name())
+		if err != nil {
+			return err
+		}
+		m.seen.inodeSpace += x
 		switch {
 		case e.Type()&fs.ModeSymlink != 0:
 			target, err := dir.Readlink(e.Name())
@@ -238,18 +264,7 @@ func (m *volumeMeasure) addUnder(dir *os.Root, files map[uint64]bool, kernelPage
 			if err != nil {
 				return err
 			}
-		case e.Type().IsRegular():
-			fi, err := e.Info() // lstat'ed by ReadDir already
-			if err != nil {
-				return err
-			}
-			st, ok := fi.Sys().(*syscall.Stat_t)
-			if ok && files[st.Ino] {
-				continue
-			}
-			if ok {
-				files[st.Ino] = true
-			}
+		case fi != nil:
 			m.held += pages(fi.Size())
 			m.seen.pageBytes += (fi.Size() + kernelPage - 1) / kernelPage * kernelPage
 		}
@@ -257,19 +272,61 @@ func (m *volumeMeasure) addUnder(dir *os.Root, files map[uint64]bool, kernelPage
 	return nil
 }
 
-// tmpfsUsage is what the kernel counts in use in a tmpfs: its pages, in bytes, and its inodes
-// (tmpfs counts a hard link as an inode, shmem_link).
+// inodeSpaceBytes is what a tmpfs mounted with nr_inodes takes of its inode space for each inode
+// and each hard link (BOGO_INODE_SIZE, mm/shmem.c); statfs(2) reports that space in such units.
+const inodeSpaceBytes = 1024
+
+// xattrSpace is what the extended attributes of the entry at path (not followed) take of its
+// tmpfs's inode space: 40 bytes each, its name and its value (simple_xattr_space, fs/xattr.c).
+func xattrSpace(path string) (int64, error) {
+	n, err := unix.Llistxattr(path, nil)
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	buf := make([]byte, n)
+	if n, err = unix.Llistxattr(path, buf); err != nil {
+		return 0, err
+	}
+	var space int64
+	for name := range strings.SplitSeq(strings.TrimRight(string(buf[:n]), "\x00"), "\x00") {
+		size, err := unix.Lgetxattr(path, name, nil)
+		if err != nil {
+			return 0, err
+		}
+		space += 40 + int64(len(name)) + int64(size)
+	}
+	return space, nil
+}
+
+// tmpfsUsage is what the kernel counts in use in a tmpfs: its pages, and its inode space (an
+// inode, or a hard link, takes inodeSpaceBytes, and its extended attributes more), in bytes.
 type tmpfsUsage struct {
-	pageBytes, inodes int64
+	pageBytes, inodeSpace int64
 }
 
 // beyond is what u holds that seen does not: the pages and inodes of files removed while a reader
 // keeps them open (and whatever else the kernel holds there that a walk cannot see: a node that
-// forces huge pages on every tmpfs gives each file one), charged in the budget's units, an inode
-// with its dentry (entryBytes) and a name of the longest length (maxEntryNameBytes), since the
-// name is no longer there to measure.
+// forces huge pages on every tmpfs gives each file one), charged in the budget's units, each
+// inode's share of the space with its dentry (entryBytes) and a name of the longest length
+// (maxEntryNameBytes), since the name is no longer there to measure.
 func (u tmpfsUsage) beyond(seen tmpfsUsage) int64 {
-	return max(0, u.pageBytes-seen.pageBytes) + max(0, u.inodes-seen.inodes)*(entryBytes+maxEntryNameBytes)
+	return max(0, u.pageBytes-seen.pageBytes) + max(0, u.inodeSpace-seen.inodeSpace)/inodeSpaceBytes*(entryBytes+maxEntryNameBytes)
+}
+
+// payloads names the payload dirs that the ..data links of the view and of the copies of the
+// volume's shares (the first shares) point at: what changes whenever the atomic writer writes
+// one of them.
+func (vd volumeDir) payloads(shares int) string {
+	var b strings.Builder
+	for i := -1; i < shares; i++ {
+		dir := vd.dataDir()
+		if i >= 0 {
+			dir = vd.shareDir(i)
+		}
+		target, _ := os.Readlink(filepath.Join(dir, "..data"))
+		b.WriteString(target + "/")
+	}
+	return b.String()
 }
 
 // kernelUsage is what the kernel counts in use in the volume's tmpfs (statfs(2)). Unlike a walk
@@ -286,5 +343,5 @@ func (vd volumeDir) kernelUsage() (u tmpfsUsage, ok bool) {
 	if err := unix.Statfs(vd.dir, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
 		return tmpfsUsage{}, false
 	}
-	return tmpfsUsage{pageBytes: int64(st.Blocks-st.Bfree) * st.Bsize, inodes: int64(st.Files - st.Ffree)}, true
+	return tmpfsUsage{pageBytes: int64(st.Blocks-st.Bfree) * st.Bsize, inodeSpace: int64(st.Files-st.Ffree) * inodeSpaceBytes}, true
 }

@@ -42,8 +42,9 @@ func TestMeasureCountsEachFilesPagesOnce(t *testing.T) {
 	if m.held != want {
 		t.Errorf("held = %d, want %d", m.held, want)
 	}
-	// Seven inodes; a's pages once, the long name's page and e's.
-	if want := (tmpfsUsage{pageBytes: 4 * pageSize, inodes: 7}); m.seen != want {
+	// Seven inodes (no extended attributes on a test's temp dir); a's pages once, the long
+	// name's page and e's.
+	if want := (tmpfsUsage{pageBytes: 4 * pageSize, inodeSpace: 7 * inodeSpaceBytes}); m.seen != want {
 		t.Errorf("seen = %+v, want %+v", m.seen, want)
 	}
 }
