@@ -71,7 +71,8 @@ type volumeCharge struct {
 	saved   int64 // its saved record's bytes
 	unsaved int64 // what its tmpfs holds that its saved record does not describe; 0: none
 	// unlinked is what its tmpfs holds of files removed while a reader keeps them open, by the
-	// kernel's count at the volume's last reconcile or its recovery (tmpfsUsage.beyond); 0: none.
+	// kernel's count at the volume's last reconcile or its recovery (tmpfsUsage.beyond); 0: none,
+	// or none known (not a tmpfs; its last count kept while a walk fails).
 	// A save keeps it until the next count: a save frees no page a reader keeps open.
 	unlinked int64
 }

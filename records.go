@@ -349,17 +349,18 @@ func (s *volumeStore) rewriteUnsaved(next volumeRecord, rw *volumeRewrite) {
 // removed while a reader keeps them open, until the next count: no record names them, and their
 // pages stay until the reader closes them. That is what the kernel counts in use in the tmpfs
 // (volumeDir.kernelUsage) beyond what a walk of it finds (volumeDir.measure). The walk is skipped
-// while the kernel's count and the payloads the volume's ..data links name are those the last
-// walk saw, and no record was saved, nor a rewrite left unsaved, since: the driver writes a volume
-// only through a swap of a ..data link (internal/atomicwriter) or before a save. Where the kernel
-// cannot say (not a tmpfs), or the walk fails (logged), the charge stays as it is.
+// while the kernel's count and the entries of the view's and copies' dirs are those the last walk
+// saw, and no record was saved, nor a rewrite left unsaved, since: every write of the atomic
+// writer (internal/atomicwriter) changes those entries (a swap makes a payload dir and removes
+// one; a cleanup or a drop of a kept view removes one). Where the kernel cannot say (not a
+// tmpfs), or the walk fails (logged), the charge stays as it is.
 func (s *volumeStore) chargeUnlinkedFiles(rec volumeRecord) {
 	vol := s.dirOf(rec)
 	usage, ok := vol.kernelUsage()
 	if !ok {
 		return
 	}
-	disk := countedDisk{usage: usage, payloads: vol.payloads(len(rec.Shares))}
+	disk := countedDisk{usage: usage, layout: vol.layout(len(rec.Shares))}
 	s.mu.Lock()
 	last, walked := s.counted[rec.VolumeID]
 	s.mu.Unlock()
@@ -375,10 +376,10 @@ func (s *volumeStore) chargeUnlinkedFiles(rec volumeRecord) {
 }
 
 // countedDisk is what chargeUnlinkedFiles compares to skip a walk: the kernel's count of the
-// volume's tmpfs, and the payload dirs its ..data links name (volumeDir.payloads).
+// volume's tmpfs, and the entries of its view's and copies' dirs (volumeDir.layout).
 type countedDisk struct {
-	usage    tmpfsUsage
-	payloads string
+	usage  tmpfsUsage
+	layout string
 }
 
 // chargeUnlinkedBeyond charges volume id what disk's count holds beyond seen, what a walk of the
@@ -432,14 +433,16 @@ func (s *volumeStore) remember(rec volumeRecord) {
 	}
 	s.keepCharging(rec, n)
 	vol := s.dirOf(rec)
+	usage, counted := vol.kernelUsage()
+	disk := countedDisk{usage: usage, layout: vol.layout(len(rec.Shares))}
 	if m, err := vol.measure(); err != nil {
 		klog.ErrorS(err, "Measuring a volume's tmpfs failed; it is charged what its record says", "volumeID", rec.VolumeID)
 	} else {
 		s.budget.chargeUnsaved(rec.VolumeID, m.held+recordHeapBytes(rec))
 		// Files a reader kept open across the restart are still held: charged now, before the
 		// first relist reaches the volume and before any publish is admitted.
-		if usage, ok := vol.kernelUsage(); ok {
-			s.chargeUnlinkedBeyond(rec.VolumeID, countedDisk{usage: usage, payloads: vol.payloads(len(rec.Shares))}, m.seen)
+		if counted {
+			s.chargeUnlinkedBeyond(rec.VolumeID, disk, m.seen)
 		}
 	}
 	s.mu.Lock()

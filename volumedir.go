@@ -24,6 +24,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -181,7 +182,11 @@ type volumeMeasure struct {
 	// seen is what the kernel counts of the same entries (tmpfsUsage): the pages of each file
 	// once and of each long link target, in the kernel's page size; and the inode space of each
 	// entry and of the root, with each inode's extended attributes (an SELinux label: a tmpfs
-	// mounted without context= labels every inode).
+	// mounted without context= labels every inode), which Linux counts there since 6.6. Where the
+	// kernel counts attributes it lists less (an older kernel; a label a context= mount lists but
+	// does not store), seen is larger than what it counts of the same entries, by about 100 bytes
+	// an inode: up to that much of the inodes of files removed but kept open goes uncharged (never
+	// their pages).
 	seen tmpfsUsage
 }
 
@@ -198,10 +203,14 @@ func (vd volumeDir) measure() (volumeMeasure, error) {
 	}
 	defer root.Close()
 	// The tmpfs's root, whose name is not on the tmpfs.
-	rootXattrs, err := xattrSpace(vd.dir)
+	top, err := root.Open(".")
 	if err != nil {
 		return volumeMeasure{}, err
 	}
+	fd := int(top.Fd())
+	rootXattrs := xattrSpace(func(b []byte) (int, error) { return unix.Flistxattr(fd, b) },
+		func(name string) (int, error) { return unix.Fgetxattr(fd, name, nil) })
+	top.Close()
 	m := volumeMeasure{held: entryBytes, seen: tmpfsUsage{inodeSpace: inodeSpaceBytes + rootXattrs}}
 	err = m.addUnder(root, map[uint64]bool{}, int64(os.Getpagesize()))
 	m.seen.inodeSpace = (m.seen.inodeSpace + inodeSpaceBytes - 1) / inodeSpaceBytes * inodeSpaceBytes
@@ -239,11 +248,7 @@ func (m *volumeMeasure) addUnder(dir *os.Root, files map[uint64]bool, kernelPage
 				files[st.Ino] = true
 			}
 		}
-		x, err := xattrSpace(viaFD + e.Name())
-		if err != nil {
-			return err
-		}
-		m.seen.inodeSpace += x
+		m.seen.inodeSpace += xattrSpaceAt(viaFD + e.Name())
 		switch {
 		case e.Type()&fs.ModeSymlink != 0:
 			target, err := dir.Readlink(e.Name())
@@ -276,26 +281,42 @@ func (m *volumeMeasure) addUnder(dir *os.Root, files map[uint64]bool, kernelPage
 // and each hard link (BOGO_INODE_SIZE, mm/shmem.c); statfs(2) reports that space in such units.
 const inodeSpaceBytes = 1024
 
-// xattrSpace is what the extended attributes of the entry at path (not followed) take of its
-// tmpfs's inode space: 40 bytes each, its name and its value (simple_xattr_space, fs/xattr.c).
-func xattrSpace(path string) (int64, error) {
-	n, err := unix.Llistxattr(path, nil)
-	if err != nil || n == 0 {
-		return 0, err
-	}
-	buf := make([]byte, n)
-	if n, err = unix.Llistxattr(path, buf); err != nil {
-		return 0, err
+// xattrSpaceAt is xattrSpace of the entry at path, not followed.
+func xattrSpaceAt(path string) int64 {
+	return xattrSpace(func(b []byte) (int, error) { return unix.Llistxattr(path, b) },
+		func(name string) (int, error) { return unix.Lgetxattr(path, name, nil) })
+}
+
+// xattrSpace is what the extended attributes an inode has (list lists their names, get sizes one)
+// take of its tmpfs's inode space: 40 bytes each, its name and its value (simple_xattr_space,
+// fs/xattr.c). One that cannot be read (gone meanwhile, or a file system without them) counts
+// nothing: the walk's figure is then lower, and the volume charged more, never less.
+func xattrSpace(list func([]byte) (int, error), get func(string) (int, error)) int64 {
+	var names []byte
+	for range 3 { // the list can grow between the call that sizes it and the one that reads it
+		n, err := list(nil)
+		if err != nil || n == 0 {
+			return 0
+		}
+		buf := make([]byte, n)
+		if n, err = list(buf); err == nil {
+			names = buf[:n]
+			break
+		}
+		if !errors.Is(err, unix.ERANGE) {
+			return 0
+		}
 	}
 	var space int64
-	for name := range strings.SplitSeq(strings.TrimRight(string(buf[:n]), "\x00"), "\x00") {
-		size, err := unix.Lgetxattr(path, name, nil)
-		if err != nil {
-			return 0, err
+	for name := range strings.SplitSeq(string(names), "\x00") {
+		if name == "" {
+			continue
 		}
-		space += 40 + int64(len(name)) + int64(size)
+		if size, err := get(name); err == nil {
+			space += 40 + int64(len(name)) + int64(size)
+		}
 	}
-	return space, nil
+	return space
 }
 
 // tmpfsUsage is what the kernel counts in use in a tmpfs: its pages, and its inode space (an
@@ -313,18 +334,21 @@ func (u tmpfsUsage) beyond(seen tmpfsUsage) int64 {
 	return max(0, u.pageBytes-seen.pageBytes) + max(0, u.inodeSpace-seen.inodeSpace)/inodeSpaceBytes*(entryBytes+maxEntryNameBytes)
 }
 
-// payloads names the payload dirs that the ..data links of the view and of the copies of the
-// volume's shares (the first shares) point at: what changes whenever the atomic writer writes
-// one of them.
-func (vd volumeDir) payloads(shares int) string {
+// layout lists the entries of the view's dir and of the copies' dirs of the volume's shares (the
+// first shares): their payload dirs, ..data links and top-level links. Whatever the atomic writer
+// does to one of them (a swap, a payload dir dropped or cleaned up) changes it.
+func (vd volumeDir) layout(shares int) string {
 	var b strings.Builder
 	for i := -1; i < shares; i++ {
 		dir := vd.dataDir()
 		if i >= 0 {
 			dir = vd.shareDir(i)
 		}
-		target, _ := os.Readlink(filepath.Join(dir, "..data"))
-		b.WriteString(target + "/")
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			b.WriteString(e.Name() + "/")
+		}
+		b.WriteString("\x00")
 	}
 	return b.String()
 }
@@ -343,5 +367,6 @@ func (vd volumeDir) kernelUsage() (u tmpfsUsage, ok bool) {
 	if err := unix.Statfs(vd.dir, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
 		return tmpfsUsage{}, false
 	}
-	return tmpfsUsage{pageBytes: int64(st.Blocks-st.Bfree) * st.Bsize, inodeSpace: int64(st.Files-st.Ffree) * inodeSpaceBytes}, true
+	// The field types differ by architecture (Bsize is a uint32 on s390x).
+	return tmpfsUsage{pageBytes: int64(st.Blocks-st.Bfree) * int64(st.Bsize), inodeSpace: int64(st.Files-st.Ffree) * inodeSpaceBytes}, true
 }
