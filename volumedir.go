@@ -334,9 +334,11 @@ func (u tmpfsUsage) beyond(seen tmpfsUsage) int64 {
 	return max(0, u.pageBytes-seen.pageBytes) + max(0, u.inodeSpace-seen.inodeSpace)/inodeSpaceBytes*(entryBytes+maxEntryNameBytes)
 }
 
-// layout lists the entries of the view's dir and of the copies' dirs of the volume's shares (the
-// first shares): their payload dirs, ..data links and top-level links. Whatever the atomic writer
-// does to one of them (a swap, a payload dir dropped or cleaned up) changes it.
+// layout is the change time and size of the view's dir and of the copies' dirs of the volume's
+// shares (the first shares), which hold their payload dirs, ..data links and top-level links:
+// whatever the atomic writer does to one of them (a swap, a payload dir dropped or cleaned up)
+// adds, replaces or removes an entry there, which sets its change time (and its size, which a
+// tmpfs counts by entries, when their number changes). Read by stat(2), not by listing the dirs.
 func (vd volumeDir) layout(shares int) string {
 	var b strings.Builder
 	for i := -1; i < shares; i++ {
@@ -344,11 +346,11 @@ func (vd volumeDir) layout(shares int) string {
 		if i >= 0 {
 			dir = vd.shareDir(i)
 		}
-		entries, _ := os.ReadDir(dir)
-		for _, e := range entries {
-			b.WriteString(e.Name() + "/")
+		var st unix.Stat_t
+		if unix.Stat(dir, &st) == nil {
+			b.WriteString(strconv.FormatInt(st.Ctim.Nano(), 36) + "." + strconv.FormatInt(st.Size, 36))
 		}
-		b.WriteString("\x00")
+		b.WriteString("/")
 	}
 	return b.String()
 }
