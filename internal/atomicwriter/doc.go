@@ -32,7 +32,8 @@
 //     top-level links missing or stale; the next Write repairs them.
 //   - A payload identical to the current one (paths, bytes, modes, ownership) is not published
 //     again, so periodic resyncs neither churn inodes nor wake inotify watchers; only the
-//     top-level links are repaired.
+//     top-level links are repaired. Unless a file of it could be linked from its origin and is
+//     not: then the same bytes are published again, linked, so that they are held once.
 //   - Only entries the writer makes are ever removed: payload dirs, ..data_tmp, and links whose
 //     target is exactly "..data/<their own name>". Everything goes through an os.Root on dir, so
 //     nothing outside dir is followed or touched even if entries inside it were tampered with.
@@ -51,7 +52,8 @@
 //  3. Find the current payload dir by reading ..data. A ..data that does not name a payload dir
 //     is refused: following it could lead anywhere.
 //  4. Check that each first path segment is free at the top of dir or already the writer's link.
-//  5. If the current payload dir holds exactly the payload, go to step 8.
+//  5. If the current payload dir holds exactly the payload, and each of its files that has an
+//     origin to be linked from (Writer.Origins) is that origin's file, go to step 8.
 //  6. Fill a new payload dir: dirs with mode 0755, each file created exclusively and given its
 //     ownership and exact mode before its data is written, or hard-linked from its origin
 //     (Writer.Origins) when that file already is what would be written.

@@ -73,6 +73,46 @@ func TestLinkViewUnchangedByOriginUpdate(t *testing.T) {
 	checkLayout(t, view, files, -1)
 }
 
+// A view holds its bytes once even when its origin was rewritten to other bytes and then back to
+// the view's (a view that could not be written in between): the same payload is published again,
+// linked. A view already linked is not published again.
+func TestLinkAgainWhenTheOriginComesBackToTheViewsBytes(t *testing.T) {
+	dir := mountTmpfs(t, 1<<20)
+	origin, view := filepath.Join(dir, "shares", "0"), filepath.Join(dir, "data")
+	files := linkFiles()
+	mustWrite(t, origin, -1, files)
+	w := Writer{Dir: view, GID: -1, Origins: map[string]string{"ca.crt": origin, "keys/tls.key": origin}}
+	if err := w.Write(files); err != nil {
+		t.Fatal(err)
+	}
+	updated := linkFiles()
+	updated["ca.crt"] = File{Data: []byte("NEW CA"), Mode: 0o644}
+	mustWrite(t, origin, -1, updated)
+	mustWrite(t, origin, -1, files) // the same bytes as the view's, in new inodes
+	if sameInode(t, origin, view, "ca.crt") {
+		t.Fatal("the origin's rewrite kept its inode; the test needs a new one")
+	}
+	if err := w.Write(files); err != nil {
+		t.Fatal(err)
+	}
+	checkLayout(t, view, files, -1)
+	for p := range files {
+		if !sameInode(t, origin, view, p) {
+			t.Errorf("%s is held twice: the view's copy was kept, not linked from the origin", p)
+		}
+	}
+	before, err := os.Readlink(filepath.Join(view, "..data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(files); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.Readlink(filepath.Join(view, "..data")); after != before {
+		t.Fatalf("a view already linked from its origin was published again (..data %s, then %s)", before, after)
+	}
+}
+
 // Whatever the origin holds, the view gets exactly the files asked for: an origin file that
 // differs in mode, size or owner, one that is missing, or a missing origin dir make Write write
 // the file instead.

@@ -80,8 +80,10 @@ func (w Writer) write(files map[string]File) error {
 	}
 	defer root.Close()
 	tops := topNames(paths)
+	from := newLinker(w.Origins)
+	defer from.close()
 	if created {
-		if _, err := w.publish(root, paths, files, true); err != nil {
+		if _, err := w.publish(root, from, paths, files, true); err != nil {
 			return err
 		}
 		return linkTopLevel(root, tops)
@@ -97,11 +99,12 @@ func (w Writer) write(files map[string]File) error {
 			return err
 		}
 	}
-	// (5) An identical payload is not published again.
+	// (5) An identical payload is not published again; nor one whose files are the same bytes
+	// as their origins' but not linked from them (linker.linksOrigins).
 	keep := ""
-	if current == "" || !holdsPayload(root, current, files, w.GID) {
+	if current == "" || !holdsPayload(root, current, files, w.GID) || !from.linksOrigins(root, current, files, w.GID) {
 		previous := current
-		current, err = w.publish(root, paths, files, false)
+		current, err = w.publish(root, from, paths, files, false)
 		if err != nil {
 			return err
 		}
@@ -199,7 +202,7 @@ func payloadOwner(gid int) (uid, g uint32) {
 // new dir and ..data_tmp are removed again, so ..data keeps pointing at the old complete set.
 // created says the dir was created empty by this write: it has no ..data to replace, and none
 // of an interrupted write's ..data_tmp.
-func (w Writer) publish(root *os.Root, paths []string, files map[string]File, created bool) (string, error) {
+func (w Writer) publish(root *os.Root, from *linker, paths []string, files map[string]File, created bool) (string, error) {
 	// (6) Fill a new payload dir.
 	dir, err := newPayloadDir(root, w.GID)
 	if err != nil {
@@ -216,7 +219,7 @@ func (w Writer) publish(root *os.Root, paths []string, files map[string]File, cr
 		}
 		return "", err
 	}
-	if err := w.fill(root, dir, paths, files); err != nil {
+	if err := w.fill(root, from, dir, paths, files); err != nil {
 		return fail(err)
 	}
 	if created {
@@ -253,14 +256,12 @@ func (w Writer) publish(root *os.Root, paths []string, files map[string]File, cr
 // fill writes files (in the order of paths) into the new payload dir, or links them from their
 // origins, making the dirs between as needed. Everything is made relative to a root on the
 // payload dir, so even a 16-segment path never becomes one long absolute path.
-func (w Writer) fill(root *os.Root, dir string, paths []string, files map[string]File) error {
+func (w Writer) fill(root *os.Root, from *linker, dir string, paths []string, files map[string]File) error {
 	sub, err := root.OpenRoot(dir)
 	if err != nil {
 		return err
 	}
 	defer sub.Close()
-	from := newLinker(w.Origins)
-	defer from.close()
 	made := map[string]bool{}
 	for _, p := range paths {
 		for i := 0; i < len(p); i++ {
