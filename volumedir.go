@@ -118,7 +118,8 @@ func (vd volumeDir) dropPreviousView() error {
 // rebuildView composes the view again from the copies on disk of the shares not revoked, and
 // writes it, keeping the view it replaces when view says so (viewReplacedKept; writeView). It returns the paths two shares
 // both provide, for the caller to report, and whether a view was kept: none when the view was
-// the same (a source's new version with the same bytes swaps nothing).
+// the same (a source's new version with the same bytes swaps nothing), unless its files were
+// not linked from the copies (the writer's step 5: it swaps in the same bytes, linked).
 func (vd volumeDir) rebuildView(shares []shareState, view viewChange) (conflicts []pathConflict, kept bool, err error) {
 	keep := view == viewReplacedKept
 	refs := make([]shareRef, len(shares))

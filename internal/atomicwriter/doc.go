@@ -32,8 +32,9 @@
 //     top-level links missing or stale; the next Write repairs them.
 //   - A payload identical to the current one (paths, bytes, modes, ownership) is not published
 //     again, so periodic resyncs neither churn inodes nor wake inotify watchers; only the
-//     top-level links are repaired. Unless a file of it could be linked from its origin and is
-//     not: then the same bytes are published again, linked, so that they are held once.
+//     top-level links are repaired. Unless a file of it has an origin it could be linked from
+//     (Writer.Origins) and is another inode: then the same bytes are published again (a new
+//     payload dir and ..data, which wakes watchers once), linked, so that they are held once.
 //   - Only entries the writer makes are ever removed: payload dirs, ..data_tmp, and links whose
 //     target is exactly "..data/<their own name>". Everything goes through an os.Root on dir, so
 //     nothing outside dir is followed or touched even if entries inside it were tampered with.

@@ -115,7 +115,7 @@ func TestLinkAgainWhenTheOriginComesBackToTheViewsBytes(t *testing.T) {
 
 // Whatever the origin holds, the view gets exactly the files asked for: an origin file that
 // differs in mode, size or owner, one that is missing, or a missing origin dir make Write write
-// the file instead.
+// the file instead; and the same payload written again is not published again for it.
 func TestLinkWritesWhenOriginDiffers(t *testing.T) {
 	files := linkFiles()
 	for name, tc := range map[string]struct {
@@ -140,6 +140,16 @@ func TestLinkWritesWhenOriginDiffers(t *testing.T) {
 			checkLayout(t, view, files, -1)
 			if tc.origin != nil && tc.origin["ca.crt"].Data != nil && sameInode(t, origin, view, "ca.crt") {
 				t.Fatal("linked an origin file that differs from the file asked for")
+			}
+			before, err := os.Readlink(filepath.Join(view, "..data"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := (Writer{Dir: view, GID: -1, Origins: map[string]string{"ca.crt": origin}}).Write(files); err != nil {
+				t.Fatal(err)
+			}
+			if after, _ := os.Readlink(filepath.Join(view, "..data")); after != before {
+				t.Fatalf("the same payload was published again (..data %s, then %s) for an origin it cannot link", before, after)
 			}
 		})
 	}

@@ -38,7 +38,11 @@ type Writer struct {
 	// it wrote them from the same File, or read them from there). Such a file is hard-linked
 	// from there instead of written, when the origin's file also has exactly the size, mode and
 	// owner the file would be written with; otherwise, and whenever linking fails, it is
-	// written. Linking saves memory on a tmpfs and never changes what a reader sees.
+	// written. Linking saves memory on a tmpfs and never changes the bytes a reader sees. A
+	// payload identical to the current one is published again when a file of it could be linked
+	// from its origin and is not (step 5): the origin was rewritten since, and came back to
+	// these bytes. Where linking then fails (another file system), every write would publish
+	// again; Origins is for dirs on the same one.
 	Origins map[string]string
 	// KeepPrevious keeps, after a write that swaps ..data, the payload dir it replaced, until
 	// the next write (which removes it, or keeps it in turn only if it swaps again with
