@@ -2,13 +2,14 @@ package main
 
 // Specification of the node's volume budget's bookkeeping (budget.go), charged by the volume store.
 // Whatever happens to the volumes (publish, refresh to a larger or smaller copy, revocation and
-// restoration, a save or a view's rebuild that fails, unpublish, a driver restart), the bytes in
-// use are exactly the sum over the volumes of their saved record's charge, or, for a volume whose
-// new copies were written but whose record could not be saved after, the larger of that and its
-// unsaved charge (what its tmpfs holds, measured: budget.go's volumeRewrite.unsaved);
-// zero when no volume is left; and never less
-// than what the volumes' tmpfs hold, measured on disk. A property test runs random sequences of
-// those operations on a fake node (unitdriver_test.go) and checks the invariant after every step;
+// restoration, a save or a view's rebuild that fails, unpublish, a driver restart; a volume of two
+// shares, one revoked alone, whose paths come to conflict or whose bytes come to be the same),
+// the bytes in use are exactly the sum over the volumes of their saved record's charge, or, for a
+// volume whose new copies were written but whose record could not be saved after, the larger of
+// that and its unsaved charge (what its tmpfs holds, measured: budget.go's
+// volumeRewrite.unsaved); zero when no volume is left; and never less than what the volumes'
+// tmpfs hold, measured on disk. A property test runs random sequences of those operations on a
+// fake node (unitdriver_test.go) and checks the invariant after every step;
 // FuzzBudgetFollowsSavedRecords lets the fuzzer pick sequences.
 
 import (
@@ -30,12 +31,17 @@ import (
 )
 
 // budgetWorld is a fake node with three volume slots over the SharedSecret "share" (Secret p/src),
-// whose data size and whose grant to the pods the test changes.
+// whose data size and whose grant to the pods the test changes. Slot 1 mounts the SharedSecret
+// "share2" (Secret p/src2) too, listed first: its key is another at first (a publish refuses two
+// shares with the same path), and may become share's (it then wins the path); it is granted and
+// revoked on its own.
 type budgetWorld struct {
 	t       *testing.T
 	d       *driver
 	client  *fake.Clientset
 	allowed bool
+	// denied2 revokes share2 alone.
+	denied2 bool
 	version int
 	// broken holds, per volume, the record a failed save must not replace (see breakSave).
 	broken map[string][]byte
@@ -45,34 +51,52 @@ const budgetSlots = 3
 
 func newBudgetWorld(t *testing.T) *budgetWorld {
 	w := &budgetWorld{t: t, allowed: true, version: 1, broken: map[string][]byte{}}
-	w.client = fake.NewSimpleClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "1"},
-		Data: map[string][]byte{"ca.crt": []byte("CA")}})
-	w.client.PrependReactor("create", "subjectaccessreviews", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
-		return true, &authorizationv1.SubjectAccessReview{Status: authorizationv1.SubjectAccessReviewStatus{Allowed: w.allowed}}, nil
+	w.client = fake.NewSimpleClientset(
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "1"},
+			Data: map[string][]byte{"ca.crt": []byte("CA")}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src2", ResourceVersion: "1"},
+			Data: map[string][]byte{"other.crt": []byte("CA")}})
+	w.client.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview)
+		allowed := w.allowed
+		if ra := sar.Spec.ResourceAttributes; ra != nil && ra.Name == "share2" {
+			allowed = !w.denied2
+		}
+		return true, &authorizationv1.SubjectAccessReview{Status: authorizationv1.SubjectAccessReviewStatus{Allowed: allowed}}, nil
 	})
 	w.d = newTestDriver(t, w.client.AuthorizationV1().SubjectAccessReviews(), fakeSources{w.client})
 	w.d.budget.limit = 1 << 30 // counted, never refusing: the invariant is about the count
 	addSecretShare(t, w.d, "share", "p", "src")
+	addSecretShare(t, w.d, "share2", "p", "src2")
 	return w
 }
 
-// request is the kubelet's publish of slot k: its own pod volume "v<k>"; slot 2 does not refresh.
+// request is the kubelet's publish of slot k: its own pod volume "v<k>"; slot 1 mounts share2
+// and share, in that order; slot 2 does not refresh.
 func (w *budgetWorld) request(k int) *csi.NodePublishVolumeRequest {
 	req := publishRequest(w.t, w.d, fmt.Sprintf("vol-%d", k))
 	req.TargetPath = filepath.Join(filepath.Dir(filepath.Dir(req.TargetPath)), fmt.Sprintf("v%d", k), "mount")
 	mkdirParent(w.t, req.TargetPath)
-	if k == 2 {
+	switch k {
+	case 1:
+		delete(req.VolumeContext, attrSharedSecret)
+		req.VolumeContext[attrShares] = "secret/share2, secret/share"
+	case 2:
 		req.VolumeContext[attrRefreshResource] = "false"
 	}
 	return req
 }
 
 // setData gives the Secret a new version whose ca.crt is n bytes: larger or smaller copies.
-func (w *budgetWorld) setData(n int) {
+func (w *budgetWorld) setData(n int) { w.setSource("src", "ca.crt", n) }
+
+// setSource gives Secret p/name a new version holding key alone, of n zero bytes: two sources
+// set to the same size hold the same bytes.
+func (w *budgetWorld) setSource(name, key string, n int) {
 	w.version++
 	if _, err := w.client.CoreV1().Secrets("p").Update(context.Background(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: fmt.Sprint(w.version)},
-		Data:       map[string][]byte{"ca.crt": make([]byte, n)}}, metav1.UpdateOptions{}); err != nil {
+		ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: name, ResourceVersion: fmt.Sprint(w.version)},
+		Data:       map[string][]byte{key: make([]byte, n)}}, metav1.UpdateOptions{}); err != nil {
 		w.t.Fatal(err)
 	}
 }
@@ -163,7 +187,7 @@ func (w *budgetWorld) step(op, arg byte) string {
 	ns := &nodeServer{d: w.d}
 	k := int(arg) % budgetSlots
 	id := fmt.Sprintf("vol-%d", k)
-	switch op % 9 {
+	switch op % 12 {
 	case 0:
 		_, err := ns.NodePublishVolume(ctx, w.request(k))
 		return fmt.Sprintf("publish %s: %v", id, err)
@@ -194,6 +218,27 @@ func (w *budgetWorld) step(op, arg byte) string {
 		n := int(arg) * 173
 		w.refreshBroken(n, func() { w.breakView(id) }, func() { w.fixView(id) })
 		return fmt.Sprintf("refresh to %d bytes, %s's view unwritable", n, id)
+	case 9:
+		// share2's source: share's key (it wins the path in slot 1) or another; 0 to 24 KiB.
+		key := "ca.crt"
+		if arg%2 == 1 {
+			key = "other.crt"
+		}
+		n := int(arg/2) * 193
+		w.setSource("src2", key, n)
+		w.d.relistCycle(ctx, 0)
+		return fmt.Sprintf("share2's source to %s of %d bytes", key, n)
+	case 10:
+		w.denied2 = arg%2 == 1
+		w.d.relistCycle(ctx, 0)
+		return fmt.Sprintf("share2 revoked: %v", w.denied2)
+	case 11:
+		// Both sources to the same bytes under the same key: slot 1's view links one copy.
+		n := int(arg) * 89
+		w.setSource("src", "ca.crt", n)
+		w.setSource("src2", "ca.crt", n)
+		w.d.relistCycle(ctx, 0)
+		return fmt.Sprintf("both sources to the same %d bytes", n)
 	default:
 		w.d.relistCycle(ctx, 0)
 		return "relist"
@@ -312,6 +357,9 @@ func FuzzBudgetFollowsSavedRecords(f *testing.F) {
 	// A view that could not be rebuilt to a version, whose share then came back to the bytes it
 	// shows: its files must be linked from the copy again, not kept as a second copy of them.
 	f.Add([]byte{0, 0, 2, 115, 7, 48, 2, 115})
+	// Two shares with the same bytes at the same path, the first revoked: the view's file, linked
+	// from the revoked share's copy (emptied), must be linked from the other share's.
+	f.Add([]byte{0, 1, 11, 50, 10, 1})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		if len(ops) > 80 {
 			ops = ops[:80]
