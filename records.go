@@ -238,12 +238,12 @@ type volumeStore struct {
 	unverified map[string]bool
 	// counted is, per volume, the disk its last walk for files removed but kept open saw
 	// (chargeUnlinkedFiles); dropped by a save, or a rewrite left unsaved, which change the disk.
-	counted map[string]countedDisk
+	counted map[string]diskState
 }
 
 func newVolumeStore(stateDir string, budget *volumeBudget) *volumeStore {
 	return &volumeStore{dir: filepath.Join(stateDir, "volumes"), budget: budget,
-		vols: map[string]volumeRecord{}, unverified: map[string]bool{}, counted: map[string]countedDisk{}}
+		vols: map[string]volumeRecord{}, unverified: map[string]bool{}, counted: map[string]diskState{}}
 }
 
 // mountPoint is where the volume's tmpfs is mounted. id has passed validateVolumeID.
@@ -347,48 +347,31 @@ func (s *volumeStore) rewriteUnsaved(next volumeRecord, rw *volumeRewrite) {
 
 // chargeUnlinkedFiles charges volume rec, on top of its record, what its tmpfs holds of files
 // removed while a reader keeps them open, until the next count: no record names them, and their
-// pages stay until the reader closes them. That is what the kernel counts in use in the tmpfs
-// (volumeDir.kernelUsage) beyond what a walk of it finds (volumeDir.measure). The walk is skipped
-// while the kernel's count and the entries of the view's and copies' dirs are those the last walk
-// saw, and no record was saved, nor a rewrite left unsaved, since: every write of the atomic
-// writer (internal/atomicwriter) changes those entries (a swap makes a payload dir and removes
-// one; a cleanup or a drop of a kept view removes one). Where the kernel cannot say (not a
-// tmpfs), or the walk fails (logged), the charge stays as it is.
+// pages stay until the reader closes them (volumeDir.countUnlinked counts them). The count skips
+// its walk while the disk is as the last walk found it (diskState), and no record was saved, nor
+// a rewrite left unsaved, since. Where the kernel cannot say (not a tmpfs), or the walk fails
+// (logged), the charge stays as it is.
 func (s *volumeStore) chargeUnlinkedFiles(rec volumeRecord) {
-	vol := s.dirOf(rec)
-	usage, ok := vol.kernelUsage()
-	if !ok {
-		return
-	}
-	disk := countedDisk{usage: usage, layout: vol.layout(len(rec.Shares))}
 	s.mu.Lock()
-	last, walked := s.counted[rec.VolumeID]
+	last := s.counted[rec.VolumeID]
 	s.mu.Unlock()
-	if walked && last == disk {
-		return
-	}
-	m, err := vol.measure()
+	now, unlinked, counted, err := s.dirOf(rec).countUnlinked(len(rec.Shares), last)
 	if err != nil {
 		klog.ErrorS(err, "Measuring a volume's tmpfs failed; files removed while kept open are charged as last counted", "volumeID", rec.VolumeID)
 		return
 	}
-	s.chargeUnlinkedBeyond(rec.VolumeID, disk, m.seen)
+	if counted {
+		s.chargeUnlinked(rec.VolumeID, now, unlinked)
+	}
 }
 
-// countedDisk is what chargeUnlinkedFiles compares to skip a walk: the kernel's count of the
-// volume's tmpfs, and the entries of its view's and copies' dirs (volumeDir.layout).
-type countedDisk struct {
-	usage  tmpfsUsage
-	layout string
-}
-
-// chargeUnlinkedBeyond charges volume id what disk's count holds beyond seen, what a walk of the
-// same disk found, and remembers disk as walked.
-func (s *volumeStore) chargeUnlinkedBeyond(id string, disk countedDisk, seen tmpfsUsage) {
+// chargeUnlinked charges volume id unlinked bytes (tmpfsUsage.beyond), counted on the disk in
+// state now, and remembers that state as walked.
+func (s *volumeStore) chargeUnlinked(id string, now diskState, unlinked int64) {
 	s.mu.Lock()
-	s.counted[id] = disk
+	s.counted[id] = now
 	s.mu.Unlock()
-	s.budget.chargeUnlinked(id, disk.usage.beyond(seen))
+	s.budget.chargeUnlinked(id, unlinked)
 }
 
 // viewChange is what a reconcile does to the pod's view.
@@ -433,8 +416,7 @@ func (s *volumeStore) remember(rec volumeRecord) {
 	}
 	s.keepCharging(rec, n)
 	vol := s.dirOf(rec)
-	usage, counted := vol.kernelUsage()
-	disk := countedDisk{usage: usage, layout: vol.layout(len(rec.Shares))}
+	disk, counted := vol.state(len(rec.Shares))
 	if m, err := vol.measure(); err != nil {
 		klog.ErrorS(err, "Measuring a volume's tmpfs failed; it is charged what its record says", "volumeID", rec.VolumeID)
 	} else {
@@ -442,7 +424,7 @@ func (s *volumeStore) remember(rec volumeRecord) {
 		// Files a reader kept open across the restart are still held: charged now, before the
 		// first relist reaches the volume and before any publish is admitted.
 		if counted {
-			s.chargeUnlinkedBeyond(rec.VolumeID, disk, m.seen)
+			s.chargeUnlinked(rec.VolumeID, disk, disk.usage.beyond(m.seen))
 		}
 	}
 	s.mu.Lock()

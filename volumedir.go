@@ -335,11 +335,46 @@ func (u tmpfsUsage) beyond(seen tmpfsUsage) int64 {
 	return max(0, u.pageBytes-seen.pageBytes) + max(0, u.inodeSpace-seen.inodeSpace)/inodeSpaceBytes*(entryBytes+maxEntryNameBytes)
 }
 
+// diskState is what two cheap reads tell of a volume's tmpfs: the kernel's count (kernelUsage),
+// and the change time and size of the view's dir and of its shares' copies' dirs (layout).
+// Whatever the atomic writer does there (a swap, a payload dir dropped or cleaned up) adds,
+// replaces or removes an entry in one of those dirs, which sets its change time (and its size,
+// which a tmpfs counts by entries, when their number changes); a swap also makes new inodes,
+// which the kernel's count shows. The zero diskState is no volume's: a layout is never empty.
+type diskState struct {
+	usage  tmpfsUsage
+	layout string
+}
+
+// state reads the volume's diskState (for its first shares copies); ok is false where the
+// kernel cannot count it (kernelUsage).
+func (vd volumeDir) state(shares int) (diskState, bool) {
+	usage, ok := vd.kernelUsage()
+	if !ok {
+		return diskState{}, false
+	}
+	return diskState{usage: usage, layout: vd.layout(shares)}, true
+}
+
+// countUnlinked counts what the kernel holds in the volume's tmpfs beyond what a walk of it finds
+// (tmpfsUsage.beyond): files removed while a reader keeps them open. It walks only when the
+// disk's state differs from last, the state of the last count (zero: none); counted is false when
+// it did not walk, or where the kernel cannot say (not a tmpfs).
+func (vd volumeDir) countUnlinked(shares int, last diskState) (now diskState, unlinked int64, counted bool, err error) {
+	now, ok := vd.state(shares)
+	if !ok || now == last {
+		return now, 0, false, nil
+	}
+	m, err := vd.measure()
+	if err != nil {
+		return now, 0, false, err
+	}
+	return now, now.usage.beyond(m.seen), true, nil
+}
+
 // layout is the change time and size of the view's dir and of the copies' dirs of the volume's
-// shares (the first shares), which hold their payload dirs, ..data links and top-level links:
-// whatever the atomic writer does to one of them (a swap, a payload dir dropped or cleaned up)
-// adds, replaces or removes an entry there, which sets its change time (and its size, which a
-// tmpfs counts by entries, when their number changes). Read by stat(2), not by listing the dirs.
+// shares (the first shares), which hold their payload dirs, ..data links and top-level links.
+// Read by stat(2), not by listing the dirs.
 func (vd volumeDir) layout(shares int) string {
 	var b strings.Builder
 	for i := -1; i < shares; i++ {
