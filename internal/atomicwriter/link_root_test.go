@@ -34,6 +34,45 @@ func sameInode(t *testing.T, dir1, dir2, p string) bool {
 	return os.SameFile(a, b)
 }
 
+// linkedView mounts a tmpfs and writes linkFiles to an origin dir and, linked from it, to a view
+// dir (GID -1), with the writer w that wrote the view.
+func linkedView(t *testing.T) (origin, view string, w Writer, files map[string]File) {
+	t.Helper()
+	dir := mountTmpfs(t, 1<<20)
+	origin, view = filepath.Join(dir, "shares", "0"), filepath.Join(dir, "data")
+	files = linkFiles()
+	mustWrite(t, origin, -1, files)
+	w = Writer{Dir: view, GID: -1, Origins: map[string]string{"ca.crt": origin, "keys/tls.key": origin}}
+	if err := w.Write(files); err != nil {
+		t.Fatal(err)
+	}
+	return origin, view, w, files
+}
+
+// updateOrigin gives the origin's ca.crt other bytes.
+func updateOrigin(t *testing.T, origin string) {
+	t.Helper()
+	updated := linkFiles()
+	updated["ca.crt"] = File{Data: []byte("NEW CA"), Mode: 0o644}
+	mustWrite(t, origin, -1, updated)
+}
+
+// requireNotPublishedAgain writes files with w once more and fails if that swapped ..data: the
+// dir already holds them as w would write them.
+func requireNotPublishedAgain(t *testing.T, w Writer, files map[string]File, what string) {
+	t.Helper()
+	before, err := os.Readlink(filepath.Join(w.Dir, "..data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(files); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.Readlink(filepath.Join(w.Dir, "..data")); after != before {
+		t.Fatalf("%s was published again (..data %s, then %s)", what, before, after)
+	}
+}
+
 // The view links the files of the origin: same inodes, one copy of the bytes in the tmpfs, and
 // exactly the files, modes and owners a plain write would give.
 func TestLinkIdenticalFiles(t *testing.T) {
@@ -57,17 +96,8 @@ func TestLinkIdenticalFiles(t *testing.T) {
 // Updating the origin never changes what the view shows: Write makes new inodes for an update,
 // so the view keeps the old bytes until it is itself swapped.
 func TestLinkViewUnchangedByOriginUpdate(t *testing.T) {
-	dir := mountTmpfs(t, 1<<20)
-	origin, view := filepath.Join(dir, "shares", "0"), filepath.Join(dir, "data")
-	files := linkFiles()
-	mustWrite(t, origin, -1, files)
-	w := Writer{Dir: view, GID: -1, Origins: map[string]string{"ca.crt": origin, "keys/tls.key": origin}}
-	if err := w.Write(files); err != nil {
-		t.Fatal(err)
-	}
-	updated := linkFiles()
-	updated["ca.crt"] = File{Data: []byte("NEW CA"), Mode: 0o644}
-	mustWrite(t, origin, -1, updated)
+	origin, view, _, files := linkedView(t)
+	updateOrigin(t, origin)
 	checkLayout(t, view, files, -1)
 	mustWrite(t, origin, -1, nil) // a revoked share's origin is emptied
 	checkLayout(t, view, files, -1)
@@ -77,17 +107,8 @@ func TestLinkViewUnchangedByOriginUpdate(t *testing.T) {
 // the view's (a view that could not be written in between): the same payload is published again,
 // linked. A view already linked is not published again.
 func TestLinkAgainWhenTheOriginComesBackToTheViewsBytes(t *testing.T) {
-	dir := mountTmpfs(t, 1<<20)
-	origin, view := filepath.Join(dir, "shares", "0"), filepath.Join(dir, "data")
-	files := linkFiles()
-	mustWrite(t, origin, -1, files)
-	w := Writer{Dir: view, GID: -1, Origins: map[string]string{"ca.crt": origin, "keys/tls.key": origin}}
-	if err := w.Write(files); err != nil {
-		t.Fatal(err)
-	}
-	updated := linkFiles()
-	updated["ca.crt"] = File{Data: []byte("NEW CA"), Mode: 0o644}
-	mustWrite(t, origin, -1, updated)
+	origin, view, w, files := linkedView(t)
+	updateOrigin(t, origin)
 	mustWrite(t, origin, -1, files) // the same bytes as the view's, in new inodes
 	if sameInode(t, origin, view, "ca.crt") {
 		t.Fatal("the origin's rewrite kept its inode; the test needs a new one")
@@ -101,16 +122,7 @@ func TestLinkAgainWhenTheOriginComesBackToTheViewsBytes(t *testing.T) {
 			t.Errorf("%s is held twice: the view's copy was kept, not linked from the origin", p)
 		}
 	}
-	before, err := os.Readlink(filepath.Join(view, "..data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(files); err != nil {
-		t.Fatal(err)
-	}
-	if after, _ := os.Readlink(filepath.Join(view, "..data")); after != before {
-		t.Fatalf("a view already linked from its origin was published again (..data %s, then %s)", before, after)
-	}
+	requireNotPublishedAgain(t, w, files, "a view already linked from its origin")
 }
 
 // Whatever the origin holds, the view gets exactly the files asked for: an origin file that
@@ -141,16 +153,8 @@ func TestLinkWritesWhenOriginDiffers(t *testing.T) {
 			if tc.origin != nil && tc.origin["ca.crt"].Data != nil && sameInode(t, origin, view, "ca.crt") {
 				t.Fatal("linked an origin file that differs from the file asked for")
 			}
-			before, err := os.Readlink(filepath.Join(view, "..data"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := (Writer{Dir: view, GID: -1, Origins: map[string]string{"ca.crt": origin}}).Write(files); err != nil {
-				t.Fatal(err)
-			}
-			if after, _ := os.Readlink(filepath.Join(view, "..data")); after != before {
-				t.Fatalf("the same payload was published again (..data %s, then %s) for an origin it cannot link", before, after)
-			}
+			requireNotPublishedAgain(t, Writer{Dir: view, GID: -1, Origins: map[string]string{"ca.crt": origin}}, files,
+				"a view whose origin cannot be linked")
 		})
 	}
 }
