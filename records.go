@@ -236,8 +236,9 @@ type volumeStore struct {
 	// fresh verdicts puts them back in step. A save that fails after the swap does the same
 	// (viewUnsaved).
 	unverified map[string]bool
-	// counted is, per volume, the disk its last walk for files removed but kept open saw
-	// (chargeUnlinkedFiles); dropped by a save, or a rewrite left unsaved, which change the disk.
+	// counted is, per volume, the disk's state read just before its last walk for files removed
+	// but kept open (chargeUnlinkedFiles; remember at start); dropped by a save, or a rewrite
+	// left unsaved, which change the disk, and by forget.
 	counted map[string]diskState
 }
 

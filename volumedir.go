@@ -339,8 +339,8 @@ func (u tmpfsUsage) beyond(seen tmpfsUsage) int64 {
 // and the change time and size of the view's dir and of its shares' copies' dirs (layout).
 // Whatever the atomic writer does there (a swap, a payload dir dropped or cleaned up) adds,
 // replaces or removes an entry in one of those dirs, which sets its change time (and its size,
-// which a tmpfs counts by entries, when their number changes); a swap also makes new inodes,
-// which the kernel's count shows. The zero diskState is no volume's: a layout is never empty.
+// which a tmpfs counts by entries, when their number changes). The zero diskState is no
+// volume's: a layout is never empty.
 type diskState struct {
 	usage  tmpfsUsage
 	layout string
@@ -359,7 +359,7 @@ func (vd volumeDir) state(shares int) (diskState, bool) {
 // countUnlinked counts what the kernel holds in the volume's tmpfs beyond what a walk of it finds
 // (tmpfsUsage.beyond): files removed while a reader keeps them open. It walks only when the
 // disk's state differs from last, the state of the last count (zero: none); counted is false when
-// it did not walk, or where the kernel cannot say (not a tmpfs).
+// it did not walk, where the kernel cannot say (not a tmpfs), or when the walk failed (err).
 func (vd volumeDir) countUnlinked(shares int, last diskState) (now diskState, unlinked int64, counted bool, err error) {
 	now, ok := vd.state(shares)
 	if !ok || now == last {
