@@ -38,6 +38,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -132,11 +133,14 @@ func benchPublishLatency(b *testing.B, c *benchCluster, f *fleet, sc benchScale)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var floor []time.Duration
+	// And what the CSI call alone takes, whatever the handler does: a call that does nothing
+	// (NodeGetCapabilities) over the same socket, through the same interceptor, after each one.
+	var floor, call []time.Duration
 	for range sc.warmSamples {
 		wall, cpu := d.publishAndUnpublish(b, d.shareVolume(sa, f.shares[0]))
 		warm, warmCPU = append(warm, wall), append(warmCPU, cpu)
 		floor = append(floor, publishFloor(b, filepath.Join(d.KubeletRoot, "plugins"), src.Data))
+		call = append(call, d.callFloor(b))
 	}
 	after := d.scrape(b)
 
@@ -148,6 +152,7 @@ func benchPublishLatency(b *testing.B, c *benchCluster, f *fleet, sc benchScale)
 	b.ReportMetric(ms(percentile(warm, 50)), "warm-p50-ms")
 	b.ReportMetric(ms(percentile(warm, 99)), "warm-p99-ms")
 	b.ReportMetric(ms(percentile(floor, 50)), "floor-syscalls-p50-ms")
+	b.ReportMetric(ms(percentile(call, 50)), "floor-csi-call-p50-ms")
 	b.ReportMetric(ms(percentile(coldCPU, 50)), "cold-cpu-p50-ms")
 	b.ReportMetric(ms(percentile(warmCPU, 50)), "warm-cpu-p50-ms")
 	// Proof that the samples are what they claim: cold ones each cost one SAR and one GET,
@@ -158,9 +163,9 @@ func benchPublishLatency(b *testing.B, c *benchCluster, f *fleet, sc benchScale)
 
 // publishFloor times the system calls a warm publish cannot do without, made directly by the
 // benchmark: the volume's dir, its tmpfs (the driver's size and options), each file written once,
-// the target's dir, a bind of the files onto it and its remount read-only. What the driver
-// does beside them (the gRPC call, validation, the record, the atomic writer's ..data swap and
-// links, its checks of the target) is the rest of a warm publish. The mounts and dirs are
+// the target's dir, a bind of the files onto it and its remount read-only. Beside them, the gRPC
+// call (callFloor), and what the driver does (validation, the record, the share's copy and the
+// pod's view with their ..data links, its checks of the target) make the rest of a warm publish. The mounts and dirs are
 // undone after, untimed. parent: a dir on the file system of the driver's volumes.
 func publishFloor(b *testing.B, parent string, files map[string][]byte) time.Duration {
 	dir, err := os.MkdirTemp(parent, "floor-")
@@ -197,6 +202,20 @@ func publishFloor(b *testing.B, parent string, files map[string][]byte) time.Dur
 		}
 	}
 	return took
+}
+
+// callFloor times a CSI call whose handler does nothing (NodeGetCapabilities answers a constant),
+// made as the benchmark makes a publish: over the driver's socket, with a deadline, through the
+// driver's interceptor. It is what any answer to the kubelet costs: gRPC's framing on both
+// sides, the socket, and the goroutines it hands the call between.
+func (d *benchDriver) callFloor(b *testing.B) time.Duration {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := d.Node.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{}); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
 }
 
 // apiFloor times the two requests of a cold publish (the SubjectAccessReview the driver sends
