@@ -27,7 +27,7 @@ declare -A budget=(
 	[FuzzValidateKey]=60000
 	[FuzzWrite]=5000
 	[FuzzParseMountInfo]=50000
-	[FuzzBudgetFollowsSavedRecords]=4000 # a fake node per input: some 250 a second
+	[FuzzBudgetFollowsSavedRecords]=4000 # a fake node per input: some 100 a second on two cores
 )
 default_budget=20000
 scale=${FUZZ_SCALE:-1}
