@@ -28,6 +28,9 @@ type baseline struct {
 // comparedFigure picks the rows shown side by side.
 var comparedFigure = regexp.MustCompile(`^(cold|warm) p(50|99), |unpublishes/s$|^RSS, |^API requests per`)
 
+// baselineHeading opens the side-by-side section.
+const baselineHeading = "## Against the previous run"
+
 // readBaseline parses a BENCHMARKS.md written by benchtable.
 func readBaseline(path string) (*baseline, error) {
 	f, err := os.Open(path)
@@ -38,9 +41,15 @@ func readBaseline(path string) (*baseline, error) {
 	b := &baseline{rows: map[string]baselineRow{}}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	// The file's own side-by-side section names the same figures: its rows are the run before
+	// it, not this one, and are skipped.
+	inBaseline := false
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
+		case strings.HasPrefix(line, "## "):
+			inBaseline = line == baselineHeading
+		case inBaseline:
 		case strings.HasPrefix(line, "- Date: "), strings.HasPrefix(line, "- Commit: "), strings.HasPrefix(line, "- Platform: "):
 			b.header = append(b.header, strings.TrimPrefix(line, "- "))
 		case strings.HasPrefix(line, "| "):
@@ -68,7 +77,7 @@ func quantity(s string) (v float64, unit string, ok bool) {
 // renderBaseline writes the side-by-side section: each compared figure of this run that the
 // previous run has too.
 func renderBaseline(w io.Writer, b *baseline, current []struct{ name, median, min, max string }) {
-	fmt.Fprintf(w, "## Against the previous run\n\n")
+	fmt.Fprintf(w, "%s\n\n", baselineHeading)
 	fmt.Fprintf(w, "The run this file replaced (%s), figure by figure: its median [min, max] beside this run's, and this run's median over its median.\n\n", strings.Join(b.header, "; "))
 	fmt.Fprintf(w, "| Figure | Previous run | This run | This / previous |\n|---|---:|---:|---:|\n")
 	for _, c := range current {
