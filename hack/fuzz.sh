@@ -10,8 +10,8 @@
 # Why counts by default: with a duration, Go 1.26's fuzz coordinator can report a spurious
 # "context deadline exceeded" failure at the very end of the run when a worker is still busy
 # (golang/go#75804, fixed in Go 1.27). A count (-fuzztime Nx) has no deadline to race. The
-# budgets below take about 20 s each on a 2-core machine; a target missing from the table gets
-# the default.
+# budgets below take about 20 s each on a 2-core machine, the budget's world about 40 s; a target
+# missing from the table gets the default.
 #
 # A failure prints the input and saves it under <package dir>/testdata/fuzz/<target>/: commit
 # that file, and plain `go test` replays it from then on as a regression test.
@@ -27,7 +27,7 @@ declare -A budget=(
 	[FuzzValidateKey]=60000
 	[FuzzWrite]=5000
 	[FuzzParseMountInfo]=50000
-	[FuzzBudgetFollowsSavedRecords]=4000 # a fake node per input: some 100 a second on two cores
+	[FuzzBudgetFollowsSavedRecords]=4000 # a fake node per input: some 100 a second
 )
 default_budget=20000
 scale=${FUZZ_SCALE:-1}

@@ -135,13 +135,15 @@ func benchPublishLatency(b *testing.B, c *benchCluster, f *fleet, sc benchScale)
 		b.Fatal(err)
 	}
 	// And what the CSI call alone takes, whatever the handler does: a call that does nothing
-	// (NodeGetCapabilities) over the same socket, through the same interceptor, after each one.
+	// (NodeGetCapabilities) on the same connection, through the same interceptor, after each
+	// one; taken before the kernel's floor, so that no call has just woken the driver's gRPC
+	// goroutines when the next publish comes.
 	var floor, call []time.Duration
 	for range sc.warmSamples {
 		wall, cpu := d.publishAndUnpublish(b, d.shareVolume(sa, f.shares[0]))
 		warm, warmCPU = append(warm, wall), append(warmCPU, cpu)
-		floor = append(floor, publishFloor(b, filepath.Join(d.KubeletRoot, "plugins"), src.Data))
 		call = append(call, d.callFloor(b))
+		floor = append(floor, publishFloor(b, filepath.Join(d.KubeletRoot, "plugins"), src.Data))
 	}
 	after := d.scrape(b)
 
@@ -166,8 +168,9 @@ func benchPublishLatency(b *testing.B, c *benchCluster, f *fleet, sc benchScale)
 // benchmark: the volume's dir, its tmpfs (the driver's size and options), each file written once,
 // the target's dir, a bind of the files onto it and its remount read-only. Beside them, the gRPC
 // call (callFloor), and what the driver does (validation, the record, the share's copy and the
-// pod's view with their ..data links, its checks of the target) make the rest of a warm publish. The mounts and dirs are
-// undone after, untimed. parent: a dir on the file system of the driver's volumes.
+// pod's view with their ..data links, its checks of the target) make the rest of a warm
+// publish. The mounts and dirs are undone after, untimed. parent: a dir on the file system of
+// the driver's volumes.
 func publishFloor(b *testing.B, parent string, files map[string][]byte) time.Duration {
 	dir, err := os.MkdirTemp(parent, "floor-")
 	if err != nil {
@@ -179,8 +182,9 @@ func publishFloor(b *testing.B, parent string, files map[string][]byte) time.Dur
 	if err := os.Mkdir(vol, 0o700); err != nil {
 		b.Fatal(err)
 	}
-	// The driver's mount (tmpfs.go's mountTmpfs, at --tmpfs-size=4Mi): with large folios where
-	// the kernel has them, so that a large file is written as fast as the driver writes it.
+	// The driver's mount (tmpfs.go's mountTmpfs, at the deployed --tmpfs-size=4Mi; nr_inodes is
+	// tmpfsInodes): with large folios where the kernel has them, so that a large file is written
+	// as fast as the driver writes it.
 	const flags, data = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, "size=4194304,nr_inodes=32896,mode=0755"
 	err = unix.Mount("tmpfs", vol, "tmpfs", flags, data+",huge=within_size")
 	if errors.Is(err, unix.EINVAL) {
@@ -213,17 +217,21 @@ func publishFloor(b *testing.B, parent string, files map[string][]byte) time.Dur
 }
 
 // callFloor times a CSI call whose handler does nothing (NodeGetCapabilities answers a constant),
-// made as the benchmark makes a publish: over the driver's socket, with a deadline, through the
-// driver's interceptor. It is what any answer to the kubelet costs: gRPC's framing on both
-// sides, the socket, and the goroutines it hands the call between.
+// made as the benchmark makes a publish (framework.DriverProc.PublishOnce, its deadline timed
+// too): on the same open connection to the driver's socket, through the driver's interceptor. It
+// is what any call costs the benchmark's client and the driver: gRPC's framing on both sides,
+// the socket, and the goroutines the call is handed between. (The kubelet costs more: it dials
+// the socket for each call.)
 func (d *benchDriver) callFloor(b *testing.B) time.Duration {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	start := time.Now()
-	if _, err := d.Node.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{}); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	_, err := d.Node.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
+	cancel()
+	took := time.Since(start)
+	if err != nil {
 		b.Fatal(err)
 	}
-	return time.Since(start)
+	return took
 }
 
 // apiFloor times the two requests of a cold publish (the SubjectAccessReview the driver sends

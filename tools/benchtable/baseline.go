@@ -48,7 +48,7 @@ func readBaseline(path string) (*baseline, error) {
 		line := sc.Text()
 		switch {
 		case strings.HasPrefix(line, "## "):
-			inBaseline = line == baselineHeading
+			inBaseline = strings.TrimSpace(line) == baselineHeading
 		case inBaseline:
 		case strings.HasPrefix(line, "- Date: "), strings.HasPrefix(line, "- Commit: "), strings.HasPrefix(line, "- Platform: "):
 			b.header = append(b.header, strings.TrimPrefix(line, "- "))

@@ -264,12 +264,12 @@ func sections() []section {
 			figure{what: "  warm p50 / that floor, " + size, values: func(r *results) []float64 {
 				return r.derived(b, "warm-p50-ms", "floor-syscalls-p50-ms", func(a, b float64) float64 { return a / b })
 			}, format: "%.1f×"},
-			figure{what: "  a CSI call's floor (NodeGetCapabilities, which does nothing, over the same socket), " + size,
+			figure{what: "  a CSI call's floor (NodeGetCapabilities, which does nothing, on the same connection), " + size,
 				values: metric(b, "floor-csi-call-p50-ms"), format: "%.3f ms"},
 			figure{what: "  warm p50 / (the kernel's floor + the CSI call's), " + size, values: func(r *results) []float64 {
 				return divide(r.series(b, "warm-p50-ms"), warmFloor(b)(r))
 			}, format: "%.1f×"},
-			figure{what: "  warm p50 less both floors (the driver's own work), " + size, values: func(r *results) []float64 {
+			figure{what: "  warm p50 less both floors' p50s (the driver's own work), " + size, values: func(r *results) []float64 {
 				return combine(r.series(b, "warm-p50-ms"), warmFloor(b)(r), func(a, b float64) float64 { return a - b })
 			}, format: "%.3f ms"},
 		)
@@ -407,7 +407,7 @@ func sections() []section {
 		)
 	}
 	return []section{
-		{"NodePublishVolume latency", "One publish at a time, timed over the CSI socket as the kubelet sees it. Cold: the first volume of a share (SubjectAccessReview + GET of the source). Warm: both cached. 50 cold and 500 warm publishes per run. Beside each warm publish, two floors it cannot go below: the kernel's work for its mounts and files, made directly by the benchmark, and a CSI call whose handler does nothing, over the same socket (gRPC's framing on both sides and the hand-offs between goroutines: what any answer to the kubelet costs).", lat},
+		{"NodePublishVolume latency", "One publish at a time, timed over the CSI socket as the kubelet sees it. Cold: the first volume of a share (SubjectAccessReview + GET of the source). Warm: both cached. 50 cold and 500 warm publishes per run. Beside each warm publish, two floors: the kernel's work for its mounts and files, made directly by the benchmark, and a CSI call whose handler does nothing, on the same open connection (gRPC's framing on both sides and the hand-offs between goroutines: what any call costs the benchmark's client and the driver; the kubelet, which dials the socket for each call, pays more).", lat},
 		{"Where a publish's time goes", "Driver CPU: CPU time of all the driver's threads during the call (scheduler accounting). Floor: the same two API requests a cold publish makes, asked directly by the benchmark.", extra},
 		{"Writing a file into a fresh tmpfs", "BenchmarkTmpfsWrite (tmpfs_root_test.go): mount a tmpfs, write one file, unmount, 200 times per run; the median write. It is why the driver mounts each volume's tmpfs with huge=within_size: large folios where a file covers them, small pages elsewhere (a 1 KiB file still takes one page).", writes},
 		{"Throughput", "One share, one service account, 10 concurrent callers: all volumes published, then all unpublished.", tput},
@@ -568,13 +568,14 @@ const notes = `- Wall-time figures (latency, throughput, relist) depend on every
   most of it allocating and charging 4 KiB pages. Now the tmpfs is mounted with huge=within_size
   (see "Writing a file into a fresh tmpfs") and the pod's view hard-links the share's copy, so the
   bytes are written, and held in memory, once.
-- Where a warm publish of 1 KiB goes now, profiled with perf (the driver of this benchmark, 550
-  publishes): in the handler, the share's copy and the pod's view with their ..data links take
-  29%; what the kernel's floor does too takes 28% (the volume's dir and the target dir, created on
-  the kubelet's disk, 18%; the tmpfs mount 6%; the read-only bind 4%); the record 9%; the two
-  checks of the target path 7%; the rest is the request's validation, the caches and the log
-  line. Outside the handler, gRPC's transport and the hand-offs between goroutines cost about what
-  the CSI call's floor row shows, on the kubelet's side as well as the driver's.
+- Where a publish of 1 KiB goes, profiled once (perf record -a -g over BENCH_FILTER=PublishLatency
+  at 1 KiB, with a driver built with its symbols, at commit 8b91513): of the driver's samples in
+  the NodePublishVolume handler (50 cold and 500 warm publishes), the share's copy and the pod's
+  view with their ..data links took 29%; what the kernel's floor does too took 28% (the volume's
+  dir and the target dir, created on the kubelet's disk, 18%; the tmpfs mount 6%; the read-only
+  bind 4%); the record 9%; the two checks of the target path 7%; the rest was the request's
+  validation, the caches (and the cold publishes' API requests) and the log line. The driver's
+  gRPC transport and its goroutines' hand-offs ran outside the handler: the CSI call's floor row.
 - RSS counts the pages of the driver's executable that the process has mapped (file-backed,
   shared page cache, reclaimable) as well as its own memory (anonymous). On kernels that cache
   executables in large folios, nearly the whole binary ends up mapped, so that part is the
