@@ -387,7 +387,17 @@ const volumeEntries = 6
 // items in the driver's memory (recordHeapBytes), its own entries, its shares' copies
 // (shareState.Bytes), and the view a refresh kept (KeptBytes).
 func volumeBytes(rec volumeRecord) int64 {
-	n := recordPages(rec) + recordHeapBytes(rec) + volumeEntries*entryBytes + rec.KeptBytes
+	return volumeBytesOnPages(rec, recordPages(rec))
+}
+
+// volumeBytesSized is volumeBytes for a record just written, whose encoding has size bytes: the
+// store charges a saved record this way, without encoding it again.
+func volumeBytesSized(rec volumeRecord, size int64) int64 {
+	return volumeBytesOnPages(rec, pages(size))
+}
+
+func volumeBytesOnPages(rec volumeRecord, recordOnDisk int64) int64 {
+	n := recordOnDisk + recordHeapBytes(rec) + volumeEntries*entryBytes + rec.KeptBytes
 	for _, s := range rec.Shares {
 		n += s.Bytes
 	}

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 )
 
@@ -294,18 +295,16 @@ func (s *volumeStore) count() int {
 // charge for the volume, so neither claims a state the disk does not have: a save that fails
 // changes nothing.
 func (s *volumeStore) save(rec volumeRecord) error {
-	if err := s.writeRecord(rec); err != nil {
+	size, err := s.writeRecord(rec)
+	if err != nil {
 		return err
 	}
-	s.keep(rec)
+	s.keepCharging(rec, volumeBytesSized(rec, size))
 	return nil
 }
 
-// keep puts rec in memory and charges its bytes in place of the volume's previous charge (its
+// keepCharging puts rec in memory, charged n bytes in place of the volume's previous charge (its
 // previous record's, or an unsaved charge: rec describes the disk now).
-func (s *volumeStore) keep(rec volumeRecord) { s.keepCharging(rec, volumeBytes(rec)) }
-
-// keepCharging puts rec in memory, charged n bytes in place of the volume's previous charge.
 func (s *volumeStore) keepCharging(rec volumeRecord, n int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -504,27 +503,36 @@ func (s *volumeStore) recordPath(id string) string {
 }
 
 // writeRecord replaces rec's record.json atomically: a crash leaves the old record or the new one.
-func (s *volumeStore) writeRecord(rec volumeRecord) error {
+// It returns the record's size, for the budget (volumeBytesSized), which would otherwise encode
+// the record again to learn it.
+func (s *volumeStore) writeRecord(rec volumeRecord) (size int64, err error) {
 	b, err := encodeRecord(rec)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if err := writeFileAtomic(s.recordPath(rec.VolumeID), b, 0o600); err != nil {
-		return fmt.Errorf("saving record of volume %s: %w", rec.VolumeID, err)
+		return 0, fmt.Errorf("saving record of volume %s: %w", rec.VolumeID, err)
 	}
-	return nil
+	return int64(len(b)), nil
 }
 
 // writeFileAtomic writes path so that a reader (or a crash) sees either the old or the new
-// content, never a partial file. There is no fsync: the only file it writes is a volume's record,
+// content, never a partial file: the bytes go to a temporary file beside it, which rename(2) then
+// puts in its place in one step. There is no fsync: the only file it writes is a volume's record,
 // on the volume's tmpfs, where fsync does nothing (no backing store; the tmpfs, and the volume,
 // do not outlive a reboot) and the rename alone is what makes the write atomic.
+//
+// The temporary file has one fixed name per path, not a random one: the volume's lock lets one
+// operation at a time save its record, and a temporary file a crash left is truncated and reused
+// by the next save rather than left to hold its page. Its open never follows a symlink.
 func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	tmpName := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	// O_NONBLOCK changes nothing for a regular file and spares package os the fcntl calls it
+	// otherwise makes to try the file on its poller (internal/atomicwriter: openNonblock).
+	tmp, err := os.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW|unix.O_NONBLOCK, mode)
 	if err != nil {
 		return err
 	}
-	tmpName := tmp.Name()
 	ok := false
 	defer func() {
 		if !ok {
@@ -535,14 +543,16 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 	if _, err := tmp.Write(data); err != nil {
 		return err
 	}
-	if err := tmp.Chmod(mode); err != nil {
+	if err := tmp.Chmod(mode); err != nil { // exact: open(2) applied the umask
 		return err
 	}
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmpName, path); err != nil {
-		return err
+	// rename(2) itself: os.Rename would first lstat path, to refuse replacing a directory, which
+	// a record never is (rename(2) refuses that too: EISDIR).
+	if err := unix.Rename(tmpName, path); err != nil {
+		return &os.LinkError{Op: "rename", Old: tmpName, New: path, Err: err}
 	}
 	ok = true
 	return nil

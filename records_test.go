@@ -5,8 +5,10 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -84,5 +86,39 @@ func TestARecordFoundAtStartIsChargedWhatItsFileHolds(t *testing.T) {
 	}
 	if got, want := budget.inUse(), volumeBytes(rec); got != want {
 		t.Fatalf("saved again: charged %d bytes, want %d (the record as this version writes it)", got, want)
+	}
+}
+
+// A record is replaced whole, through a temporary file beside it: one a crash left (longer than
+// the new record) is truncated and used, and leaves nothing behind; one that is a symlink is
+// never followed, so the save fails and the file the link names is untouched.
+func TestARecordIsSavedThroughItsTemporaryFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, recordFile)
+	tmp := filepath.Join(dir, "."+recordFile+".tmp")
+
+	must(t, os.WriteFile(tmp, []byte(`{"volumeID":"left by a crash, and longer than the record"}`), 0o644))
+	must(t, writeFileAtomic(path, []byte(`{"volumeID":"vol-1"}`), 0o600))
+	if b, err := os.ReadFile(path); err != nil || string(b) != `{"volumeID":"vol-1"}` {
+		t.Fatalf("record after save: %q, %v", b, err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("record's mode: %v, %v; want 0600", fi.Mode(), err)
+	}
+	if _, err := os.Lstat(tmp); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the temporary file is still there: %v", err)
+	}
+
+	elsewhere := filepath.Join(t.TempDir(), "elsewhere")
+	must(t, os.WriteFile(elsewhere, []byte("not the driver's"), 0o644))
+	must(t, os.Symlink(elsewhere, tmp))
+	if err := writeFileAtomic(path, []byte(`{"volumeID":"vol-2"}`), 0o600); err == nil {
+		t.Fatal("saved through a symlink at the temporary file's name")
+	}
+	if b, _ := os.ReadFile(elsewhere); string(b) != "not the driver's" {
+		t.Fatalf("the symlink was followed: the file it names now holds %q", b)
+	}
+	if b, _ := os.ReadFile(path); string(b) != `{"volumeID":"vol-1"}` {
+		t.Fatalf("a failed save changed the record: %q", b)
 	}
 }

@@ -194,7 +194,8 @@ func TestRecoverCleansWhatIsNotWhole(t *testing.T) {
 		{"its record names a target outside the pods dir", func(t *testing.T, d *driver) {
 			rec, _ := d.store.get("vol-1")
 			rec.TargetPath = "/etc"
-			must(t, d.store.writeRecord(rec))
+			_, err := d.store.writeRecord(rec)
+			must(t, err)
 		}},
 		{"its pod is gone", func(t *testing.T, d *driver) {
 			rec, _ := d.store.get("vol-1")
