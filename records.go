@@ -504,32 +504,33 @@ func (s *volumeStore) recordPath(id string) string {
 
 // writeRecord replaces rec's record.json atomically: a crash leaves the old record or the new one.
 // It returns the record's size, for the budget (volumeBytesSized), which would otherwise encode
-// the record again to learn it.
+// the record again to learn it. The caller holds the volume's lock, or runs before the driver
+// serves (recovery): one save at a time per volume (writeRecordFile).
 func (s *volumeStore) writeRecord(rec volumeRecord) (size int64, err error) {
 	b, err := encodeRecord(rec)
 	if err != nil {
 		return 0, err
 	}
-	if err := writeFileAtomic(s.recordPath(rec.VolumeID), b, 0o600); err != nil {
+	if err := writeRecordFile(s.recordPath(rec.VolumeID), b); err != nil {
 		return 0, fmt.Errorf("saving record of volume %s: %w", rec.VolumeID, err)
 	}
 	return int64(len(b)), nil
 }
 
-// writeFileAtomic writes path so that a reader (or a crash) sees either the old or the new
-// content, never a partial file: the bytes go to a temporary file beside it, which rename(2) then
-// puts in its place in one step. There is no fsync: the only file it writes is a volume's record,
-// on the volume's tmpfs, where fsync does nothing (no backing store; the tmpfs, and the volume,
-// do not outlive a reboot) and the rename alone is what makes the write atomic.
+// writeRecordFile writes a volume's record at path so that a reader (or a crash) sees either the
+// old or the new content, never a partial file: the bytes go to a temporary file beside it,
+// which rename(2) then puts in its place in one step. There is no fsync: the record is on the
+// volume's tmpfs, where fsync does nothing (no backing store; the tmpfs, and the volume, do not
+// outlive a reboot) and the rename alone is what makes the write atomic.
 //
-// The temporary file has one fixed name per path, not a random one: the volume's lock lets one
-// operation at a time save its record, and a temporary file a crash left is truncated and reused
-// by the next save rather than left to hold its page. Its open never follows a symlink.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+// The temporary file has one fixed name, not a random one, which is safe only because one save
+// at a time writes a given record (writeRecord's caller holds the volume's lock). It is created
+// exclusively: a file a crash left under that name is removed first if it is what a save leaves
+// (a regular file, with no other link to it); anything else there (a symlink, a hard link) is
+// not the driver's to write through or delete, and the save fails.
+func writeRecordFile(path string, data []byte) error {
 	tmpName := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	// O_NONBLOCK changes nothing for a regular file and spares package os the fcntl calls it
-	// otherwise makes to try the file on its poller (internal/atomicwriter: openNonblock).
-	tmp, err := os.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW|unix.O_NONBLOCK, mode)
+	tmp, err := createRecordTemp(tmpName)
 	if err != nil {
 		return err
 	}
@@ -543,17 +544,48 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 	if _, err := tmp.Write(data); err != nil {
 		return err
 	}
-	if err := tmp.Chmod(mode); err != nil { // exact: open(2) applied the umask
+	if err := tmp.Chmod(0o600); err != nil { // exact: open(2) applied the umask
 		return err
 	}
 	if err := tmp.Close(); err != nil {
 		return err
 	}
 	// rename(2) itself: os.Rename would first lstat path, to refuse replacing a directory, which
-	// a record never is (rename(2) refuses that too: EISDIR).
-	if err := unix.Rename(tmpName, path); err != nil {
+	// a record never is (rename(2) refuses that too).
+	if err := renameRetryingEINTR(tmpName, path); err != nil {
 		return &os.LinkError{Op: "rename", Old: tmpName, New: path, Err: err}
 	}
 	ok = true
 	return nil
+}
+
+// createRecordTemp creates name exclusively, removing first a leftover of an interrupted save.
+func createRecordTemp(name string) (*os.File, error) {
+	// O_NONBLOCK changes nothing for a regular file and spares package os the fcntl calls it
+	// otherwise makes to try the file on its poller (internal/atomicwriter: openNonblock).
+	const flags = os.O_WRONLY | os.O_CREATE | os.O_EXCL | unix.O_NOFOLLOW | unix.O_NONBLOCK
+	f, err := os.OpenFile(name, flags, 0o600)
+	if !errors.Is(err, os.ErrExist) {
+		return f, err
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(name, &st); err != nil {
+		return nil, &os.PathError{Op: "lstat", Path: name, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
+		return nil, fmt.Errorf("%s is in the way of the record's save and is not a temporary file the driver left (mode %#o, %d links): remove it", name, st.Mode, st.Nlink)
+	}
+	klog.InfoS("Removing the temporary file of an interrupted record save", "path", name)
+	if err := os.Remove(name); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(name, flags, 0o600)
+}
+
+func renameRetryingEINTR(from, to string) error {
+	for {
+		if err := unix.Rename(from, to); !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
 }

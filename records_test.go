@@ -89,36 +89,63 @@ func TestARecordFoundAtStartIsChargedWhatItsFileHolds(t *testing.T) {
 	}
 }
 
-// A record is replaced whole, through a temporary file beside it: one a crash left (longer than
-// the new record) is truncated and used, and leaves nothing behind; one that is a symlink is
-// never followed, so the save fails and the file the link names is untouched.
+// A record is replaced whole, through a temporary file beside it. One an interrupted save left
+// (longer than the new record) is replaced and leaves nothing behind. A symlink or a hard link
+// under its name is neither written through nor removed: the save fails, and the record, the link
+// and the file it leads to are as they were. A rename that fails says so and leaves no
+// temporary file.
 func TestARecordIsSavedThroughItsTemporaryFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, recordFile)
 	tmp := filepath.Join(dir, "."+recordFile+".tmp")
+	const saved = `{"volumeID":"vol-1"}`
+	unchanged := func(what, p, want string) {
+		t.Helper()
+		if b, err := os.ReadFile(p); err != nil || string(b) != want {
+			t.Fatalf("%s: %q, %v; want %q", what, b, err, want)
+		}
+	}
 
 	must(t, os.WriteFile(tmp, []byte(`{"volumeID":"left by a crash, and longer than the record"}`), 0o644))
-	must(t, writeFileAtomic(path, []byte(`{"volumeID":"vol-1"}`), 0o600))
-	if b, err := os.ReadFile(path); err != nil || string(b) != `{"volumeID":"vol-1"}` {
-		t.Fatalf("record after save: %q, %v", b, err)
-	}
-	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("record's mode: %v, %v; want 0600", fi.Mode(), err)
+	must(t, writeRecordFile(path, []byte(saved)))
+	unchanged("the record after a save", path, saved)
+	fi, err := os.Stat(path)
+	must(t, err)
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the record's mode is %v, want 0600", fi.Mode())
 	}
 	if _, err := os.Lstat(tmp); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the temporary file is still there: %v", err)
 	}
 
-	elsewhere := filepath.Join(t.TempDir(), "elsewhere")
-	must(t, os.WriteFile(elsewhere, []byte("not the driver's"), 0o644))
-	must(t, os.Symlink(elsewhere, tmp))
-	if err := writeFileAtomic(path, []byte(`{"volumeID":"vol-2"}`), 0o600); err == nil {
-		t.Fatal("saved through a symlink at the temporary file's name")
+	other := filepath.Join(dir, "other")
+	must(t, os.WriteFile(other, []byte("not the driver's"), 0o644))
+	for _, in := range []struct {
+		name  string
+		plant func() error
+	}{
+		{"a symlink", func() error { return os.Symlink(other, tmp) }},
+		{"a hard link", func() error { return os.Link(other, tmp) }},
+	} {
+		must(t, in.plant())
+		if err := writeRecordFile(path, []byte(`{"volumeID":"vol-2"}`)); err == nil {
+			t.Fatalf("saved with %s in the temporary file's place", in.name)
+		}
+		unchanged("the file "+in.name+" leads to", other, "not the driver's")
+		unchanged("the record after a save refused for "+in.name, path, saved)
+		if _, err := os.Lstat(tmp); err != nil {
+			t.Fatalf("%s in the temporary file's place was removed: %v", in.name, err)
+		}
+		must(t, os.Remove(tmp))
 	}
-	if b, _ := os.ReadFile(elsewhere); string(b) != "not the driver's" {
-		t.Fatalf("the symlink was followed: the file it names now holds %q", b)
+
+	notAFile := filepath.Join(dir, "dir")
+	must(t, os.MkdirAll(filepath.Join(notAFile, "in"), 0o700))
+	err = writeRecordFile(notAFile, []byte(saved))
+	if le := new(os.LinkError); !errors.As(err, &le) {
+		t.Fatalf("a rename over a directory: %v, want an *os.LinkError", err)
 	}
-	if b, _ := os.ReadFile(path); string(b) != `{"volumeID":"vol-1"}` {
-		t.Fatalf("a failed save changed the record: %q", b)
+	if _, err := os.Lstat(filepath.Join(dir, ".dir.tmp")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a failed rename left its temporary file: %v", err)
 	}
 }
