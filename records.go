@@ -525,9 +525,10 @@ func (s *volumeStore) writeRecord(rec volumeRecord) (size int64, err error) {
 //
 // The temporary file has one fixed name, not a random one, which is safe only because one save
 // at a time writes a given record (writeRecord's caller holds the volume's lock). It is created
-// exclusively: a file a crash left under that name is removed first if it is what a save leaves
-// (a regular file, with no other link to it); anything else there (a symlink, a hard link) is
-// not the driver's to write through or delete, and the save fails.
+// exclusively, with mode 0600 (a umask can only take bits away; the driver reads it as root): a
+// file a crash left under that name is removed first if it is what a save leaves (a regular
+// file, with no other link to it); anything else there (a symlink, a hard link, a directory) is
+// not the driver's to write through or delete, and the save fails (errRecordTempInTheWay).
 func writeRecordFile(path string, data []byte) error {
 	tmpName := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 	tmp, err := createRecordTemp(tmpName)
@@ -542,9 +543,6 @@ func writeRecordFile(path string, data []byte) error {
 		}
 	}()
 	if _, err := tmp.Write(data); err != nil {
-		return err
-	}
-	if err := tmp.Chmod(0o600); err != nil { // exact: open(2) applied the umask
 		return err
 	}
 	if err := tmp.Close(); err != nil {
@@ -572,16 +570,39 @@ func createRecordTemp(name string) (*os.File, error) {
 	if err := unix.Lstat(name, &st); err != nil {
 		return nil, &os.PathError{Op: "lstat", Path: name, Err: err}
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
-		return nil, fmt.Errorf("%s is in the way of the record's save and is not a temporary file the driver left (mode %#o, %d links): remove it", name, st.Mode, st.Nlink)
+	if kind := leftoverKind(st); kind != "" {
+		return nil, fmt.Errorf("%w: %s is %s; only root on the node can make it there: find out who did, then remove it",
+			errRecordTempInTheWay, name, kind)
 	}
 	klog.InfoS("Removing the temporary file of an interrupted record save", "path", name)
-	if err := os.Remove(name); err != nil {
-		return nil, err
+	if err := unix.Unlink(name); err != nil {
+		return nil, &os.PathError{Op: "unlink", Path: name, Err: err}
 	}
 	return os.OpenFile(name, flags, 0o600)
 }
 
+// errRecordTempInTheWay: something other than a leftover of an interrupted save has the record's
+// temporary file's name.
+var errRecordTempInTheWay = errors.New("a file not the driver's is in the way of the volume's record save")
+
+// leftoverKind says what st is when it is not what an interrupted save leaves (a regular file
+// with one link), and "" when it is.
+func leftoverKind(st unix.Stat_t) string {
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		if st.Nlink != 1 {
+			return fmt.Sprintf("a file with %d hard links", st.Nlink)
+		}
+		return ""
+	case unix.S_IFLNK:
+		return "a symlink"
+	case unix.S_IFDIR:
+		return "a directory"
+	}
+	return fmt.Sprintf("not a regular file (file type %#o)", st.Mode&unix.S_IFMT)
+}
+
+// renameRetryingEINTR is rename(2), retried when a signal interrupts it, as os.Rename does.
 func renameRetryingEINTR(from, to string) error {
 	for {
 		if err := unix.Rename(from, to); !errors.Is(err, unix.EINTR) {

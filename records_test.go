@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -90,10 +91,10 @@ func TestARecordFoundAtStartIsChargedWhatItsFileHolds(t *testing.T) {
 }
 
 // A record is replaced whole, through a temporary file beside it. One an interrupted save left
-// (longer than the new record) is replaced and leaves nothing behind. A symlink or a hard link
-// under its name is neither written through nor removed: the save fails, and the record, the link
-// and the file it leads to are as they were. A rename that fails says so and leaves no
-// temporary file.
+// is replaced and leaves nothing behind. A symlink, a hard link or a directory under its name is
+// neither written through nor removed: the save fails saying so, and the record, the link and
+// the file it leads to are as they were. A rename that fails says so and leaves no temporary
+// file.
 func TestARecordIsSavedThroughItsTemporaryFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, recordFile)
@@ -106,7 +107,7 @@ func TestARecordIsSavedThroughItsTemporaryFile(t *testing.T) {
 		}
 	}
 
-	must(t, os.WriteFile(tmp, []byte(`{"volumeID":"left by a crash, and longer than the record"}`), 0o644))
+	must(t, os.WriteFile(tmp, []byte(`{"volumeID":"left by a crash"}`), 0o644))
 	must(t, writeRecordFile(path, []byte(saved)))
 	unchanged("the record after a save", path, saved)
 	fi, err := os.Stat(path)
@@ -125,13 +126,15 @@ func TestARecordIsSavedThroughItsTemporaryFile(t *testing.T) {
 		plant func() error
 	}{
 		{"a symlink", func() error { return os.Symlink(other, tmp) }},
-		{"a hard link", func() error { return os.Link(other, tmp) }},
+		{"a file with 2 hard links", func() error { return os.Link(other, tmp) }},
+		{"a directory", func() error { return os.Mkdir(tmp, 0o700) }},
 	} {
 		must(t, in.plant())
-		if err := writeRecordFile(path, []byte(`{"volumeID":"vol-2"}`)); err == nil {
-			t.Fatalf("saved with %s in the temporary file's place", in.name)
+		err := writeRecordFile(path, []byte(`{"volumeID":"vol-2"}`))
+		if !errors.Is(err, errRecordTempInTheWay) || !strings.Contains(err.Error(), tmp+" is "+in.name) {
+			t.Fatalf("a save with %s in the temporary file's place: %v, want it refused naming the file and what it is", in.name, err)
 		}
-		unchanged("the file "+in.name+" leads to", other, "not the driver's")
+		unchanged("the file the link leads to", other, "not the driver's")
 		unchanged("the record after a save refused for "+in.name, path, saved)
 		if _, err := os.Lstat(tmp); err != nil {
 			t.Fatalf("%s in the temporary file's place was removed: %v", in.name, err)
