@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -397,6 +398,7 @@ func TestSharePolicyTreatsOwnerReferencesAsADelete(t *testing.T) {
 		_ = e.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), user, metav1.DeleteOptions{})
 		_ = e.Kube.RbacV1().ClusterRoles().Delete(context.Background(), user, metav1.DeleteOptions{})
 	})
+	e.WaitAuthorized(t, framework.UserSubject(user), authorizationv1.ResourceAttributes{Verb: "update", Group: framework.ShareGroup, Resource: "sharedsecrets"})
 	cfg, err := clientcmd.BuildConfigFromFlags("", e.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)

@@ -182,19 +182,7 @@ func (e *KubeEnv) SetRules(t *testing.T, role, user string, rules []rbacv1.Polic
 	if _, err := e.Kube.RbacV1().ClusterRoles().Update(ctx, cr, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	Eventually(t, 30*time.Second, func() error {
-		res, err := e.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
-			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		if res.Status.Allowed != canReview {
-			return fmt.Errorf("%s may create subjectaccessreviews: %v, waiting for %v", user, res.Status.Allowed, canReview)
-		}
-		return nil
-	})
+	e.waitReview(t, user, nil, authorizationv1.ResourceAttributes{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}, canReview)
 }
 
 // RestartArmed kills the driver and starts it again armed to crash at step.
@@ -487,6 +475,9 @@ func (e *KubeEnv) NewSharer(t *testing.T) *sharer {
 		_ = e.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
 		_ = e.Kube.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
+	for _, resource := range role.Rules[0].Resources {
+		e.WaitAuthorized(t, UserSubject(name), authorizationv1.ResourceAttributes{Verb: "update", Group: ShareGroup, Resource: resource})
+	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", e.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -519,6 +510,7 @@ func (e *KubeEnv) GrantGet(t *testing.T, subject rbacv1.Subject, ns, resource, n
 		_ = e.Kube.RbacV1().RoleBindings(ns).Delete(context.Background(), rn, metav1.DeleteOptions{})
 		_ = e.Kube.RbacV1().Roles(ns).Delete(context.Background(), rn, metav1.DeleteOptions{})
 	})
+	e.WaitAuthorized(t, subject, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "get", Resource: resource, Name: name})
 }
 
 // UserSubject is an RBAC subject for the user name.

@@ -420,20 +420,44 @@ func (e *KubeEnv) Grant(t *testing.T, ns string, kind ShareKind, share string, s
 // subject as itself; a Group subject through a service account in that group).
 func (e *KubeEnv) WaitAccess(t *testing.T, ns string, kind ShareKind, share string, subject rbacv1.Subject, want bool) {
 	t.Helper()
-	user, groups := "system:serviceaccount:"+subject.Namespace+":"+subject.Name, []string{"system:serviceaccounts", "system:serviceaccounts:" + subject.Namespace, "system:authenticated"}
-	if subject.Kind == "Group" {
-		user, groups = "system:serviceaccount:"+ns+":any-sa", []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated", subject.Name}
+	user, groups := subjectIdentity(subject, ns)
+	e.waitReview(t, user, groups, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "use", Group: ShareGroup, Resource: kind.ShareResource(), Name: share}, want)
+}
+
+// WaitAuthorized waits until the API server's authorizer lets subject do attrs. RBAC objects
+// reach the authorizer through its informers, a moment after they are created: a request made
+// before then is refused ("clusterrole ... not found"), so a test that has just granted a
+// permission waits for it before using it.
+func (e *KubeEnv) WaitAuthorized(t *testing.T, subject rbacv1.Subject, attrs authorizationv1.ResourceAttributes) {
+	t.Helper()
+	user, groups := subjectIdentity(subject, attrs.Namespace)
+	e.waitReview(t, user, groups, attrs, true)
+}
+
+// subjectIdentity is the user and groups of a request made as subject (for a Group subject, a
+// service account of ns in that group).
+func subjectIdentity(subject rbacv1.Subject, ns string) (user string, groups []string) {
+	switch subject.Kind {
+	case "Group":
+		return "system:serviceaccount:" + ns + ":any-sa", []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated", subject.Name}
+	case "User":
+		return subject.Name, []string{"system:authenticated"}
 	}
+	return "system:serviceaccount:" + subject.Namespace + ":" + subject.Name, []string{"system:serviceaccounts", "system:serviceaccounts:" + subject.Namespace, "system:authenticated"}
+}
+
+// waitReview waits until a SubjectAccessReview of user (in groups) for attrs says want.
+func (e *KubeEnv) waitReview(t *testing.T, user string, groups []string, attrs authorizationv1.ResourceAttributes, want bool) {
+	t.Helper()
 	Eventually(t, 30*time.Second, func() error {
 		res, err := e.Kube.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
-			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups, ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: ns, Verb: "use", Group: ShareGroup, Resource: kind.ShareResource(), Name: share}},
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups, ResourceAttributes: &attrs},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			return err
 		}
 		if res.Status.Allowed != want {
-			return fmt.Errorf("access of %s to %s is %v, waiting for %v", user, share, res.Status.Allowed, want)
+			return fmt.Errorf("%s may %s %s %q: %v, waiting for %v", user, attrs.Verb, attrs.Resource, attrs.Name, res.Status.Allowed, want)
 		}
 		return nil
 	})
