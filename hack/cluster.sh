@@ -15,6 +15,7 @@
 #   hack/cluster.sh status                       show what is running
 #   hack/cluster.sh down                         stop and clean up everything (idempotent)
 #   hack/cluster.sh check-down                   fail, listing them, if `down` left anything behind
+#   hack/cluster.sh check-host [--control-plane-only]  fail, listing it, if this host lacks what `up` needs
 #   hack/cluster.sh node-kill NODE               a power loss of NODE's daemons: SIGKILL to its kubelet,
 #                                                its containerd and its driver processes (node plugin, status replica; the pods' other processes run on)
 #   hack/cluster.sh node-start NODE              start NODE's containerd and kubelet again (its state kept)
@@ -47,6 +48,16 @@ KUBELET_ROOT=/var/lib/kubelet   # the production path: the driver's default path
 # --control-plane-only, node-kill, and `down` after such an `up`) read or write here.
 # SRCSI_CGROUP_ROOT: a fake tree, for hack/clustertest only.
 CGROUP_ROOT=${SRCSI_CGROUP_ROOT:-/sys/fs/cgroup}
+# Present when systemd is the init system (sd_booted(3)). SRCSI_SYSTEMD_DIR: for hack/clustertest.
+SYSTEMD_DIR=${SRCSI_SYSTEMD_DIR:-/run/systemd/system}
+# On a cgroup v2 host everything a full cluster runs is in this systemd slice: the control plane's
+# daemons as scopes in it, and per node a slice in it (node_slice) holding the node's containerd
+# and kubelet scopes and its pods' slices (the kubelet's cgroupRoot).
+SLICE=srcsi.slice
+# TIMEOUT_SCALE: every wait of this harness (and of hack/up.sh) is this many times as long: for
+# slow hosts, an emulated machine say. A whole number, default 1.
+TIMEOUT_SCALE=${TIMEOUT_SCALE:-1}
+[[ $TIMEOUT_SCALE =~ ^[1-9][0-9]*$ ]] || { echo "TIMEOUT_SCALE=$TIMEOUT_SCALE: want a whole number, 1 or more" >&2; exit 2; }
 
 # The first node: the control plane and the registry share its network namespace.
 NETNS=srcsi
@@ -104,6 +115,8 @@ node_mntns() { if ((NODES == 1)); then echo ""; else echo "$MNTNS_DIR/$(node_nam
 node_dir() { if (($1 == 1)); then echo "$CL"; else echo "$CL/nodes/$(node_name "$1")"; fi; }
 node_cidr() { echo "10.$((87 + $1)).0.0/16"; }
 node_sfx() { if (($1 == 1)); then echo ""; else echo "-$1"; fi; }
+# node_slice K: node K's systemd slice on a cgroup v2 host (a dash nests it in $SLICE).
+node_slice() { echo "srcsi-node$1.slice"; }
 
 # on_node K CMD...: run CMD in node K's network namespace (and mount namespace, after the first).
 on_node() {
@@ -121,24 +134,34 @@ start() { start_in "$NETNS_PATH" "" "$@"; }
 start_on() {
 	local k=$1
 	shift
-	start_in "/run/netns/$(node_netns "$k")" "$(node_mntns "$k")" "$@"
+	START_SLICE=$(node_slice "$k") start_in "/run/netns/$(node_netns "$k")" "$(node_mntns "$k")" "$@"
 }
 
 # start_in NETNS MNTNS NAME CMD...: MNTNS "" is the machine's.
 # setsid: its own session, so it outlives the caller's process group and terminal.
 # 9>&-: do not inherit the lock on fd 9 (a daemon holding it would block the next `down`).
 # nsenter and setsid both exec (no fork) here, so $! is the daemon's own PID.
+# With systemd's cgroups (a full cluster on a cgroup v2 host: uses_systemd), the daemon runs in a
+# scope of its own, srcsi-NAME.scope, in $SLICE or, for a node's daemons, in the node's slice
+# (START_SLICE): out of the caller's session or service, whose end or limits it must not share,
+# and where `down` finds and stops all of it. systemd-run --scope registers its own PID as the
+# scope and execs the command, so $! stays the daemon's.
+START_SLICE=$SLICE
 start_in() {
-	local net=$1 mnt=$2 name=$3
+	local net=$1 mnt=$2 name=$3 scope=()
 	shift 3
+	if uses_systemd; then
+		scope=(systemd-run --scope --quiet --collect --unit "srcsi-$name" --slice "$START_SLICE" --)
+	fi
 	# Not via on_node: a backgrounded shell function would fork a subshell and $! would be its PID.
-	nsenter --net="$net" ${mnt:+--mount="$mnt"} -- setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
+	nsenter --net="$net" ${mnt:+--mount="$mnt"} -- setsid "${scope[@]}" "$@" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
 	echo $! >"$PIDS/$name.pid"
 }
 
-# wait_for DESC SECONDS CMD...: poll CMD every 0.1 s until it succeeds.
+# wait_for DESC SECONDS CMD...: poll CMD every 0.1 s until it succeeds, for SECONDS times
+# TIMEOUT_SCALE.
 wait_for() {
-	local desc=$1 secs=$2
+	local desc=$1 secs=$(($2 * TIMEOUT_SCALE))
 	shift 2
 	local deadline=$(($(date +%s) + secs))
 	until "$@" >/dev/null 2>&1; do
@@ -246,20 +269,67 @@ setup_mntns() {
 	done
 }
 
-# check_cgroups: the node's cgroup handling here is cgroup v1 (hybrid) without systemd: the kubelet
-# and runc use cgroupfs, the kubelet is told not to refuse v1 (failCgroupV1: false, its default
-# since 1.35 refuses it), and the harness finds pods' processes in the v1 hierarchies. A cgroup v2
-# host (every systemd distribution today, GitHub's runners) is refused with what to run instead:
-# the suites that need no kubelet run there on a control plane alone (`make test-api`), the pod
-# suites on kind (`make e2e-kind`), whose nodes bring their own cgroup setup. Only the phases that
-# start kubelets call this: `up --control-plane-only` runs on any cgroup setup.
-check_cgroups() {
+# The host's cgroups, for the phases that start kubelets (`up --control-plane-only` runs on any
+# cgroup setup and touches none). Two setups run nodes:
+# - cgroup v1 (a hybrid or legacy hierarchy, with or without systemd): the kubelet and runc use
+#   cgroupfs; node 1's pods go in /kubepods as on a real machine, node k's in /srcsi-node-k/kubepods
+#   (setup_cgroups), in every hierarchy; the kubelet is told not to refuse v1 (failCgroupV1: false).
+# - cgroup v2 (unified) with systemd, as every current systemd distribution boots: the kubelet and
+#   runc use systemd's cgroup driver, as kubeadm sets them up there. Everything the cluster runs
+#   lives in one slice, $SLICE: the control plane's daemons as scopes, and per node a slice
+#   (node_slice) holding its containerd and kubelet scopes and, as the kubelet's cgroupRoot, its
+#   pods' slices. `down` stops the slice.
+# cgroup v2 without systemd is refused: nothing there would manage the pods' cgroups as the
+# kubelet's systemd driver expects, and the cgroupfs driver beside another manager is unsupported.
+
+# cgroup_version: 2 (unified), 1 (v1 pids and memory hierarchies), or none.
+cgroup_version() {
 	if [[ -f $CGROUP_ROOT/cgroup.controllers ]]; then
-		die "this host uses cgroup v2 (unified); hack/cluster.sh runs nodes (kubelets) on cgroup v1 hosts only. On this host: the suites that need no kubelet with \`make test-api\` (a control plane alone), the pod suites on kind: make e2e-kind KUBE_VERSION=$KUBE_MINOR"
+		echo 2
+	elif [[ -d $CGROUP_ROOT/pids && -d $CGROUP_ROOT/memory ]]; then
+		echo 1
+	else
+		echo none
 	fi
-	[[ -d $CGROUP_ROOT/pids && -d $CGROUP_ROOT/memory ]] ||
-		die "no cgroup v1 pids and memory hierarchies under $CGROUP_ROOT: hack/cluster.sh runs nodes only there (\`make test-api\` needs no nodes; or use make e2e-kind)"
 }
+
+# cgroup_problem: prints why this host cannot run nodes, or nothing when it can.
+cgroup_problem() {
+	local c missing=()
+	case $(cgroup_version) in
+	1) ;;
+	2)
+		if [[ ! -d $SYSTEMD_DIR ]]; then
+			echo "this host has cgroup v2 but systemd is not its init system: hack/cluster.sh runs nodes on cgroup v2 through systemd's cgroup driver. On this host only \`make test-api\` (a control plane alone) runs"
+			return
+		fi
+		for c in cpu memory pids; do
+			grep -qw "$c" "$CGROUP_ROOT/cgroup.controllers" || missing+=("$c")
+		done
+		if ((${#missing[@]})); then
+			echo "the cgroup v2 controllers ${missing[*]} are not available ($CGROUP_ROOT/cgroup.controllers): the kubelet needs cpu, memory and pids"
+			return
+		fi
+		for c in systemd-run systemctl; do
+			command -v "$c" >/dev/null || { echo "missing $c: a cluster with nodes on a cgroup v2 host runs its daemons in systemd scopes"; return; }
+		done
+		;;
+	*)
+		echo "no cgroups a kubelet can use under $CGROUP_ROOT: neither cgroup v2 (cgroup.controllers) nor the cgroup v1 pids and memory hierarchies. On this host only \`make test-api\` (a control plane alone) runs"
+		;;
+	esac
+}
+
+# check_cgroups: dies, naming what is missing, unless this host can run nodes.
+check_cgroups() {
+	local problem
+	problem=$(cgroup_problem)
+	[[ -z $problem ]] || die "$problem"
+}
+
+# uses_systemd: true when the cluster `up` last started (or is starting) runs on systemd's cgroups
+# ($CL/cgroup-driver, written before anything starts).
+uses_systemd() { [[ "$(cat "$CL/cgroup-driver" 2>/dev/null)" == systemd ]]; }
 
 # nodes_ran: true when the cluster `up` last started (or is starting) had nodes: only then do
 # `down` and a new `up` clean up pods and cgroups (a control plane alone created none, and on a
@@ -267,11 +337,14 @@ check_cgroups() {
 # written before anything starts; a containerd directory without it is a node of an older harness.
 nodes_ran() { [[ "$(cat "$CL/mode" 2>/dev/null)" == full || (! -e $CL/mode && -d $CTRD) ]]; }
 
-# setup_cgroups: the cgroup parent of each further node's pods (its kubelet's cgroupRoot), so the
-# kubelets do not share /kubepods. In every hierarchy the machine mounts (cgroup v1 and the
-# unified one); cpuset needs its CPUs and memory nodes set before anything can join.
+# setup_cgroups: on cgroup v1, the cgroup parent of each further node's pods (its kubelet's
+# cgroupRoot), so the kubelets do not share /kubepods: in every hierarchy the machine mounts
+# (cgroup v1 and the unified one); cpuset needs its CPUs and memory nodes set before anything can
+# join. On cgroup v2 the nodes' slices come with their scopes (start_on), and enable_controllers
+# readies each before its kubelet starts.
 setup_cgroups() {
 	local k d
+	uses_systemd && return 0
 	for ((k = 2; k <= NODES; k++)); do
 		for d in "$CGROUP_ROOT"/*/; do
 			[[ -L ${d%/} ]] && continue # cpu -> cpu,cpuacct: the same hierarchy
@@ -280,6 +353,23 @@ setup_cgroups() {
 				cat "${d}cpuset.cpus" >"$d$(node_name "$k")/cpuset.cpus"
 				cat "${d}cpuset.mems" >"$d$(node_name "$k")/cpuset.mems"
 			fi
+		done
+	done
+}
+
+# enable_controllers K (cgroup v2): the controllers the kubelet manages pods with (cpu, cpuset,
+# memory, hugetlb, pids: those the kernel has) enabled for the children of the root, of $SLICE and
+# of node K's slice, its cgroupRoot: the kubelet refuses a cgroupRoot that lacks one. runc enables
+# them the same way on every cgroup it creates; systemd enables only those it manages (not
+# hugetlb, and cpuset only for a delegated unit). Node K's slice exists once its containerd runs.
+enable_controllers() {
+	local k=$1 c d
+	for d in "$CGROUP_ROOT" "$CGROUP_ROOT/$SLICE" "$CGROUP_ROOT/$SLICE/$(node_slice "$k")"; do
+		[[ -d $d ]] || die "no cgroup $d: node $(node_name "$k")'s containerd should have made its slice"
+		for c in cpu cpuset memory hugetlb pids; do
+			grep -qw "$c" "$CGROUP_ROOT/cgroup.controllers" || continue
+			grep -qw "$c" "$d/cgroup.subtree_control" && continue
+			echo "+$c" >"$d/cgroup.subtree_control" || die "cannot enable the cgroup controller $c in $d"
 		done
 	done
 }
@@ -313,10 +403,12 @@ rules:
 EOF
 }
 
+# The control plane's storage and API server. The controller manager and the scheduler start once
+# the API server is ready (cmd_up): the controller manager gives up when the API server is not
+# healthy within its own short wait, which a slow host can exceed.
 start_control_plane() {
 	start_etcd
 	start_apiserver
-	start_controller_manager
 }
 
 start_etcd() {
@@ -395,6 +487,7 @@ start_scheduler() {
 # CIDR) and registry hosts.
 start_containerd() {
 	local k=$1 dir ctrd systemd_cgroup=false
+	uses_systemd && systemd_cgroup=true
 	dir=$(node_dir "$k")
 	ctrd=$dir/containerd
 	mkdir -p "$ctrd" "$dir/cni/net.d" "$dir/pod-logs"
@@ -426,8 +519,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     config_path = "$ctrd/certs.d"
 
 [plugins."io.containerd.cri.v1.runtime"]
-  # This VM lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj below ours, and without
-  # this every sandbox fails with "can't get final child's PID from pipe".
+  # On a host that withholds CAP_SYS_RESOURCE (some VMs and containers) runc cannot lower
+  # oom_score_adj below ours: without this every sandbox fails there with "can't get final
+  # child's PID from pipe".
   restrict_oom_score_adj = true
   enable_selinux = false
   [plugins."io.containerd.cri.v1.runtime".containerd]
@@ -435,7 +529,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-        # The kubelet uses cgroupDriver: cgroupfs; both must agree.
+        # The same cgroup driver as the kubelet's (cgroupfs on cgroup v1, systemd on v2).
         SystemdCgroup = $systemd_cgroup
         # Our runc (hack/build-tools.sh), and its state under our dir (default /run/containerd/runc).
         BinaryName = "$BIN/runc"
@@ -558,20 +652,25 @@ import_image() {
 
 # start_kubelet K: node K's kubelet. Its root is /var/lib/kubelet in the node's mount namespace.
 start_kubelet() {
-	local k=$1 dir cgroup_root=/ kubeconfig=$CL/kubelet.kubeconfig
+	local k=$1 dir cgroup_root=/ cgroup_driver=cgroupfs kubeconfig=$CL/kubelet.kubeconfig
 	dir=$(node_dir "$k")
-	if ((k > 1)); then
+	((k == 1)) || kubeconfig=$dir/kubelet.kubeconfig
+	if uses_systemd; then
+		cgroup_driver=systemd
+		cgroup_root=/$SLICE/$(node_slice "$k")
+		enable_controllers "$k"
+	elif ((k > 1)); then
 		cgroup_root=/$(node_name "$k")
-		kubeconfig=$dir/kubelet.kubeconfig
 	fi
 	mkdir -p "$KUBELET_ROOT"
 	cat >"$dir/kubelet-config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 containerRuntimeEndpoint: unix://$dir/containerd/containerd.sock
-# The machine uses cgroup v1 (hybrid) and no systemd; the kubelet must not refuse v1.
-cgroupDriver: cgroupfs
-# Each node's pods under a cgroup of its own (the first node's: /kubepods, as on a real machine).
+# cgroupfs on a cgroup v1 host, where the kubelet must not refuse v1; systemd's on a v2 host.
+cgroupDriver: $cgroup_driver
+# Each node's pods under a cgroup of its own (on cgroup v1 the first node's is /kubepods, as on a
+# real machine; on v2 each node's slice).
 cgroupRoot: "$cgroup_root"
 failCgroupV1: false
 failSwapOn: false
@@ -703,8 +802,10 @@ cmd_up() {
 	teardown # a fresh cluster every time, whatever a previous run left behind
 	mkdir -p "$LOGS" "$PIDS"
 	echo "$KUBE_MINOR" >"$CL/kube-minor"
-	# Before anything starts: what `down` reads to know whether nodes (and their cgroups) ran.
+	# Before anything starts: what `down` reads to know whether nodes (and their cgroups) ran, and
+	# whose cgroups they were.
 	echo "$mode" >"$CL/mode"
+	if [[ $mode == full && $(cgroup_version) == 2 ]]; then echo systemd >"$CL/cgroup-driver"; fi
 	log "Kubernetes $("$KBIN/kube-apiserver" --version | awk '{print $2}'), $("$BIN/containerd" --version | awk '{print $1, $3}')"
 	rm -f "$LOGS"/*.log "$CL/audit.log"
 
@@ -720,7 +821,6 @@ cmd_up() {
 
 	start_control_plane
 	if [[ $mode == full ]]; then
-		start_scheduler
 		((!registry)) || start_registry
 		for ((k = 1; k <= NODES; k++)); do start_containerd "$k"; done
 		build_images
@@ -736,6 +836,8 @@ cmd_up() {
 	write_env "$mode" "$registry"
 
 	wait_for "kube-apiserver /readyz ok" 60 apiserver_ready
+	start_controller_manager
+	[[ $mode != full ]] || start_scheduler
 	if [[ $mode == full ]]; then
 		for ((k = 1; k <= NODES; k++)); do
 			wait_for "node $(node_name "$k") Ready" 60 node_ready "$(node_name "$k")"
@@ -743,6 +845,40 @@ cmd_up() {
 	fi
 	wait_for "ServiceAccount default/default exists" 60 default_sa_exists
 	log "cluster up ($mode); env: $CL/env"
+}
+
+# check-host [--control-plane-only]: whether this host can run what `up` starts, said in a second,
+# before anything is installed or built (`make up`, `make test`, `make soak`, `make bench` and `make
+# test-api` run it first): Linux, root, apt (hack/install-deps.sh installs Debian's packages), a Go
+# toolchain as new as go.mod asks, and for nodes their cgroups (cgroup_problem). Every problem is
+# listed, then it fails.
+cmd_check_host() {
+	local mode=full want have problems=() problem
+	case ${1:-} in
+	"") ;;
+	--control-plane-only) mode=control-plane-only ;;
+	*) die "usage: cluster.sh check-host [--control-plane-only]" ;;
+	esac
+	[[ $(uname -s) == Linux ]] || problems+=("this is $(uname -s), not Linux: the cluster's kubelet, containerd and network namespaces are Linux's")
+	[[ $(id -u) == 0 ]] || problems+=("not root: run it as root (sudo); the cluster mounts file systems, makes network namespaces and runs a kubelet")
+	command -v apt-get >/dev/null && command -v dpkg-query >/dev/null ||
+		problems+=("no apt-get or dpkg-query: hack/install-deps.sh installs the cluster's packages with apt (a Debian-based host)")
+	want=$(awk '$1 == "go" { print $2; exit }' "$ROOT/go.mod")
+	if ! have=$(go env GOVERSION 2>/dev/null); then
+		problems+=("no Go toolchain (go) in PATH: the cluster's binaries and the driver are built with Go $want or later")
+	elif [[ $(printf '%s\n' "go$want" "$have" | sort -V | head -n 1) != "go$want" ]]; then
+		problems+=("Go $have is older than go.mod's go $want: install Go $want or later")
+	fi
+	if [[ $mode == full ]]; then
+		problem=$(cgroup_problem)
+		[[ -z $problem ]] || problems+=("$problem")
+	fi
+	if ((${#problems[@]})); then
+		printf 'this host cannot run the local cluster%s:\n' "$([[ $mode == full ]] || echo "'s control plane")" >&2
+		printf -- '- %s\n' "${problems[@]}" >&2
+		return 1
+	fi
+	log "host ok: $(uname -r), cgroup $(cgroup_version)$([[ $(cgroup_version) != 2 ]] || echo " with systemd"), $have"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -768,10 +904,12 @@ ancestors() {
 	echo 1
 }
 
-# Processes in the kubelet's pod cgroups (all containers, including host-network ones).
+# Processes in the kubelets' pod cgroups (all containers, including host-network ones): on cgroup
+# v1 in the hierarchies the harness reads, on v2 in the nodes' slices.
 pod_pids() {
-	find "$CGROUP_ROOT/pids" "$CGROUP_ROOT/memory" "$CGROUP_ROOT/unified" -path '*/kubepods*' \
-		-name cgroup.procs -exec cat {} + 2>/dev/null | sort -un
+	local dirs=("$CGROUP_ROOT/pids" "$CGROUP_ROOT/memory" "$CGROUP_ROOT/unified")
+	if uses_systemd || [[ ${1:-} == v2 ]]; then dirs=("$CGROUP_ROOT/$SLICE"); fi
+	find "${dirs[@]}" -path '*/*kubepods*' -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un
 }
 
 # kill_wait SIGNAL SECONDS PID...: signal, then wait until all are gone.
@@ -879,6 +1017,20 @@ remove_iptables_chains() {
 
 remove_cgroups() {
 	local d i
+	# cgroup v2: stopping the slice stops every unit in it (the daemons' scopes are gone with their
+	# processes; the kubelets' pod slices stay until stopped) and systemd removes their cgroups.
+	if uses_systemd; then
+		if [[ -e $CGROUP_ROOT/$SLICE ]]; then
+			timeout $((30 * TIMEOUT_SCALE)) systemctl stop "$SLICE" || log "warning: systemctl stop $SLICE failed"
+		fi
+		systemctl reset-failed 'srcsi-*' 2>/dev/null || true
+		for ((i = 0; i < 100; i++)); do
+			[[ -e $CGROUP_ROOT/$SLICE ]] || return 0
+			sleep 0.05
+		done
+		log "warning: cgroups remain: $CGROUP_ROOT/$SLICE"
+		return 0
+	fi
 	# Deepest first (rmdir only removes empty cgroups); retry while the kernel frees them.
 	for ((i = 0; i < 20; i++)); do
 		mapfile -t dirs < <(find "$CGROUP_ROOT"/*/kubepods* "$CGROUP_ROOT"/*/"$NODE_NAME"-* -depth -type d 2>/dev/null)
@@ -987,7 +1139,13 @@ cmd_node_kill() {
 	local k pids=() f p parent drivers=0
 	read_nodes
 	k=$(node_index "$1")
-	if ((k == 1)); then parent=kubepods; else parent=$(node_name "$k")/kubepods; fi
+	if uses_systemd; then
+		parent=$SLICE/$(node_slice "$k")
+	elif ((k == 1)); then
+		parent=pids/kubepods
+	else
+		parent=pids/$(node_name "$k")/kubepods
+	fi
 	for f in "$PIDS/kubelet$(node_sfx "$k").pid" "$PIDS/containerd$(node_sfx "$k").pid"; do
 		{ [[ -e $f ]] && kill -0 "$(cat "$f")" 2>/dev/null; } || die "node $1: $(basename "$f" .pid) is not running"
 		pids+=("$(cat "$f")")
@@ -995,7 +1153,7 @@ cmd_node_kill() {
 	# The node plugin, and a status controller replica when one runs on this node: the same binary.
 	while read -r p; do
 		[[ "$(cat "/proc/$p/comm" 2>/dev/null)" == shared-resourc* ]] && pids+=("$p") && drivers=$((drivers + 1))
-	done < <(find "$CGROUP_ROOT/pids/$parent" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un)
+	done < <(find "$CGROUP_ROOT/$parent" -path '*/*kubepods*' -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un)
 	((drivers >= 1 && drivers <= 3)) || die "node $1: found $drivers driver processes in its pod cgroups, want the node plugin and at most two status controller replicas"
 	kill_wait KILL 3 "${pids[@]}" || die "node $1: processes survive SIGKILL: ${pids[*]}"
 	rm -f "$PIDS/kubelet$(node_sfx "$k").pid" "$PIDS/containerd$(node_sfx "$k").pid"
@@ -1047,14 +1205,25 @@ cmd_check_down() {
 	local left=() p f
 	mapfile -t p < <(harness_pids)
 	((${#p[@]} == 0)) || left+=("processes: ${p[*]}")
-	# Pods and cgroups only where this harness can run nodes (cgroup v1): on a cgroup v2 host the
-	# cgroups are systemd's and any other kubelet's, never ours.
+	# Pods and cgroups: on cgroup v1 any kubepods cgroup (teardown removes any, as on the one
+	# kubelet machine this harness assumes); on v2 its slice, and any unit of its.
 	local cgroups=()
-	if [[ ! -f $CGROUP_ROOT/cgroup.controllers && -d $CGROUP_ROOT/pids ]]; then
+	case $(cgroup_version) in
+	1)
 		mapfile -t p < <(pod_pids)
 		((${#p[@]} == 0)) || left+=("pod processes: ${p[*]}")
 		cgroups=("$CGROUP_ROOT"/*/kubepods* "$CGROUP_ROOT"/*/"$NODE_NAME"-*)
-	fi
+		;;
+	2)
+		mapfile -t p < <(pod_pids v2)
+		((${#p[@]} == 0)) || left+=("pod processes: ${p[*]}")
+		cgroups=("$CGROUP_ROOT/$SLICE")
+		if [[ -d $SYSTEMD_DIR ]]; then
+			mapfile -t p < <(systemctl list-units --all --plain --no-legend 'srcsi*' 2>/dev/null | awk '{print $1}')
+			((${#p[@]} == 0)) || left+=("systemd units: ${p[*]}")
+		fi
+		;;
+	esac
 	mapfile -t p < <(mounts_under "$KUBELET_ROOT" "$CL" "$MNTNS_DIR")
 	((${#p[@]} == 0)) || left+=("mounts: ${p[*]}")
 	# A mount namespace of a node that outlived `down` shows in its processes' mount tables, or,
@@ -1063,7 +1232,6 @@ cmd_check_down() {
 	((${#p[@]} == 0)) || left+=("processes with our mounts: ${p[*]}")
 	mapfile -t p < <(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^($NETNS|$NETNS-[0-9]+)$")
 	((${#p[@]} == 0)) || left+=("network namespaces: ${p[*]}")
-	# (kubepods cgroups: teardown removes any, as the one kubelet machine this harness assumes.)
 	for f in "$MNTNS_DIR" "$KUBELET_ROOT" "${cgroups[@]}" \
 		"$CL"/nodes "$CL"/containerd "$CL"/kubelet; do
 		[[ -e $f ]] && left+=("left: $f")
@@ -1159,6 +1327,7 @@ case ${1:-} in
 up) shift; cmd_up "$@" ;;
 down) cmd_down ;;
 check-down) cmd_check_down ;;
+check-host) shift; cmd_check_host "$@" ;;
 node-exec) shift; cmd_node_exec "$@" ;;
 node-kill) shift; cmd_node_kill "$@" ;;
 node-start) shift; lock; cmd_node_start "$@" ;;
@@ -1168,7 +1337,7 @@ import-image) shift; cmd_import_image "$@" ;;
 import-busybox) shift; cmd_import_busybox "$@" ;;
 status) cmd_status ;;
 *)
-	sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 	;;
 esac

@@ -13,13 +13,18 @@
 # Needs root. `make up` builds what it runs first (tools-cluster, binary, image); to run this script alone:
 #   make image && hack/up.sh
 # Environment: IMAGE_TAR (default _output/shared-resource-csi-image.tar), IMAGE (default: the tag
-# inside IMAGE_TAR), RELIST_INTERVAL (default: deploy.yaml's), NODES (default 1).
+# inside IMAGE_TAR), RELIST_INTERVAL (default: deploy.yaml's), NODES (default 1), TIMEOUT_SCALE
+# (default 1: every wait here and in hack/cluster.sh that many times as long, for a slow host).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 [[ $(id -u) == 0 ]] || { echo "make up needs root (it runs a kubelet and containerd)" >&2; exit 1; }
 
 log() { printf '[up] %s\n' "$*" >&2; }
+TIMEOUT_SCALE=${TIMEOUT_SCALE:-1}
+[[ $TIMEOUT_SCALE =~ ^[1-9][0-9]*$ ]] || { echo "TIMEOUT_SCALE=$TIMEOUT_SCALE: want a whole number, 1 or more" >&2; exit 2; }
+# secs N: N seconds as a wait here takes them (TIMEOUT_SCALE).
+secs() { echo $(($1 * TIMEOUT_SCALE)); }
 die() { log "ERROR: $*"; exit 1; }
 k() { hack/cluster.sh exec -- kubectl "$@"; }
 
@@ -43,11 +48,11 @@ log "applying deploy.yaml with image $IMAGE${RELIST_INTERVAL:+ and --relist-inte
 hack/deploy-overlay.sh "$IMAGE" ${RELIST_INTERVAL:+"$RELIST_INTERVAL"} | k apply -f -
 
 log "waiting for the driver's DaemonSet"
-k -n csi-sharedresource rollout status daemonset/shared-resource-csi-driver --timeout=120s
+k -n csi-sharedresource rollout status daemonset/shared-resource-csi-driver --timeout="$(secs 120)s"
 log "waiting for the status controller's Deployment"
-k -n csi-sharedresource rollout status deployment/shared-resource-csi-status --timeout=120s
+k -n csi-sharedresource rollout status deployment/shared-resource-csi-status --timeout="$(secs 120)s"
 # Ready means /healthz answered; the kubelet must also have taken the registration.
-deadline=$(($(date +%s) + 60))
+deadline=$(($(date +%s) + $(secs 60)))
 for node in $SRCSI_NODES; do
 	until [[ " $(k get csinode "$node" -o 'jsonpath={.spec.drivers[*].name}' 2>/dev/null) " == *" csi.sharedresource.openshift.io "* ]]; do
 		(($(date +%s) < deadline)) || die "the kubelet of $node did not register the driver (kubelet logs: _output/cluster/logs/kubelet*.log)"
@@ -59,7 +64,7 @@ done
 # so it runs the busybox imported locally instead. Nothing else of the example changes.
 log "applying examples/ca-bundle.yaml"
 sed -E "s#^( *)image: busybox:.*#\\1image: $SRCSI_BUSYBOX_IMAGE\\n\\1imagePullPolicy: Never#" examples/ca-bundle.yaml | k apply -f -
-k -n team-a wait --for=condition=Ready pod/corp-ca-reader --timeout=120s >/dev/null ||
+k -n team-a wait --for=condition=Ready pod/corp-ca-reader --timeout="$(secs 120)s" >/dev/null ||
 	die "the example pod did not start: hack/cluster.sh exec -- kubectl -n team-a describe pod corp-ca-reader"
 log "up in $(($(date +%s) - start)) s; the example pod reads the shared CA bundle:"
 k -n team-a logs corp-ca-reader

@@ -131,72 +131,93 @@ func (s *PodSuite) VolumesOfNamespaces(t *testing.T, namespaces ...string) (n in
 	return n, bytes
 }
 
-// DriverKernelMemory reads what the kernel charges the driver pod's container (cgroup v1) for
-// files and names: the tmpfs pages (memory.stat's shmem), the kernel's own allocations (inodes,
-// dentries, names: memory.kmem.usage_in_bytes), and its whole usage. ok is false when the
-// container's cgroup is not found.
-func (s *PodSuite) DriverKernelMemory(p *corev1.Pod) (shmem, kmem, usage float64, ok bool) {
+// containerCgroup finds the memory cgroup of the pod's first container: on cgroup v1 in the memory
+// hierarchy's kubepods tree, on cgroup v2 its cri-containerd scope in the local cluster's slices
+// (the kubelet's systemd driver, which writes the pod's UID with underscores). v2 says which.
+func containerCgroup(p *corev1.Pod) (dir string, v2 bool, ok bool) {
 	if len(p.Status.ContainerStatuses) == 0 {
-		return 0, 0, 0, false
+		return "", false, false
 	}
 	id := p.Status.ContainerStatuses[0].ContainerID
 	id = id[strings.Index(id, "://")+3:]
-	matches, _ := filepath.Glob("/sys/fs/cgroup/memory/kubepods*/*/pod" + string(p.UID) + "/" + id)
-	if len(matches) == 0 {
-		matches, _ = filepath.Glob("/sys/fs/cgroup/memory/kubepods*/pod" + string(p.UID) + "/" + id)
-	}
-	if len(matches) == 0 {
-		return 0, 0, 0, false
-	}
-	read := func(name string) float64 {
-		b, _ := os.ReadFile(filepath.Join(matches[0], name))
-		v, _ := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
-		return v
-	}
-	b, _ := os.ReadFile(filepath.Join(matches[0], "memory.stat"))
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[0] == "shmem" {
-			shmem, _ = strconv.ParseFloat(f[1], 64)
+	uid := string(p.UID)
+	for _, pattern := range []string{
+		"/sys/fs/cgroup/memory/kubepods*/*/pod" + uid + "/" + id,
+		"/sys/fs/cgroup/memory/kubepods*/pod" + uid + "/" + id,
+	} {
+		if m, _ := filepath.Glob(pattern); len(m) > 0 {
+			return m[0], false, true
 		}
 	}
-	return shmem, read("memory.kmem.usage_in_bytes"), read("memory.usage_in_bytes"), true
+	scope := "*pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-" + id + ".scope"
+	for _, pattern := range []string{
+		"/sys/fs/cgroup/srcsi.slice/*/*kubepods.slice/*/" + scope,
+		"/sys/fs/cgroup/srcsi.slice/*/*kubepods.slice/" + scope,
+	} {
+		if m, _ := filepath.Glob(pattern); len(m) > 0 {
+			return m[0], true, true
+		}
+	}
+	return "", false, false
+}
+
+// memoryStat is KEY's value in DIR's memory.stat, or -1.
+func memoryStat(dir, key string) float64 {
+	b, _ := os.ReadFile(filepath.Join(dir, "memory.stat"))
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == key {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			return v
+		}
+	}
+	return -1
+}
+
+// memoryFile is the number in DIR's file NAME.
+func memoryFile(dir, name string) float64 {
+	b, _ := os.ReadFile(filepath.Join(dir, name))
+	v, _ := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+	return v
+}
+
+// DriverKernelMemory reads what the kernel charges the driver pod's container for files and
+// names: the tmpfs pages (memory.stat's shmem), the kernel's own allocations (inodes, dentries,
+// names: cgroup v1's memory.kmem.usage_in_bytes, v2's memory.stat kernel), and its whole usage.
+// ok is false when the container's cgroup is not found.
+func (s *PodSuite) DriverKernelMemory(p *corev1.Pod) (shmem, kmem, usage float64, ok bool) {
+	dir, v2, ok := containerCgroup(p)
+	if !ok {
+		return 0, 0, 0, false
+	}
+	if v2 {
+		return memoryStat(dir, "shmem"), memoryStat(dir, "kernel"), memoryFile(dir, "memory.current"), true
+	}
+	return memoryStat(dir, "shmem"), memoryFile(dir, "memory.kmem.usage_in_bytes"), memoryFile(dir, "memory.usage_in_bytes"), true
 }
 
 // LogCharged logs where the kernel charges the volumes' pages: the shmem (tmpfs) bytes of the
 // driver container's memory cgroup and of its pod's, and the container's usage against its limit.
 func (s *PodSuite) LogCharged(t *testing.T, p *corev1.Pod, when string) {
 	t.Helper()
-	if len(p.Status.ContainerStatuses) == 0 {
+	container, v2, ok := containerCgroup(p)
+	if !ok {
+		t.Logf("%s: no memory cgroup found for the first container of pod %s", when, p.UID)
 		return
 	}
-	id := p.Status.ContainerStatuses[0].ContainerID
-	id = id[strings.Index(id, "://")+3:]
-	matches, _ := filepath.Glob("/sys/fs/cgroup/memory/kubepods*/*/pod" + string(p.UID) + "/" + id)
-	if len(matches) == 0 {
-		matches, _ = filepath.Glob("/sys/fs/cgroup/memory/kubepods*/pod" + string(p.UID) + "/" + id)
-	}
-	if len(matches) == 0 {
-		t.Logf("%s: no memory cgroup found for container %s of pod %s", when, id, p.UID)
-		return
-	}
-	container, pod := matches[0], filepath.Dir(matches[0])
+	pod := filepath.Dir(container)
 	qos := filepath.Dir(pod) // kubepods/burstable: where a deleted pod's charges go
-	stat := func(dir, key string) float64 {
-		b, _ := os.ReadFile(filepath.Join(dir, "memory.stat"))
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) == 2 && f[0] == key {
-				v, _ := strconv.ParseFloat(f[1], 64)
-				return v
-			}
-		}
-		return -1
+	if v2 {
+		// cgroup v2's memory.stat counts a cgroup's descendants too.
+		t.Logf("%s: tmpfs pages (shmem) charged to the driver container's cgroup %.1f MiB, to its pod's with its containers' %.1f MiB, "+
+			"to %s's %.1f MiB with its pods' (removed ones included); container usage %.1f MiB of 96 MiB",
+			when, memoryStat(container, "shmem")/(1<<20), memoryStat(pod, "shmem")/(1<<20),
+			filepath.Base(qos), memoryStat(qos, "shmem")/(1<<20), memoryFile(container, "memory.current")/(1<<20))
+		return
 	}
-	usage, _ := os.ReadFile(filepath.Join(container, "memory.usage_in_bytes"))
-	u, _ := strconv.ParseFloat(strings.TrimSpace(string(usage)), 64)
 	t.Logf("%s: tmpfs pages (shmem) charged to the driver container's cgroup %.1f MiB, to its pod's own %.1f MiB (with its containers' %.1f MiB), "+
 		"to %s's %.1f MiB with its pods' (removed ones included); container usage %.1f MiB of 96 MiB",
-		when, stat(container, "shmem")/(1<<20), stat(pod, "shmem")/(1<<20), stat(pod, "total_shmem")/(1<<20),
-		filepath.Base(qos), stat(qos, "total_shmem")/(1<<20), u/(1<<20))
+		when, memoryStat(container, "shmem")/(1<<20), memoryStat(pod, "shmem")/(1<<20), memoryStat(pod, "total_shmem")/(1<<20),
+		filepath.Base(qos), memoryStat(qos, "total_shmem")/(1<<20), memoryFile(container, "memory.usage_in_bytes")/(1<<20))
 }
 
 const (
@@ -302,8 +323,9 @@ func PodsEnv(t *testing.T, mode podsMode) *PodSuite {
 // registered with the kubelet. In the local cluster (SRCSI_REGISTRY set by hack/cluster.sh) it is
 // installed as a user installs a release: `make release` pushes the image index and the chart to
 // the cluster's registry, and the chart is installed from there, its image (pinned by digest)
-// pulled by the node. Otherwise (hack/e2e-kind.sh, no registry) the image is the static binary
-// alone, written by mkimage (no Docker) and imported into the node, and the chart is this tree's.
+// pulled by the node. Otherwise (a cluster of `make up`, which starts no registry) the image is
+// the static binary alone, written by mkimage (no Docker) and imported into the node, and the
+// chart is this tree's.
 func deployDriver(e *KubeEnv) (*PodSuite, error) {
 	s := &PodSuite{
 		KubeEnv:  e,
@@ -313,18 +335,11 @@ func deployDriver(e *KubeEnv) (*PodSuite, error) {
 		Busybox:  os.Getenv("SRCSI_BUSYBOX_IMAGE"),
 		AuditLog: os.Getenv("SRCSI_AUDIT_LOG"), // optional: without it, requests are counted by /metrics only
 		Kubelet:  os.Getenv("SRCSI_KUBELET_DIR"),
-		Image:    os.Getenv("SRCSI_DRIVER_IMAGE"), // set: already on the node (hack/e2e-kind.sh); unset: built here
 		Nodes:    strings.Fields(os.Getenv("SRCSI_NODES")),
-	}
-	if len(s.Nodes) == 0 { // a cluster without the list (hack/e2e-kind.sh): the one node
-		s.Nodes = []string{s.node}
 	}
 	binDir := os.Getenv("SRCSI_BIN_DIR")
 	required := map[string]string{"SRCSI_KUBECTL": s.Kubectl, "HELM": os.Getenv("HELM"), "SRCSI_NODE_NAME": s.node, "SRCSI_NODE_IP": s.NodeIP,
-		"SRCSI_BUSYBOX_IMAGE": s.Busybox, "SRCSI_KUBELET_DIR": s.Kubelet}
-	if s.Image == "" {
-		required["SRCSI_BIN_DIR"] = binDir
-	}
+		"SRCSI_BUSYBOX_IMAGE": s.Busybox, "SRCSI_KUBELET_DIR": s.Kubelet, "SRCSI_NODES": os.Getenv("SRCSI_NODES"), "SRCSI_BIN_DIR": binDir}
 	for k, v := range required {
 		if v == "" {
 			return nil, fmt.Errorf("$%s is not set: not in a local cluster started by hack/cluster.sh up", k)
@@ -333,14 +348,12 @@ func deployDriver(e *KubeEnv) (*PodSuite, error) {
 	if m := os.Getenv("SRCSI_MODE"); m != "full" {
 		return nil, fmt.Errorf("the cluster runs in mode %q; pods need a node (hack/cluster.sh up without --control-plane-only)", m)
 	}
-	if reg := os.Getenv("SRCSI_REGISTRY"); reg != "" && s.Image == "" {
+	if reg := os.Getenv("SRCSI_REGISTRY"); reg != "" {
 		return deployFromRegistry(s, reg)
 	}
-	if s.Image == "" {
-		var err error
-		if s.Image, err = buildAndImportImage(e.Binary, binDir); err != nil {
-			return nil, err
-		}
+	var err error
+	if s.Image, err = buildAndImportImage(e.Binary, binDir); err != nil {
+		return nil, err
 	}
 
 	// Installed as an admin installs it with Helm: the chart's defaults (what deploy.yaml holds)

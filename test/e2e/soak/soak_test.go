@@ -648,7 +648,8 @@ func driverPIDs(uids ...string) []int {
 		}
 		cg, _ := os.ReadFile("/proc/" + d.Name() + "/cgroup")
 		for _, uid := range uids {
-			if strings.Contains(string(cg), "pod"+uid) {
+			// cgroup v1's kubepods/…/podUID, or the systemd driver's …-podUID.slice with underscores.
+			if strings.Contains(string(cg), "pod"+uid) || strings.Contains(string(cg), "pod"+strings.ReplaceAll(uid, "-", "_")) {
 				pids = append(pids, pid)
 			}
 		}
