@@ -8,7 +8,7 @@ BIN     := $(OUT)/bin
 # place the registry path is set; `make manifests REGISTRY=...` re-points both). The owner is the
 # repository's owner on GitHub (ghcr.io/<owner>).
 REGISTRY ?= ghcr.io/shared-resource
-# IMAGE: the tag of `make image`'s tar, imported straight into a node (up.sh, e2e-kind.sh); it is
+# IMAGE: the tag of `make image`'s tar, imported straight into a node (up.sh); it is
 # not pulled from anywhere.
 IMAGE   ?= docker.io/library/$(BINARY):$(VERSION)
 # Every Go command compiles as the driver ships: static, -trimpath, no DWARF. hack/lib/goenv.sh
@@ -18,7 +18,7 @@ export CGO_ENABLED := $(shell bash -c '. hack/lib/goenv.sh && printf %s "$$CGO_E
 export GOFLAGS := $(shell bash -c '. hack/lib/goenv.sh && printf %s "$$GOFLAGS"')
 export BUILD_GOGC := $(shell bash -c '. hack/lib/goenv.sh && printf %s "$$BUILD_GOGC"')
 
-.PHONY: build help test test-api soak unit tools-test vet lint deps-lint golangci-lint image deploy up down tools tools-main deps tools-cluster deps-cluster tools-api helm actionlint check-workflows cosign registry release e2e-kind bench clean manifests
+.PHONY: build help check-host check-host-api test test-api soak unit tools-test vet lint deps-lint golangci-lint image deploy up down tools tools-main deps tools-cluster deps-cluster tools-api helm actionlint check-workflows cosign registry release test-vm bench clean manifests
 
 ## build: the static driver binary, version stamped, in _output/bin.
 # Stripped (-s -w), so compiled without the DWARF the link would drop: faster, and the compiled
@@ -114,6 +114,16 @@ cosign:
 registry:
 	hack/build-tools.sh registry
 
+## check-host: whether this host can run the local cluster (root, Linux, apt, Go, and cgroup v1 or
+## cgroup v2 with systemd), said in a second: `make up`, `test` and `soak` check it before they
+## install or build anything.
+check-host:
+	@hack/cluster.sh check-host
+## check-host-api: whether this host can run a control plane alone (check-host without the
+## cgroups): `make bench` and `make test-api` check it first.
+check-host-api:
+	@hack/cluster.sh check-host --control-plane-only
+
 ## test: everything CI runs, as root (hack/test.sh): vet, the release tools' tests (tools-test),
 ## then brings up the local cluster, runs every test (the root module's with -tags root: the unit
 ## and mount tests; test/'s suites: test/README.md) against it, tears it down; on the newest
@@ -135,12 +145,12 @@ test-api:
 ## DURATION (default 3m), then every read every consumer made is checked. SEED replays a run.
 ## Prints the figures and violations; keeps the histories and logs in _output/soak/.
 SOAK_NODES := $(if $(filter command line environment,$(origin NODES)),$(NODES),3)
-soak: tools-main build $(BIN)/ociimage cosign
+soak: check-host tools-main build $(BIN)/ociimage cosign
 	DURATION=$(DURATION) SEED=$(SEED) NODES=$(SOAK_NODES) hack/soak.sh
 
 ## bench: benchmarks against a local control plane (root); writes BENCHMARKS.md.
 ## BENCH_SMOKE=1: a quick check of every benchmark (CI); BENCH_COUNT (default 5), BENCH_FILTER.
-bench: build tools-main
+bench: check-host-api build tools-main
 	hack/bench.sh
 
 ## image: an image tar of the static binary, written without Docker (load it with
@@ -149,7 +159,7 @@ image: build $(BIN)/mkimage
 	$(BIN)/mkimage -o $(OUT)/$(BINARY)-image.tar -tag $(IMAGE) -entrypoint /$(BINARY) -file $(BIN)/$(BINARY):/$(BINARY):0755
 	@echo "wrote $(OUT)/$(BINARY)-image.tar ($(IMAGE))"
 
-# mkimage alone (stdlib only): `make image` must not need the cluster's tools (kind users have Docker).
+# mkimage alone (stdlib only): `make image` needs none of the cluster's tools.
 $(BIN)/mkimage: tools/mkimage/main.go
 	cd tools && GOGC=$(BUILD_GOGC) CGO_ENABLED=0 go build -trimpath -o ../$(BIN)/mkimage ./mkimage
 
@@ -186,7 +196,7 @@ deploy:
 ## or NODES of them (`make up NODES=3`: each its own kubelet, containerd, network and mount namespace).
 ## KUBE_VERSION=1.NN picks the Kubernetes minor (default the newest; hack/lib/versions.sh).
 NODES ?= 1
-up: tools-cluster build image
+up: check-host tools-cluster build image
 	NODES=$(NODES) hack/up.sh
 
 ## down: tear the local cluster down (any number of nodes), leaving nothing behind
@@ -194,10 +204,13 @@ up: tools-cluster build image
 down:
 	hack/cluster.sh down
 
-## e2e-kind: for users with Docker and kind (cannot run on machines without Docker); KUBE_VERSION
-## picks the minor's node image.
-e2e-kind: image
-	hack/e2e-kind.sh
+## test-vm: the VM tier (hack/vm.sh, root): a stock Debian 12 virtual machine (systemd, cgroup v2),
+## built with debootstrap and booted under qemu, runs `make up` with this host's binaries; its
+## example pod reads its CA, a revocation empties it, and `make down` leaves nothing. .ci/run runs
+## it after `make test`.
+test-vm: tools-cluster build
+	hack/install-deps.sh vm
+	hack/vm.sh
 
 ## clean: tear the local cluster down and remove _output.
 clean: down

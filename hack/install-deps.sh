@@ -5,9 +5,19 @@
 #   hack/install-deps.sh          everything `make test` needs
 #   hack/install-deps.sh cluster  only what the local cluster itself needs (`make up`)
 #   hack/install-deps.sh lint     only what `make vet` needs: shellcheck
+#   hack/install-deps.sh vm       only what the VM tier needs on the host (`make test-vm`: qemu,
+#                                 debootstrap, e2fsprogs)
+#   hack/install-deps.sh SCOPE --list   print SCOPE's packages, one a line, and install nothing
+#                                 (the VM tier's Debian root is built with the cluster's)
 set -euo pipefail
 scope=${1:-all}
-[[ $scope == all || $scope == cluster || $scope == lint ]] || { echo "usage: $0 [all|cluster|lint]" >&2; exit 2; }
+[[ $scope == all || $scope == cluster || $scope == lint || $scope == vm ]] || { echo "usage: $0 [all|cluster|lint|vm] [--list]" >&2; exit 2; }
+list=0
+case ${2:-} in
+"") ;;
+--list) list=1 ;;
+*) echo "usage: $0 [all|cluster|lint|vm] [--list]" >&2; exit 2 ;;
+esac
 
 pkgs=(
 	# containerd 2, runc and the CNI plugins are built from the Go module proxy (hack/build-tools.sh):
@@ -33,6 +43,13 @@ if [[ $scope == all ]]; then
 	)
 fi
 [[ $scope != lint ]] || pkgs=(shellcheck)
+# The VM tier (hack/vm.sh): qemu boots the VM (software emulation), debootstrap builds its Debian
+# root, mkfs.ext4 -d and debugfs (e2fsprogs) write and read its disks without mounting them.
+[[ $scope != vm ]] || pkgs=(qemu-system-x86 debootstrap e2fsprogs)
+if ((list)); then
+	printf '%s\n' "${pkgs[@]}"
+	exit 0
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do

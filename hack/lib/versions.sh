@@ -32,16 +32,3 @@ kube_minor() {
 # kube_bin_dir ROOT MINOR: where the cluster binaries of MINOR are built (kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubelet, kubectl, etcd).
 kube_bin_dir() { echo "$1/_output/bin/k8s-$2"; }
-
-# kind_node_image MINOR: the kind node image of MINOR for `make e2e-kind` (hosts with Docker, and
-# GitHub's runners through .github/workflows/ci.yaml): the images kind v0.33.0 publishes, pinned by
-# digest as its release notes give them. Their patch versions are kind's, not the ones pinned above
-# (kind builds its own node images); `make test` does not use them.
-kind_node_image() {
-	case $1 in
-	1.37) echo "kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5" ;;
-	1.36) echo "kindest/node:v1.36.4@sha256:099e049362a1526b2db71494e1947aae99bd16290d7c895f2b7ea312e3cbfaed" ;;
-	1.35) echo "kindest/node:v1.35.8@sha256:07b2536e30b803ed61d1677a79df6115f798ce64c80f9e22f6ed45afd09323c0" ;;
-	*) echo "no kind node image for Kubernetes $1; pick one of: ${KUBE_MINORS[*]}" >&2; return 1 ;;
-	esac
-}

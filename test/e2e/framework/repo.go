@@ -20,8 +20,8 @@ import (
 const driverModule = "github.com/shared-resource/csi-driver"
 
 // RepoRoot is the nearest directory, from the working directory up, holding the go.mod of the
-// driver's module; or $SRCSI_REPO_ROOT, where the suite runs away from a checkout (make
-// e2e-kind copies the test binary and the files it reads into a node).
+// driver's module; or $SRCSI_REPO_ROOT, where the suite runs away from a checkout (a test binary
+// copied elsewhere with the files it reads).
 func RepoRoot() (string, error) {
 	if dir := os.Getenv("SRCSI_REPO_ROOT"); dir != "" {
 		return dir, nil
