@@ -155,10 +155,11 @@ $(BIN)/mkimage: tools/mkimage/main.go
 
 ## manifests: deploy.yaml and deploy/cluster-wide-read.yaml rendered from the Helm chart
 ## (charts/shared-resource-csi): edit the chart, then run this. `make test` fails when they differ.
-## The chart's version, appVersion and image are stamped first from VERSION and REGISTRY
-## (hack/manifests.sh says how VERSION maps to a SemVer chart version).
+## The chart's version, appVersion and image are stamped first from REGISTRY, and from VERSION
+## when given (hack/manifests.sh says how VERSION maps to a SemVer chart version); the committed
+## chart is the unreleased one, version "dev".
 manifests: helm
-	VERSION=$(VERSION) REGISTRY=$(REGISTRY) hack/manifests.sh
+	$(if $(filter command line environment,$(origin VERSION)),VERSION=$(VERSION)) REGISTRY=$(REGISTRY) hack/manifests.sh
 
 ## release: VERSION=vX.Y.Z [REGISTRY=host/path]: the multi-platform OCI image index (layout),
 ## SBOMs, deploy.yaml pinned by the index digest, the packaged chart, release notes from
@@ -178,9 +179,12 @@ release: helm $(BIN)/ociimage $(if $(COSIGN_KEY),cosign)
 $(BIN)/ociimage: $(wildcard tools/ociimage/*.go) tools/ociimage/go.mod tools/ociimage/go.sum
 	cd tools/ociimage && GOGC=$(BUILD_GOGC) CGO_ENABLED=0 go build -trimpath -o ../../$(BIN)/ociimage .
 
-## deploy: install into the cluster kubectl points at.
+## deploy: install the release `make release REGISTRY=...` built and pushed (its deploy.yaml,
+## the image pinned by digest) into the cluster kubectl points at. The committed deploy.yaml
+## names no published image until the first tagged release.
 deploy:
-	kubectl apply -f deploy.yaml
+	@test -s $(RELEASE_OUT)/chart-digest || { echo "no pushed release in $(RELEASE_OUT): run make release REGISTRY=... VERSION=... first (no image is published yet)" >&2; exit 1; }
+	kubectl apply -f $(RELEASE_OUT)/deploy.yaml
 
 ## up: a local cluster with the driver deployed from deploy.yaml and an example share; one node,
 ## or NODES of them (`make up NODES=3`: each its own kubelet, containerd, network and mount namespace).

@@ -17,10 +17,11 @@
 # and values.yaml's image.tag are VERSION as git describe wrote it (a valid image tag); the
 # image is $REGISTRY/shared-resource-csi; Chart.yaml's version must be SemVer 2, so it is
 # VERSION without its "v" when VERSION is a release tag (vX.Y.Z or vX.Y.Z-pre, without
-# describe's -N-gHASH or -dirty), and otherwise
-# 0.0.0-dev.<VERSION with every character other than [0-9A-Za-z-] made "-"> (2cf9b0c ->
-# 0.0.0-dev.2cf9b0c, v0.1.0-3-gabc-dirty -> 0.0.0-dev.v0-1-0-3-gabc-dirty): a build between
-# tags is never mistaken for, or sorted above, a release.
+# describe's -N-gHASH or -dirty), 0.0.0-dev when VERSION is "dev" (what the tree commits: an
+# unstamped binary's --version), and otherwise 0.0.0-dev.<VERSION with every character other
+# than [0-9A-Za-z-] made "-"> (2cf9b0c -> 0.0.0-dev.2cf9b0c, v0.1.0-3-gabc-dirty ->
+# 0.0.0-dev.v0-1-0-3-gabc-dirty): a build between tags is never mistaken for, or sorted above,
+# a release. The committed chart is never stamped with a release: `make release` stamps a copy.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -33,6 +34,8 @@ chart_version() {
 	if [[ $v =~ ^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$ ]] &&
 		! [[ $v =~ -[0-9]+-g[0-9a-f]+(-dirty)?$ || $v =~ -dirty$ ]]; then
 		printf '%s\n' "${v#v}"
+	elif [[ $v == dev ]]; then
+		printf '0.0.0-dev\n'
 	else
 		local s
 		s=$(printf '%s' "$v" | tr -c '0-9A-Za-z-' '-')
