@@ -7,7 +7,8 @@
 #   OUT/sbom/*.spdx.json             an SPDX SBOM per image (the Go modules of its binary)
 #   OUT/deploy.yaml                  the chart rendered, its image pinned: REGISTRY/shared-resource-csi:VERSION@sha256:...
 #   OUT/cluster-wide-read.yaml       the opt-in cluster-wide read binding
-#   OUT/shared-resource-csi-X.Y.Z.tgz  the chart (helm package), stamped and pinned the same way
+#   OUT/shared-resource-csi-X.Y.Z.tgz  the chart (helm package), stamped and pinned the same way,
+#                                    with Artifact Hub's list of changes from the release notes
 #   OUT/RELEASE_NOTES.md             CHANGELOG.md's section for VERSION ([Unreleased] for a
 #                                    pre-release without one)
 #   OUT/chart-digest                 with PUSH=1: the pushed chart's digest
@@ -110,6 +111,47 @@ cp -r charts/shared-resource-csi "$work/chart"
 image_tag="$VERSION@$digest"
 VERSION=$VERSION REGISTRY=$REGISTRY IMAGE_TAG=$image_tag CHART=$work/chart \
 	hack/manifests.sh --render-to "$OUT"
+# Artifact Hub's list of changes: a line per entry of the release notes (its first sentence,
+# without Markdown), kinds from the sections' names; the notes for contributors and what is not
+# yet supported are not changes of the chart.
+changes=$(printf '%s\n' "$notes" | awk '
+	function flush() {
+		if (kind != "" && text != "") {
+			while (match(text, /\[[^]]*\]\([^)]*\)/)) {
+				link = substr(text, RSTART, RLENGTH)
+				text = substr(text, 1, RSTART - 1) substr(link, 2, index(link, "]") - 2) substr(text, RSTART + RLENGTH)
+			}
+			gsub(/\*\*|`/, "", text)
+			if ((i = index(text, ". ")) > 0) text = substr(text, 1, i)
+			if (length(text) > 300) text = substr(text, 1, 297) "..."
+			gsub(/'"'"'/, "'"''"'", text)
+			printf "    - kind: %s\n      description: '"'"'%s'"'"'\n", kind, text
+		}
+		text = ""
+	}
+	/^### / {
+		flush()
+		h = tolower(substr($0, 5))
+		kind = ""
+		if (h ~ /^upgrading/ || h == "changed") kind = "changed"
+		else if (h == "added" || h == "fixed" || h == "security" || h == "removed" || h == "deprecated") kind = h
+		next
+	}
+	/^- / { flush(); text = substr($0, 3); next }
+	/^  +[^ ]/ && text != "" { sub(/^ +/, ""); text = text " " $0; next }
+	{ flush() }
+	END { flush() }')
+if [[ -n $changes ]]; then
+	# Chart.yaml ends with its annotations (the map these join).
+	[[ $(grep -E '^[a-z]' "$work/chart/Chart.yaml" | tail -n 1) == annotations:* ]] ||
+		die "charts/shared-resource-csi/Chart.yaml does not end with its annotations"
+	{
+		printf '  artifacthub.io/changes: |\n%s\n' "$changes"
+		if grep -q '^    - kind: security$' <<<"$changes"; then
+			printf '  artifacthub.io/containsSecurityUpdates: "true"\n'
+		fi
+	} >>"$work/chart/Chart.yaml"
+fi
 "$HELM" lint --strict "$work/chart" >/dev/null
 "$HELM" package "$work/chart" --destination "$OUT" >/dev/null
 if [[ $PUSH == 1 ]]; then
