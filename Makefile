@@ -67,9 +67,8 @@ unit:
 	go test ./...
 
 ## tools-test: the release tools' own tests (tools/ociimage: reproducibility, SBOMs, static
-## binaries, push, `make release` itself and its cosign signatures), tools/benchtable's and
-## tools/soakplot's; no root,
-## no cluster. Part of `make test`.
+## binaries, push, `make release` itself, its cosign signatures and its krew plugin),
+## tools/benchtable's and tools/soakplot's; no root, no cluster. Part of `make test`.
 tools-test: helm cosign
 	cd tools/ociimage && go test ./...
 	cd tools && go test ./benchtable ./soakplot
@@ -110,6 +109,12 @@ golangci-lint:
 ## cosign: cosign alone, into _output/bin (signing releases, the pod suite).
 cosign:
 	hack/build-tools.sh cosign
+## krew: krew (kubectl-krew) and its manifest validation alone, into _output/bin (the release
+## tests install the krew plugin with them).
+.PHONY: krew
+krew:
+	hack/build-tools.sh krew
+tools-test: krew
 ## registry: distribution's registry binary, the test clusters' registry (also in tools; `make up` runs none).
 registry:
 	hack/build-tools.sh registry

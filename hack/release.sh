@@ -9,6 +9,11 @@
 #   OUT/cluster-wide-read.yaml       the opt-in cluster-wide read binding
 #   OUT/shared-resource-csi-X.Y.Z.tgz  the chart (helm package), stamped and pinned the same way,
 #                                    with Artifact Hub's list of changes from the release notes
+#   OUT/kubectl-shared_resource-linux-ARCH.tar.gz  the kubectl plugin per platform: the binary as
+#                                    kubectl-shared_resource, and LICENSE
+#   OUT/krew/shared-resource.yaml    krew's manifest of the plugin: the archives of the platforms
+#                                    krew runs on (not s390x) where the GitHub release of VERSION
+#                                    attaches them, with their sha256
 #   OUT/RELEASE_NOTES.md             CHANGELOG.md's section for VERSION ([Unreleased] for a
 #                                    pre-release without one)
 #   OUT/chart-digest                 with PUSH=1: the pushed chart's digest
@@ -27,7 +32,8 @@
 # the image in deploy.yaml and the chart (the Makefile's default).
 #
 # Environment: VERSION, REGISTRY, OUT (default _output/release), PUSH, SOURCE_DATE_EPOCH (default:
-# the commit's time), SOURCE_URL (annotation org.opencontainers.image.source), HELM, OCIIMAGE,
+# the commit's time), SOURCE_URL (annotation org.opencontainers.image.source, and the project the
+# krew manifest points at; default https://github.com/shared-resource/csi-driver), HELM, OCIIMAGE,
 # COSIGN_KEY, COSIGN (default _output/bin/cosign), REGISTRY_INSECURE, REGISTRY_CA_FILE,
 # PLATFORMS (default "linux/amd64 linux/arm64 linux/ppc64le linux/s390x": what a release ships;
 # the pod suite's test releases into the local cluster build only the node's platform, to keep
@@ -94,6 +100,58 @@ for arch in "${ARCHES[@]}"; do
 		-o "$work/bin/linux-$arch/$BINARY" .
 	binflags+=(-binary "linux/$arch=$work/bin/linux-$arch/$BINARY")
 done
+
+# The kubectl plugin: per platform an archive of the same binary named kubectl-shared_resource
+# (the name that makes it the plugin) and the licence, reproducible (names sorted, owner root,
+# times the commit's); and krew's manifest, pointing at the archives of the platforms krew
+# supports as the GitHub release attaches them, each with its sha256.
+plugin=kubectl-shared_resource
+project_url=${SOURCE_URL:-https://github.com/shared-resource/csi-driver}
+mkdir -p "$OUT/krew"
+{
+	cat <<EOF
+apiVersion: krew.googlecontainertools.github.com/v1alpha2
+kind: Plugin
+metadata:
+  name: shared-resource
+spec:
+  version: $VERSION
+  homepage: $project_url
+  shortDescription: Diagnose pods' shared Secret and ConfigMap volumes
+  description: |
+    The kubectl plugin of shared-resource-csi, the CSI driver that shares Secrets and ConfigMaps
+    across namespaces (SharedSecret, SharedConfigMap). With your own kubeconfig, and only reading:
+    diagnose tells why a pod's shared volumes work or not, with the command that fixes it;
+    who-uses lists the pods that mount a share, or a Secret or ConfigMap through its shares.
+  platforms:
+EOF
+	for arch in "${ARCHES[@]}"; do
+		dir=$work/plugin/linux-$arch
+		mkdir -p "$dir"
+		cp "$work/bin/linux-$arch/$BINARY" "$dir/$plugin"
+		cp LICENSE "$dir/LICENSE"
+		archive=$plugin-linux-$arch.tar.gz
+		tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" -C "$dir" -cf - "$plugin" LICENSE |
+			gzip -9n >"$OUT/$archive"
+		# krew runs on these Linux platforms only (its validate-krew-manifest refuses others,
+		# s390x among them); the other archives are for installing by hand.
+		[[ " amd64 arm64 ppc64le arm 386 " == *" $arch "* ]] || continue
+		cat <<EOF
+  - selector:
+      matchLabels:
+        os: linux
+        arch: $arch
+    uri: $project_url/releases/download/$VERSION/$archive
+    sha256: $(sha256sum "$OUT/$archive" | cut -d' ' -f1)
+    bin: $plugin
+    files:
+    - from: $plugin
+      to: .
+    - from: LICENSE
+      to: .
+EOF
+	done
+} >"$OUT/krew/shared-resource.yaml"
 
 image=$REGISTRY/$BINARY
 push=()

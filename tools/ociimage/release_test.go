@@ -34,7 +34,7 @@ func TestMakeReleaseWritesACompleteRelease(t *testing.T) {
 	out := makeRelease(t)
 
 	for _, f := range []string{"oci/oci-layout", "oci/index.json", "index-digest", "deploy.yaml", "cluster-wide-read.yaml",
-		"shared-resource-csi-0.1.0.tgz", "RELEASE_NOTES.md", "SHA256SUMS"} {
+		"shared-resource-csi-0.1.0.tgz", "RELEASE_NOTES.md", "SHA256SUMS", "krew/shared-resource.yaml"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Errorf("release lacks %s: %v", f, err)
 		}
@@ -42,6 +42,9 @@ func TestMakeReleaseWritesACompleteRelease(t *testing.T) {
 	for _, p := range platforms {
 		if _, err := os.Stat(filepath.Join(out, "sbom", sbomFileName("shared-resource-csi", p))); err != nil {
 			t.Errorf("release lacks the SBOM of %s: %v", p, err)
+		}
+		if _, err := os.Stat(filepath.Join(out, "kubectl-shared_resource-"+strings.ReplaceAll(p, "/", "-")+".tar.gz")); err != nil {
+			t.Errorf("release lacks the kubectl plugin of %s: %v", p, err)
 		}
 	}
 
