@@ -111,10 +111,15 @@ cosign:
 	hack/build-tools.sh cosign
 ## krew: krew (kubectl-krew) and its manifest validation alone, into _output/bin (the release
 ## tests install the krew plugin with them).
-.PHONY: krew
+.PHONY: krew govulncheck
 krew:
 	hack/build-tools.sh krew
 tools-test: krew
+## govulncheck: the known vulnerabilities (vuln.go.dev, so it needs the network) of the code the
+## driver's binary is built from, its modules' and the standard library's: fails on any it calls.
+govulncheck:
+	hack/build-tools.sh govulncheck
+	$(BIN)/govulncheck ./...
 ## registry: distribution's registry binary, the test clusters' registry (also in tools; `make up` runs none).
 registry:
 	hack/build-tools.sh registry
