@@ -11,7 +11,7 @@
 #   helm           (helm.sh/helm/v4, tools/helm)
 #   actionlint     (github.com/rhysd/actionlint, tools/actionlint)
 #   golangci-lint  (github.com/golangci/golangci-lint/v2, tools/golangci-lint)
-#   cosign         only with `cosign`: for `make release COSIGN_KEY=...` (github.com/sigstore/cosign/v2, tools/cosign)
+#   cosign         only with `cosign`: for `make release COSIGN_KEY=...` (github.com/sigstore/cosign/v3, tools/cosign)
 #   kubectl-krew validate-krew-manifest  only with `krew`: krew's own install and manifest
 #                  validation, for the release's tests (sigs.k8s.io/krew, tools/krew)
 #   govulncheck    only with `govulncheck`: `make govulncheck` (golang.org/x/vuln, tools/govulncheck)
@@ -318,7 +318,7 @@ module_tool golangci-lint golangci-lint github.com/golangci/golangci-lint/v2 \
 	github.com/golangci/golangci-lint/v2/cmd/golangci-lint main.version
 # cosign: key-pair signing in `make release COSIGN_KEY=...` (it reports its version from
 # sigs.k8s.io/release-utils/version, which its own Makefile sets).
-module_tool cosign cosign github.com/sigstore/cosign/v2 github.com/sigstore/cosign/v2/cmd/cosign \
+module_tool cosign cosign github.com/sigstore/cosign/v3 github.com/sigstore/cosign/v3/cmd/cosign \
 	sigs.k8s.io/release-utils/version.gitVersion
 # krew: the release's tests install the plugin from the krew manifest with krew itself, and run
 # krew's manifest validation on it.

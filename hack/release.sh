@@ -231,17 +231,19 @@ fi
 
 # Key-pair signing, offline: there may be no registry to hold a signature and no transparency
 # log to reach, so the signatures are files beside what they sign (cosign verify-blob --key
-# cosign.pub --insecure-ignore-tlog). The release workflow signs keylessly in the registry instead.
+# cosign.pub --insecure-ignore-tlog): cosign v3's signing config (a transparency log) and bundle
+# format are off, and each signature is the bare .sig of a key pair. The release workflow signs
+# keylessly in the registry instead.
 if [[ -n ${COSIGN_KEY:-} ]]; then
 	COSIGN=${COSIGN:-$ROOT/_output/bin/cosign}
 	[[ -x $COSIGN ]] || die "no $COSIGN: run \`make cosign\`"
 	"$COSIGN" public-key --key "$COSIGN_KEY" >"$OUT/cosign.pub"
-	"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false \
+	"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false --use-signing-config=false --new-bundle-format=false \
 		--output-signature "$OUT/index.sig" "$OUT/oci/blobs/sha256/${digest#sha256:}" >/dev/null
 	# The chart too: what `helm install` runs is what names the image, so it is signed itself,
 	# not only through SHA256SUMS.
 	for chart in "$OUT"/"$BINARY"-*.tgz; do
-		"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false \
+		"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false --use-signing-config=false --new-bundle-format=false \
 			--output-signature "$chart.sig" "$chart" >/dev/null
 	done
 fi
@@ -249,7 +251,7 @@ fi
 sums=$(cd "$OUT" && find . -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum)
 printf '%s\n' "$sums" >"$OUT/SHA256SUMS"
 if [[ -n ${COSIGN_KEY:-} ]]; then
-	"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false \
+	"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false --use-signing-config=false --new-bundle-format=false \
 		--output-signature "$OUT/SHA256SUMS.sig" "$OUT/SHA256SUMS" >/dev/null
 fi
 echo "release: $VERSION in $OUT, image $image:$VERSION@$digest${push:+ (pushed)}"
