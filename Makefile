@@ -67,9 +67,8 @@ unit:
 	go test ./...
 
 ## tools-test: the release tools' own tests (tools/ociimage: reproducibility, SBOMs, static
-## binaries, push, `make release` itself and its cosign signatures), tools/benchtable's and
-## tools/soakplot's; no root,
-## no cluster. Part of `make test`.
+## binaries, push, `make release` itself, its cosign signatures and its krew plugin),
+## tools/benchtable's and tools/soakplot's; no root, no cluster. Part of `make test`.
 tools-test: helm cosign
 	cd tools/ociimage && go test ./...
 	cd tools && go test ./benchtable ./soakplot
@@ -110,6 +109,17 @@ golangci-lint:
 ## cosign: cosign alone, into _output/bin (signing releases, the pod suite).
 cosign:
 	hack/build-tools.sh cosign
+## krew: krew (kubectl-krew) and its manifest validation alone, into _output/bin (the release
+## tests install the krew plugin with them).
+.PHONY: krew govulncheck
+krew:
+	hack/build-tools.sh krew
+tools-test: krew
+## govulncheck: the known vulnerabilities (vuln.go.dev, so it needs the network) of the code the
+## driver's binary is built from, its modules' and the standard library's: fails on any it calls.
+govulncheck:
+	hack/build-tools.sh govulncheck
+	$(BIN)/govulncheck ./...
 ## registry: distribution's registry binary, the test clusters' registry (also in tools; `make up` runs none).
 registry:
 	hack/build-tools.sh registry
@@ -165,10 +175,11 @@ $(BIN)/mkimage: tools/mkimage/main.go
 
 ## manifests: deploy.yaml and deploy/cluster-wide-read.yaml rendered from the Helm chart
 ## (charts/shared-resource-csi): edit the chart, then run this. `make test` fails when they differ.
-## The chart's version, appVersion and image are stamped first from VERSION and REGISTRY
-## (hack/manifests.sh says how VERSION maps to a SemVer chart version).
+## The chart's version, appVersion and image are stamped first from REGISTRY, and from VERSION
+## when given (hack/manifests.sh says how VERSION maps to a SemVer chart version); the committed
+## chart is the unreleased one, version "dev".
 manifests: helm
-	VERSION=$(VERSION) REGISTRY=$(REGISTRY) hack/manifests.sh
+	$(if $(filter command line environment,$(origin VERSION)),VERSION=$(VERSION)) REGISTRY=$(REGISTRY) hack/manifests.sh
 
 ## release: VERSION=vX.Y.Z [REGISTRY=host/path]: the multi-platform OCI image index (layout),
 ## SBOMs, deploy.yaml pinned by the index digest, the packaged chart, release notes from
@@ -188,9 +199,12 @@ release: helm $(BIN)/ociimage $(if $(COSIGN_KEY),cosign)
 $(BIN)/ociimage: $(wildcard tools/ociimage/*.go) tools/ociimage/go.mod tools/ociimage/go.sum
 	cd tools/ociimage && GOGC=$(BUILD_GOGC) CGO_ENABLED=0 go build -trimpath -o ../../$(BIN)/ociimage .
 
-## deploy: install into the cluster kubectl points at.
+## deploy: install the release `make release REGISTRY=...` built and pushed (its deploy.yaml,
+## the image pinned by digest) into the cluster kubectl points at. The committed deploy.yaml
+## names no published image until the first tagged release.
 deploy:
-	kubectl apply -f deploy.yaml
+	@test -s $(RELEASE_OUT)/chart-digest || { echo "no pushed release in $(RELEASE_OUT): run make release REGISTRY=... VERSION=... first (no image is published yet)" >&2; exit 1; }
+	kubectl apply -f $(RELEASE_OUT)/deploy.yaml
 
 ## up: a local cluster with the driver deployed from deploy.yaml and an example share; one node,
 ## or NODES of them (`make up NODES=3`: each its own kubelet, containerd, network and mount namespace).

@@ -70,22 +70,72 @@ func docTable(t *testing.T, file, marker string) string {
 	return table
 }
 
-// referenceDoc holds the values and flags tables; operatingDoc the troubleshooting table.
+// referenceDoc holds the flags table; operatingDoc the troubleshooting table; chartReadme the
+// values table (Artifact Hub shows the chart's README).
 const (
 	referenceDoc = "docs/reference.md"
 	operatingDoc = "docs/operating.md"
+	chartReadme  = chartDir + "/README.md"
 )
 
-// The values table has one row per value of the chart, and no row for a value that does not exist.
+// valueAt is the value at the dotted path key of values.yaml.
+func valueAt(t *testing.T, key string) any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := yaml.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range strings.Split(key, ".") {
+		v = v.(map[string]any)[k]
+	}
+	return v
+}
+
+// defaultLiteral is how the values table writes a default: YAML's own spelling of a scalar, `""` for
+// the empty string, `[]` and `{}` for the empty list and map; ok false for anything else (a list
+// or map with content, which the table describes in words).
+func defaultLiteral(v any) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		if v == "" {
+			return `""`, true
+		}
+		return v, true
+	case bool:
+		return strconv.FormatBool(v), true
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64), true
+	case []any:
+		return "[]", len(v) == 0
+	case map[string]any:
+		return "{}", len(v) == 0
+	}
+	return "", false
+}
+
+// The chart README's values table has one row per value of the chart, and no row for a value
+// that does not exist; a row whose default is one literal in backquotes gives values.yaml's.
 func TestValuesTableMatchesTheChart(t *testing.T) {
-	table := docTable(t, referenceDoc, "<!-- values table -->")
+	table := docTable(t, chartReadme, "<!-- values table -->")
 	var documented []string
-	for _, m := range regexp.MustCompile("(?m)^\\| `([A-Za-z.]+)` \\|").FindAllStringSubmatch(table, -1) {
+	for _, m := range regexp.MustCompile("(?m)^\\| `([A-Za-z.]+)` \\| ([^|]*) \\|").FindAllStringSubmatch(table, -1) {
 		documented = append(documented, m[1])
+		written, ok := strings.CutPrefix(m[2], "`")
+		if !ok || !strings.HasSuffix(written, "`") || strings.Contains(strings.TrimSuffix(written, "`"), "`") {
+			continue // a default told in words
+		}
+		written = strings.TrimSuffix(written, "`")
+		if want, ok := defaultLiteral(valueAt(t, m[1])); ok && written != want {
+			t.Errorf("%s: %s's default is written %q, values.yaml has %q", chartReadme, m[1], written, want)
+		}
 	}
 	sort.Strings(documented)
 	if want := valueKeys(t); !slices.Equal(documented, want) {
-		t.Errorf("%s values table rows %q\nwant (values.yaml) %q", referenceDoc, documented, want)
+		t.Errorf("%s values table rows %q\nwant (values.yaml) %q", chartReadme, documented, want)
 	}
 }
 

@@ -11,7 +11,10 @@
 #   helm           (helm.sh/helm/v4, tools/helm)
 #   actionlint     (github.com/rhysd/actionlint, tools/actionlint)
 #   golangci-lint  (github.com/golangci/golangci-lint/v2, tools/golangci-lint)
-#   cosign         only with `cosign`: for `make release COSIGN_KEY=...` (github.com/sigstore/cosign/v2, tools/cosign)
+#   cosign         only with `cosign`: for `make release COSIGN_KEY=...` (github.com/sigstore/cosign/v3, tools/cosign)
+#   kubectl-krew validate-krew-manifest  only with `krew`: krew's own install and manifest
+#                  validation, for the release's tests (sigs.k8s.io/krew, tools/krew)
+#   govulncheck    only with `govulncheck`: `make govulncheck` (golang.org/x/vuln, tools/govulncheck)
 #   registry       distribution's registry with its filesystem storage only (tools/registry/main.go)
 #   mkimage        (tools/mkimage, stdlib only)
 #   pause          (hack/pause.c, gcc -static)
@@ -39,6 +42,9 @@
 #   hack/build-tools.sh golangci-lint  golangci-lint alone (`make vet`; ~2 min cold on 2 cores)
 #   hack/build-tools.sh cosign   cosign alone (`make release COSIGN_KEY=...`, and `make test`'s
 #                                release tests; ~4 min cold on 2 cores, so not part of `all`)
+#   hack/build-tools.sh krew     kubectl-krew and validate-krew-manifest alone (`make test`'s release
+#                                tests check the krew manifest with them)
+#   hack/build-tools.sh govulncheck  govulncheck alone (`make govulncheck`)
 #   hack/build-tools.sh registry distribution's registry alone (hack/cluster.sh up starts it, unless
 #                                --no-registry)
 # BUILD_JOBS: how many builds run at once (default 4; 1 builds one after another).
@@ -53,8 +59,10 @@ helm) groups=" helm " ;;
 actionlint) groups=" actionlint " ;;
 golangci-lint) groups=" golangci-lint " ;;
 cosign) groups=" cosign " ;;
+krew) groups=" kubectl-krew validate-krew-manifest " ;;
+govulncheck) groups=" govulncheck " ;;
 registry) groups=" registry " ;;
-*) echo "usage: $0 [all|main|older|cluster|api|helm|actionlint|golangci-lint|cosign|registry]" >&2; exit 2 ;;
+*) echo "usage: $0 [all|main|older|cluster|api|helm|actionlint|golangci-lint|cosign|krew|govulncheck|registry]" >&2; exit 2 ;;
 esac
 # want GROUP: true when this run builds GROUP.
 want() { [[ $groups == *" $1 "* ]]; }
@@ -310,8 +318,14 @@ module_tool golangci-lint golangci-lint github.com/golangci/golangci-lint/v2 \
 	github.com/golangci/golangci-lint/v2/cmd/golangci-lint main.version
 # cosign: key-pair signing in `make release COSIGN_KEY=...` (it reports its version from
 # sigs.k8s.io/release-utils/version, which its own Makefile sets).
-module_tool cosign cosign github.com/sigstore/cosign/v2 github.com/sigstore/cosign/v2/cmd/cosign \
+module_tool cosign cosign github.com/sigstore/cosign/v3 github.com/sigstore/cosign/v3/cmd/cosign \
 	sigs.k8s.io/release-utils/version.gitVersion
+# krew: the release's tests install the plugin from the krew manifest with krew itself, and run
+# krew's manifest validation on it.
+module_tool kubectl-krew krew sigs.k8s.io/krew sigs.k8s.io/krew/cmd/krew sigs.k8s.io/krew/internal/version.gitTag
+module_tool validate-krew-manifest krew sigs.k8s.io/krew sigs.k8s.io/krew/cmd/validate-krew-manifest
+# govulncheck: `make govulncheck` (it reads the vulnerability database from vuln.go.dev).
+module_tool govulncheck govulncheck golang.org/x/vuln golang.org/x/vuln/cmd/govulncheck
 # mkimage: rebuilt when its source changes.
 mk_stamp="mkimage=$(cat "$TOOLS"/mkimage/*.go | sha256sum | cut -c1-16) $goversion"
 if want mkimage && stale mkimage "$mk_stamp"; then job mkimage build_mkimage "$mk_stamp"; fi

@@ -9,7 +9,7 @@
 #
 #   hack/deploy-overlay.sh IMAGE [RELIST_INTERVAL] | kubectl apply -f -
 #
-# e.g. hack/deploy-overlay.sh docker.io/library/shared-resource-csi:v0.1.0 3s
+# e.g. hack/deploy-overlay.sh docker.io/library/shared-resource-csi:dev 3s
 # The result goes to stdout. It fails (and prints nothing) if deploy.yaml no longer has exactly
 # two lines to override for each value (the DaemonSet's, the Deployment's), so a changed manifest
 # cannot silently escape the overlay.

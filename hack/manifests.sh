@@ -15,12 +15,14 @@
 #
 # Stamping (the one place the version and the registry reach the chart): Chart.yaml's appVersion
 # and values.yaml's image.tag are VERSION as git describe wrote it (a valid image tag); the
-# image is $REGISTRY/shared-resource-csi; Chart.yaml's version must be SemVer 2, so it is
+# image is $REGISTRY/shared-resource-csi, and Artifact Hub's annotations name it too (and say
+# whether VERSION is a pre-release); Chart.yaml's version must be SemVer 2, so it is
 # VERSION without its "v" when VERSION is a release tag (vX.Y.Z or vX.Y.Z-pre, without
-# describe's -N-gHASH or -dirty), and otherwise
-# 0.0.0-dev.<VERSION with every character other than [0-9A-Za-z-] made "-"> (2cf9b0c ->
-# 0.0.0-dev.2cf9b0c, v0.1.0-3-gabc-dirty -> 0.0.0-dev.v0-1-0-3-gabc-dirty): a build between
-# tags is never mistaken for, or sorted above, a release.
+# describe's -N-gHASH or -dirty), 0.0.0-dev when VERSION is "dev" (what the tree commits: an
+# unstamped binary's --version), and otherwise 0.0.0-dev.<VERSION with every character other
+# than [0-9A-Za-z-] made "-"> (2cf9b0c -> 0.0.0-dev.2cf9b0c, v0.1.0-3-gabc-dirty ->
+# 0.0.0-dev.v0-1-0-3-gabc-dirty): a build between tags is never mistaken for, or sorted above,
+# a release. The committed chart is never stamped with a release: `make release` stamps a copy.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -33,6 +35,8 @@ chart_version() {
 	if [[ $v =~ ^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$ ]] &&
 		! [[ $v =~ -[0-9]+-g[0-9a-f]+(-dirty)?$ || $v =~ -dirty$ ]]; then
 		printf '%s\n' "${v#v}"
+	elif [[ $v == dev ]]; then
+		printf '0.0.0-dev\n'
 	else
 		local s
 		s=$(printf '%s' "$v" | tr -c '0-9A-Za-z-' '-')
@@ -49,13 +53,23 @@ stamp_chart() {
 		[[ $VERSION =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || { echo "VERSION $VERSION is not a valid image tag" >&2; exit 2; }
 		local cv
 		cv=$(chart_version "$VERSION")
-		sed -i -E "s|^version: .*|version: $cv|; s|^appVersion: .*|appVersion: \"$VERSION\"|" "$dir/Chart.yaml"
+		# Artifact Hub: a version vX.Y.Z is a release, anything else a pre-release.
+		local pre=true
+		[[ $cv =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] && pre=false
+		sed -i -E "s|^version: .*|version: $cv|; s|^appVersion: .*|appVersion: \"$VERSION\"|; s|^(  artifacthub.io/prerelease: ).*|\1\"$pre\"|" "$dir/Chart.yaml"
 		sed -i -E "0,/^  tag: /s|^  tag: .*|  tag: \"${IMAGE_TAG:-$VERSION}\"|" "$dir/values.yaml"
 	fi
 	if [[ -n ${REGISTRY:-} ]]; then
 		[[ $REGISTRY =~ ^[a-z0-9][a-z0-9._:/-]*[a-z0-9]$ ]] || { echo "REGISTRY $REGISTRY is not a registry path" >&2; exit 2; }
 		sed -i -E "0,/^  repository: /s|^  repository: .*|  repository: $REGISTRY/shared-resource-csi|" "$dir/values.yaml"
 	fi
+	# Artifact Hub's image list names the image values.yaml names: by digest when pinned.
+	local repo tag ref
+	repo=$(sed -n -E '0,/^  repository: /s|^  repository: (.*)|\1|p' "$dir/values.yaml")
+	tag=$(sed -n -E '0,/^  tag: /s|^  tag: "?([^"]*)"?$|\1|p' "$dir/values.yaml")
+	ref=$repo:$tag
+	[[ $tag != *@* ]] || ref=$repo@${tag#*@}
+	sed -i -E "s|^(      image: ).*|\1$ref|" "$dir/Chart.yaml"
 }
 
 need_helm() { [[ -x $HELM ]] || { echo "no helm at $HELM: run \`make tools\`" >&2; exit 1; }; }

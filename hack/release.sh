@@ -7,7 +7,13 @@
 #   OUT/sbom/*.spdx.json             an SPDX SBOM per image (the Go modules of its binary)
 #   OUT/deploy.yaml                  the chart rendered, its image pinned: REGISTRY/shared-resource-csi:VERSION@sha256:...
 #   OUT/cluster-wide-read.yaml       the opt-in cluster-wide read binding
-#   OUT/shared-resource-csi-X.Y.Z.tgz  the chart (helm package), stamped and pinned the same way
+#   OUT/shared-resource-csi-X.Y.Z.tgz  the chart (helm package), stamped and pinned the same way,
+#                                    with Artifact Hub's list of changes from the release notes
+#   OUT/kubectl-shared_resource-linux-ARCH.tar.gz  the kubectl plugin per platform: the binary as
+#                                    kubectl-shared_resource, and LICENSE
+#   OUT/krew/shared-resource.yaml    krew's manifest of the plugin: the archives of the platforms
+#                                    krew runs on (not s390x) where the GitHub release of VERSION
+#                                    attaches them, with their sha256
 #   OUT/RELEASE_NOTES.md             CHANGELOG.md's section for VERSION ([Unreleased] for a
 #                                    pre-release without one)
 #   OUT/chart-digest                 with PUSH=1: the pushed chart's digest
@@ -26,7 +32,8 @@
 # the image in deploy.yaml and the chart (the Makefile's default).
 #
 # Environment: VERSION, REGISTRY, OUT (default _output/release), PUSH, SOURCE_DATE_EPOCH (default:
-# the commit's time), SOURCE_URL (annotation org.opencontainers.image.source), HELM, OCIIMAGE,
+# the commit's time), SOURCE_URL (annotation org.opencontainers.image.source, and the project the
+# krew manifest points at; default https://github.com/shared-resource/csi-driver), HELM, OCIIMAGE,
 # COSIGN_KEY, COSIGN (default _output/bin/cosign), REGISTRY_INSECURE, REGISTRY_CA_FILE,
 # PLATFORMS (default "linux/amd64 linux/arm64 linux/ppc64le linux/s390x": what a release ships;
 # the pod suite's test releases into the local cluster build only the node's platform, to keep
@@ -94,6 +101,58 @@ for arch in "${ARCHES[@]}"; do
 	binflags+=(-binary "linux/$arch=$work/bin/linux-$arch/$BINARY")
 done
 
+# The kubectl plugin: per platform an archive of the same binary named kubectl-shared_resource
+# (the name that makes it the plugin) and the licence, reproducible (names sorted, owner root,
+# times the commit's); and krew's manifest, pointing at the archives of the platforms krew
+# supports as the GitHub release attaches them, each with its sha256.
+plugin=kubectl-shared_resource
+project_url=${SOURCE_URL:-https://github.com/shared-resource/csi-driver}
+mkdir -p "$OUT/krew"
+{
+	cat <<EOF
+apiVersion: krew.googlecontainertools.github.com/v1alpha2
+kind: Plugin
+metadata:
+  name: shared-resource
+spec:
+  version: $VERSION
+  homepage: $project_url
+  shortDescription: Diagnose pods' shared Secret and ConfigMap volumes
+  description: |
+    The kubectl plugin of shared-resource-csi, the CSI driver that shares Secrets and ConfigMaps
+    across namespaces (SharedSecret, SharedConfigMap). With your own kubeconfig, and only reading:
+    diagnose tells why a pod's shared volumes work or not, with the command that fixes it;
+    who-uses lists the pods that mount a share, or a Secret or ConfigMap through its shares.
+  platforms:
+EOF
+	for arch in "${ARCHES[@]}"; do
+		dir=$work/plugin/linux-$arch
+		mkdir -p "$dir"
+		cp "$work/bin/linux-$arch/$BINARY" "$dir/$plugin"
+		cp LICENSE "$dir/LICENSE"
+		archive=$plugin-linux-$arch.tar.gz
+		tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" -C "$dir" -cf - "$plugin" LICENSE |
+			gzip -9n >"$OUT/$archive"
+		# krew runs on these Linux platforms only (its validate-krew-manifest refuses others,
+		# s390x among them); the other archives are for installing by hand.
+		[[ " amd64 arm64 ppc64le arm 386 " == *" $arch "* ]] || continue
+		cat <<EOF
+  - selector:
+      matchLabels:
+        os: linux
+        arch: $arch
+    uri: $project_url/releases/download/$VERSION/$archive
+    sha256: $(sha256sum "$OUT/$archive" | cut -d' ' -f1)
+    bin: $plugin
+    files:
+    - from: $plugin
+      to: .
+    - from: LICENSE
+      to: .
+EOF
+	done
+} >"$OUT/krew/shared-resource.yaml"
+
 image=$REGISTRY/$BINARY
 push=()
 if [[ $PUSH == 1 ]]; then
@@ -110,6 +169,47 @@ cp -r charts/shared-resource-csi "$work/chart"
 image_tag="$VERSION@$digest"
 VERSION=$VERSION REGISTRY=$REGISTRY IMAGE_TAG=$image_tag CHART=$work/chart \
 	hack/manifests.sh --render-to "$OUT"
+# Artifact Hub's list of changes: a line per entry of the release notes (its first sentence,
+# without Markdown), kinds from the sections' names; the notes for contributors and what is not
+# yet supported are not changes of the chart.
+changes=$(printf '%s\n' "$notes" | awk '
+	function flush() {
+		if (kind != "" && text != "") {
+			while (match(text, /\[[^]]*\]\([^)]*\)/)) {
+				link = substr(text, RSTART, RLENGTH)
+				text = substr(text, 1, RSTART - 1) substr(link, 2, index(link, "]") - 2) substr(text, RSTART + RLENGTH)
+			}
+			gsub(/\*\*|`/, "", text)
+			if ((i = index(text, ". ")) > 0) text = substr(text, 1, i)
+			if (length(text) > 300) text = substr(text, 1, 297) "..."
+			gsub(/'"'"'/, "'"''"'", text)
+			printf "    - kind: %s\n      description: '"'"'%s'"'"'\n", kind, text
+		}
+		text = ""
+	}
+	/^### / {
+		flush()
+		h = tolower(substr($0, 5))
+		kind = ""
+		if (h ~ /^upgrading/ || h == "changed") kind = "changed"
+		else if (h == "added" || h == "fixed" || h == "security" || h == "removed" || h == "deprecated") kind = h
+		next
+	}
+	/^- / { flush(); text = substr($0, 3); next }
+	/^  +[^ ]/ && text != "" { sub(/^ +/, ""); text = text " " $0; next }
+	{ flush() }
+	END { flush() }')
+if [[ -n $changes ]]; then
+	# Chart.yaml ends with its annotations (the map these join).
+	[[ $(grep -E '^[a-z]' "$work/chart/Chart.yaml" | tail -n 1) == annotations:* ]] ||
+		die "charts/shared-resource-csi/Chart.yaml does not end with its annotations"
+	{
+		printf '  artifacthub.io/changes: |\n%s\n' "$changes"
+		if grep -q '^    - kind: security$' <<<"$changes"; then
+			printf '  artifacthub.io/containsSecurityUpdates: "true"\n'
+		fi
+	} >>"$work/chart/Chart.yaml"
+fi
 "$HELM" lint --strict "$work/chart" >/dev/null
 "$HELM" package "$work/chart" --destination "$OUT" >/dev/null
 if [[ $PUSH == 1 ]]; then
@@ -131,17 +231,19 @@ fi
 
 # Key-pair signing, offline: there may be no registry to hold a signature and no transparency
 # log to reach, so the signatures are files beside what they sign (cosign verify-blob --key
-# cosign.pub --insecure-ignore-tlog). The release workflow signs keylessly in the registry instead.
+# cosign.pub --insecure-ignore-tlog): cosign v3's signing config (a transparency log) and bundle
+# format are off, and each signature is the bare .sig of a key pair. The release workflow signs
+# keylessly in the registry instead.
 if [[ -n ${COSIGN_KEY:-} ]]; then
 	COSIGN=${COSIGN:-$ROOT/_output/bin/cosign}
 	[[ -x $COSIGN ]] || die "no $COSIGN: run \`make cosign\`"
 	"$COSIGN" public-key --key "$COSIGN_KEY" >"$OUT/cosign.pub"
-	"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false \
+	"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false --use-signing-config=false --new-bundle-format=false \
 		--output-signature "$OUT/index.sig" "$OUT/oci/blobs/sha256/${digest#sha256:}" >/dev/null
 	# The chart too: what `helm install` runs is what names the image, so it is signed itself,
 	# not only through SHA256SUMS.
 	for chart in "$OUT"/"$BINARY"-*.tgz; do
-		"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false \
+		"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false --use-signing-config=false --new-bundle-format=false \
 			--output-signature "$chart.sig" "$chart" >/dev/null
 	done
 fi
@@ -149,7 +251,7 @@ fi
 sums=$(cd "$OUT" && find . -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum)
 printf '%s\n' "$sums" >"$OUT/SHA256SUMS"
 if [[ -n ${COSIGN_KEY:-} ]]; then
-	"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false \
+	"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false --use-signing-config=false --new-bundle-format=false \
 		--output-signature "$OUT/SHA256SUMS.sig" "$OUT/SHA256SUMS" >/dev/null
 fi
 echo "release: $VERSION in $OUT, image $image:$VERSION@$digest${push:+ (pushed)}"

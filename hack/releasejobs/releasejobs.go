@@ -14,9 +14,13 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// signingUses is every action the signing job may use: cosign's installer and the download of
-// what the build job produced. Anything else (a checkout, a toolchain) brings code to run.
-var signingUses = regexp.MustCompile(`^(sigstore/cosign-installer|actions/download-artifact)@`)
+// signingUses is every action the signing job may use: cosign's installer, the download of what
+// the build job produced, and GitHub's provenance attestation of it. Anything else (a checkout, a
+// toolchain) brings code to run.
+var signingUses = regexp.MustCompile(`^(sigstore/cosign-installer|actions/download-artifact|actions/attest-build-provenance)@`)
+
+// attests says whether s signs a provenance attestation (with the job's identity, as cosign sign).
+func (s step) attests() bool { return strings.HasPrefix(s.Uses, "actions/attest-build-provenance@") }
 
 // buildCommand matches a run script that builds or runs the repository's code or tools: make, the
 // go command, a script or binary of the checkout (hack/, _output/, ./...).
@@ -123,7 +127,7 @@ func Check(content []byte) ([]string, error) {
 			if s.reviewGate() {
 				checked = true
 			}
-			if strings.Contains(s.Run, "cosign sign") && !checked {
+			if (strings.Contains(s.Run, "cosign sign") || s.attests()) && !checked {
 				problems = append(problems, fmt.Sprintf("job %s signs (%s) before a step that refuses when the environment release lacks required reviewers, prevent_self_review, or can_admins_bypass false", n, what))
 			}
 		}

@@ -73,6 +73,12 @@ func TestCheckRefusesSigningWhereCodeRuns(t *testing.T) {
     permissions: {id-token: write}
     steps:` + gate + `
       - run: _output/bin/helm push x`, "runs"},
+		{"an attestation before the reviewer gate", signingJob(`
+      - uses: actions/attest-build-provenance@x
+        with: {subject-checksums: SHA256SUMS}` + gate), "before a step that refuses"},
+		{"an attestation after the gate", signingJob(gate + `
+      - uses: actions/attest-build-provenance@x
+        with: {subject-checksums: SHA256SUMS}`), ""},
 		{"no reviewer gate", `
   sign:
     environment: release

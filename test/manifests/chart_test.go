@@ -4,8 +4,8 @@ package manifests
 // manifests: it lints; deploy.yaml and deploy/cluster-wide-read.yaml are exactly what it renders
 // (hack/manifests.sh); every value reaches the objects it sets, and a render with every value
 // changed is accepted by the API server (but for Prometheus Operator's kinds, which a plain
-// cluster lacks); the values table is checked by docs_test.go. The pod suite installs the driver
-// with this chart (`helm upgrade --install`, test/e2e/pods/pods_test.go).
+// cluster lacks); the values table (the chart's README) is checked by docs_test.go. The pod
+// suite installs the driver with this chart (`helm upgrade --install`, test/e2e/pods/pods_test.go).
 
 import (
 	"github.com/shared-resource/csi-driver/test/e2e/framework"

@@ -1,10 +1,10 @@
 package main
 
 // Specification of the chart version hack/manifests.sh derives from the tree's version (git
-// describe): a release tag's SemVer without its "v"; anything else (a bare commit, commits past a
-// tag, a dirty tree) a 0.0.0-dev pre-release, which SemVer 2 accepts and sorts below every
-// release. make release depends on it: helm refuses to package a chart whose version is
-// not SemVer.
+// describe): a release tag's SemVer without its "v"; "dev" (the committed chart's, an unstamped
+// build's) 0.0.0-dev; anything else (a bare commit, commits past a tag, a dirty tree) a 0.0.0-dev
+// pre-release, which SemVer 2 accepts and sorts below every release. make release depends on
+// it: helm refuses to package a chart whose version is not SemVer.
 
 import (
 	"os/exec"
@@ -26,6 +26,7 @@ func TestChartVersionOfTheTreesVersion(t *testing.T) {
 		"v0.1.0-dirty":        "0.0.0-dev.v0-1-0-dirty",
 		"2cf9b0c-dirty":       "0.0.0-dev.2cf9b0c-dirty",
 		"v0.1.0-3-gabc-dirty": "0.0.0-dev.v0-1-0-3-gabc-dirty",
+		"dev":                 "0.0.0-dev", // the committed chart: an unstamped build
 	} {
 		out, err := exec.Command("../../hack/manifests.sh", "--chart-version", describe).Output()
 		if err != nil {

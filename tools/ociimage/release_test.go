@@ -3,9 +3,10 @@ package main
 // Specification of `make release VERSION=v0.1.0` without REGISTRY (hack/release.sh), run from
 // the repository's root into a temporary RELEASE_OUT: the release directory is complete, its
 // manifests and chart pin the image by the layout's index digest, the SBOMs and SHA256SUMS match
-// the files, and the host platform's image binary says it is v0.1.0; with COSIGN_KEY the index and
-// SHA256SUMS are signed. Skipped with -short: it cross-compiles the driver four times (minutes
-// cold, seconds from Go's build cache).
+// the files, the release notes are the version's section of the changelog (testdata/CHANGELOG.md:
+// the tests' own) and the chart's Artifact Hub changes, and the host platform's image binary says
+// it is v0.1.0; with COSIGN_KEY the index and SHA256SUMS are signed. Skipped with -short: it
+// cross-compiles the driver four times (minutes cold, seconds from Go's build cache).
 
 import (
 	"archive/tar"
@@ -19,6 +20,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 )
 
 func TestMakeReleaseWritesACompleteRelease(t *testing.T) {
@@ -31,7 +34,7 @@ func TestMakeReleaseWritesACompleteRelease(t *testing.T) {
 	out := makeRelease(t)
 
 	for _, f := range []string{"oci/oci-layout", "oci/index.json", "index-digest", "deploy.yaml", "cluster-wide-read.yaml",
-		"shared-resource-csi-0.1.0.tgz", "RELEASE_NOTES.md", "SHA256SUMS"} {
+		"shared-resource-csi-0.1.0.tgz", "RELEASE_NOTES.md", "SHA256SUMS", "krew/shared-resource.yaml"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Errorf("release lacks %s: %v", f, err)
 		}
@@ -39,6 +42,9 @@ func TestMakeReleaseWritesACompleteRelease(t *testing.T) {
 	for _, p := range platforms {
 		if _, err := os.Stat(filepath.Join(out, "sbom", sbomFileName("shared-resource-csi", p))); err != nil {
 			t.Errorf("release lacks the SBOM of %s: %v", p, err)
+		}
+		if _, err := os.Stat(filepath.Join(out, "kubectl-shared_resource-"+strings.ReplaceAll(p, "/", "-")+".tar.gz")); err != nil {
+			t.Errorf("release lacks the kubectl plugin of %s: %v", p, err)
 		}
 	}
 
@@ -54,28 +60,59 @@ func TestMakeReleaseWritesACompleteRelease(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(out, "deploy.yaml")); !strings.Contains(string(b), pinned) {
 		t.Errorf("deploy.yaml does not pin %q", pinned)
 	}
-	chart, err := exec.Command("tar", "-xzOf", filepath.Join(out, "shared-resource-csi-0.1.0.tgz"),
-		"shared-resource-csi/Chart.yaml", "shared-resource-csi/values.yaml").Output()
-	if err != nil {
+	// The packaged chart's Chart.yaml (helm package rewrites it: its own key order and quoting) and
+	// values.yaml (as stamped).
+	packaged := func(file string) []byte {
+		b, err := exec.Command("tar", "-xzOf", filepath.Join(out, "shared-resource-csi-0.1.0.tgz"), "shared-resource-csi/"+file).Output()
+		if err != nil {
+			t.Fatalf("the packaged chart's %s: %v", file, err)
+		}
+		return b
+	}
+	chartYAML := packaged("Chart.yaml")
+	var c struct {
+		Version     string            `yaml:"version"`
+		AppVersion  string            `yaml:"appVersion"`
+		Annotations map[string]string `yaml:"annotations"`
+	}
+	var v struct {
+		Image struct{ Repository, Tag string } `yaml:"image"`
+	}
+	if err := yaml.Unmarshal(chartYAML, &c); err != nil {
 		t.Fatal(err)
 	}
-	// helm package rewrites Chart.yaml (its own key order and quoting); values.yaml is as stamped.
-	fields := map[string]string{}
-	for _, line := range strings.Split(string(chart), "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ": "); ok {
-			if _, dup := fields[k]; !dup {
-				fields[k] = strings.Trim(v, `"'`)
-			}
+	if err := yaml.Unmarshal(packaged("values.yaml"), &v); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []struct{ name, got, want string }{
+		{"version", c.Version, "0.1.0"},
+		{"appVersion", c.AppVersion, "v0.1.0"},
+		{"image.tag", v.Image.Tag, "v0.1.0@" + digest.String()},
+		{"image.repository", v.Image.Repository, "ghcr.io/shared-resource/shared-resource-csi"},
+	} {
+		if f.got != f.want {
+			t.Errorf("the packaged chart's %s is %q, want %q", f.name, f.got, f.want)
 		}
 	}
-	for k, want := range map[string]string{"version": "0.1.0", "appVersion": "v0.1.0", "tag": "v0.1.0@" + digest.String(),
-		"repository": "ghcr.io/shared-resource/shared-resource-csi"} {
-		if fields[k] != want {
-			t.Errorf("the packaged chart's %s is %q, want %q", k, fields[k], want)
-		}
+	// The chart's Artifact Hub annotations: the image it pins, a release (not a pre-release), and
+	// the release notes as its list of changes.
+	if want := "image: ghcr.io/shared-resource/shared-resource-csi@" + digest.String(); !strings.Contains(c.Annotations["artifacthub.io/images"], want) {
+		t.Errorf("artifacthub.io/images %q, want %q", c.Annotations["artifacthub.io/images"], want)
 	}
-	if b, _ := os.ReadFile(filepath.Join(out, "RELEASE_NOTES.md")); !strings.Contains(string(b), "### Not yet supported") {
-		t.Errorf("RELEASE_NOTES.md is not CHANGELOG.md's v0.1.0 section:\n%s", b)
+	if c.Annotations["artifacthub.io/prerelease"] != "false" {
+		t.Errorf("artifacthub.io/prerelease %q for v0.1.0, want false", c.Annotations["artifacthub.io/prerelease"])
+	}
+	var changes []struct{ Kind, Description string }
+	if err := yaml.Unmarshal([]byte(c.Annotations["artifacthub.io/changes"]), &changes); err != nil {
+		t.Fatalf("artifacthub.io/changes: %v\n%s", err, c.Annotations["artifacthub.io/changes"])
+	}
+	if len(changes) != 1 || changes[0].Kind != "added" || changes[0].Description != "The release notes of the test release 0.1.0." {
+		t.Errorf("artifacthub.io/changes %+v, want testdata/CHANGELOG.md's one entry of 0.1.0", changes)
+	}
+
+	if b, _ := os.ReadFile(filepath.Join(out, "RELEASE_NOTES.md")); !strings.Contains(string(b), "The release notes of the test release 0.1.0.") ||
+		strings.Contains(string(b), "Not in the release notes") {
+		t.Errorf("RELEASE_NOTES.md is not testdata/CHANGELOG.md's 0.1.0 section:\n%s", b)
 	}
 
 	// SHA256SUMS lists every other file, with its sum.
@@ -162,17 +199,23 @@ func TestMakeReleaseWritesACompleteRelease(t *testing.T) {
 	}
 }
 
-// makeRelease runs `make release VERSION=v0.1.0` into a new directory, with the environment's
-// REGISTRY (it would push) and COSIGN_* removed and extra added, and returns the directory.
+// makeRelease runs `make release VERSION=v0.1.0` into a new directory, with testdata/CHANGELOG.md,
+// the environment's REGISTRY (it would push) and COSIGN_* removed and extra added, and returns
+// the directory.
 func makeRelease(t *testing.T, extra ...string) string {
 	t.Helper()
 	out := t.TempDir()
 	cmd := exec.Command("make", "-C", "../..", "release", "VERSION=v0.1.0", "RELEASE_OUT="+out)
 	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "REGISTRY=") && !strings.HasPrefix(e, "COSIGN_") {
+		if !strings.HasPrefix(e, "REGISTRY=") && !strings.HasPrefix(e, "COSIGN_") && !strings.HasPrefix(e, "CHANGELOG=") {
 			cmd.Env = append(cmd.Env, e)
 		}
 	}
+	changelog, err := filepath.Abs("testdata/CHANGELOG.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Env = append(cmd.Env, "CHANGELOG="+changelog)
 	cmd.Env = append(cmd.Env, extra...)
 	b, err := cmd.CombinedOutput()
 	if err != nil {

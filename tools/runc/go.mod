@@ -1,6 +1,7 @@
 // runc for the local test cluster's containerd, built from the Go module proxy by
 // `hack/build-tools.sh` (cgo with libseccomp, as upstream's releases) instead of Debian's 1.1.5.
-// The version is the one containerd names in its script/setup/runc-version.
+// The version is the newest patch of the minor containerd names in its script/setup/runc-version
+// (containerd v2.4.2 names v1.5.2; v1.5.3 is that minor's fixes).
 module github.com/shared-resource/csi-driver/tools/runc
 
 go 1.26.0
@@ -18,13 +19,13 @@ require (
 	github.com/cyphar/filepath-securejoin v0.7.0 // indirect
 	github.com/docker/go-units v0.5.0 // indirect
 	github.com/godbus/dbus/v5 v5.2.2 // indirect
-	github.com/moby/sys/capability v0.4.0 // indirect
+	github.com/moby/sys/capability v0.5.0 // indirect
 	github.com/moby/sys/mountinfo v0.7.2 // indirect
 	github.com/moby/sys/user v0.4.0 // indirect
 	github.com/moby/sys/userns v0.2.1 // indirect
 	github.com/mrunalp/fileutils v0.5.1 // indirect
 	github.com/opencontainers/cgroups v0.1.0 // indirect
-	github.com/opencontainers/runc v1.5.2 // indirect
+	github.com/opencontainers/runc v1.5.3 // indirect
 	github.com/opencontainers/runtime-spec v1.3.0 // indirect
 	github.com/opencontainers/selinux v1.13.1 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect

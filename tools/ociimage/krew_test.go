@@ -1,0 +1,126 @@
+package main
+
+// Specification of the kubectl plugin `make release` ships: an archive per platform and krew's
+// manifest of them (krew/shared-resource.yaml), checked by krew itself, built from the Go module
+// proxy (hack/build-tools.sh krew): its manifest validation (validate-krew-manifest) accepts the
+// manifest, and `kubectl krew install --manifest --archive` installs the host platform's archive,
+// after checking it against the manifest's sha256; the installed plugin then runs as kubectl runs
+// it (`kubectl shared-resource diagnose --help` is kubectl-shared_resource on $PATH).
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+// krewManifest is the part of krew's Plugin (sigs.k8s.io/krew/pkg/index) this test reads.
+type krewManifest struct {
+	Metadata struct {
+		Name string `yaml:"name"`
+	} `yaml:"metadata"`
+	Spec struct {
+		Version   string `yaml:"version"`
+		Platforms []struct {
+			Selector struct {
+				MatchLabels map[string]string `yaml:"matchLabels"`
+			} `yaml:"selector"`
+			URI    string `yaml:"uri"`
+			Sha256 string `yaml:"sha256"`
+			Bin    string `yaml:"bin"`
+		} `yaml:"platforms"`
+	} `yaml:"spec"`
+}
+
+func TestMakeReleaseWritesAKrewPluginThatKrewInstalls(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a whole release")
+	}
+	krew, err := filepath.Abs("../../_output/bin/kubectl-krew")
+	if err != nil {
+		t.Fatal(err)
+	}
+	validate, _ := filepath.Abs("../../_output/bin/validate-krew-manifest")
+	for _, tool := range []string{krew, validate} {
+		if _, err := os.Stat(tool); err != nil {
+			missingTool(t, "no "+tool+": run `hack/build-tools.sh krew`")
+		}
+	}
+	// The host's platform, another krew runs on, and one it does not.
+	other := "arm64"
+	if runtime.GOARCH == other {
+		other = "amd64"
+	}
+	out := makeRelease(t, "PLATFORMS=linux/"+runtime.GOARCH+" linux/"+other+" linux/s390x")
+	manifest := filepath.Join(out, "krew", "shared-resource.yaml")
+
+	b, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m krewManifest
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%s: %v", manifest, err)
+	}
+	if m.Metadata.Name != "shared-resource" || m.Spec.Version != "v0.1.0" || len(m.Spec.Platforms) != 2 {
+		t.Errorf("krew manifest: name %q, version %q, %d platforms; want shared-resource, v0.1.0, 2 (%s and %s; krew does not run on s390x)",
+			m.Metadata.Name, m.Spec.Version, len(m.Spec.Platforms), runtime.GOARCH, other)
+	}
+	if _, err := os.Stat(filepath.Join(out, "kubectl-shared_resource-linux-s390x.tar.gz")); err != nil {
+		t.Errorf("the release lacks the s390x plugin archive (for installing by hand): %v", err)
+	}
+	for _, p := range m.Spec.Platforms {
+		archive := "kubectl-shared_resource-linux-" + p.Selector.MatchLabels["arch"] + ".tar.gz"
+		if want := "https://github.com/shared-resource/csi-driver/releases/download/v0.1.0/" + archive; p.URI != want {
+			t.Errorf("platform %v: uri %s, want %s", p.Selector.MatchLabels, p.URI, want)
+		}
+		if _, err := os.Stat(filepath.Join(out, archive)); err != nil {
+			t.Errorf("the release lacks %s, which the manifest names: %v", archive, err)
+		}
+	}
+
+	// krew's own validation of a manifest (what krew-index runs on a submitted plugin); it cannot
+	// download the archives here, so installing is the next step's.
+	if b, err := exec.Command(validate, "-manifest", manifest, "-skip-install").CombinedOutput(); err != nil {
+		t.Fatalf("validate-krew-manifest refuses the manifest: %v\n%s", err, b)
+	}
+
+	// krew installs the host's archive from the manifest into a krew root of the test's own.
+	root := t.TempDir()
+	env := append(os.Environ(), "KREW_ROOT="+root, "KREW_NO_UPGRADE_CHECK=1", "HOME="+t.TempDir())
+	install := exec.Command(krew, "install", "--manifest="+manifest,
+		"--archive="+filepath.Join(out, "kubectl-shared_resource-linux-"+runtime.GOARCH+".tar.gz"))
+	install.Env = env
+	if b, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl krew install: %v\n%s", err, b)
+	}
+	// Another platform's archive does not match the host's sha256: krew refuses it.
+	wrong := exec.Command(krew, "install", "--manifest="+manifest, "--archive="+filepath.Join(out, "kubectl-shared_resource-linux-"+other+".tar.gz"))
+	wrong.Env = append(env, "KREW_ROOT="+t.TempDir())
+	if b, err := wrong.CombinedOutput(); err == nil {
+		t.Errorf("kubectl krew install took the %s archive for %s:\n%s", other, runtime.GOARCH, b)
+	}
+	// kubectl runs a plugin as kubectl-<name, - as _> found on $PATH, with the words after it.
+	plugin := filepath.Join(root, "bin", "kubectl-shared_resource")
+	help, err := exec.Command(plugin, "diagnose", "--help").CombinedOutput()
+	if err != nil && !strings.Contains(string(help), "-kubeconfig") {
+		t.Fatalf("%s diagnose --help: %v\n%s", plugin, err, help)
+	}
+	for _, want := range []string{"-kubeconfig", "-output"} {
+		if !strings.Contains(string(help), want) {
+			t.Errorf("kubectl shared-resource diagnose --help, installed by krew, lacks %s:\n%s", want, help)
+		}
+	}
+	usage, _ := exec.Command(plugin).CombinedOutput()
+	if !strings.Contains(string(usage), "Usage: kubectl shared-resource COMMAND") {
+		t.Errorf("kubectl shared-resource, installed by krew, is not the plugin:\n%s", usage)
+	}
+	licence, err := filepath.Glob(filepath.Join(root, "store", "shared-resource", "v0.1.0", "LICENSE"))
+	if err != nil || len(licence) != 1 {
+		t.Errorf("krew did not install the LICENSE (%v)", err)
+	}
+}
