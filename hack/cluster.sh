@@ -656,8 +656,10 @@ start_kubelet() {
 	dir=$(node_dir "$k")
 	((k == 1)) || kubeconfig=$dir/kubelet.kubeconfig
 	if uses_systemd; then
+		# The kubelet names its cgroupRoot as cgroupfs would, each component a slice nested in
+		# the one before (-> /srcsi.slice/srcsi-nodeK.slice, node_slice).
 		cgroup_driver=systemd
-		cgroup_root=/$SLICE/$(node_slice "$k")
+		cgroup_root=/${SLICE%.slice}/node$k
 		enable_controllers "$k"
 	elif ((k > 1)); then
 		cgroup_root=/$(node_name "$k")

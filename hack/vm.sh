@@ -203,10 +203,11 @@ step() { printf 'srcsi-vm: [%(%T)T] %s\\n' -1 "\$*"; }
 # Each mark: a step's name and the VM's clock (the host's time, through the emulated RTC).
 mark() { printf '%s %s\\n' "\$1" "\$(date +%s)" >>/srv/times; }
 mark booted
-# The host's Go toolchain (read-only), module cache (read-only) and build cache, at their paths there.
+# The host's Go toolchain (read-only), module cache and build cache, at their paths there (go
+# writes a stat cache into the module cache for the tree's own pseudo-version).
 mkdir -p $goroot $gomodcache $gocache
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288,ro goroot $goroot
-mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288,ro gomodcache $gomodcache
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 gomodcache $gomodcache
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 gocache $gocache
 export PATH=$goroot/bin:\$PATH HOME=/root GOCACHE=$gocache GOMODCACHE=$gomodcache GOTOOLCHAIN=local GOPROXY=off
 step "\$(. /etc/os-release; echo "\$PRETTY_NAME"), kernel \$(uname -r), \$(systemctl --version | head -n 1)"
@@ -268,7 +269,7 @@ qemu=(qemu-system-x86_64
 	-drive "file=$cache/root.img,format=raw,if=virtio,snapshot=on"
 	-drive "file=$OUT/payload.img,format=raw,if=virtio"
 	-virtfs "local,path=$goroot,mount_tag=goroot,security_model=none,readonly=on"
-	-virtfs "local,path=$gomodcache,mount_tag=gomodcache,security_model=none,readonly=on"
+	-virtfs "local,path=$gomodcache,mount_tag=gomodcache,security_model=none"
 	-virtfs "local,path=$gocache,mount_tag=gocache,security_model=none")
 log "booting Debian 12 under qemu (software emulation; at most $VM_TIMEOUT min)"
 booted=$SECONDS

@@ -267,7 +267,7 @@ func TestNodesOnCgroupV2RunInSystemdSlices(t *testing.T) {
 	for _, want := range []string{
 		"driver: systemd",
 		"cgroupDriver: systemd",
-		`cgroupRoot: "/srcsi.slice/srcsi-node1.slice"`,
+		`cgroupRoot: "/srcsi/node1"`, // the systemd driver's /srcsi.slice/srcsi-node1.slice
 		"SystemdCgroup = true",
 		"setsid systemd-run --scope --quiet --collect --unit srcsi-containerd --slice srcsi-node1.slice -- env",
 		"setsid systemd-run --scope --quiet --collect --unit srcsi-kubelet --slice srcsi-node1.slice -- ",
