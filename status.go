@@ -205,8 +205,9 @@ func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
 		klog.V(2).InfoS("Replacing unreadable share status", "kind", ref.Kind.shareTypeName(), "share", ref.Name, "err", err)
 		conds = nil
 	}
-	// The pin is set when the source is first read, and moved to a re-created source only by a
-	// share that follows re-creations (sourcepin.go).
+	// The pin is set when the source is first read, if it is an object not created after the
+	// share, and moved to a re-created source only by a share that follows re-creations
+	// (sourcepin.go). uid is "" when the source may not be pinned.
 	pinned := pinOf(u)
 	pin := pinned.UID
 	if uid != "" && (pin == "" || pinned.Follow) {
@@ -256,8 +257,8 @@ func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
 }
 
 // checkSource GETs the share's source (metadata only, from the API server's watch cache) and
-// returns the Ready condition that describes the answer, and the source's UID ("" when it could
-// not be read).
+// returns the Ready condition that describes the answer, and the UID to pin: the source's, or ""
+// when it could not be read, or when a first pin may not take it (firstPinRefusal).
 func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstructured.Unstructured) (cond metav1.Condition, uid string) {
 	sh, err := shareFromObject(k, u)
 	if err != nil {
@@ -266,33 +267,52 @@ func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstruct
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		var problem error
-		uid, problem = w.sourceProblem(ctx, sh)
+		var created time.Time
+		uid, created, problem = w.sourceProblem(ctx, sh)
+		if problem == nil {
+			problem = firstPinRefusal(sh, u.GetCreationTimestamp().Time, sawNoSource(u), uid, created)
+		}
 		cond = readyCondition(sh, uid, problem, w.cfg.Account)
+		var refused *sourceNewerThanShareError
+		if errors.As(problem, &refused) {
+			uid = ""
+		}
 	}
 	cond.ObservedGeneration = u.GetGeneration()
 	return cond, uid
 }
 
+// sawNoSource says whether the share's status, for its current spec, says its source did not
+// exist (Ready False, SourceNotFound): an object found after that is the share's first.
+func sawNoSource(u *unstructured.Unstructured) bool {
+	conds, err := shareConditions(u)
+	if err != nil {
+		return false
+	}
+	c := meta.FindStatusCondition(conds, conditionReady)
+	return c != nil && c.Reason == reasonSourceNotFound && c.ObservedGeneration == u.GetGeneration()
+}
+
 // sourceProblem GETs the share's source, from the API server's watch cache, and says which
-// object it is (its UID, "" when it could not be read) and what is wrong with it for the share:
-// the GET's error, a *missingSharedKeysError, or nil.
-func (w *statusWriter) sourceProblem(ctx context.Context, sh shareSpec) (uid string, problem error) {
+// object it is (its UID, "" when it could not be read, and when it was created) and what is
+// wrong with it for the share: the GET's error, a *missingSharedKeysError, or nil.
+func (w *statusWriter) sourceProblem(ctx context.Context, sh shareSpec) (uid string, created time.Time, problem error) {
 	opts := metav1.GetOptions{ResourceVersion: "0"}
 	if sh.Exposed.all() {
 		m, err := w.cfg.Meta.Resource(sourceGVR(sh.Kind)).Namespace(sh.SourceNamespace).Get(ctx, sh.SourceName, opts)
 		if err != nil {
-			return "", err
+			return "", time.Time{}, err
 		}
-		return string(m.GetUID()), nil
+		return string(m.GetUID()), m.GetCreationTimestamp().Time, nil
 	}
 	d, err := w.cfg.Sources.getSource(ctx, sh.sourceKey(), opts)
 	if err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
 	if _, missing := sh.Exposed.filter(d.Files); len(missing) > 0 {
-		return d.UID, &missingSharedKeysError{share: sh, keys: missing}
+		return d.UID, d.Created, &missingSharedKeysError{share: sh, keys: missing}
 	}
-	return d.UID, nil
+	return d.UID, d.Created, nil
 }
 
 // exposedNames is status.exposedKeys for the share u: the names its list exposes, or nil (the
@@ -315,6 +335,9 @@ func readyCondition(sh shareSpec, uid string, getErr error, account driverAccoun
 	case getErr == nil && sh.Pin.refuses(uid):
 		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceReplaced
 		c.Message = replacedMessage(sh, uid)
+	case errors.As(getErr, new(*sourceNewerThanShareError)):
+		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceReplaced
+		c.Message = getErr.Error()
 	case getErr == nil:
 		c.Status, c.Reason = metav1.ConditionTrue, reasonSourceAvailable
 		c.Message = src + " exists and the driver can read it; the share exposes "

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -92,5 +93,66 @@ func TestReadyConditionOfAShareWithAList(t *testing.T) {
 		!strings.Contains(c.Message, `Secret platform/tls has no key "tls.crt", which SharedSecret "corp-ca" lists in spec.items`) ||
 		!strings.Contains(c.Message, `pods cannot mount SharedSecret "corp-ca"`) {
 		t.Errorf("missing key: %+v", c)
+	}
+}
+
+// The first pin takes only the share's first object: one not created after the share, or one
+// found after the status said no source existed for the share's spec. Another object created
+// after the share is not pinned: Ready is False, SourceReplaced, with the command that accepts it.
+// A share that has a pin, or follows, is judged by the pin as before.
+func TestFirstPinTakesOnlyTheSharesFirstObject(t *testing.T) {
+	made := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	sh := shareSpec{Kind: kindSecret, Name: "corp-ca", SourceNamespace: "platform", SourceName: "ca-bundle"}
+	for _, tc := range []struct {
+		name        string
+		pin         sourcePin
+		sawNoSource bool
+		created     time.Time
+		refused     bool
+	}{
+		{"older than the share", sourcePin{}, false, made.Add(-time.Hour), false},
+		{"created with the share, in the same second", sourcePin{}, false, made, false},
+		{"newer than the share", sourcePin{}, false, made.Add(time.Minute), true},
+		{"newer, after the status said no source existed", sourcePin{}, true, made.Add(time.Minute), false},
+		{"newer, the share follows", sourcePin{Follow: true}, false, made.Add(time.Minute), false},
+		{"newer, the share is pinned to it", sourcePin{UID: "uid-2"}, false, made.Add(time.Minute), false},
+	} {
+		sh := sh
+		sh.Pin = tc.pin
+		err := firstPinRefusal(sh, made, tc.sawNoSource, "uid-2", tc.created)
+		if (err != nil) != tc.refused {
+			t.Errorf("%s: refusal %v, want refused %v", tc.name, err, tc.refused)
+			continue
+		}
+		c := readyCondition(sh, "uid-2", err, "")
+		if tc.refused && (c.Status != metav1.ConditionFalse || c.Reason != reasonSourceReplaced ||
+			!strings.Contains(c.Message, `kubectl patch sharedsecrets corp-ca --subresource=status --type=merge -p '{"status":{"sourceUID":"uid-2"}}'`)) {
+			t.Errorf("%s: %+v, want False, SourceReplaced, with the command that accepts the object", tc.name, c)
+		}
+		if !tc.refused && c.Status != metav1.ConditionTrue {
+			t.Errorf("%s: %+v, want True", tc.name, c)
+		}
+	}
+}
+
+// The status says no source existed only for the share's current spec: a SourceNotFound written
+// for an earlier generation (another ref) does not count.
+func TestSawNoSourceIsForTheCurrentSpec(t *testing.T) {
+	share := func(generation, observed int64, reason string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": "s", "generation": generation},
+			"status": map[string]any{"conditions": []any{map[string]any{
+				"type": conditionReady, "status": "False", "reason": reason, "message": "m",
+				"observedGeneration": observed, "lastTransitionTime": "2026-11-01T12:00:00Z"}}},
+		}}
+	}
+	if !sawNoSource(share(2, 2, reasonSourceNotFound)) {
+		t.Error("SourceNotFound for the current spec: not seen")
+	}
+	if sawNoSource(share(3, 2, reasonSourceNotFound)) {
+		t.Error("SourceNotFound for an earlier spec: seen")
+	}
+	if sawNoSource(share(2, 2, reasonSourceForbidden)) {
+		t.Error("SourceForbidden: seen as no source")
 	}
 }
