@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -326,8 +327,34 @@ func exposedNames(k shareKind, u *unstructured.Unstructured) []string {
 }
 
 // readyCondition turns the answer to a GET of the share's source into the Ready condition. The
-// messages say what to do: they are what an admin reads in `kubectl describe`.
+// messages say what to do: they are what an admin reads in `kubectl describe`. A message that
+// would be longer than the schema allows is cut (boundedMessage).
 func readyCondition(sh shareSpec, uid string, getErr error, account driverAccount) metav1.Condition {
+	c := unboundedReadyCondition(sh, uid, getErr, account)
+	c.Message = boundedMessage(c.Message)
+	return c
+}
+
+// maxConditionMessage is the longest message the CRDs' schema takes (metav1.Condition's): a
+// status with a longer one is refused whole, its pin with it.
+const maxConditionMessage = 32768
+
+// boundedMessage is msg cut to maxConditionMessage bytes, on a character's boundary, saying so. A
+// share listing some 127 keys of 253 bytes or more makes a longer message (it names them all);
+// status.exposedKeys names them in full.
+func boundedMessage(msg string) string {
+	if len(msg) <= maxConditionMessage {
+		return msg
+	}
+	suffix := fmt.Sprintf(" ... (cut: the message was %d bytes; status.exposedKeys lists every name)", len(msg))
+	cut := maxConditionMessage - len(suffix)
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + suffix
+}
+
+func unboundedReadyCondition(sh shareSpec, uid string, getErr error, account driverAccount) metav1.Condition {
 	src := fmt.Sprintf("%s %s/%s", sh.Kind, sh.SourceNamespace, sh.SourceName)
 	c := metav1.Condition{Type: conditionReady}
 	var missing *missingSharedKeysError

@@ -8,9 +8,11 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -154,5 +156,24 @@ func TestSawNoSourceIsForTheCurrentSpec(t *testing.T) {
 	}
 	if sawNoSource(share(2, 2, reasonSourceForbidden)) {
 		t.Error("SourceForbidden: seen as no source")
+	}
+}
+
+// A share listing 256 keys of 253 bytes makes a Ready message that names them all, some 66 KB:
+// over the schema's 32768 bytes, the API server would refuse the status whole (and the pin with
+// it). The message is cut to fit, on a character's boundary, saying so.
+func TestReadyMessageFitsTheSchema(t *testing.T) {
+	sh := shareSpec{Kind: kindSecret, Name: "many", SourceNamespace: "p", SourceName: "s"}
+	for i := range maxSharedItems {
+		name := fmt.Sprintf("%03d", i) + strings.Repeat("é", 125) // 253 bytes, two-byte characters
+		sh.Exposed = append(sh.Exposed, exposedKey{Key: name, Path: name})
+	}
+	c := readyCondition(sh, "", nil, "")
+	if len(c.Message) > maxConditionMessage || !utf8.ValidString(c.Message) || !strings.Contains(c.Message, "cut: the message was") {
+		t.Errorf("Ready message of %d bytes (valid UTF-8: %v), want at most %d, cut on a character's boundary and saying so: ...%s",
+			len(c.Message), utf8.ValidString(c.Message), maxConditionMessage, c.Message[max(0, len(c.Message)-120):])
+	}
+	if short := readyCondition(shareSpec{Kind: kindSecret, Name: "few", SourceNamespace: "p", SourceName: "s", Exposed: exposure{{"a", "a"}}}, "", nil, ""); strings.Contains(short.Message, "cut:") {
+		t.Errorf("a short message was cut: %q", short.Message)
 	}
 }
