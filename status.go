@@ -270,8 +270,10 @@ func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstruct
 		var problem error
 		var created time.Time
 		uid, created, problem = w.sourceProblem(ctx, sh)
-		if problem == nil {
-			problem = firstPinRefusal(sh, u.GetCreationTimestamp().Time, sawNoSource(u), uid, created)
+		// Judged whatever else is wrong with the object (a key its list names missing): pinned
+		// now, an object the pin may not take would feed running volumes once the key is added.
+		if refusal := firstPinRefusal(sh, u.GetCreationTimestamp().Time, sawNoSource(u), uid, created); refusal != nil {
+			problem = refusal
 		}
 		cond = readyCondition(sh, uid, problem, w.cfg.Account)
 		var refused *sourceNewerThanShareError

@@ -177,3 +177,33 @@ func TestReadyMessageFitsTheSchema(t *testing.T) {
 		t.Errorf("a short message was cut: %q", short.Message)
 	}
 }
+
+// sourceAt answers every GET with one source object, created at a given time.
+type sourceAt struct{ d sourceData }
+
+func (s sourceAt) getSource(context.Context, sourceKey, metav1.GetOptions) (*sourceData, error) {
+	d := s.d
+	return &d, nil
+}
+
+// A share with a list whose re-created source lacks a listed key: the first pin does not take it
+// either (pinned now, it would feed running volumes once the key is added). The check reports
+// it replaced, and gives no UID to pin.
+func TestFirstPinRefusesANewerSourceMissingAKey(t *testing.T) {
+	made := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": "corp-ca", "generation": int64(1), "creationTimestamp": made.Format(time.RFC3339)},
+		"spec": map[string]any{"secretRef": map[string]any{"namespace": "platform", "name": "ca-bundle"},
+			"items": []any{map[string]any{"key": "ca.crt"}}},
+	}}
+	w := &statusWriter{cfg: statusConfig{Sources: sourceAt{sourceData{UID: "uid-2", Created: made.Add(time.Hour), Files: map[string][]byte{"other": []byte("x")}}}}}
+	c, uid := w.checkSource(context.Background(), kindSecret, u)
+	if uid != "" || c.Reason != reasonSourceReplaced {
+		t.Errorf("a newer source missing a key: pin %q, %+v; want no pin, SourceReplaced", uid, c)
+	}
+	// Not newer than the share: pinned, and reported missing its key.
+	w.cfg.Sources = sourceAt{sourceData{UID: "uid-1", Created: made, Files: map[string][]byte{"other": []byte("x")}}}
+	if c, uid := w.checkSource(context.Background(), kindSecret, u); uid != "uid-1" || c.Reason != reasonSourceKeyMissing {
+		t.Errorf("the share's own source missing a key: pin %q, %+v; want uid-1, SourceKeyMissing", uid, c)
+	}
+}
