@@ -217,6 +217,9 @@ func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
 	// lastTransitionTime moves only when the status does; reason, message and
 	// observedGeneration are updated in place.
 	condChanged := meta.SetStatusCondition(&conds, cond)
+	if kept := withinMaxConditions(conds); len(kept) < len(conds) {
+		conds, condChanged = kept, true
+	}
 	exposed := exposedNames(ref.Kind, u)
 	had, _, _ := unstructured.NestedStringSlice(u.Object, "status", "exposedKeys")
 	if !condChanged && slices.Equal(had, exposed) && pin == pinned.UID {
@@ -283,6 +286,25 @@ func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstruct
 	}
 	cond.ObservedGeneration = u.GetGeneration()
 	return cond, uid
+}
+
+// maxConditions is the most conditions the CRDs' schema takes (status.conditions' maxItems).
+const maxConditions = 8
+
+// withinMaxConditions is conds with at most maxConditions conditions: Ready, and the first of the
+// others. A status holding more (written before the schema bounded them) would have every write
+// of it refused.
+func withinMaxConditions(conds []metav1.Condition) []metav1.Condition {
+	if len(conds) <= maxConditions {
+		return conds
+	}
+	out := make([]metav1.Condition, 0, maxConditions)
+	for _, c := range conds {
+		if c.Type == conditionReady || len(out) < maxConditions-1 {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // sawNoSource says whether the share's status, for its current spec, says its source did not

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -205,5 +206,30 @@ func TestFirstPinRefusesANewerSourceMissingAKey(t *testing.T) {
 	w.cfg.Sources = sourceAt{sourceData{UID: "uid-1", Created: made, Files: map[string][]byte{"other": []byte("x")}}}
 	if c, uid := w.checkSource(context.Background(), kindSecret, u); uid != "uid-1" || c.Reason != reasonSourceKeyMissing {
 		t.Errorf("the share's own source missing a key: pin %q, %+v; want uid-1, SourceKeyMissing", uid, c)
+	}
+}
+
+// A status written before the schema bounded its conditions keeps Ready and the first others, up
+// to the schema's maxItems: with more, every write of it would be refused.
+func TestConditionsAreKeptWithinTheSchemasBound(t *testing.T) {
+	var conds []metav1.Condition
+	for i := range 12 {
+		conds = append(conds, metav1.Condition{Type: fmt.Sprintf("Example%d", i)})
+	}
+	conds = append(conds, metav1.Condition{Type: conditionReady})
+	kept := withinMaxConditions(conds)
+	if len(kept) != maxConditions || kept[len(kept)-1].Type != conditionReady || kept[0].Type != "Example0" {
+		t.Errorf("kept %d conditions %v, want %d with Ready", len(kept), kept, maxConditions)
+	}
+	if few := conds[:3]; len(withinMaxConditions(few)) != 3 {
+		t.Error("a status within the bound lost conditions")
+	}
+	crds, err := os.ReadFile("charts/shared-resource-csi/templates/crds.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := fmt.Sprintf("conditions:\n                  description: conditions are observations about this share made by the CSI driver.\n                  type: array\n                  maxItems: %d\n", maxConditions)
+	if n := strings.Count(string(crds), bound); n != 2 {
+		t.Errorf("%d of the two CRDs bound status.conditions to maxItems: %d", n, maxConditions)
 	}
 }
