@@ -10,8 +10,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -123,15 +125,28 @@ func (a *adminClient) eachPod(ctx context.Context, ns, labelSelector, fieldSelec
 	}
 }
 
-// printable is s with every control character (a terminal's escape sequences among them) shown
-// as '?': event and condition messages are written by others and printed to an admin's terminal.
+// printable is s with every character a terminal does not print as itself (control characters,
+// a line break, an escape sequence's ESC, a format character that reorders text, invalid UTF-8)
+// written as its Go escape (\n, \x1b, \u202e): names, attributes, conditions and event messages
+// are written by others (a pod's author, a share's owner) and printed to an admin's terminal,
+// where they must neither start a line of the report's own (a forged verdict or fix) nor
+// recolour, move the cursor, retitle the terminal or write its clipboard.
 func printable(s string) string {
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return '?'
+	var b strings.Builder
+	for len(s) > 0 {
+		r, size := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, "\\x%02x", s[0])
+		case r == ' ' || unicode.IsPrint(r):
+			b.WriteString(s[:size])
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
 		}
-		return r
-	}, s)
+		s = s[size:]
+	}
+	return b.String()
 }
 
 // listEvents lists the events of ns ("" for all) matching fieldSelector, by pages of 500.

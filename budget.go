@@ -17,17 +17,15 @@ package main
 // is charged what it holds, not nothing. How many entries a volume may have is capped
 // (maxVolumeEntries, and the tmpfs's nr_inodes: tmpfs.go).
 // By default the budget is derived from the container's memory limit (its cgroup), less the
-// source cache's bound and a margin for the driver itself: see defaultVolumeBudget.
+// source cache's bound and a margin for the driver itself (memorylimit.go: defaultVolumeBudget),
+// and the Go runtime is given the rest of the limit (runtimeMemoryLimit).
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -404,13 +402,18 @@ func volumeBytesOnPages(rec volumeRecord, recordOnDisk int64) int64 {
 	return n
 }
 
-// recordHeapBytes is what the driver's memory holds of rec's items beside its file: a pod's
-// choice (up to maxItems keys and paths; a path may have 4096 bytes), kept decoded by the store,
-// and copied by an operation on the volume while it runs. So each item is charged twice (the
-// store's copy and one in flight): its struct and slice slot, and its two strings rounded up to
-// the allocator's size classes (an eighth more, and 16 bytes, at most). What else a record holds
-// is bounded and small, within the driver's own margin (driverMemoryMargin). Counted from the
-// items alone, it stays the same while the volume lives, whatever flags its record gains.
+// recordHeapBytes is what the driver's memory holds of rec's lists of names beside its file:
+// the pod's items, and each share's list of the keys it exposes (shareState.Exposed). A pod
+// chooses its items (up to maxItems keys and paths; a path may have 4096 bytes), kept decoded by
+// the store and copied by an operation on the volume while it runs, so each item is charged
+// twice (the store's copy and one in flight). A share's list (up to maxSharedItems keys and
+// paths of up to 253 bytes, for each of up to maxShares shares) is the share owner's
+// choice, and each volume holds a copy of its own once its record was decoded (at every start)
+// or built from an edited share: charged once per volume (an operation in flight shares the
+// store's copy, or the share informer's). Each entry is charged its struct and slice slot, and
+// its strings rounded up to the allocator's size classes (an eighth more, and 16 bytes, at
+// most). What else a record holds is bounded and small, within the driver's own margin
+// (driverMemoryMargin).
 func recordHeapBytes(rec volumeRecord) int64 {
 	str := func(s string) int64 {
 		if s == "" {
@@ -418,12 +421,22 @@ func recordHeapBytes(rec volumeRecord) int64 {
 		}
 		return int64(len(s)) + int64(len(s))/8 + 16
 	}
-	var n int64
+	var items int64
 	for _, it := range rec.Items {
-		n += itemSlotBytes + str(it.Key) + str(it.Path)
+		items += itemSlotBytes + str(it.Key) + str(it.Path)
 	}
-	return 2 * n
+	var lists int64
+	for _, s := range rec.Shares {
+		for _, k := range s.Exposed {
+			lists += exposedKeySlotBytes + str(k.Key) + str(k.Path)
+		}
+	}
+	return 2*items + lists
 }
+
+// exposedKeySlotBytes is an exposed key's struct (two string headers) in its slice, doubled:
+// a list decoded grows its slice by doubling.
+const exposedKeySlotBytes = 64
 
 // itemSlotBytes is an item's struct (an int, two string headers, a mode), rounded up.
 const itemSlotBytes = 64
@@ -454,51 +467,4 @@ func volumeEntryCount(shares []shareState) int {
 		n += s.Entries
 	}
 	return n
-}
-
-// driverMemoryMargin is what the driver keeps for itself out of its memory limit, besides the
-// source cache: its heap and stacks at a thousand volumes measured some 40 MiB (BENCHMARKS.md),
-// plus room for bursts.
-const driverMemoryMargin = 64 << 20
-
-// defaultVolumeBudget derives the budget from the container's memory limit: the limit, less the
-// source cache's bound (--cache-max-bytes) and driverMemoryMargin. No limit found (none set, or
-// not in a container): no budget, and an error says why.
-func defaultVolumeBudget(cacheBytes int64) (int64, error) {
-	limit, err := cgroupMemoryLimit()
-	if err != nil {
-		return 0, err
-	}
-	budget := limit - cacheBytes - driverMemoryMargin
-	if budget <= 0 {
-		return 0, fmt.Errorf("the container's memory limit of %d bytes leaves no room for volumes beside the source cache (%d) and the driver (%d): raise it, or set --volume-bytes-budget", limit, cacheBytes, driverMemoryMargin)
-	}
-	return budget, nil
-}
-
-// cgroupMemoryLimit reads the memory limit of the driver's cgroup: cgroup v2's memory.max, or
-// v1's memory.limit_in_bytes (where "no limit" is a huge number).
-func cgroupMemoryLimit() (int64, error) {
-	for _, p := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
-		b, err := os.ReadFile(p)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
-		s := strings.TrimSpace(string(b))
-		if s == "max" {
-			return 0, errors.New("the container has no memory limit")
-		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", p, err)
-		}
-		if n >= 1<<60 {
-			return 0, errors.New("the container has no memory limit")
-		}
-		return n, nil
-	}
-	return 0, errors.New("no memory cgroup found")
 }

@@ -424,23 +424,25 @@ func runDiagnose(ctx context.Context, a *adminClient, o *adminOptions, target st
 	return rep, nil
 }
 
-// printDiagnose writes the report for people.
+// printDiagnose writes the report for people. Every value passes through printable: a pod's
+// attributes, a share's Ready message and events are others' text, and must not make lines of
+// the report's own.
 func printDiagnose(w *strings.Builder, rep *diagnoseReport) {
 	for _, p := range rep.Pods {
-		fmt.Fprintf(w, "pod %s/%s (node %s, service account %s, %s)\n", p.Namespace, p.Pod, orDash(p.Node), p.ServiceAccount, p.Phase)
+		fmt.Fprintf(w, "pod %s/%s (node %s, service account %s, %s)\n", printable(p.Namespace), printable(p.Pod), printable(orDash(p.Node)), printable(p.ServiceAccount), printable(p.Phase))
 		if len(p.Shares) == 0 {
 			fmt.Fprintf(w, "  no volume of driver %s\n", driverName)
 		}
 		for _, s := range p.Shares {
-			fmt.Fprintf(w, "  volume %s, %s: %s\n", s.Volume, orDash(s.Share), s.Verdict)
+			fmt.Fprintf(w, "  volume %s, %s: %s\n", printable(s.Volume), printable(orDash(s.Share)), printable(s.Verdict))
 			for _, e := range s.Evidence {
-				fmt.Fprintf(w, "    - %s\n", e)
+				fmt.Fprintf(w, "    - %s\n", printable(e))
 			}
 			if s.LastVersion != "" {
-				fmt.Fprintf(w, "    last version received: %s\n", s.LastVersion)
+				fmt.Fprintf(w, "    last version received: %s\n", printable(s.LastVersion))
 			}
 			if s.Fix != "" {
-				fmt.Fprintf(w, "    fix: %s\n", s.Fix)
+				fmt.Fprintf(w, "    fix: %s\n", printable(s.Fix))
 			}
 		}
 	}
@@ -449,9 +451,9 @@ func printDiagnose(w *strings.Builder, rep *diagnoseReport) {
 
 func printLackedAndReads(w *strings.Builder, lacked, reads []string) {
 	if len(lacked) > 0 {
-		fmt.Fprintf(w, "you may not: %s\n", strings.Join(lacked, "; "))
+		fmt.Fprintf(w, "you may not: %s\n", printable(strings.Join(lacked, "; ")))
 	}
-	fmt.Fprintf(w, "read: %s\n", strings.Join(reads, ", "))
+	fmt.Fprintf(w, "read: %s\n", printable(strings.Join(reads, ", ")))
 }
 
 func orDash(s string) string {

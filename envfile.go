@@ -183,6 +183,11 @@ func renderEnvFile(files map[string][]byte, keys []envKey, prefix string) ([]byt
 			return nil, nil, fmt.Errorf("keys %q and %q would both be the variable %s: give one another name with --key=KEY=NAME", other, k.key, name)
 		}
 		seen[name] = k.key
+		if len(value) == 0 {
+			// The kubelet's parser answers "" for a key it does not find, and so takes a key
+			// whose value is empty for a missing one: the app would not start.
+			return nil, nil, fmt.Errorf("key %q is empty, and the kubelet reads an empty value from an env file as a missing key (the app would not start): give it a value, or leave it out (--key for the others)", k.key)
+		}
 		if err := checkEnvValue(value); err != nil {
 			return nil, nil, fmt.Errorf("key %q: its value %v, which an env file cannot carry: mount the share as a file for this key and leave it out (--key for the others)", k.key, err)
 		}

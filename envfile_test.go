@@ -67,7 +67,6 @@ func TestEnvFileValuesReadBackAsWritten(t *testing.T) {
 		"HASH":      []byte("a#b # not a comment"),
 		"EQUALS":    []byte("k=v=w"),
 		"SPACES":    []byte("  lead and trail  "),
-		"EMPTY":     []byte(""),
 		"UNICODE":   []byte("grüße ☃"),
 		"QUOTES":    []byte(`"double" and $HOME and \n`),
 		"_x1":       []byte("x"),
@@ -76,7 +75,7 @@ func TestEnvFileValuesReadBackAsWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "EMPTY, EQUALS, HASH, MULTILINE, PLAIN, QUOTES, SPACES, UNICODE, _x1"; strings.Join(names, ", ") != want {
+	if want := "EQUALS, HASH, MULTILINE, PLAIN, QUOTES, SPACES, UNICODE, _x1"; strings.Join(names, ", ") != want {
 		t.Errorf("names %v, want every key in order: %s", names, want)
 	}
 	got := parseLikeKubelet(t, body)
@@ -122,6 +121,8 @@ func TestEnvFileRefusesWhatItCannotWrite(t *testing.T) {
 		{"a value that would add a variable", map[string][]byte{"P": []byte(secret + "'\nLD_PRELOAD='/tmp/x.so")}, nil,
 			[]string{`key "P"`, "single quote"}},
 		{"a NUL byte", map[string][]byte{"P": []byte(secret + "\x00")}, nil, []string{"NUL"}},
+		{"an empty value, which the kubelet reads as a missing key", map[string][]byte{"A": []byte(secret), "P": {}}, nil,
+			[]string{`key "P" is empty`, "missing key"}},
 		{"a carriage return", map[string][]byte{"P": []byte(secret + "\r\n")}, nil, []string{"carriage return"}},
 		{"invalid UTF-8", map[string][]byte{"P": []byte(secret + "\xff")}, nil, []string{"UTF-8"}},
 		{"a line the kubelet cannot read", map[string][]byte{"P": []byte(big)}, nil,

@@ -36,7 +36,10 @@ type sourceData struct {
 	Files           map[string][]byte
 	ResourceVersion string
 	UID             string // which object: a deleted and re-created one has another
-	Size            int64
+	// Created is the object's metadata.creationTimestamp: whether a share's first pin may take
+	// it (sourcepin.go).
+	Created time.Time
+	Size    int64
 	// Missing are the keys the share lists that the source lacks (sorted): a share in that state
 	// cannot be mounted, and its volumes are not refreshed.
 	Missing []string
@@ -205,7 +208,7 @@ func (k *kubeClient) getSource(ctx context.Context, key sourceKey, opts metav1.G
 
 // newSourceData is the files of obj, a decoded source of kind.
 func newSourceData(kind shareKindInfo, obj sourceObject) *sourceData {
-	d := &sourceData{Files: kind.files(obj), ResourceVersion: obj.GetResourceVersion(), UID: string(obj.GetUID())}
+	d := &sourceData{Files: kind.files(obj), ResourceVersion: obj.GetResourceVersion(), UID: string(obj.GetUID()), Created: obj.GetCreationTimestamp().Time}
 	for k, v := range d.Files {
 		d.Size += int64(len(k) + len(v))
 	}

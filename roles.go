@@ -77,7 +77,7 @@ func runStatusController(ctx context.Context, o *options) error {
 	}
 	// No reaction of its own to share events: the status writer registers its handlers for as
 	// long as it leads.
-	shares := newShareIndex(kube.dyn, func(shareKind, string) {})
+	shares := newStatusShareIndex(kube.dyn)
 
 	errs := make(chan error, 3)
 	if o.healthAddr != "" {

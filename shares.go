@@ -87,9 +87,21 @@ type shareIndex struct {
 	informers map[shareKind]cache.SharedIndexInformer
 }
 
-// newShareIndex sets up informers on both share kinds. onChange is called with the kind and name
-// of every share that is added, changed or deleted, so volumes react at once, not at the next relist.
+// newShareIndex sets up informers on both share kinds for the node plugin. onChange is called with
+// the kind and name of every share that is added, changed or deleted, so volumes react at once,
+// not at the next relist. The caches keep no status.conditions (shareTransform): the node plugin
+// never reads them.
 func newShareIndex(dyn dynamic.Interface, onChange func(shareKind, string)) *shareIndex {
+	return newShareIndexKeeping(dyn, onChange, false)
+}
+
+// newStatusShareIndex sets up informers on both share kinds for the status writer, whose caches
+// keep status.conditions: it updates them in place, and writes the status back whole.
+func newStatusShareIndex(dyn dynamic.Interface) *shareIndex {
+	return newShareIndexKeeping(dyn, func(shareKind, string) {}, true)
+}
+
+func newShareIndexKeeping(dyn dynamic.Interface, onChange func(shareKind, string), conditions bool) *shareIndex {
 	si := &shareIndex{dyn: dyn, informers: map[shareKind]cache.SharedIndexInformer{}}
 	for _, row := range shareKindTable {
 		k := row.kind
@@ -104,7 +116,7 @@ func newShareIndex(dyn dynamic.Interface, onChange func(shareKind, string)) *sha
 		}
 		// Shares are cluster-scoped: the store's key is the name, and no index is needed.
 		inf := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{}) // no resync: nothing here acts on a timer
-		if err := inf.SetTransform(shareTransform(k)); err != nil {
+		if err := inf.SetTransform(shareTransform(k, conditions)); err != nil {
 			panic(err) // cannot happen: the informer has not started
 		}
 		notify := func(obj any) {
@@ -139,15 +151,22 @@ func newShareIndex(dyn dynamic.Interface, onChange func(shareKind, string)) *sha
 }
 
 // shareTransform keeps, of each share the informer caches, only what the driver reads: its
-// identity and versions, the spec fields of shareFromObject and pinOf, and the status the status
-// writer writes back (which an update of the status subresource replaces whole: a field not kept
-// here would be cleared). Everything else is dropped as the object arrives: a share's
-// description, annotations, labels and managedFields are whatever size its writer made them, and
-// every node plugin would hold every share whole. (An update of the status subresource takes
-// only the status: the API server keeps the spec and metadata it has.) The same function is
-// safe on an object it already transformed.
-func shareTransform(k shareKind) cache.TransformFunc {
+// identity and versions, the spec fields of shareFromObject and pinOf, the pin and exposed keys,
+// and, for the status writer (conditions), the conditions it writes back (an update of the status
+// subresource replaces the status whole: a field not kept here would be cleared). Everything
+// else is dropped as the object arrives: a share's description, annotations, labels and
+// managedFields are whatever size its writer made them, and so are its conditions (the schema
+// bounds their number and each message's length, and a writer other than the driver may add
+// conditions of other types): every node plugin would hold every share whole, and the node
+// plugin never reads conditions. (An update of the status subresource takes only the status: the
+// API server keeps the spec and metadata it has.) The same function is safe on an object it
+// already transformed.
+func shareTransform(k shareKind, conditions bool) cache.TransformFunc {
 	refField := shareRefField(k)
+	statusFields := []string{pinField, "exposedKeys"}
+	if conditions {
+		statusFields = append(statusFields, "conditions")
+	}
 	return func(obj any) (any, error) {
 		u, ok := obj.(*unstructured.Unstructured)
 		if !ok {
@@ -179,7 +198,7 @@ func shareTransform(k shareKind) cache.TransformFunc {
 			out[part] = kept
 		}
 		keep("spec", refField, sharedItemsField, recreationField)
-		keep("status", pinField, "exposedKeys", "conditions")
+		keep("status", statusFields...)
 		return &unstructured.Unstructured{Object: out}, nil
 	}
 }

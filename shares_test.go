@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
@@ -95,7 +96,7 @@ func TestShareCacheKeepsOnlyWhatTheDriverReads(t *testing.T) {
 			"conditions": []any{map[string]any{"type": "Ready", "status": "True", "reason": "SourceAvailable", "message": "ok",
 				"lastTransitionTime": "2026-11-26T06:00:00Z", "observedGeneration": int64(3)}}},
 	}}
-	transform := shareTransform(kindSecret)
+	transform := shareTransform(kindSecret, true) // the status writer's, which keeps conditions
 	obj, err := transform(share)
 	if err != nil {
 		t.Fatal(err)
@@ -127,6 +128,17 @@ func TestShareCacheKeepsOnlyWhatTheDriverReads(t *testing.T) {
 		!reflect.DeepEqual(exposedNames(kindSecret, kept), exposedNames(kindSecret, share)) {
 		t.Errorf("the cache lost what a status write needs: %s", b)
 	}
+	// The node plugin's caches keep no conditions; the rest is the same.
+	nodeKept, err := shareTransform(kindSecret, false)(share)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conds, err := shareConditions(nodeKept.(*unstructured.Unstructured)); err != nil || conds != nil {
+		t.Errorf("the node plugin's cache keeps conditions: %+v (%v)", conds, err)
+	}
+	if got, err := shareFromObject(kindSecret, nodeKept.(*unstructured.Unstructured)); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("the share read from the node plugin's cache: %+v (%v), want %+v", got, err, want)
+	}
 	// Safe on an object already transformed, and on what is not a share object.
 	if again, err := transform(kept); err != nil || !reflect.DeepEqual(again, kept) {
 		t.Errorf("transformed twice: %v (%v), want %v", again, err, kept)
@@ -142,6 +154,88 @@ func TestShareCacheKeepsOnlyWhatTheDriverReads(t *testing.T) {
 	if _, err := shareFromObject(kindSecret, got.(*unstructured.Unstructured)); err == nil {
 		t.Error("a share whose spec is not an object reads as valid from the cache")
 	}
+}
+
+// The node plugin never reads a share's conditions, and its caches keep none: forty-four
+// conditions of 32 KiB messages (what the schema once allowed on each share) held on every node
+// grew its heap by 1.4 MiB a share. The status writer's caches keep them, to update them in place.
+func TestNodeShareCachesHoldNoConditions(t *testing.T) {
+	const shares = 20
+	node, grew := sharesWithConditionsCached(t, shares, func(dyn dynamic.Interface) *shareIndex {
+		return newShareIndex(dyn, func(shareKind, string) {})
+	})
+	t.Logf("%d shares of 44 conditions of 32 KiB: the node's caches grew the heap by %.1f MiB", shares, float64(grew)/(1<<20))
+	u := cachedShare(t, node, "share-3")
+	if _, found, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "conditions"); found {
+		t.Error("the node's share cache keeps status.conditions")
+	}
+	if pin, _, _ := unstructured.NestedString(u.Object, "status", pinField); pin != "src-1" {
+		t.Errorf("the node's share cache lost the pin: %v", u.Object["status"])
+	}
+	if grew > shares*64<<10 {
+		t.Errorf("%d shares of 44 conditions of 32 KiB grew the node's heap by %.1f MiB; want at most 64 KiB a share", shares, float64(grew)/(1<<20))
+	}
+	status, _ := sharesWithConditionsCached(t, 1, newStatusShareIndex)
+	if conds, err := shareConditions(cachedShare(t, status, "share-0")); err != nil || len(conds) != 44 {
+		t.Errorf("the status writer's share cache keeps %d conditions (%v), want 44", len(conds), err)
+	}
+}
+
+// sharesWithConditionsCached syncs the share caches build makes over n shares of 44 conditions
+// of 32 KiB messages each, and says how much they grew the heap.
+func sharesWithConditionsCached(t *testing.T, n int, build func(dynamic.Interface) *shareIndex) (*shareIndex, int64) {
+	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
+	list := func() *unstructured.UnstructuredList {
+		l := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "sharedresource.openshift.io/v1alpha1", "kind": "SharedSecretList",
+			"metadata": map[string]any{"resourceVersion": "1"}}}
+		for i := range n {
+			var conds []any
+			for c := range 44 {
+				conds = append(conds, map[string]any{"type": fmt.Sprintf("Example%d", c), "status": "True", "reason": "Padding",
+					"message": strings.Repeat(fmt.Sprint(c%10), 32768), "lastTransitionTime": "2026-11-26T06:00:00Z"})
+			}
+			l.Items = append(l.Items, unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "sharedresource.openshift.io/v1alpha1", "kind": "SharedSecret",
+				"metadata": map[string]any{"name": fmt.Sprintf("share-%d", i), "uid": fmt.Sprintf("uid-%d", i), "resourceVersion": "1"},
+				"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}},
+				"status":   map[string]any{"sourceUID": "src-1", "conditions": conds},
+			}})
+		}
+		return l
+	}
+	listKinds := map[schema.GroupVersionResource]string{}
+	for _, row := range shareKindTable {
+		listKinds[shareGVR(row.kind)] = row.typeName + "List"
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(k8sruntime.NewScheme(), listKinds)
+	dyn.PrependReactor("list", shareKindTable[0].resource, func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		return true, list(), nil
+	})
+	si := build(dyn)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	si.start(ctx)
+	for deadline := time.Now().Add(30 * time.Second); !si.synced() || len(si.informers[kindSecret].GetStore().ListKeys()) < n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the share caches did not sync")
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	return si, int64(after.HeapAlloc) - int64(before.HeapAlloc)
+}
+
+func cachedShare(t *testing.T, si *shareIndex, name string) *unstructured.Unstructured {
+	t.Helper()
+	obj, _, _ := si.informers[kindSecret].GetStore().GetByKey(name)
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		t.Fatalf("%s not cached: %v", name, obj)
+	}
+	return u
 }
 
 // A share whose deletion was asked for is deleted to the driver, though finalizers keep it
@@ -162,7 +256,7 @@ func TestShareBeingDeletedIsNotFound(t *testing.T) {
 	}
 	for name, obj := range map[string]*unstructured.Unstructured{"stored": share, "being deleted": deleting} {
 		si := newShareIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), func(shareKind, string) {})
-		transformed, err := shareTransform(kindSecret)(obj)
+		transformed, err := shareTransform(kindSecret, false)(obj)
 		if err != nil {
 			t.Fatal(err)
 		}

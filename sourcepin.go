@@ -13,9 +13,22 @@ package main
 // its Secret (rather than updating it, as cert-manager and most tools do) sees every consumer
 // told, and one command, or spec.sourceRecreation: Follow on the share, lets it through. A share
 // that follows has its pin moved to the new object by the status writer.
+//
+// The first pin is trusted only with an object that is the share's first: one that existed when
+// the share was made (created no later than the share, to the second the API server records), or
+// one created after the status writer found, for the share's current spec, that no source
+// existed (Ready False, SourceNotFound: a share made before its source). Any other object
+// created after the share may be one created again while the pin was missing (the status writer
+// down, lagging or not allowed to read the source): running volumes then hold to the object
+// their files came from (sourcePin.orRecorded), and a first pin taking the new object would move
+// them to it. So it is not pinned: the share's Ready condition is False with reason
+// SourceReplaced, saying so and what accepts the object, and the pin is left to an admin (or to
+// a share that follows). What this cannot tell apart: a status writer that never read the first
+// object in its whole life, and first ran while no source existed, pins the next one.
 
 import (
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -67,4 +80,35 @@ func replacedMessage(sh shareSpec, uid string) string {
 		"(or set spec.%s: %s on the share to follow re-creations)",
 		sh.Kind, sh.SourceNamespace, sh.SourceName, uid, sh.Kind.shareTypeName(), sh.Name, sh.Pin.UID,
 		sh.Kind.shareResource(), sh.Name, pinField, uid, recreationField, recreationFollow)
+}
+
+// sourceNewerThanShareError is a source a share's first pin may not take: the share has no pin,
+// does not follow re-creations, and the object was created after the share.
+type sourceNewerThanShareError struct {
+	share                 shareSpec
+	uid                   string
+	created, shareCreated time.Time
+}
+
+func (e *sourceNewerThanShareError) Error() string {
+	sh := e.share
+	return fmt.Sprintf("%s %s/%s (UID %s) was created at %s, after %s %q (%s): the driver does not pin an object newer than the share on its own "+
+		"(the share's status never said its source did not exist), as it may have been deleted and created again by someone else; "+
+		"running volumes keep the object their files came from. "+
+		"If this object is the one to share, run: "+
+		"kubectl patch %s %s --subresource=status --type=merge -p '{\"status\":{\"%s\":\"%s\"}}' "+
+		"(or set spec.%s: %s on the share to follow re-creations)",
+		sh.Kind, sh.SourceNamespace, sh.SourceName, e.uid, e.created.UTC().Format(time.RFC3339), sh.Kind.shareTypeName(), sh.Name,
+		e.shareCreated.UTC().Format(time.RFC3339), sh.Kind.shareResource(), sh.Name, pinField, e.uid, recreationField, recreationFollow)
+}
+
+// firstPinRefusal says whether a first pin of share sh, created at shareCreated, may take the
+// object uid, created at created: nil when it may (the share has a pin or follows, so no first
+// pin is taken here; the object is not newer than the share; or the share's status saw no
+// source, sawNoSource), else a *sourceNewerThanShareError.
+func firstPinRefusal(sh shareSpec, shareCreated time.Time, sawNoSource bool, uid string, created time.Time) error {
+	if uid == "" || sh.Pin.UID != "" || sh.Pin.Follow || sawNoSource || !created.After(shareCreated) {
+		return nil
+	}
+	return &sourceNewerThanShareError{share: sh, uid: uid, created: created, shareCreated: shareCreated}
 }

@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -205,8 +206,9 @@ func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
 		klog.V(2).InfoS("Replacing unreadable share status", "kind", ref.Kind.shareTypeName(), "share", ref.Name, "err", err)
 		conds = nil
 	}
-	// The pin is set when the source is first read, and moved to a re-created source only by a
-	// share that follows re-creations (sourcepin.go).
+	// The pin is set when the source is first read, if it is an object not created after the
+	// share, and moved to a re-created source only by a share that follows re-creations
+	// (sourcepin.go). uid is "" when the source may not be pinned.
 	pinned := pinOf(u)
 	pin := pinned.UID
 	if uid != "" && (pin == "" || pinned.Follow) {
@@ -215,6 +217,9 @@ func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
 	// lastTransitionTime moves only when the status does; reason, message and
 	// observedGeneration are updated in place.
 	condChanged := meta.SetStatusCondition(&conds, cond)
+	if kept := withinMaxConditions(conds); len(kept) < len(conds) {
+		conds, condChanged = kept, true
+	}
 	exposed := exposedNames(ref.Kind, u)
 	had, _, _ := unstructured.NestedStringSlice(u.Object, "status", "exposedKeys")
 	if !condChanged && slices.Equal(had, exposed) && pin == pinned.UID {
@@ -256,8 +261,8 @@ func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
 }
 
 // checkSource GETs the share's source (metadata only, from the API server's watch cache) and
-// returns the Ready condition that describes the answer, and the source's UID ("" when it could
-// not be read).
+// returns the Ready condition that describes the answer, and the UID to pin: the source's, or ""
+// when it could not be read, or when a first pin may not take it (firstPinRefusal).
 func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstructured.Unstructured) (cond metav1.Condition, uid string) {
 	sh, err := shareFromObject(k, u)
 	if err != nil {
@@ -266,33 +271,73 @@ func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstruct
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		var problem error
-		uid, problem = w.sourceProblem(ctx, sh)
+		var created time.Time
+		uid, created, problem = w.sourceProblem(ctx, sh)
+		// Judged whatever else is wrong with the object (a key its list names missing): pinned
+		// now, an object the pin may not take would feed running volumes once the key is added.
+		if refusal := firstPinRefusal(sh, u.GetCreationTimestamp().Time, sawNoSource(u), uid, created); refusal != nil {
+			problem = refusal
+		}
 		cond = readyCondition(sh, uid, problem, w.cfg.Account)
+		var refused *sourceNewerThanShareError
+		if errors.As(problem, &refused) {
+			uid = ""
+		}
 	}
 	cond.ObservedGeneration = u.GetGeneration()
 	return cond, uid
 }
 
+// maxConditions is the most conditions the CRDs' schema takes (status.conditions' maxItems).
+const maxConditions = 8
+
+// withinMaxConditions is conds with at most maxConditions conditions: Ready, and the first of the
+// others. A status holding more (written before the schema bounded them) would have every write
+// of it refused.
+func withinMaxConditions(conds []metav1.Condition) []metav1.Condition {
+	if len(conds) <= maxConditions {
+		return conds
+	}
+	out := make([]metav1.Condition, 0, maxConditions)
+	for _, c := range conds {
+		if c.Type == conditionReady || len(out) < maxConditions-1 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// sawNoSource says whether the share's status, for its current spec, says its source did not
+// exist (Ready False, SourceNotFound): an object found after that is the share's first.
+func sawNoSource(u *unstructured.Unstructured) bool {
+	conds, err := shareConditions(u)
+	if err != nil {
+		return false
+	}
+	c := meta.FindStatusCondition(conds, conditionReady)
+	return c != nil && c.Reason == reasonSourceNotFound && c.ObservedGeneration == u.GetGeneration()
+}
+
 // sourceProblem GETs the share's source, from the API server's watch cache, and says which
-// object it is (its UID, "" when it could not be read) and what is wrong with it for the share:
-// the GET's error, a *missingSharedKeysError, or nil.
-func (w *statusWriter) sourceProblem(ctx context.Context, sh shareSpec) (uid string, problem error) {
+// object it is (its UID, "" when it could not be read, and when it was created) and what is
+// wrong with it for the share: the GET's error, a *missingSharedKeysError, or nil.
+func (w *statusWriter) sourceProblem(ctx context.Context, sh shareSpec) (uid string, created time.Time, problem error) {
 	opts := metav1.GetOptions{ResourceVersion: "0"}
 	if sh.Exposed.all() {
 		m, err := w.cfg.Meta.Resource(sourceGVR(sh.Kind)).Namespace(sh.SourceNamespace).Get(ctx, sh.SourceName, opts)
 		if err != nil {
-			return "", err
+			return "", time.Time{}, err
 		}
-		return string(m.GetUID()), nil
+		return string(m.GetUID()), m.GetCreationTimestamp().Time, nil
 	}
 	d, err := w.cfg.Sources.getSource(ctx, sh.sourceKey(), opts)
 	if err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
 	if _, missing := sh.Exposed.filter(d.Files); len(missing) > 0 {
-		return d.UID, &missingSharedKeysError{share: sh, keys: missing}
+		return d.UID, d.Created, &missingSharedKeysError{share: sh, keys: missing}
 	}
-	return d.UID, nil
+	return d.UID, d.Created, nil
 }
 
 // exposedNames is status.exposedKeys for the share u: the names its list exposes, or nil (the
@@ -306,8 +351,34 @@ func exposedNames(k shareKind, u *unstructured.Unstructured) []string {
 }
 
 // readyCondition turns the answer to a GET of the share's source into the Ready condition. The
-// messages say what to do: they are what an admin reads in `kubectl describe`.
+// messages say what to do: they are what an admin reads in `kubectl describe`. A message that
+// would be longer than the schema allows is cut (boundedMessage).
 func readyCondition(sh shareSpec, uid string, getErr error, account driverAccount) metav1.Condition {
+	c := unboundedReadyCondition(sh, uid, getErr, account)
+	c.Message = boundedMessage(c.Message)
+	return c
+}
+
+// maxConditionMessage is the longest message the CRDs' schema takes (metav1.Condition's): a
+// status with a longer one is refused whole, its pin with it.
+const maxConditionMessage = 32768
+
+// boundedMessage is msg cut to maxConditionMessage bytes, on a character's boundary, saying so. A
+// share listing some 127 keys of 253 bytes or more makes a longer message (it names them all);
+// status.exposedKeys names them in full.
+func boundedMessage(msg string) string {
+	if len(msg) <= maxConditionMessage {
+		return msg
+	}
+	suffix := fmt.Sprintf(" ... (cut: the message was %d bytes; status.exposedKeys lists every name)", len(msg))
+	cut := maxConditionMessage - len(suffix)
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + suffix
+}
+
+func unboundedReadyCondition(sh shareSpec, uid string, getErr error, account driverAccount) metav1.Condition {
 	src := fmt.Sprintf("%s %s/%s", sh.Kind, sh.SourceNamespace, sh.SourceName)
 	c := metav1.Condition{Type: conditionReady}
 	var missing *missingSharedKeysError
@@ -315,6 +386,9 @@ func readyCondition(sh shareSpec, uid string, getErr error, account driverAccoun
 	case getErr == nil && sh.Pin.refuses(uid):
 		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceReplaced
 		c.Message = replacedMessage(sh, uid)
+	case errors.As(getErr, new(*sourceNewerThanShareError)):
+		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceReplaced
+		c.Message = getErr.Error()
 	case getErr == nil:
 		c.Status, c.Reason = metav1.ConditionTrue, reasonSourceAvailable
 		c.Message = src + " exists and the driver can read it; the share exposes "

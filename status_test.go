@@ -8,8 +8,12 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -92,5 +96,140 @@ func TestReadyConditionOfAShareWithAList(t *testing.T) {
 		!strings.Contains(c.Message, `Secret platform/tls has no key "tls.crt", which SharedSecret "corp-ca" lists in spec.items`) ||
 		!strings.Contains(c.Message, `pods cannot mount SharedSecret "corp-ca"`) {
 		t.Errorf("missing key: %+v", c)
+	}
+}
+
+// The first pin takes only the share's first object: one not created after the share, or one
+// found after the status said no source existed for the share's spec. Another object created
+// after the share is not pinned: Ready is False, SourceReplaced, with the command that accepts it.
+// A share that has a pin, or follows, is judged by the pin as before.
+func TestFirstPinTakesOnlyTheSharesFirstObject(t *testing.T) {
+	made := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	sh := shareSpec{Kind: kindSecret, Name: "corp-ca", SourceNamespace: "platform", SourceName: "ca-bundle"}
+	for _, tc := range []struct {
+		name        string
+		pin         sourcePin
+		sawNoSource bool
+		created     time.Time
+		refused     bool
+	}{
+		{"older than the share", sourcePin{}, false, made.Add(-time.Hour), false},
+		{"created with the share, in the same second", sourcePin{}, false, made, false},
+		{"newer than the share", sourcePin{}, false, made.Add(time.Minute), true},
+		{"newer, after the status said no source existed", sourcePin{}, true, made.Add(time.Minute), false},
+		{"newer, the share follows", sourcePin{Follow: true}, false, made.Add(time.Minute), false},
+		{"newer, the share is pinned to it", sourcePin{UID: "uid-2"}, false, made.Add(time.Minute), false},
+	} {
+		sh := sh
+		sh.Pin = tc.pin
+		err := firstPinRefusal(sh, made, tc.sawNoSource, "uid-2", tc.created)
+		if (err != nil) != tc.refused {
+			t.Errorf("%s: refusal %v, want refused %v", tc.name, err, tc.refused)
+			continue
+		}
+		c := readyCondition(sh, "uid-2", err, "")
+		if tc.refused && (c.Status != metav1.ConditionFalse || c.Reason != reasonSourceReplaced ||
+			!strings.Contains(c.Message, `kubectl patch sharedsecrets corp-ca --subresource=status --type=merge -p '{"status":{"sourceUID":"uid-2"}}'`)) {
+			t.Errorf("%s: %+v, want False, SourceReplaced, with the command that accepts the object", tc.name, c)
+		}
+		if !tc.refused && c.Status != metav1.ConditionTrue {
+			t.Errorf("%s: %+v, want True", tc.name, c)
+		}
+	}
+}
+
+// The status says no source existed only for the share's current spec: a SourceNotFound written
+// for an earlier generation (another ref) does not count.
+func TestSawNoSourceIsForTheCurrentSpec(t *testing.T) {
+	share := func(generation, observed int64, reason string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": "s", "generation": generation},
+			"status": map[string]any{"conditions": []any{map[string]any{
+				"type": conditionReady, "status": "False", "reason": reason, "message": "m",
+				"observedGeneration": observed, "lastTransitionTime": "2026-11-01T12:00:00Z"}}},
+		}}
+	}
+	if !sawNoSource(share(2, 2, reasonSourceNotFound)) {
+		t.Error("SourceNotFound for the current spec: not seen")
+	}
+	if sawNoSource(share(3, 2, reasonSourceNotFound)) {
+		t.Error("SourceNotFound for an earlier spec: seen")
+	}
+	if sawNoSource(share(2, 2, reasonSourceForbidden)) {
+		t.Error("SourceForbidden: seen as no source")
+	}
+}
+
+// A share listing 256 keys of 253 bytes makes a Ready message that names them all, some 66 KB:
+// over the schema's 32768 bytes, the API server would refuse the status whole (and the pin with
+// it). The message is cut to fit, on a character's boundary, saying so.
+func TestReadyMessageFitsTheSchema(t *testing.T) {
+	sh := shareSpec{Kind: kindSecret, Name: "many", SourceNamespace: "p", SourceName: "s"}
+	for i := range maxSharedItems {
+		name := fmt.Sprintf("%03d", i) + strings.Repeat("é", 125) // 253 bytes, two-byte characters
+		sh.Exposed = append(sh.Exposed, exposedKey{Key: name, Path: name})
+	}
+	c := readyCondition(sh, "", nil, "")
+	if len(c.Message) > maxConditionMessage || !utf8.ValidString(c.Message) || !strings.Contains(c.Message, "cut: the message was") {
+		t.Errorf("Ready message of %d bytes (valid UTF-8: %v), want at most %d, cut on a character's boundary and saying so: ...%s",
+			len(c.Message), utf8.ValidString(c.Message), maxConditionMessage, c.Message[max(0, len(c.Message)-120):])
+	}
+	if short := readyCondition(shareSpec{Kind: kindSecret, Name: "few", SourceNamespace: "p", SourceName: "s", Exposed: exposure{{"a", "a"}}}, "", nil, ""); strings.Contains(short.Message, "cut:") {
+		t.Errorf("a short message was cut: %q", short.Message)
+	}
+}
+
+// sourceAt answers every GET with one source object, created at a given time.
+type sourceAt struct{ d sourceData }
+
+func (s sourceAt) getSource(context.Context, sourceKey, metav1.GetOptions) (*sourceData, error) {
+	d := s.d
+	return &d, nil
+}
+
+// A share with a list whose re-created source lacks a listed key: the first pin does not take it
+// either (pinned now, it would feed running volumes once the key is added). The check reports
+// it replaced, and gives no UID to pin.
+func TestFirstPinRefusesANewerSourceMissingAKey(t *testing.T) {
+	made := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": "corp-ca", "generation": int64(1), "creationTimestamp": made.Format(time.RFC3339)},
+		"spec": map[string]any{"secretRef": map[string]any{"namespace": "platform", "name": "ca-bundle"},
+			"items": []any{map[string]any{"key": "ca.crt"}}},
+	}}
+	w := &statusWriter{cfg: statusConfig{Sources: sourceAt{sourceData{UID: "uid-2", Created: made.Add(time.Hour), Files: map[string][]byte{"other": []byte("x")}}}}}
+	c, uid := w.checkSource(context.Background(), kindSecret, u)
+	if uid != "" || c.Reason != reasonSourceReplaced {
+		t.Errorf("a newer source missing a key: pin %q, %+v; want no pin, SourceReplaced", uid, c)
+	}
+	// Not newer than the share: pinned, and reported missing its key.
+	w.cfg.Sources = sourceAt{sourceData{UID: "uid-1", Created: made, Files: map[string][]byte{"other": []byte("x")}}}
+	if c, uid := w.checkSource(context.Background(), kindSecret, u); uid != "uid-1" || c.Reason != reasonSourceKeyMissing {
+		t.Errorf("the share's own source missing a key: pin %q, %+v; want uid-1, SourceKeyMissing", uid, c)
+	}
+}
+
+// A status written before the schema bounded its conditions keeps Ready and the first others, up
+// to the schema's maxItems: with more, every write of it would be refused.
+func TestConditionsAreKeptWithinTheSchemasBound(t *testing.T) {
+	var conds []metav1.Condition
+	for i := range 12 {
+		conds = append(conds, metav1.Condition{Type: fmt.Sprintf("Example%d", i)})
+	}
+	conds = append(conds, metav1.Condition{Type: conditionReady})
+	kept := withinMaxConditions(conds)
+	if len(kept) != maxConditions || kept[len(kept)-1].Type != conditionReady || kept[0].Type != "Example0" {
+		t.Errorf("kept %d conditions %v, want %d with Ready", len(kept), kept, maxConditions)
+	}
+	if few := conds[:3]; len(withinMaxConditions(few)) != 3 {
+		t.Error("a status within the bound lost conditions")
+	}
+	crds, err := os.ReadFile("charts/shared-resource-csi/templates/crds.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := fmt.Sprintf("conditions:\n                  description: conditions are observations about this share made by the CSI driver.\n                  type: array\n                  maxItems: %d\n", maxConditions)
+	if n := strings.Count(string(crds), bound); n != 2 {
+		t.Errorf("%d of the two CRDs bound status.conditions to maxItems: %d", n, maxConditions)
 	}
 }

@@ -343,7 +343,7 @@ func parseShareAttributes(vc map[string]string) ([]shareRef, error) {
 				return nil, invalidf("volumeAttribute %s: entry %q is not %s", attrShares, entry, wordList(shareListForms(), "or"))
 			}
 			if slices.Contains(shares, s) {
-				return nil, invalidf("volumeAttribute %s: %s is listed twice", attrShares, s)
+				return nil, invalidf("volumeAttribute %s: %q is listed twice", attrShares, s.String())
 			}
 			shares = append(shares, s)
 		}

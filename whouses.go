@@ -187,16 +187,22 @@ func podHasStarted(p *corev1.Pod) bool {
 	return false
 }
 
-// printWhoUses writes the report for people: a table, then what it read.
+// printWhoUses writes the report for people: a table, then what it read. Every cell passes
+// through printable: pods' names, attributes and events are others' text, and must not make
+// lines or columns of the report's own.
 func printWhoUses(w *strings.Builder, rep *whoUsesReport) {
 	if len(rep.Shares) == 0 {
 		fmt.Fprintf(w, "no share names it\n")
 	} else {
-		fmt.Fprintf(w, "shares: %s\n", strings.Join(rep.Shares, ", "))
+		fmt.Fprintf(w, "shares: %s\n", printable(strings.Join(rep.Shares, ", ")))
 	}
 	rows := [][]string{{"NAMESPACE", "POD", "SERVICE ACCOUNT", "NODE", "PHASE", "VOLUME", "SHARE", "MAY USE", "STATE", "LAST VERSION"}}
 	for _, r := range rep.Pods {
-		rows = append(rows, []string{r.Namespace, r.Pod, r.ServiceAccount, orDash(r.Node), r.Phase, r.Volume, r.Share, r.MayUse, r.State, r.LastVersion})
+		row := []string{r.Namespace, r.Pod, r.ServiceAccount, orDash(r.Node), r.Phase, r.Volume, r.Share, r.MayUse, r.State, r.LastVersion}
+		for i := range row {
+			row[i] = printable(row[i])
+		}
+		rows = append(rows, row)
 	}
 	if len(rep.Pods) == 0 {
 		fmt.Fprintf(w, "no pod mounts it\n")

@@ -331,6 +331,9 @@ func TestOpenShiftCRDSchemaAgainstOurs(t *testing.T) {
 		{"two conditions of one type", []any{condition("Ready", "True", "SourceAvailable"), condition("Ready", "False", "SourceNotFound")}, true, false},
 		{"a condition without reason", []any{map[string]any{"type": "Ready", "status": "True", "message": "",
 			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}}, false, false},
+		{"8 conditions", conditionsOfTypes(8), true, true},
+		// Ours bounds them: every node plugin used to cache every share's conditions.
+		{"9 conditions", conditionsOfTypes(9), true, false},
 	} {
 		for _, side := range []struct {
 			group string
@@ -420,4 +423,13 @@ func TestOpenShiftCRDSchemaAgainstOurs(t *testing.T) {
 	if err := r.Delete(ctx, "stored-no-spec", metav1.DeleteOptions{}); err != nil {
 		t.Errorf("deleting stored-no-spec under our schema: %v", err)
 	}
+}
+
+// conditionsOfTypes is n conditions, Ready and n-1 of other types.
+func conditionsOfTypes(n int) []any {
+	out := []any{condition("Ready", "True", "SourceAvailable")}
+	for i := 1; i < n; i++ {
+		out = append(out, condition(fmt.Sprintf("Example%d", i), "False", "AsExpected"))
+	}
+	return out
 }

@@ -238,3 +238,54 @@ func TestSourceRecreatedWithoutAPinKeepsTheOriginalData(t *testing.T) {
 	}
 	p.UnpublishAll(t, v)
 }
+
+// The same, and then the status controller starts: its first pin does not take the re-created
+// object (created after the share, whose status never said it had no source). The share is
+// Ready False/SourceReplaced, naming the command that accepts the object, and has no pin; the
+// running volume keeps the original data, not refreshed. (Before, the first pin took whatever
+// object it read first, and running volumes followed it with a "refreshed" event.)
+func TestFirstPinDoesNotTakeASourceRecreatedAfterTheShare(t *testing.T) {
+	e := framework.E2e(t)
+	p := e.StartDriver(t) // no status controller yet: the share's status stays empty
+	f, v := publishedVolume(t, e, p)
+	u, err := e.Dyn.Resource(framework.ShareGVR(framework.KindSecret)).Get(t.Context(), f.share, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The API keeps whole seconds: the re-created object must be in a later second than the share.
+	time.Sleep(time.Until(u.GetCreationTimestamp().Add(1100 * time.Millisecond)))
+	if err := e.Kube.CoreV1().Secrets(f.platform).Delete(t.Context(), "ca-bundle", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.CreateSecret(t, f.platform, "ca-bundle", map[string][]byte{"ca.crt": p.Secret("recreated")})
+	framework.Eventually(t, relist+relistSlack, func() error {
+		if told, err := e.PodEvents(v.PodNS, v.PodName, framework.ReasonRefreshFailed); err != nil || len(told) == 0 {
+			return fmt.Errorf("no %s event yet (%v)", framework.ReasonRefreshFailed, err)
+		}
+		return nil
+	})
+
+	e.StartStatusController(t)
+	framework.Eventually(t, relist+relistSlack, func() error {
+		c, u, err := e.ReadyCondition(framework.KindSecret, f.share)
+		if err != nil {
+			return err
+		}
+		return framework.WantReady(c, u, metav1.ConditionFalse, framework.ReasonSourceReplaced, "--subresource=status")
+	})
+	time.Sleep(2 * relist) // relists of the volume, and the status controller's periodic checks
+	u, err = e.Dyn.Resource(framework.ShareGVR(framework.KindSecret)).Get(t.Context(), f.share, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid, _, _ := unstructured.NestedString(u.Object, "status", "sourceUID"); uid != "" {
+		t.Errorf("the status controller pinned the share to %s, an object created after it", uid)
+	}
+	if err := framework.SameFiles(framework.ReadVolume(t, v.Target), asStrings(f.data)); err != nil {
+		t.Fatalf("the volume followed the re-created source: %v", err)
+	}
+	if evs, _ := e.PodEvents(v.PodNS, v.PodName, framework.ReasonRefreshed); len(evs) > 0 {
+		t.Errorf("the volume was refreshed from the re-created source: %s", evs[0].Message)
+	}
+	p.UnpublishAll(t, v)
+}
