@@ -144,7 +144,8 @@ test:
 	hack/test.sh
 
 ## test-api: the suites that need no kubelet, as root on a control plane alone (etcd, API server,
-## controller manager; no kubelet, no container runtime): on any Linux host, cgroup v1 or v2. The
+## controller manager; no kubelet, no container runtime): on a host with root and apt, whatever
+## its cgroups. The
 ## root module's tests with the tag root, test/e2e/api (the driver as a process against the API
 ## server), test/manifests and test/e2e/framework. KUBE_VERSION=1.NN picks the minor.
 test-api:

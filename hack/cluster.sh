@@ -54,6 +54,8 @@ SYSTEMD_DIR=${SRCSI_SYSTEMD_DIR:-/run/systemd/system}
 # daemons as scopes in it, and per node a slice in it (node_slice) holding the node's containerd
 # and kubelet scopes and its pods' slices (the kubelet's cgroupRoot).
 SLICE=srcsi.slice
+# The units a cluster on cgroup v2 makes: the slice, the nodes' slices, the daemons' scopes.
+SYSTEMD_UNITS=("$SLICE" 'srcsi-*.slice' 'srcsi-*.scope')
 # TIMEOUT_SCALE: every wait of this harness (and of hack/up.sh) is this many times as long: for
 # slow hosts, an emulated machine say. A whole number, default 1.
 TIMEOUT_SCALE=${TIMEOUT_SCALE:-1}
@@ -142,16 +144,18 @@ start_on() {
 # 9>&-: do not inherit the lock on fd 9 (a daemon holding it would block the next `down`).
 # nsenter and setsid both exec (no fork) here, so $! is the daemon's own PID.
 # With systemd's cgroups (a full cluster on a cgroup v2 host: uses_systemd), the daemon runs in a
-# scope of its own, srcsi-NAME.scope, in $SLICE or, for a node's daemons, in the node's slice
-# (START_SLICE): out of the caller's session or service, whose end or limits it must not share,
-# and where `down` finds and stops all of it. systemd-run --scope registers its own PID as the
-# scope and execs the command, so $! stays the daemon's.
+# scope of its own, srcsi-NAME-<start time>.scope, in $SLICE or, for a node's daemons, in the
+# node's slice (START_SLICE): out of the caller's session or service, whose end or limits it must
+# not share, and where `down` finds and stops all of it. Each start names a new scope: a killed
+# containerd's shims keep its scope alive, and systemd refuses a second unit of the same name.
+# systemd-run --scope registers its own PID as the scope and execs the command, so $! stays the
+# daemon's.
 START_SLICE=$SLICE
 start_in() {
 	local net=$1 mnt=$2 name=$3 scope=()
 	shift 3
 	if uses_systemd; then
-		scope=(systemd-run --scope --quiet --collect --unit "srcsi-$name" --slice "$START_SLICE" --)
+		scope=(systemd-run --scope --quiet --collect --unit "srcsi-$name-$(date +%s%N)" --slice "$START_SLICE" --)
 	fi
 	# Not via on_node: a backgrounded shell function would fork a subshell and $! would be its PID.
 	nsenter --net="$net" ${mnt:+--mount="$mnt"} -- setsid "${scope[@]}" "$@" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
@@ -909,9 +913,12 @@ ancestors() {
 # Processes in the kubelets' pod cgroups (all containers, including host-network ones): on cgroup
 # v1 in the hierarchies the harness reads, on v2 in the nodes' slices.
 pod_pids() {
-	local dirs=("$CGROUP_ROOT/pids" "$CGROUP_ROOT/memory" "$CGROUP_ROOT/unified")
-	if uses_systemd || [[ ${1:-} == v2 ]]; then dirs=("$CGROUP_ROOT/$SLICE"); fi
-	find "${dirs[@]}" -path '*/*kubepods*' -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un
+	if uses_systemd || [[ ${1:-} == v2 ]]; then
+		find "$CGROUP_ROOT/$SLICE" -path '*/*kubepods*' -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un
+		return
+	fi
+	find "$CGROUP_ROOT/pids" "$CGROUP_ROOT/memory" "$CGROUP_ROOT/unified" -path '*/kubepods*' \
+		-name cgroup.procs -exec cat {} + 2>/dev/null | sort -un
 }
 
 # kill_wait SIGNAL SECONDS PID...: signal, then wait until all are gone.
@@ -1025,7 +1032,7 @@ remove_cgroups() {
 		if [[ -e $CGROUP_ROOT/$SLICE ]]; then
 			timeout $((30 * TIMEOUT_SCALE)) systemctl stop "$SLICE" || log "warning: systemctl stop $SLICE failed"
 		fi
-		systemctl reset-failed 'srcsi-*' 2>/dev/null || true
+		systemctl reset-failed "${SYSTEMD_UNITS[@]}" 2>/dev/null || true
 		for ((i = 0; i < 100; i++)); do
 			[[ -e $CGROUP_ROOT/$SLICE ]] || return 0
 			sleep 0.05
@@ -1221,7 +1228,7 @@ cmd_check_down() {
 		((${#p[@]} == 0)) || left+=("pod processes: ${p[*]}")
 		cgroups=("$CGROUP_ROOT/$SLICE")
 		if [[ -d $SYSTEMD_DIR ]]; then
-			mapfile -t p < <(systemctl list-units --all --plain --no-legend 'srcsi*' 2>/dev/null | awk '{print $1}')
+			mapfile -t p < <(systemctl list-units --all --plain --no-legend "${SYSTEMD_UNITS[@]}" 2>/dev/null | awk '{print $1}')
 			((${#p[@]} == 0)) || left+=("systemd units: ${p[*]}")
 		fi
 		;;

@@ -45,7 +45,7 @@ fi
 [[ $scope != lint ]] || pkgs=(shellcheck)
 # The VM tier (hack/vm.sh): qemu boots the VM (software emulation), debootstrap builds its Debian
 # root, mkfs.ext4 -d and debugfs (e2fsprogs) write and read its disks without mounting them.
-[[ $scope != vm ]] || pkgs=(qemu-system-x86 debootstrap e2fsprogs)
+[[ $scope != vm ]] || pkgs=(qemu-system-x86 debootstrap debian-archive-keyring gpgv e2fsprogs)
 if ((list)); then
 	printf '%s\n' "${pkgs[@]}"
 	exit 0

@@ -45,6 +45,10 @@ VM_SUITE=bookworm
 VM_TIMEOUT=${VM_TIMEOUT:-50}
 VM_TIMEOUT_SCALE=${VM_TIMEOUT_SCALE:-10}
 VM_RELIST_INTERVAL=${VM_RELIST_INTERVAL:-20s}
+[[ $VM_CACHE == /?* ]] || { echo "VM_CACHE=$VM_CACHE: want an absolute path" >&2; exit 2; }
+[[ $VM_TIMEOUT =~ ^[1-9][0-9]*$ ]] || { echo "VM_TIMEOUT=$VM_TIMEOUT: want whole minutes" >&2; exit 2; }
+[[ $VM_TIMEOUT_SCALE =~ ^[1-9][0-9]*$ ]] || { echo "VM_TIMEOUT_SCALE=$VM_TIMEOUT_SCALE: want a whole number" >&2; exit 2; }
+[[ $VM_RELIST_INTERVAL =~ ^[1-9][0-9]*s$ ]] || { echo "VM_RELIST_INTERVAL=$VM_RELIST_INTERVAL: want whole seconds, as 20s" >&2; exit 2; }
 OUT=$ROOT/_output/vm
 T0=$(date +%s)
 
@@ -135,11 +139,13 @@ build_root() {
 	local tmp t=$SECONDS
 	mkdir -p "$VM_CACHE"
 	tmp=$(mktemp -d "$VM_CACHE/.build.XXXXXX")
-	# On failure the partial build goes (nothing under it is mounted: debootstrap unmounts its
-	# /proc and /sys when it ends).
-	trap 'rm -rf --one-file-system "$tmp"' EXIT
+	# On failure the partial build goes, with whatever debootstrap left mounted in it (its /proc and
+	# /sys, when it was killed).
+	trap 'umount -R "$tmp/root/proc" "$tmp/root/sys" 2>/dev/null; rm -rf --one-file-system "$tmp"' EXIT
 	log "building the Debian 12 root (debootstrap from $VM_MIRROR; ${#root_pkgs[@]} packages besides minbase)"
-	debootstrap --variant=minbase --include="$(IFS=,; echo "${root_pkgs[*]}")" "$VM_SUITE" "$tmp/root" "$VM_MIRROR" \
+	# Every package checked against Debian's archive key, whatever the host's debootstrap defaults to.
+	debootstrap --variant=minbase --keyring=/usr/share/keyrings/debian-archive-keyring.gpg --force-check-gpg \
+		--include="$(IFS=,; echo "${root_pkgs[*]}")" "$VM_SUITE" "$tmp/root" "$VM_MIRROR" \
 		>"$tmp/debootstrap.log" 2>&1 || { tail -n 30 "$tmp/debootstrap.log" >&2; die "debootstrap failed"; }
 	configure_root "$tmp/root"
 	cp "$tmp/root"/boot/vmlinuz-* "$tmp/vmlinuz"
@@ -150,8 +156,10 @@ build_root() {
 	echo "$((SECONDS - t))" >"$tmp/build-seconds"
 	mv "$tmp" "$cache.new" && mv -T "$cache.new" "$cache"
 	trap - EXIT
-	# Roots of other keys are outdated: only one is kept.
-	find "$VM_CACHE" -mindepth 1 -maxdepth 1 ! -name "$key" ! -name .lock -exec rm -rf --one-file-system {} +
+	# Roots of other keys are outdated: only one is kept. Only what this script makes there goes
+	# (VM_CACHE may be a directory that holds other things too).
+	find "$VM_CACHE" -mindepth 1 -maxdepth 1 ! -name "$key" -regextype posix-extended \
+		-regex '.*/([0-9a-f]{16}(\.new)?|\.build\..*)' -exec rm -rf --one-file-system {} +
 	log "root built in $((SECONDS - t)) s: $cache"
 }
 
@@ -182,8 +190,11 @@ stage=$OUT/stage
 # The tree as it is here: a clone of its commits, then its uncommitted changes and untracked
 # files over it (git describe in the VM then says -dirty exactly when this tree is).
 git clone -q --no-hardlinks "$ROOT" "$stage/src"
-git -C "$ROOT" ls-files -z --modified --others --exclude-standard | (cd "$ROOT" && tar -c --null -T - 2>/dev/null) | tar -x -C "$stage/src"
-git -C "$ROOT" ls-files -z --deleted | (cd "$stage/src" && xargs -0r rm -f)
+{
+	git -C "$ROOT" diff -z --name-only --diff-filter=d HEAD
+	git -C "$ROOT" ls-files -z --others --exclude-standard
+} | (cd "$ROOT" && tar -c --null -T -) | tar -x -C "$stage/src"
+git -C "$ROOT" diff -z --name-only --diff-filter=D HEAD | (cd "$stage/src" && xargs -0r rm -f)
 # The binaries `make up` runs (hack/build-tools.sh cluster), with their stamps, as hard links.
 mkdir -p "$stage/src/_output/bin/cni" "$stage/src/_output/bin/k8s-$minor"
 cp -al "$kbin"/. "$stage/src/_output/bin/k8s-$minor/"
@@ -203,6 +214,8 @@ step() { printf 'srcsi-vm: [%(%T)T] %s\\n' -1 "\$*"; }
 # Each mark: a step's name and the VM's clock (the host's time, through the emulated RTC).
 mark() { printf '%s %s\\n' "\$1" "\$(date +%s)" >>/srv/times; }
 mark booted
+# Seconds from the kernel's start to here: the boot.
+echo "boot \$(cut -d. -f1 /proc/uptime)" >>/srv/times
 # The host's Go toolchain (read-only), module cache and build cache, at their paths there (go
 # writes a stat cache into the module cache for the tree's own pseudo-version).
 mkdir -p $goroot $gomodcache $gocache
@@ -218,7 +231,8 @@ step "make up"
 mark up-start
 TIMEOUT_SCALE=$VM_TIMEOUT_SCALE RELIST_INTERVAL=$VM_RELIST_INTERVAL make up
 mark up
-step "systemd units of the cluster: \$(systemctl list-units --plain --no-legend 'srcsi*' | awk '{print \$1}' | tr '\\n' ' ')"
+units() { systemctl list-units --all --plain --no-legend srcsi.slice 'srcsi-*.slice' 'srcsi-*.scope' | awk '{print \$1}'; }
+step "systemd units of the cluster: \$(units | tr '\\n' ' ')"
 log=\$(k -n team-a logs corp-ca-reader)
 grep -q -- '-----BEGIN CERTIFICATE-----' <<<"\$log" || { step "FAIL: the example pod did not print its CA: \$log"; exit 1; }
 step "the example pod reads its CA"
@@ -241,7 +255,7 @@ mark down-start
 make down
 mark down
 hack/cluster.sh check-down
-left=\$(systemctl list-units --all --plain --no-legend 'srcsi*' | awk '{print \$1}')
+left=\$(units)
 [[ -z \$left ]] || { step "FAIL: systemd units left: \$left"; exit 1; }
 [[ ! -e /sys/fs/cgroup/srcsi.slice ]] || { step "FAIL: /sys/fs/cgroup/srcsi.slice left"; exit 1; }
 step "PASS"
@@ -297,7 +311,7 @@ fi
 # The figures: each step's seconds, from the marks (the VM's clock keeps the host's time).
 cat "$OUT/host-times" "$OUT/times" >"$OUT/marks"
 awk '{ t[$1] = $2 } END {
-	printf "boot to run.sh %d s, make up %d s, revocation seen after %d s, make down %d s\n",
-		t["booted"] - t["qemu"], t["up"] - t["up-start"], t["revoked"] - t["revoking"], t["down"] - t["down-start"] }' "$OUT/marks" |
+	printf "boot (kernel start to run.sh) %d s, make up %d s, revocation seen after %d s, make down %d s\n",
+		t["boot"], t["up"] - t["up-start"], t["revoked"] - t["revoking"], t["down"] - t["down-start"] }' "$OUT/marks" |
 	tee "$OUT/figures" >&2
 log "passed in $(($(date +%s) - T0)) s"

@@ -269,8 +269,10 @@ func TestNodesOnCgroupV2RunInSystemdSlices(t *testing.T) {
 		"cgroupDriver: systemd",
 		`cgroupRoot: "/srcsi/node1"`, // the systemd driver's /srcsi.slice/srcsi-node1.slice
 		"SystemdCgroup = true",
-		"setsid systemd-run --scope --quiet --collect --unit srcsi-containerd --slice srcsi-node1.slice -- env",
-		"setsid systemd-run --scope --quiet --collect --unit srcsi-kubelet --slice srcsi-node1.slice -- ",
+		"setsid systemd-run --scope --quiet --collect --unit srcsi-containerd-",
+		"--slice srcsi-node1.slice -- env PATH=",
+		"setsid systemd-run --scope --quiet --collect --unit srcsi-kubelet-",
+		"--slice srcsi-node1.slice -- " + "/",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("up on cgroup v2 did not write %q: %s", want, out)
@@ -305,5 +307,23 @@ cat "$TMP/systemctl.log"`)
 	// Another kubelet's cgroups are where they were.
 	if _, err := os.Stat(filepath.Join(root, "kubepods.slice/kubepods-besteffort.slice")); err != nil {
 		t.Error(err)
+	}
+}
+
+// A node's daemons started again (node-start after node-kill) get scopes of new names: the killed
+// containerd's shims keep its scope, and systemd refuses a second unit of one name.
+func TestDaemonsStartedAgainGetScopesOfTheirOwn(t *testing.T) {
+	out, _, err := runOn(t, host{systemd: true}, fakeCgroups(t, "v2"), `echo systemd >"$CL/cgroup-driver"
+mkdir -p "$PIDS" "$LOGS"
+start_on 1 containerd /bin/true
+start_on 1 containerd /bin/true
+wait
+grep -o -- '--unit [^ ]*' "$TMP/nsenter.log"`)
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	units := strings.Fields(strings.ReplaceAll(out, "--unit", ""))
+	if len(units) != 2 || units[0] == units[1] || !strings.HasPrefix(units[0], "srcsi-containerd-") {
+		t.Errorf("two starts of containerd named the scopes %q, want two different srcsi-containerd-* names", units)
 	}
 }
