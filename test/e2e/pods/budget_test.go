@@ -303,7 +303,10 @@ func TestPodsVolumeBudgetChargesLongNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shmem, kmem, usage, _ := s.DriverKernelMemory(driver)
+	shmem, kmem, usage, ok := s.DriverKernelMemory(driver)
+	if !ok || shmem < 0 || kmem < 0 || shmem0 < 0 || kmem0 < 0 {
+		t.Fatalf("the driver pod %s's memory cgroup could not be read (shmem %v then %v, kernel %v then %v)", driver.Name, shmem0, shmem, kmem0, kmem)
+	}
 	charged := s.Scrape(t).Sum("sharedresource_volume_bytes", nil)
 	held := (shmem - shmem0) + (kmem - kmem0)
 	t.Logf("budget %d MiB: %d pods of 300 253-byte names running, %d refused; charged %.1f MiB for them; the kernel holds %.1f MiB of tmpfs pages and %.1f MiB of kernel memory more (%.1f MiB); container usage %.1f MiB of 96 MiB",
