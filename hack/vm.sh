@@ -305,7 +305,10 @@ fi
 debugfs -R "cat /times" "$OUT/payload.img" 2>/dev/null >"$OUT/times" || true
 rm -f "$OUT/payload.img"
 if ((vm_status == 137)); then die "the VM did not finish within $VM_TIMEOUT min (console: $console)"; fi
-if ! grep -q '^srcsi-vm: run.sh exited 0' "$console" || ! grep -q '^srcsi-vm: .*PASS$' "$console"; then
+# The guest's console prefixes each line of run.sh's unit with the kernel's clock and the unit, and
+# ends it with a carriage return.
+tr -d '\r' <"$console" >"$console.txt"
+if ! grep -q 'srcsi-vm: run.sh exited 0$' "$console.txt" || ! grep -q 'srcsi-vm: \[[0-9:]*\] PASS$' "$console.txt"; then
 	die "the VM tier failed (console: $console; the cluster's logs: $OUT/cluster-logs)"
 fi
 # The figures: each step's seconds, from the marks (the VM's clock keeps the host's time).
