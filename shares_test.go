@@ -31,46 +31,11 @@ import (
 // of them, not by the shares' size. (The real API server and driver process:
 // test/e2e/api's TestShareCachesHoldOnlyWhatTheDriverReads.)
 func TestShareCachesStayFlatWithLargeShares(t *testing.T) {
-	// The fake client sends no bookmarks: list, then watch, as against an older API server.
-	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
 	const shares = 40
-	// Each list answers new objects, as decoding an API server's answer makes: a description of
-	// its own each.
-	list := func() *unstructured.UnstructuredList {
-		l := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "sharedresource.openshift.io/v1alpha1", "kind": "SharedSecretList",
-			"metadata": map[string]any{"resourceVersion": "1"}}}
-		for i := range shares {
-			l.Items = append(l.Items, unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "sharedresource.openshift.io/v1alpha1", "kind": "SharedSecret",
-				"metadata": map[string]any{"name": fmt.Sprintf("share-%d", i), "uid": fmt.Sprintf("uid-%d", i), "resourceVersion": "1"},
-				"spec":     map[string]any{"description": strings.Repeat(fmt.Sprint(i%10), 1400<<10), "secretRef": map[string]any{"namespace": "p", "name": "src"}},
-			}})
-		}
-		return l
-	}
-	listKinds := map[schema.GroupVersionResource]string{}
-	for _, row := range shareKindTable {
-		listKinds[shareGVR(row.kind)] = row.typeName + "List"
-	}
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(k8sruntime.NewScheme(), listKinds)
-	dyn.PrependReactor("list", shareKindTable[0].resource, func(k8stesting.Action) (bool, k8sruntime.Object, error) {
-		return true, list(), nil
-	})
-	si := newShareIndex(dyn, func(shareKind, string) {})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	si.start(ctx)
-	for deadline := time.Now().Add(30 * time.Second); !si.synced() || len(si.informers[kindSecret].GetStore().ListKeys()) < shares; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the share caches did not sync")
-		}
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	si, grew := syncShareCaches(t, shares, func(i int) map[string]any {
+		return map[string]any{"description": strings.Repeat(fmt.Sprint(i%10), 1400<<10), "secretRef": map[string]any{"namespace": "p", "name": "src"}}
+	}, nil, func(dyn dynamic.Interface) *shareIndex { return newShareIndex(dyn, func(shareKind, string) {}) })
+	ctx := context.Background()
 	t.Logf("%d shares of 1.4 MiB descriptions: the caches grew the heap by %.1f MiB", shares, float64(grew)/(1<<20))
 	if grew > shares*64<<10 {
 		t.Errorf("%d shares of 1.4 MiB descriptions grew the heap by %.1f MiB; want at most 64 KiB a share", shares, float64(grew)/(1<<20))
@@ -184,22 +149,38 @@ func TestNodeShareCachesHoldNoConditions(t *testing.T) {
 // sharesWithConditionsCached syncs the share caches build makes over n shares of 44 conditions
 // of 32 KiB messages each, and says how much they grew the heap.
 func sharesWithConditionsCached(t *testing.T, n int, build func(dynamic.Interface) *shareIndex) (*shareIndex, int64) {
+	return syncShareCaches(t, n, func(int) map[string]any {
+		return map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}}
+	}, func(int) map[string]any {
+		var conds []any
+		for c := range 44 {
+			conds = append(conds, map[string]any{"type": fmt.Sprintf("Example%d", c), "status": "True", "reason": "Padding",
+				"message": strings.Repeat(fmt.Sprint(c%10), 32768), "lastTransitionTime": "2026-11-26T06:00:00Z"})
+		}
+		return map[string]any{"sourceUID": "src-1", "conditions": conds}
+	}, build)
+}
+
+// syncShareCaches syncs the share caches build makes over n SharedSecrets share-I (uid-I), whose
+// spec and status (nil: none) are spec(I) and status(I), listed anew at each list as an API
+// server's answer decodes, and says how much they grew the heap. The fake client sends no
+// bookmarks: list, then watch, as against an older API server.
+func syncShareCaches(t *testing.T, n int, spec, status func(int) map[string]any, build func(dynamic.Interface) *shareIndex) (*shareIndex, int64) {
+	t.Helper()
 	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
 	list := func() *unstructured.UnstructuredList {
 		l := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "sharedresource.openshift.io/v1alpha1", "kind": "SharedSecretList",
 			"metadata": map[string]any{"resourceVersion": "1"}}}
 		for i := range n {
-			var conds []any
-			for c := range 44 {
-				conds = append(conds, map[string]any{"type": fmt.Sprintf("Example%d", c), "status": "True", "reason": "Padding",
-					"message": strings.Repeat(fmt.Sprint(c%10), 32768), "lastTransitionTime": "2026-11-26T06:00:00Z"})
-			}
-			l.Items = append(l.Items, unstructured.Unstructured{Object: map[string]any{
+			obj := map[string]any{
 				"apiVersion": "sharedresource.openshift.io/v1alpha1", "kind": "SharedSecret",
 				"metadata": map[string]any{"name": fmt.Sprintf("share-%d", i), "uid": fmt.Sprintf("uid-%d", i), "resourceVersion": "1"},
-				"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}},
-				"status":   map[string]any{"sourceUID": "src-1", "conditions": conds},
-			}})
+				"spec":     spec(i),
+			}
+			if status != nil {
+				obj["status"] = status(i)
+			}
+			l.Items = append(l.Items, unstructured.Unstructured{Object: obj})
 		}
 		return l
 	}
