@@ -12,10 +12,11 @@
 #      it (suite, mirror, packages, this configuration), so a change builds a new one and an
 #      unchanged one is reused. The VM writes to a throwaway overlay of it (qemu's snapshot).
 #   2. The payload: a second disk holding a clone of this tree (with its uncommitted changes) and
-#      the binaries `make up` runs, from this host's _output/bin (hard links, not a second build:
-#      `make tools-cluster` there finds them up to date). The host's Go toolchain, module cache and
-#      build cache are shared into the VM over 9p at the same paths, so the VM's `make up` links
-#      the driver from cached packages rather than compiling it.
+#      the binaries `make up` runs, the driver's included, from this host's _output/bin (hard
+#      links, not a second build: `make tools-cluster` there finds them up to date, and `make
+#      build` finds the driver's build ID current and does not link it again). The host's Go
+#      toolchain, module cache and build cache are shared into the VM over 9p at the same paths,
+#      which go reads to see that.
 #   3. Boot: qemu-system-x86_64 with software emulation (TCG, 2 vCPUs, 4 GiB), the kernel booted
 #      directly, no network device: the cluster's packets stay in its network namespaces.
 #   4. Inside, run.sh: the host's cgroups shown; `make up` (with TIMEOUT_SCALE for emulation's
@@ -181,8 +182,8 @@ exec 8>&-
 minor=$(kube_minor)
 kbin=$(kube_bin_dir "$ROOT" "$minor")
 for b in "$kbin"/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,kubectl} \
-	_output/bin/{containerd,containerd-shim-runc-v2,ctr,runc,mkimage,pause} _output/bin/cni/bridge; do
-	[[ -x $b ]] || die "missing $b: the VM runs the binaries built here (make tools-cluster)"
+	_output/bin/{shared-resource-csi,containerd,containerd-shim-runc-v2,ctr,runc,mkimage,pause} _output/bin/cni/bridge; do
+	[[ -x $b ]] || die "missing $b: the VM runs the binaries built here (make tools-cluster build)"
 done
 rm -rf --one-file-system "$OUT"
 mkdir -p "$OUT/stage"
@@ -201,6 +202,8 @@ cp -al "$kbin"/. "$stage/src/_output/bin/k8s-$minor/"
 for b in containerd containerd-shim-runc-v2 ctr runc mkimage pause; do
 	cp -al "_output/bin/$b" "_output/bin/.$b.stamp" "$stage/src/_output/bin/"
 done
+# The driver (make test-vm builds it first): the same tree and flags give the same build ID.
+cp -al _output/bin/shared-resource-csi "$stage/src/_output/bin/"
 cp -al _output/bin/cni/. "$stage/src/_output/bin/cni/"
 
 goroot=$(go env GOROOT)
