@@ -9,7 +9,8 @@
 #   BENCH_SMOKE=1    every scenario shrunk and run once: a check that they all work, for CI
 #
 # Only a full run (no filter, no smoke) that succeeds replaces BENCHMARKS.md; every run leaves
-# its raw output and table in _output/bench.
+# its raw output, table and details.md (every metric, the figures beside the committed
+# BENCHMARKS.md's) in _output/bench.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -87,12 +88,12 @@ command="make bench" smoke=false
 # What the benchmarks ran against: the API server and etcd (they play the kubelet: no kubelet or
 # container runtime is involved), and the committed BENCHMARKS.md as the run to compare with.
 platform="Kubernetes $("$KBIN/kube-apiserver" --version | awk '{print $2}') (kube-apiserver), etcd $("$KBIN/etcd" --version | awk '/etcd Version/ {print $3}')"
-"$OUT/benchtable" -in "$OUT/raw.txt" -out "$OUT/BENCHMARKS.md" -commit "$commit" \
+"$OUT/benchtable" -in "$OUT/raw.txt" -out "$OUT/BENCHMARKS.md" -details "$OUT/details.md" -commit "$commit" \
 	-wall "$((wall / 60)) min $((wall % 60)) s" -command "$command" -smoke="$smoke" -load "$load" \
 	-nodes "$ROOT/_output/nodes-api.txt" -platform "$platform" -baseline BENCHMARKS.md
 if ((status == 0)) && [[ -z ${BENCH_SMOKE:-} && $filter == . ]]; then
 	cp "$OUT/BENCHMARKS.md" BENCHMARKS.md
-	echo "wrote BENCHMARKS.md"
+	echo "wrote BENCHMARKS.md; beside the previous run: $OUT/details.md"
 else
 	echo "wrote $OUT/BENCHMARKS.md (BENCHMARKS.md is only replaced by a full, successful run)"
 fi

@@ -1,10 +1,12 @@
 package main
 
-// The previous run, side by side: `-baseline FILE` reads the BENCHMARKS.md a run replaces and shows
-// its medians beside this run's for the figures a change of platform (a Kubernetes release, a
-// container runtime) or of the driver would move: publish latency, unpublish throughput, memory
-// and API requests. Figures are matched by their row's name; a ratio is given only where both
-// have the same unit.
+// The previous run, side by side: `-baseline FILE` reads the BENCHMARKS.md a run replaces and the
+// details file shows its medians beside this run's for the figures a change of platform (a
+// Kubernetes release, a container runtime) or of the driver would move: publish latency,
+// unpublish throughput, memory and API requests. Figures are matched by their row's name; a ratio
+// is given only where both have the same unit. The reader takes any table whose rows are
+// | name | median | min | max |..., so both the report's layout and the older one with a Runs
+// column (and the side-by-side section it carried) read alike.
 
 import (
 	"bufio"
@@ -31,7 +33,7 @@ var comparedFigure = regexp.MustCompile(`^(cold|warm) p(50|99), |unpublishes/s$|
 // baselineHeading opens the side-by-side section.
 const baselineHeading = "## Against the previous run"
 
-// readBaseline parses a BENCHMARKS.md written by benchtable.
+// readBaseline parses a BENCHMARKS.md written by benchtable, in its current layout or an older one.
 func readBaseline(path string) (*baseline, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -74,11 +76,14 @@ func quantity(s string) (v float64, unit string, ok bool) {
 	return v, unit, err == nil
 }
 
+// shownFigure is one figure of this run's report as printed.
+type shownFigure struct{ name, median, min, max string }
+
 // renderBaseline writes the side-by-side section: each compared figure of this run that the
 // previous run has too.
-func renderBaseline(w io.Writer, b *baseline, current []struct{ name, median, min, max string }) {
+func renderBaseline(w io.Writer, b *baseline, current []shownFigure) {
 	fmt.Fprintf(w, "%s\n\n", baselineHeading)
-	fmt.Fprintf(w, "The run this file replaced (%s), figure by figure: its median [min, max] beside this run's, and this run's median over its median.\n\n", strings.Join(b.header, "; "))
+	fmt.Fprintf(w, "The run in the BENCHMARKS.md this one replaces (%s), figure by figure: its median [min, max] beside this run's, and this run's median over its median.\n\n", strings.Join(b.header, "; "))
 	fmt.Fprintf(w, "| Figure | Previous run | This run | This / previous |\n|---|---:|---:|---:|\n")
 	for _, c := range current {
 		p, ok := b.rows[c.name]
