@@ -1,6 +1,6 @@
 package main
 
-// The subcommands other than the driver and `watch`: `env-file` (envfile.go), run in a pod, and
+// The subcommands other than the driver and `watch`: `env-file` (internal/podcmd), run in a pod, and
 // the admin's `diagnose` (diagnose.go) and `who-uses` (whouses.go), run with the caller's own
 // kubeconfig. The same binary is a kubectl plugin when it is named (or linked as)
 // kubectl-shared_resource: `kubectl shared-resource diagnose POD -n NS`.

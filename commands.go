@@ -13,6 +13,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/shared-resource/csi-driver/internal/podcmd"
 )
 
 // driverBinary is the binary's name, as usage messages show it.
@@ -30,13 +32,13 @@ type subcommand struct {
 // subcommands is the table, in the order `help` lists it.
 func subcommands() []subcommand {
 	return []subcommand{
-		{watchCommand, "a sidecar: exit 42 (restart the pod's containers in place) or signal a process when the files a pod sees in a share change",
+		{podcmd.WatchCommand, "a sidecar: exit 42 (restart the pod's containers in place) or signal a process when the files a pod sees in a share change",
 			func(ctx context.Context, args []string, _, stderr io.Writer) int {
-				return runWatchCommand(ctx, args, stderr)
+				return podcmd.Watch(ctx, args, stderr)
 			}},
-		{envFileCommand, "in a pod (an init container): a share's files as an env file for valueFrom.fileKeyRef",
+		{podcmd.EnvFileCommand, "in a pod (an init container): a share's files as an env file for valueFrom.fileKeyRef",
 			func(_ context.Context, args []string, _, stderr io.Writer) int {
-				return runEnvFileCommand(args, stderr)
+				return podcmd.EnvFile(args, stderr)
 			}},
 		{diagnoseCommand, "for an admin: why a pod's (or a Deployment's pods') shared volumes work or not, and the fix",
 			func(_ context.Context, args []string, stdout, stderr io.Writer) int {

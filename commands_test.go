@@ -7,6 +7,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/shared-resource/csi-driver/internal/podcmd"
 )
 
 func TestHelpListsEverySubcommand(t *testing.T) {
@@ -25,9 +27,9 @@ func TestHelpListsEverySubcommand(t *testing.T) {
 		}
 	}
 	// help NAME: the subcommand's own flags, on stdout.
-	code, stdout, _ := runMain(t, "help", watchCommand)
+	code, stdout, _ := runMain(t, "help", podcmd.WatchCommand)
 	if code != 0 || !strings.Contains(stdout, "-exit-code int") {
-		t.Errorf("help %s: exit code %d, want 0 with its flags on stdout:\n%s", watchCommand, code, stdout)
+		t.Errorf("help %s: exit code %d, want 0 with its flags on stdout:\n%s", podcmd.WatchCommand, code, stdout)
 	}
 	code, _, stderr := runMain(t, "help", "no-such-command")
 	if code != 2 || !strings.Contains(stderr, subcommandNames()) {

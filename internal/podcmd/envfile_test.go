@@ -1,4 +1,4 @@
-package main
+package podcmd
 
 // Specification of `shared-resource-csi env-file` (envfile.go): what it writes reads back, value
 // for value, under the rules of the kubelet's env file parser (single-quoted literal values,

@@ -1,4 +1,4 @@
-package main
+package podcmd
 
 // `shared-resource-csi env-file`: run as an init container, it turns the files of a share the pod
 // mounts into an env file that the kubelet reads for the app's `env[].valueFrom.fileKeyRef`
@@ -300,6 +300,15 @@ func writeEnvFileAtomically(path string, body []byte) error {
 		return fmt.Errorf("--out %s: %w", path, err)
 	}
 	return nil
+}
+
+// quoteAll is names, each quoted, comma-separated, for messages.
+func quoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	return strings.Join(q, ", ")
 }
 
 // sortedKeys is files' paths, sorted.
