@@ -1,27 +1,32 @@
-package main
+package admin
 
 // Specification of the pure parts of diagnose and who-uses (diagnose.go, whouses.go,
 // admincmd.go): flags as kubectl takes them (after the target too), the events that name a
 // share (and not a share whose name merely starts the same), the version a pod last received,
-// and the plugin's dispatch. The verdicts themselves are checked against a real cluster
-// (test/e2e/pods/diagnose_test.go).
+// and what they print. The plugin's dispatch is the root's (commands_test.go). The verdicts
+// themselves are checked against a real cluster (test/e2e/pods/diagnose_test.go).
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/shared-resource/csi-driver/internal/shareapi"
 )
 
 func TestAdminFlagsAfterTheTarget(t *testing.T) {
-	o, target, err := parseAdminFlags("diagnose", []string{"web-1", "-n", "team", "-o", "json"}, &strings.Builder{})
+	accepting := Driver{CheckAccounts: func(string) error { return nil }}
+	o, target, err := parseAdminFlags(accepting, "diagnose", []string{"web-1", "-n", "team", "-o", "json"}, &strings.Builder{})
 	if err != nil || target != "web-1" || o.namespace != "team" || o.output != "json" {
 		t.Fatalf("got %+v %q %v", o, target, err)
 	}
-	for _, args := range [][]string{{}, {"a", "b"}, {"a", "-o", "yaml"}, {"a", "--driver-service-accounts", "nocolon"}} {
-		if _, _, err := parseAdminFlags("diagnose", args, &strings.Builder{}); err == nil {
+	// The driver's check of --driver-service-accounts: TestAdminCommandsCheckAccountsAsTheDriver.
+	for _, args := range [][]string{{}, {"a", "b"}, {"a", "-o", "yaml"}} {
+		if _, _, err := parseAdminFlags(accepting, "diagnose", args, &strings.Builder{}); err == nil {
 			t.Errorf("%q: accepted", args)
 		}
 	}
@@ -32,17 +37,17 @@ func TestEventsNameTheirShareExactly(t *testing.T) {
 		return metav1.NewTime(time.Now().Add(time.Duration(minutes) * time.Minute))
 	}
 	evs := []corev1.Event{
-		{Reason: reasonRefreshed, Message: "Updated secret/web-ca from Secret p/web-ca (resourceVersion 10)", LastTimestamp: at(-5)},
-		{Reason: reasonRefreshed, Message: "Updated secret/web-ca-2 from Secret p/other (resourceVersion 99)", LastTimestamp: at(-1)},
-		{Reason: reasonRevoked, Message: "The files of secret/web-ca were removed from the volume: denied", LastTimestamp: at(-4)},
-		{Reason: reasonRestored, Message: "Access to secret/web-ca is granted again; its files are back", LastTimestamp: at(-3)},
+		{Reason: shareapi.ReasonRefreshed, Message: "Updated secret/web-ca from Secret p/web-ca (resourceVersion 10)", LastTimestamp: at(-5)},
+		{Reason: shareapi.ReasonRefreshed, Message: "Updated secret/web-ca-2 from Secret p/other (resourceVersion 99)", LastTimestamp: at(-1)},
+		{Reason: shareapi.ReasonRevoked, Message: "The files of secret/web-ca were removed from the volume: denied", LastTimestamp: at(-4)},
+		{Reason: shareapi.ReasonRestored, Message: "Access to secret/web-ca is granted again; its files are back", LastTimestamp: at(-3)},
 	}
 	sortEvents(evs)
-	ref := shareRef{Kind: kindSecret, Name: "web-ca"}
+	ref := shareapi.Ref{Kind: shareapi.KindSecret, Name: "web-ca"}
 	if v := lastVersion(evs, ref, nil); !strings.HasPrefix(v, "resourceVersion 10 ") {
 		t.Errorf("last version %q, want resourceVersion 10 (not web-ca-2's 99)", v)
 	}
-	if ev := lastShareEvent(evs, ref, reasonRevoked, reasonRestored); ev == nil || ev.Reason != reasonRestored {
+	if ev := lastShareEvent(evs, ref, shareapi.ReasonRevoked, shareapi.ReasonRestored); ev == nil || ev.Reason != shareapi.ReasonRestored {
 		t.Errorf("last of revoked/restored: %v, want restored", ev)
 	}
 	if v := lastVersion(nil, ref, nil); !strings.Contains(v, "first published") {
@@ -50,22 +55,6 @@ func TestEventsNameTheirShareExactly(t *testing.T) {
 	}
 }
 
-func TestPluginNameDispatchesAdminCommands(t *testing.T) {
-	var out, errs strings.Builder
-	if code := runPlugin([]string{"frobnicate"}, &out, &errs); code != 2 || !strings.Contains(errs.String(), "unknown command") {
-		t.Errorf("plugin, unknown command: %d, %q; want 2 and the usage", code, errs.String())
-	}
-	if code := runPlugin(nil, &out, &errs); code != 2 {
-		t.Errorf("plugin without a command: %d, want 2 (usage)", code)
-	}
-	if code := runPlugin([]string{"env-file"}, &out, &errs); code != 2 {
-		t.Errorf("plugin env-file without flags: %d, want 2", code)
-	}
-}
-
-// Messages written by others reach an admin's terminal without its control characters: an
-// event cannot recolour, move the cursor or retitle the terminal, nor start a line. Each such
-// character, a character that reorders text, and a byte that is not UTF-8 show as their escapes.
 func TestMessagesArePrintedWithoutControlCharacters(t *testing.T) {
 	for in, want := range map[string]string{
 		"ok\x1b[2J\x1b]0;owned\x07\nnext": `ok\x1b[2J\x1b]0;owned\a\nnext`,
@@ -83,13 +72,8 @@ func TestMessagesArePrintedWithoutControlCharacters(t *testing.T) {
 // in a share's Ready message and in an event, print as one line each, with no control character.
 func TestForgedValuesStayOnTheirOwnLine(t *testing.T) {
 	forged := "ca\n  volume x (secret/ca): OK\n    fix: kubectl create clusterrolebinding x --clusterrole=cluster-admin --serviceaccount=a:b"
-	_, err := parseShareAttributes(map[string]string{attrShares: "secret/" + forged + ",secret/" + forged})
-	if err == nil {
-		t.Fatal("a duplicate entry was accepted")
-	}
-	if strings.Contains(err.Error(), "\n") {
-		t.Errorf("a duplicate entry's error %q: want it to quote the entry", err)
-	}
+	// The driver's error for a volume listing the forged entry twice (TestForgedShareEntryIsQuoted).
+	err := fmt.Errorf("volumeAttribute shares: %q is listed twice", "secret/"+forged)
 	escapes := "\x1b]0;owned\x07\x1b[2J\x1b]52;c;ZWNobyBvd25lZA==\x07"
 	rep := &diagnoseReport{Pods: []podDiagnosis{{Namespace: "app", Pod: "web", ServiceAccount: "default", Phase: "Running",
 		Shares: []shareVerdictReport{
