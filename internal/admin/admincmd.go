@@ -4,6 +4,7 @@ package admin
 // how a run ends (its output and exit code).
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,8 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf16"
 )
 
 // The subcommands' names: `shared-resource-csi diagnose ...`, `shared-resource-csi who-uses ...`.
@@ -83,12 +86,12 @@ func Run(d Driver, name string, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		printFailure(stderr, name, err, nil)
 		return 2
 	}
 	a, ns, err := newAdminClient(d, o.kubeconfig, o.kubeContext)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		printFailure(stderr, name, err, nil)
 		return 1
 	}
 	if o.namespace == "" {
@@ -103,10 +106,7 @@ func Run(d Driver, name string, args []string, stdout, stderr io.Writer) int {
 	case diagnoseCommand:
 		rep, err := runDiagnose(ctx, a, o, target)
 		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", name, err)
-			if len(a.lacked) > 0 {
-				fmt.Fprintf(stderr, "you may not: %s\n", strings.Join(a.lacked, "; "))
-			}
+			printFailure(stderr, name, err, a.lacked)
 			return 1
 		}
 		for _, p := range rep.Pods {
@@ -121,23 +121,56 @@ func Run(d Driver, name string, args []string, stdout, stderr io.Writer) int {
 	case whoUsesCommand:
 		rep, err := runWhoUses(ctx, a, o, target)
 		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", name, err)
-			if len(a.lacked) > 0 {
-				fmt.Fprintf(stderr, "you may not: %s\n", strings.Join(a.lacked, "; "))
-			}
+			printFailure(stderr, name, err, a.lacked)
 			return 1
 		}
 		report = rep
 		printWhoUses(&out, rep)
 	}
 	if o.output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(report); err != nil {
+		if err := printJSON(stdout, report); err != nil {
 			return 1
 		}
 		return code
 	}
 	fmt.Fprint(stdout, out.String())
 	return code
+}
+
+// printFailure writes why a command failed, and the permissions the caller lacked, to stderr.
+// An error may carry others' text (a Deployment's selector, an API server's message naming an
+// object), so it is printed as the report is: through printable, one line each.
+func printFailure(w io.Writer, name string, err error, lacked []string) {
+	fmt.Fprintf(w, "%s: %s\n", name, printable(err.Error()))
+	if len(lacked) > 0 {
+		fmt.Fprintf(w, "you may not: %s\n", printable(strings.Join(lacked, "; ")))
+	}
+}
+
+// printJSON writes the report as indented JSON, in which every character a terminal does not
+// print as itself is a JSON escape: the encoder escapes the C0 controls but writes C1 controls
+// (U+009B, a CSI to many terminals) and format characters (U+202E) as they are, and the report
+// holds others' text. The values decode the same: an escape is the character, to a script.
+func printJSON(w io.Writer, report any) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(report); err != nil {
+		return err
+	}
+	var out strings.Builder
+	for _, r := range buf.String() {
+		switch {
+		case r == '\n' || r == ' ' || unicode.IsPrint(r):
+			// The encoder escapes a line break inside a string: one here is the indent's.
+			out.WriteRune(r)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(&out, "\\u%04x\\u%04x", r1, r2)
+		default:
+			fmt.Fprintf(&out, "\\u%04x", r)
+		}
+	}
+	_, err := io.WriteString(w, out.String())
+	return err
 }

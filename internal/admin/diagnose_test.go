@@ -7,10 +7,13 @@ package admin
 // themselves are checked against a real cluster (test/e2e/pods/diagnose_test.go).
 
 import (
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -109,5 +112,65 @@ func checkTextOutput(t *testing.T, command, text string, lines int) {
 		if strings.ContainsFunc(l, func(r rune) bool { return r < 0x20 || r == 0x7f || r == 0x9b }) {
 			t.Errorf("%s printed a control character: %q", command, l)
 		}
+	}
+}
+
+// The JSON report and the error lines carry others' text too: in JSON every character a terminal
+// does not print as itself is an escape, and the values decode as they were; an error prints on
+// one line, escaped, as the permissions the caller lacked.
+func TestJSONAndErrorsCarryNoControlCharacters(t *testing.T) {
+	hostile := "ca\x1b]0;owned\x07\x1b[2J\u009b2J\u202egnp.exe\u2028\u0085\n  volume x, secret/ca: OK\U000e0001\xff"
+	rep := &diagnoseReport{Pods: []podDiagnosis{{Namespace: "app", Pod: "web" + hostile, ServiceAccount: "default", Phase: "Running",
+		Shares: []shareVerdictReport{{Volume: "certs", Share: "secret/" + hostile, Verdict: verdictShareNotReady,
+			Evidence: []string{`SharedSecret "ca": Ready=False (SourceNotFound): ` + hostile}, Fix: "fix " + hostile}}}},
+		CallerLacked: []string{"list pods -n " + hostile}, Reads: []string{"GET pod"}}
+	who := &whoUsesReport{Shares: []string{"secret/" + hostile}, Pods: []whoUsesRow{{Namespace: "app", Pod: hostile, ServiceAccount: "default",
+		Volume: "certs", Share: "secret/ca", MayUse: "yes", State: "published", LastVersion: hostile}}, Reads: []string{"GET pods"}}
+	for _, report := range []any{rep, who} {
+		var out strings.Builder
+		if err := printJSON(&out, report); err != nil {
+			t.Fatal(err)
+		}
+		checkNoControlCharacters(t, "the JSON report", out.String())
+		// A script reads the same values the encoder was given (invalid UTF-8 aside, which JSON
+		// cannot carry and the encoder always wrote as U+FFFD).
+		var plain strings.Builder
+		enc := json.NewEncoder(&plain)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(report); err != nil {
+			t.Fatal(err)
+		}
+		var got, want any
+		if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
+			t.Fatalf("the JSON report does not decode: %v\n%s", err, out.String())
+		}
+		if err := json.Unmarshal([]byte(plain.String()), &want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("the JSON report decodes to\n%v\nwant\n%v", got, want)
+		}
+	}
+
+	var errs strings.Builder
+	printFailure(&errs, "diagnose", fmt.Errorf("deployment app/web: its selector %s cannot select pods", hostile), []string{"list pods -n " + hostile})
+	if lines := strings.Split(strings.TrimSuffix(errs.String(), "\n"), "\n"); len(lines) != 2 {
+		t.Errorf("the failure printed %d lines, want 2 (the error, what the caller lacked):\n%s", len(lines), errs.String())
+	}
+	checkNoControlCharacters(t, "the failure", errs.String())
+}
+
+// checkNoControlCharacters fails on a character a terminal does not print as itself, a line
+// break aside.
+func checkNoControlCharacters(t *testing.T, what, text string) {
+	t.Helper()
+	for _, r := range text {
+		if r != '\n' && r != ' ' && !unicode.IsPrint(r) {
+			t.Errorf("%s holds %U:\n%s", what, r, text)
+			return
+		}
+	}
+	if strings.Contains(text, "\n  volume x") {
+		t.Errorf("%s holds a forged line:\n%s", what, text)
 	}
 }

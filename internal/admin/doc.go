@@ -11,8 +11,9 @@
 //     leaves open is Undetermined, never a guess.
 //   - They write only their report, to stdout (text or JSON), and their errors to stderr. Values
 //     from the cluster are others' text (a pod's author writes its volume attributes, a share's
-//     owner its messages): the text report prints each escaped, so that it can neither start a
-//     line of the report's own nor reach the terminal as a control sequence.
+//     owner its messages): the text report, the JSON report and every error line print each
+//     escaped, so that it can neither start a line of the output's own nor reach the terminal
+//     as a control sequence.
 //   - They never write to the cluster, never read a Secret's or ConfigMap's data, and never
 //     reach into the node plugin: what they read as the driver reads it (a volume's attributes,
 //     a share object, its conditions, the driver's service accounts) they take from the Driver
