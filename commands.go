@@ -13,6 +13,9 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/shared-resource/csi-driver/internal/admin"
+	"github.com/shared-resource/csi-driver/internal/podcmd"
 )
 
 // driverBinary is the binary's name, as usage messages show it.
@@ -30,21 +33,21 @@ type subcommand struct {
 // subcommands is the table, in the order `help` lists it.
 func subcommands() []subcommand {
 	return []subcommand{
-		{watchCommand, "a sidecar: exit 42 (restart the pod's containers in place) or signal a process when the files a pod sees in a share change",
+		{podcmd.WatchCommand, "a sidecar: exit 42 (restart the pod's containers in place) or signal a process when the files a pod sees in a share change",
 			func(ctx context.Context, args []string, _, stderr io.Writer) int {
-				return runWatchCommand(ctx, args, stderr)
+				return podcmd.Watch(ctx, args, stderr)
 			}},
-		{envFileCommand, "in a pod (an init container): a share's files as an env file for valueFrom.fileKeyRef",
+		{podcmd.EnvFileCommand, "in a pod (an init container): a share's files as an env file for valueFrom.fileKeyRef",
 			func(_ context.Context, args []string, _, stderr io.Writer) int {
-				return runEnvFileCommand(args, stderr)
+				return podcmd.EnvFile(args, stderr)
 			}},
-		{diagnoseCommand, "for an admin: why a pod's (or a Deployment's pods') shared volumes work or not, and the fix",
+		{admin.DiagnoseCommand, "for an admin: why a pod's (or a Deployment's pods') shared volumes work or not, and the fix",
 			func(_ context.Context, args []string, stdout, stderr io.Writer) int {
-				return runAdminCommand(diagnoseCommand, args, stdout, stderr)
+				return admin.Run(adminDriver(), admin.DiagnoseCommand, args, stdout, stderr)
 			}},
-		{whoUsesCommand, "for an admin: the pods that mount a share, or a Secret or ConfigMap through its shares",
+		{admin.WhoUsesCommand, "for an admin: the pods that mount a share, or a Secret or ConfigMap through its shares",
 			func(_ context.Context, args []string, stdout, stderr io.Writer) int {
-				return runAdminCommand(whoUsesCommand, args, stdout, stderr)
+				return admin.Run(adminDriver(), admin.WhoUsesCommand, args, stdout, stderr)
 			}},
 		{"help", "list the subcommands and the driver's flags; `help NAME` shows a subcommand's flags", runHelp},
 	}
@@ -74,6 +77,26 @@ func runSubcommand(c subcommand, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return c.run(ctx, args, stdout, stderr)
+}
+
+// kubectlPluginName is the binary's name as a kubectl plugin: kubectl finds
+// kubectl-shared_resource on $PATH for `kubectl shared-resource ...`.
+const kubectlPluginName = "kubectl-shared_resource"
+
+// runPlugin is the binary run as the kubectl plugin (its name kubectl-shared_resource):
+// `kubectl shared-resource COMMAND ARGS...` runs the subcommand COMMAND; without one, or with
+// another word, it prints the plugin's usage and returns 2.
+func runPlugin(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		if c, ok := findSubcommand(args[0]); ok && c.name != "help" {
+			return runSubcommand(c, args[1:], stdout, stderr)
+		}
+		if args[0] != "-h" && args[0] != "--help" && args[0] != "help" {
+			fmt.Fprintf(stderr, "unknown command %q\n", args[0])
+		}
+	}
+	fmt.Fprint(stderr, admin.Usage)
+	return 2
 }
 
 // printUsage writes what `--help` and `help` show: how to run the driver, the subcommands, and

@@ -7,6 +7,9 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/shared-resource/csi-driver/internal/admin"
+	"github.com/shared-resource/csi-driver/internal/podcmd"
 )
 
 func TestHelpListsEverySubcommand(t *testing.T) {
@@ -25,9 +28,9 @@ func TestHelpListsEverySubcommand(t *testing.T) {
 		}
 	}
 	// help NAME: the subcommand's own flags, on stdout.
-	code, stdout, _ := runMain(t, "help", watchCommand)
+	code, stdout, _ := runMain(t, "help", podcmd.WatchCommand)
 	if code != 0 || !strings.Contains(stdout, "-exit-code int") {
-		t.Errorf("help %s: exit code %d, want 0 with its flags on stdout:\n%s", watchCommand, code, stdout)
+		t.Errorf("help %s: exit code %d, want 0 with its flags on stdout:\n%s", podcmd.WatchCommand, code, stdout)
 	}
 	code, _, stderr := runMain(t, "help", "no-such-command")
 	if code != 2 || !strings.Contains(stderr, subcommandNames()) {
@@ -56,5 +59,46 @@ func TestEverySubcommandRunsByItsName(t *testing.T) {
 		if strings.Contains(stderr, "Refusing to start") || strings.Contains(stdout+stderr, "The driver's flags:") && c.name != "help" {
 			t.Errorf("%s --help ran the driver, not the subcommand:\n%s%s", c.name, stdout, stderr)
 		}
+	}
+}
+
+func TestPluginNameDispatchesAdminCommands(t *testing.T) {
+	var out, errs strings.Builder
+	if code := runPlugin([]string{"frobnicate"}, &out, &errs); code != 2 || !strings.Contains(errs.String(), "unknown command") {
+		t.Errorf("plugin, unknown command: %d, %q; want 2 and the usage", code, errs.String())
+	}
+	if code := runPlugin(nil, &out, &errs); code != 2 {
+		t.Errorf("plugin without a command: %d, want 2 (usage)", code)
+	}
+	if code := runPlugin([]string{"env-file"}, &out, &errs); code != 2 {
+		t.Errorf("plugin env-file without flags: %d, want 2", code)
+	}
+}
+
+// Messages written by others reach an admin's terminal without its control characters: an
+// event cannot recolour, move the cursor or retitle the terminal, nor start a line. Each such
+// character, a character that reorders text, and a byte that is not UTF-8 show as their escapes.
+// The admin's commands check --driver-service-accounts as the driver checks --service-account
+// (adminDriver hands them parseDriverAccount), naming their own flag.
+func TestAdminCommandsCheckAccountsAsTheDriver(t *testing.T) {
+	for _, name := range []string{admin.DiagnoseCommand, admin.WhoUsesCommand} {
+		code, _, stderr := runMain(t, name, "a", "--driver-service-accounts", "nocolon")
+		if code != 2 || !strings.Contains(stderr, "--driver-service-accounts \"nocolon\" must be NAMESPACE:NAME") {
+			t.Errorf("%s --driver-service-accounts nocolon: exit code %d, want 2 and the driver's message for the flag:\n%s", name, code, stderr)
+		}
+	}
+}
+
+// A volume's attributes are others' text: the driver's error for a shares entry listed twice
+// quotes it, so that neither the driver's log nor the admin's diagnose (which prints it) shows a
+// line of the entry's own.
+func TestForgedShareEntryIsQuoted(t *testing.T) {
+	forged := "ca\n  volume x (secret/ca): OK\n    fix: kubectl create clusterrolebinding x --clusterrole=cluster-admin --serviceaccount=a:b"
+	_, err := parseShareAttributes(map[string]string{attrShares: "secret/" + forged + ",secret/" + forged})
+	if err == nil {
+		t.Fatal("a duplicate entry was accepted")
+	}
+	if strings.Contains(err.Error(), "\n") {
+		t.Errorf("a duplicate entry's error %q: want it to quote the entry", err)
 	}
 }

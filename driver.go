@@ -18,13 +18,15 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	"github.com/shared-resource/csi-driver/internal/shareapi"
 )
 
-const driverName = "csi.sharedresource.openshift.io"
+const driverName = shareapi.DriverName
 
 // driverEventComponent is the source component of the events the driver records on pods; the
-// admin commands (diagnose.go, whouses.go) read only events of this component.
-const driverEventComponent = "shared-resource-csi"
+// admin commands (internal/admin) read only events of this component.
+const driverEventComponent = shareapi.EventComponent
 
 // driver holds everything the servers and loops share. It has no package-level state.
 type driver struct {
@@ -112,7 +114,7 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 		store:       newVolumeStore(o.stateDir, nodeBudget), // the budget's owner
 		locks:       newVolumeLocks(),
 		sources:     sources,
-		authz:       newAuthorizer(sarClient{c: kube.authz}, kube.rbacLoading, o.authzTTL, o.relistInterval),
+		authz:       newAuthorizer(sarClient{C: kube.authz}, kube.rbacLoading, o.authzTTL, o.relistInterval),
 		metrics:     m,
 		crash:       newCrashPoints(),
 		events:      broadcaster.NewRecorder(kube.scheme, corev1.EventSource{Component: driverEventComponent, Host: o.nodeID}),

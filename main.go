@@ -192,7 +192,7 @@ func main() {
 			os.Exit(runSubcommand(c, os.Args[2:], os.Stdout, os.Stderr))
 		}
 	}
-	if filepath.Base(os.Args[0]) == kubectlPluginName { // admincmd.go
+	if filepath.Base(os.Args[0]) == kubectlPluginName { // commands.go
 		os.Exit(runPlugin(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	o, err := parseFlags(os.Args[1:])

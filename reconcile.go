@@ -29,13 +29,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/shared-resource/csi-driver/internal/shareapi"
 )
 
 // Event reasons recorded on consuming pods.
 const (
-	reasonRevoked   = "SharedResourceAccessRevoked"
-	reasonRestored  = "SharedResourceAccessRestored"
-	reasonRefreshed = "SharedResourceRefreshed"
+	reasonRevoked   = shareapi.ReasonRevoked
+	reasonRestored  = shareapi.ReasonRestored
+	reasonRefreshed = shareapi.ReasonRefreshed
 	reasonConflict  = "SharedResourceFileConflict"
 	// The driver lost (and regained) read access to a source: the volume keeps its last data.
 	reasonRefreshFailed  = "SharedResourceRefreshFailed"

@@ -2,7 +2,8 @@ package main
 
 // The two kinds of share, SharedSecret and SharedConfigMap. Everything that differs between them
 // is one row of shareKindTable; the rest of the driver asks the row and never switches on the
-// kind, so a third kind is one more row here, and in the chart its CRD with its row beside it
+// kind, so a third kind is one more row here and one in internal/shareapi (what the kind is
+// called, which the admin's commands read too), and in the chart its CRD with its row beside it
 // (templates/crds.yaml: the chart's RBAC and admission policy take their resources from those).
 
 import (
@@ -12,10 +13,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/shared-resource/csi-driver/internal/shareapi"
 )
 
 // shareGroup is the API group of both share CRDs, and of the `use` verb RBAC grants on them.
-const shareGroup = "sharedresource.openshift.io"
+const shareGroup = shareapi.Group
 
 // shareKind says which custom resource a volume refers to and which object it copies. Its value
 // is the Kind of the source ("Secret", "ConfigMap"); records store it (record.json's "kind"), so
@@ -23,8 +26,8 @@ const shareGroup = "sharedresource.openshift.io"
 type shareKind string
 
 const (
-	kindSecret    shareKind = "Secret"
-	kindConfigMap shareKind = "ConfigMap"
+	kindSecret    = shareKind(shareapi.KindSecret)
+	kindConfigMap = shareKind(shareapi.KindConfigMap)
 )
 
 // shareKindInfo is one kind of share.
@@ -54,28 +57,18 @@ type sourceObject interface {
 	protoUnmarshaler
 }
 
-// shareKindTable is every kind of share: the one place they are described.
+// shareKindTable is every kind of share: what each is called (shareapi.Kinds, in its order), and
+// how its source is decoded.
 var shareKindTable = []shareKindInfo{
-	{
-		kind:      kindSecret,
-		typeName:  "SharedSecret",
-		resource:  "sharedsecrets",
-		attribute: "sharedSecret",
-		refField:  "secretRef",
-		source:    schema.GroupVersionResource{Version: "v1", Resource: "secrets"},
-		newSource: func() sourceObject { return &corev1.Secret{} },
-		files:     secretFiles,
-	},
-	{
-		kind:      kindConfigMap,
-		typeName:  "SharedConfigMap",
-		resource:  "sharedconfigmaps",
-		attribute: "sharedConfigMap",
-		refField:  "configMapRef",
-		source:    schema.GroupVersionResource{Version: "v1", Resource: "configmaps"},
-		newSource: func() sourceObject { return &corev1.ConfigMap{} },
-		files:     configMapFiles,
-	},
+	kindRow(shareapi.KindSecret, func() sourceObject { return &corev1.Secret{} }, secretFiles),
+	kindRow(shareapi.KindConfigMap, func() sourceObject { return &corev1.ConfigMap{} }, configMapFiles),
+}
+
+// kindRow is the row of kind k: its names from shareapi, its decoding from the arguments.
+func kindRow(k shareapi.Kind, newSource func() sourceObject, files func(sourceObject) map[string][]byte) shareKindInfo {
+	i, _ := k.Info()
+	return shareKindInfo{kind: shareKind(k), typeName: i.TypeName, resource: i.Resource, attribute: i.Attribute,
+		refField: i.RefField, source: i.Source, newSource: newSource, files: files}
 }
 
 // info returns the kind's row; ok is false for a kind that is not in the table (only a corrupt
@@ -104,7 +97,7 @@ func (k shareKind) shareResource() string { i, _ := k.info(); return i.resource 
 
 // shareGVR is the resource of the kind's share objects.
 func shareGVR(k shareKind) schema.GroupVersionResource {
-	return schema.GroupVersionResource{Group: shareGroup, Version: "v1alpha1", Resource: k.shareResource()}
+	return shareapi.ShareGVR(shareapi.Kind(k))
 }
 
 // shareRefField is the spec field naming a share's source.

@@ -1,4 +1,4 @@
-package main
+package podcmd
 
 // `shared-resource-csi env-file`: run as an init container, it turns the files of a share the pod
 // mounts into an env file that the kubelet reads for the app's `env[].valueFrom.fileKeyRef`
@@ -13,9 +13,12 @@ package main
 // reads the file line by line with a 64 KiB buffer: a longer line fails the app's start. And
 // what the kubelet passes to the runtime and the runtime to execve must survive: no NUL byte, no
 // carriage return (the parser drops one before a newline), valid UTF-8 (the runtime's JSON
-// would replace invalid bytes silently). Every value that breaks a rule is refused, naming the
-// key and the rule, never the value: a partial or altered environment is worse than an app that
-// does not start and says why.
+// would replace invalid bytes silently). A key --key asks for that breaks a rule is refused,
+// naming the key and the rule, never the value: a partial or altered environment is worse than an
+// app that does not start and says why. Without --key (every key of the share), a key that breaks
+// a rule is left out, each named on stderr with the rule, and the others are written: the app
+// asks for its variables by name (fileKeyRef), so a key it does not use cannot stop it, and one
+// it does use fails its start by name. A file of no variable at all is refused.
 //
 // The file is written to a temporary file beside it and renamed over it, so the kubelet reads
 // the old or the new file, never a mix; and only into a tmpfs (emptyDir medium: Memory), so the
@@ -29,6 +32,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -113,7 +117,10 @@ func runEnvFileCommand(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "shared-resource-csi env-file: %v\n", err)
 		return 2
 	}
-	link, names, err := writeEnvFileFromShare(o)
+	link, names, omitted, err := writeEnvFileFromShare(o)
+	for _, why := range omitted {
+		fmt.Fprintf(stderr, "shared-resource-csi env-file: left out: %s\n", why)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "shared-resource-csi env-file: %v\n", err)
 		return 1
@@ -124,15 +131,16 @@ func runEnvFileCommand(args []string, stderr io.Writer) int {
 }
 
 // writeEnvFileFromShare reads the share's files under o.dir, renders them and writes o.out; it
-// returns ..data's target (which version of the files it read) and the variables' names.
-func writeEnvFileFromShare(o *envFileOptions) (link string, names []string, err error) {
+// returns ..data's target (which version of the files it read), the variables' names, and why
+// each key it left out was (renderEnvFile).
+func writeEnvFileFromShare(o *envFileOptions) (link string, names, omitted []string, err error) {
 	link, err = os.Readlink(filepath.Join(o.dir, dataLink))
 	if err != nil {
-		return "", nil, fmt.Errorf("%s has no readable %s link (%v): --dir must be the mountPath of the share's csi volume in this container", o.dir, dataLink, err)
+		return "", nil, nil, fmt.Errorf("%s has no readable %s link (%v): --dir must be the mountPath of the share's csi volume in this container", o.dir, dataLink, err)
 	}
 	files, err := atomicwriter.ReadFiles(o.dir)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	if len(files) == 0 {
 		// The revoked share's values leave the env file too, as its files left the volume. (A
@@ -142,71 +150,91 @@ func writeEnvFileFromShare(o *envFileOptions) (link string, names []string, err 
 		if err := writeEnvFileAtomically(o.out, nil); err != nil {
 			what = fmt.Sprintf("emptying the env file failed: %v", err)
 		}
-		return "", nil, fmt.Errorf("%s is empty: the pod's service account may no longer use the share, or the share was deleted (see the pod's SharedResourceAccessRevoked event); %s", o.dir, what)
+		return "", nil, nil, fmt.Errorf("%s is empty: the pod's service account may no longer use the share, or the share was deleted (see the pod's SharedResourceAccessRevoked event); %s", o.dir, what)
 	}
 	data := make(map[string][]byte, len(files))
 	for p, f := range files {
 		data[p] = f.Data
 	}
-	body, names, err := renderEnvFile(data, o.keys, o.prefix)
+	body, names, omitted, err := renderEnvFile(data, o.keys, o.prefix)
 	if err != nil {
-		return "", nil, err
+		return "", nil, omitted, err
 	}
 	if err := writeEnvFileAtomically(o.out, body); err != nil {
-		return "", nil, err
+		return "", nil, omitted, err
 	}
-	return link, names, nil
+	return link, names, omitted, nil
 }
 
-// renderEnvFile renders the selected keys of files (every key, sorted, when keys is nil) as an
-// env file, each variable named prefix+name. Its errors name keys and rules, never values.
-func renderEnvFile(files map[string][]byte, keys []envKey, prefix string) ([]byte, []string, error) {
-	if keys == nil {
+// renderEnvFile renders the selected keys of files as an env file, each variable named
+// prefix+name. With keys, a key that cannot be written is an error. Without (nil: every key,
+// sorted, each under its own name), a key that cannot be written is left out, and omitted says
+// why, one message a key; it is an error only when no key is left. Its messages name keys and
+// rules, never values.
+func renderEnvFile(files map[string][]byte, keys []envKey, prefix string) (body []byte, names, omitted []string, err error) {
+	every := keys == nil
+	if every {
 		for k := range files {
 			keys = append(keys, envKey{key: k, name: k})
 		}
 		slices.SortFunc(keys, func(a, b envKey) int { return strings.Compare(a.key, b.key) })
 	}
 	var b strings.Builder
-	var names []string
 	seen := map[string]string{} // name -> key
 	for _, k := range keys {
-		value, ok := files[k.key]
-		if !ok {
-			return nil, nil, fmt.Errorf("key %q is not in the share's volume (it has %s): fix --key, or the volume's items", k.key, quoteAll(sortedKeys(files)))
+		line, err := envFileLine(files, k, prefix, seen)
+		if err != nil && every {
+			omitted = append(omitted, err.Error())
+			continue
 		}
-		name := prefix + k.name
-		if !validEnvName(name) {
-			return nil, nil, fmt.Errorf("key %q: %q cannot be a variable's name (letters, digits and _, not starting with a digit): name it with --key=%s=%s, and list with --key every other key to write", k.key, name, k.key, suggestEnvName(k.key))
-		}
-		if other, dup := seen[name]; dup {
-			return nil, nil, fmt.Errorf("keys %q and %q would both be the variable %s: give one another name with --key=KEY=NAME", other, k.key, name)
-		}
-		seen[name] = k.key
-		if len(value) == 0 {
-			// The kubelet's parser answers "" for a key it does not find, and so takes a key
-			// whose value is empty for a missing one: the app would not start.
-			return nil, nil, fmt.Errorf("key %q is empty, and the kubelet reads an empty value from an env file as a missing key (the app would not start): give it a value, or leave it out (--key for the others)", k.key)
-		}
-		if err := checkEnvValue(value); err != nil {
-			return nil, nil, fmt.Errorf("key %q: its value %v, which an env file cannot carry: mount the share as a file for this key and leave it out (--key for the others)", k.key, err)
-		}
-		line := name + "='" + string(value) + "'\n"
-		if n := len(name) + 1 + len(value); n > envFileMaxVar {
-			return nil, nil, fmt.Errorf("key %q: the variable is %d bytes, over the %d a process's variable may hold: mount it as a file instead", k.key, n, envFileMaxVar)
-		}
-		for l := range strings.Lines(line) {
-			if len(strings.TrimSuffix(l, "\n")) > envFileMaxLine {
-				return nil, nil, fmt.Errorf("key %q: its value has a line over %d bytes, longer than the kubelet reads from an env file: mount it as a file instead", k.key, envFileMaxLine)
-			}
+		if err != nil {
+			return nil, nil, omitted, err
 		}
 		b.WriteString(line)
-		names = append(names, name)
+		names = append(names, prefix+k.name)
 		if b.Len() > envFileMaxBytes {
-			return nil, nil, fmt.Errorf("the variables exceed %d bytes (at key %q): select fewer with --key, and mount large keys as files", envFileMaxBytes, k.key)
+			return nil, nil, omitted, fmt.Errorf("the variables exceed %d bytes (at key %q): select fewer with --key, and mount large keys as files", envFileMaxBytes, k.key)
 		}
 	}
-	return []byte(b.String()), names, nil
+	if every && len(names) == 0 && len(omitted) > 0 {
+		return nil, nil, omitted, fmt.Errorf("no key of the share can be written to an env file (each is named above, with why): select keys with --key, or mount the share as files")
+	}
+	return []byte(b.String()), names, omitted, nil
+}
+
+// envFileLine is key k's line of the env file (NAME='VALUE' and a newline), or why it cannot be
+// written; seen holds the names written before it (name -> key), and gains k's.
+func envFileLine(files map[string][]byte, k envKey, prefix string, seen map[string]string) (string, error) {
+	value, ok := files[k.key]
+	if !ok {
+		return "", fmt.Errorf("key %q is not in the share's volume (it has %s): fix --key, or the volume's items", k.key, quoteAll(sortedKeys(files)))
+	}
+	name := prefix + k.name
+	if !validEnvName(name) {
+		return "", fmt.Errorf("key %q: %q cannot be a variable's name (letters, digits and _, not starting with a digit): name it with --key=%s=%s, and list with --key every other key to write", k.key, name, flagWord(k.key), suggestEnvName(k.key))
+	}
+	if other, dup := seen[name]; dup {
+		return "", fmt.Errorf("keys %q and %q would both be the variable %s: give one another name with --key=KEY=NAME", other, k.key, name)
+	}
+	if len(value) == 0 {
+		// The kubelet's parser answers "" for a key it does not find, and so takes a key
+		// whose value is empty for a missing one: the app would not start.
+		return "", fmt.Errorf("key %q is empty, and the kubelet reads an empty value from an env file as a missing key (the app would not start): give it a value, or leave it out (--key for the others)", k.key)
+	}
+	if err := checkEnvValue(value); err != nil {
+		return "", fmt.Errorf("key %q: its value %v, which an env file cannot carry: mount the share as a file for this key and leave it out (--key for the others)", k.key, err)
+	}
+	line := name + "='" + string(value) + "'\n"
+	if n := len(name) + 1 + len(value); n > envFileMaxVar {
+		return "", fmt.Errorf("key %q: the variable is %d bytes, over the %d a process's variable may hold: mount it as a file instead", k.key, n, envFileMaxVar)
+	}
+	for l := range strings.Lines(line) {
+		if len(strings.TrimSuffix(l, "\n")) > envFileMaxLine {
+			return "", fmt.Errorf("key %q: its value has a line over %d bytes, longer than the kubelet reads from an env file: mount it as a file instead", k.key, envFileMaxLine)
+		}
+	}
+	seen[name] = k.key
+	return line, nil
 }
 
 // validEnvName is a portable variable name: letters, digits and _, not starting with a digit.
@@ -223,6 +251,15 @@ func validEnvName(s string) bool {
 		}
 	}
 	return true
+}
+
+// flagWord is s as a message's suggested flag shows it: as it is, or, holding a character a
+// terminal does not print as itself, Go-quoted, so that it cannot start a line of its own.
+func flagWord(s string) string {
+	if q := strconv.Quote(s); q[1:len(q)-1] != s {
+		return q
+	}
+	return s
 }
 
 // suggestEnvName turns a key such as tls.crt into TLS_CRT, for the refusal's message.
@@ -300,6 +337,15 @@ func writeEnvFileAtomically(path string, body []byte) error {
 		return fmt.Errorf("--out %s: %w", path, err)
 	}
 	return nil
+}
+
+// quoteAll is names, each quoted, comma-separated, for messages.
+func quoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	return strings.Join(q, ", ")
 }
 
 // sortedKeys is files' paths, sorted.

@@ -1,8 +1,8 @@
-package main
+package admin
 
 // What the admin commands (diagnose.go, whouses.go) read, and how: with the caller's own
 // kubeconfig, only reads (a SubjectAccessReview is a question, it changes nothing), through the
-// driver's REST clients (kube.go). Every request is counted for the "reads" line the commands
+// driver's REST clients (internal/kubeclient). Every request is counted for the "reads" line the commands
 // print, and every one the caller was refused (403) is noted as a permission the caller lacks,
 // so the commands say what they could not see instead of guessing.
 
@@ -22,18 +22,22 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/shared-resource/csi-driver/internal/kubeclient"
+	"github.com/shared-resource/csi-driver/internal/shareapi"
 )
 
 // adminClient is one admin command's view of the cluster.
 type adminClient struct {
-	k      *kubeClient
+	d      Driver
+	k      *kubeclient.Clients
 	reads  map[string]int // "LIST pods (all namespaces)" -> requests made
 	lacked []string       // permissions the caller was refused, as `kubectl auth can-i` words
 }
 
 // newAdminClient loads the caller's kubeconfig as kubectl does ($KUBECONFIG, ~/.kube/config,
 // or the file and context given) and returns the client and the context's namespace.
-func newAdminClient(kubeconfig, kubeContext string) (*adminClient, string, error) {
+func newAdminClient(d Driver, kubeconfig, kubeContext string) (*adminClient, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext})
@@ -45,13 +49,13 @@ func newAdminClient(kubeconfig, kubeContext string) (*adminClient, string, error
 	if err != nil {
 		return nil, "", err
 	}
-	cfg.UserAgent = "shared-resource-csi-admin/" + version
+	cfg.UserAgent = "shared-resource-csi-admin/" + d.Version
 	cfg.QPS, cfg.Burst = 20, 40
-	k, err := newKubeClient(cfg)
+	k, err := kubeclient.New(cfg)
 	if err != nil {
 		return nil, "", err
 	}
-	return &adminClient{k: k, reads: map[string]int{}}, ns, nil
+	return &adminClient{d: d, k: k, reads: map[string]int{}}, ns, nil
 }
 
 // refused notes a 403 as a permission the caller lacks and says whether err was one.
@@ -91,7 +95,7 @@ func nsWords(ns string) string {
 func (a *adminClient) getPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 	a.count("GET pod")
 	p := &corev1.Pod{}
-	err := a.k.core.Get().Namespace(ns).Resource("pods").Name(name).Do(ctx).Into(p)
+	err := a.k.Core.Get().Namespace(ns).Resource("pods").Name(name).Do(ctx).Into(p)
 	a.refused(err, "get", "pods", ns)
 	return p, err
 }
@@ -110,7 +114,7 @@ func (a *adminClient) eachPod(ctx context.Context, ns, labelSelector, fieldSelec
 	a.count("LIST pods (" + nsWords(ns) + ")")
 	for {
 		list := &corev1.PodList{}
-		err := a.k.core.Get().Namespace(ns).Resource("pods").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(list)
+		err := a.k.Core.Get().Namespace(ns).Resource("pods").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(list)
 		if err != nil {
 			a.refused(err, "list", "pods", ns)
 			return err
@@ -156,7 +160,7 @@ func (a *adminClient) listEvents(ctx context.Context, ns, fieldSelector string) 
 	a.count("LIST events (" + nsWords(ns) + ", " + fieldSelector + ")")
 	for {
 		list := &corev1.EventList{}
-		err := a.k.core.Get().Namespace(ns).Resource("events").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(list)
+		err := a.k.Core.Get().Namespace(ns).Resource("events").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(list)
 		if err != nil {
 			a.refused(err, "list", "events", ns)
 			return nil, err
@@ -165,7 +169,7 @@ func (a *adminClient) listEvents(ctx context.Context, ns, fieldSelector string) 
 			// Only those that say they are the driver's: anyone who may create events in a
 			// namespace could write one with the driver's reason. The component is the writer's
 			// own word too, so an event is shown as evidence, never as proof.
-			if e.Source.Component == driverEventComponent || e.Reason == "FailedMount" {
+			if e.Source.Component == shareapi.EventComponent || e.Reason == "FailedMount" {
 				out = append(out, e)
 			}
 		}
@@ -176,29 +180,29 @@ func (a *adminClient) listEvents(ctx context.Context, ns, fieldSelector string) 
 	}
 }
 
-func (a *adminClient) getShare(ctx context.Context, k shareKind, name string) (*unstructured.Unstructured, error) {
-	a.count("GET " + k.shareResource())
-	u, err := a.k.dyn.Resource(shareGVR(k)).Get(ctx, name, metav1.GetOptions{})
-	a.refused(err, "get", k.shareResource()+"."+shareGroup, "")
+func (a *adminClient) getShare(ctx context.Context, k shareapi.Kind, name string) (*unstructured.Unstructured, error) {
+	a.count("GET " + k.Resource())
+	u, err := a.k.Dyn.Resource(shareapi.ShareGVR(k)).Get(ctx, name, metav1.GetOptions{})
+	a.refused(err, "get", k.Resource()+"."+shareapi.Group, "")
 	return u, err
 }
 
-func (a *adminClient) listShares(ctx context.Context, k shareKind) ([]unstructured.Unstructured, error) {
-	a.count("LIST " + k.shareResource())
-	l, err := a.k.dyn.Resource(shareGVR(k)).List(ctx, metav1.ListOptions{})
+func (a *adminClient) listShares(ctx context.Context, k shareapi.Kind) ([]unstructured.Unstructured, error) {
+	a.count("LIST " + k.Resource())
+	l, err := a.k.Dyn.Resource(shareapi.ShareGVR(k)).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		a.refused(err, "list", k.shareResource()+"."+shareGroup, "")
+		a.refused(err, "list", k.Resource()+"."+shareapi.Group, "")
 		return nil, err
 	}
 	return l.Items, nil
 }
 
 // sourceUID is the UID of a share's source, read as metadata only (never its data).
-func (a *adminClient) sourceUID(ctx context.Context, key sourceKey) (string, error) {
-	a.count("GET " + sourceGVR(key.Kind).Resource + " (metadata only)")
-	m, err := a.k.meta.Resource(sourceGVR(key.Kind)).Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+func (a *adminClient) sourceUID(ctx context.Context, key shareapi.SourceKey) (string, error) {
+	a.count("GET " + shareapi.SourceGVR(key.Kind).Resource + " (metadata only)")
+	m, err := a.k.Meta.Resource(shareapi.SourceGVR(key.Kind)).Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
 	if err != nil {
-		a.refused(err, "get", sourceGVR(key.Kind).Resource, key.Namespace)
+		a.refused(err, "get", shareapi.SourceGVR(key.Kind).Resource, key.Namespace)
 		return "", err
 	}
 	return string(m.GetUID()), nil
@@ -206,31 +210,31 @@ func (a *adminClient) sourceUID(ctx context.Context, key sourceKey) (string, err
 
 func (a *adminClient) getDeployment(ctx context.Context, ns, name string) (*unstructured.Unstructured, error) {
 	a.count("GET deployment")
-	u, err := a.k.dyn.Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	u, err := a.k.Dyn.Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 	a.refused(err, "get", "deployments.apps", ns)
 	return u, err
 }
 
 // mayUse asks whether the service account may `use` the share now (the driver's own question,
-// authz.go). The caller must be allowed to create SubjectAccessReviews.
-func (a *adminClient) mayUse(ctx context.Context, ns, sa string, ref shareRef) (allowed bool, reason string, err error) {
+// the root's authz.go). The caller must be allowed to create SubjectAccessReviews.
+func (a *adminClient) mayUse(ctx context.Context, ns, sa string, ref shareapi.Ref) (allowed bool, reason string, err error) {
 	return a.review(ctx, "system:serviceaccount:"+ns+":"+sa,
 		[]string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
-		authorizationv1.ResourceAttributes{Namespace: ns, Verb: "use", Group: shareGroup, Resource: ref.Kind.shareResource(), Name: ref.Name})
+		authorizationv1.ResourceAttributes{Namespace: ns, Verb: "use", Group: shareapi.Group, Resource: ref.Kind.Resource(), Name: ref.Name})
 }
 
 // driverMayRead asks whether the driver's service account (NAMESPACE:NAME) may get the source.
-func (a *adminClient) driverMayRead(ctx context.Context, account string, key sourceKey) (allowed bool, reason string, err error) {
+func (a *adminClient) driverMayRead(ctx context.Context, account string, key shareapi.SourceKey) (allowed bool, reason string, err error) {
 	ns, name, _ := strings.Cut(account, ":")
 	return a.review(ctx, "system:serviceaccount:"+ns+":"+name,
 		[]string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
-		authorizationv1.ResourceAttributes{Namespace: key.Namespace, Verb: "get", Resource: sourceGVR(key.Kind).Resource, Name: key.Name})
+		authorizationv1.ResourceAttributes{Namespace: key.Namespace, Verb: "get", Resource: shareapi.SourceGVR(key.Kind).Resource, Name: key.Name})
 }
 
 func (a *adminClient) review(ctx context.Context, user string, groups []string, attrs authorizationv1.ResourceAttributes) (bool, string, error) {
 	a.count("CREATE subjectaccessreviews")
 	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups, ResourceAttributes: &attrs}}
-	res, err := sarClient{a.k.authz}.Create(ctx, sar, metav1.CreateOptions{})
+	res, err := kubeclient.SARClient{C: a.k.Authz}.Create(ctx, sar, metav1.CreateOptions{})
 	if err != nil {
 		a.refused(err, "create", "subjectaccessreviews.authorization.k8s.io", "")
 		return false, "", err
@@ -272,7 +276,7 @@ func podReady(p *corev1.Pod) bool {
 func podShareVolumes(p *corev1.Pod) []corev1.Volume {
 	var out []corev1.Volume
 	for _, v := range p.Spec.Volumes {
-		if v.CSI != nil && v.CSI.Driver == driverName {
+		if v.CSI != nil && v.CSI.Driver == shareapi.DriverName {
 			out = append(out, v)
 		}
 	}

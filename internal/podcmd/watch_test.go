@@ -1,4 +1,4 @@
-package main
+package podcmd
 
 // Specification of `shared-resource-csi watch` (watch.go) over a directory written by
 // internal/atomicwriter exactly as the driver writes a pod's view: a swap of ..data to other

@@ -1,4 +1,4 @@
-package main
+package admin
 
 // `shared-resource-csi diagnose POD` (or `deployment/NAME`): for each share each shared volume of
 // the pod mounts, one verdict, its evidence and the command that fixes it (docs/operating.md,
@@ -23,6 +23,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/shared-resource/csi-driver/internal/shareapi"
 )
 
 // The verdicts, one per share of a volume.
@@ -141,7 +143,7 @@ func diagnosePod(ctx context.Context, a *adminClient, o *adminOptions, p *corev1
 		driverPod, driverErr = a.driverPodOn(ctx, o.driverNS, p.Spec.NodeName)
 	}
 	for _, v := range vols {
-		refs, err := parseShareAttributes(v.CSI.VolumeAttributes)
+		refs, err := a.d.ShareAttributes(v.CSI.VolumeAttributes)
 		if err != nil {
 			d.Shares = append(d.Shares, shareVerdictReport{Volume: v.Name, Verdict: verdictInvalidVolume,
 				Evidence: []string{err.Error()}, Fix: "fix the volume's volumeAttributes in the pod's spec (docs/reference.md, Volume attributes)"})
@@ -162,7 +164,7 @@ type shareJudgement struct {
 	a         *adminClient
 	o         *adminOptions
 	pod       *corev1.Pod
-	ref       shareRef
+	ref       shareapi.Ref
 	events    []corev1.Event
 	evErr     error
 	driverPod *corev1.Pod
@@ -187,19 +189,19 @@ func (j *shareJudgement) verdict(v, fix string) shareVerdictReport {
 // judge gives the share's verdict: the first problem found, in the order of the file's comment.
 func (j *shareJudgement) judge(ctx context.Context) shareVerdictReport {
 	a, p, ref := j.a, j.pod, j.ref
-	typeName, resource := ref.Kind.shareTypeName(), ref.Kind.shareResource()+"."+shareGroup
+	typeName, resource := ref.Kind.TypeName(), ref.Kind.Resource()+"."+shareapi.Group
 	u, err := a.getShare(ctx, ref.Kind, ref.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		j.say("%s %q does not exist", typeName, ref.Name)
 		return j.verdict(verdictShareMissing, fmt.Sprintf("kubectl get %s; a cluster admin creates %s %q (kubectl apply -f a %s naming the source), or fix the pod's volumeAttributes to name an existing share",
-			ref.Kind.shareResource(), typeName, ref.Name, typeName))
+			ref.Kind.Resource(), typeName, ref.Name, typeName))
 	case err != nil:
 		j.couldNot(fmt.Sprintf("get %s %q", typeName, ref.Name), err)
 		return j.undetermined()
 	}
-	sh, specErr := shareFromObject(ref.Kind, u)
-	ready := readyOf(u)
+	sh, specErr := a.d.Share(ref.Kind, u)
+	ready := a.d.readyOf(u)
 	if ready != nil {
 		j.say("%s %q: Ready=%s (%s): %s", typeName, ref.Name, ready.Status, ready.Reason, ready.Message)
 	} else {
@@ -211,7 +213,7 @@ func (j *shareJudgement) judge(ctx context.Context) shareVerdictReport {
 		j.couldNot("list the pod's events (whether its volume was revoked, the version it last received)", j.evErr)
 	}
 	// Revoked: the driver emptied the volume and has not restored it since.
-	if ev := lastShareEvent(j.events, ref, reasonRevoked, reasonRestored); ev != nil && ev.Reason == reasonRevoked {
+	if ev := lastShareEvent(j.events, ref, shareapi.ReasonRevoked, shareapi.ReasonRestored); ev != nil && ev.Reason == shareapi.ReasonRevoked {
 		j.say("event %s %s ago: %s", ev.Reason, since(ev), printable(ev.Message))
 		allowed, _, err := a.mayUse(ctx, p.Namespace, podServiceAccount(p), ref)
 		switch {
@@ -239,53 +241,53 @@ func (j *shareJudgement) judge(ctx context.Context) shareVerdictReport {
 	}
 	if specErr != nil {
 		j.say("%v", specErr)
-		return j.verdict(verdictShareNotReady, fmt.Sprintf("kubectl edit %s %s", ref.Kind.shareResource(), ref.Name))
+		return j.verdict(verdictShareNotReady, fmt.Sprintf("kubectl edit %s %s", ref.Kind.Resource(), ref.Name))
 	}
 
-	key := sh.sourceKey()
-	account := driverAccount(j.o.driverAccounts)
+	key := sh.Source
+	account := j.o.driverAccounts
 	uid, srcErr := a.sourceUID(ctx, key)
 	switch {
-	case srcErr == nil && sh.Pin.refuses(uid):
-		j.say("%s %s/%s has UID %s; the share was made for UID %s", key.Kind, key.Namespace, key.Name, uid, sh.Pin.UID)
+	case srcErr == nil && sh.RefusesSource(uid):
+		j.say("%s %s/%s has UID %s; the share was made for UID %s", key.Kind, key.Namespace, key.Name, uid, sh.PinUID)
 		return j.verdict(verdictSourceReplaced, fmt.Sprintf(`kubectl patch %s %s --subresource=status --type=merge -p '{"status":{"%s":"%s"}}'   (if the new object is the one to share; or set spec.%s: %s)`,
-			ref.Kind.shareResource(), ref.Name, pinField, uid, recreationField, recreationFollow))
-	case ready != nil && ready.Reason == reasonSourceReplaced:
+			ref.Kind.Resource(), ref.Name, shareapi.PinField, uid, shareapi.RecreationField, shareapi.RecreationFollow))
+	case ready != nil && ready.Reason == shareapi.ReasonSourceReplaced:
 		return j.verdict(verdictSourceReplaced, "the kubectl patch the share's Ready message prints (if the new object is the one to share)")
 	}
-	if first, _, _ := strings.Cut(string(account), ","); first != "" {
+	if first, _, _ := strings.Cut(account, ","); first != "" {
 		ok, _, err := a.driverMayRead(ctx, first, key)
 		switch {
 		case err != nil:
-			j.couldNot(fmt.Sprintf("create a SubjectAccessReview for the driver's service account %s (get %s)", first, sourceGVR(key.Kind).Resource), err)
+			j.couldNot(fmt.Sprintf("create a SubjectAccessReview for the driver's service account %s (get %s)", first, shareapi.SourceGVR(key.Kind).Resource), err)
 		case !ok:
 			j.say("the driver's service account %s may not get %s %s/%s (SubjectAccessReview)", first, key.Kind, key.Namespace, key.Name)
-			return j.verdict(verdictDriverMayNotRead, account.grantReadHint(key))
+			return j.verdict(verdictDriverMayNotRead, a.d.GrantReadHint(account, key))
 		default:
 			j.say("the driver's service account %s may get %s %s/%s (SubjectAccessReview)", first, key.Kind, key.Namespace, key.Name)
 		}
 	}
-	if ready != nil && ready.Reason == reasonSourceForbidden {
-		return j.verdict(verdictDriverMayNotRead, account.grantReadHint(key))
+	if ready != nil && ready.Reason == shareapi.ReasonSourceForbidden {
+		return j.verdict(verdictDriverMayNotRead, a.d.GrantReadHint(account, key))
 	}
-	if apierrors.IsNotFound(srcErr) || (ready != nil && (ready.Reason == reasonSourceNotFound || ready.Reason == reasonSourceKeyMissing)) {
+	if apierrors.IsNotFound(srcErr) || (ready != nil && (ready.Reason == shareapi.ReasonSourceNotFound || ready.Reason == shareapi.ReasonSourceKeyMissing)) {
 		if apierrors.IsNotFound(srcErr) {
 			j.say("%s %s/%s does not exist", key.Kind, key.Namespace, key.Name)
 		}
 		create := fmt.Sprintf("kubectl create secret generic %s -n %s --from-file=KEY=PATH", key.Name, key.Namespace)
-		if key.Kind == kindConfigMap {
+		if key.Kind == shareapi.KindConfigMap {
 			create = fmt.Sprintf("kubectl create configmap %s -n %s --from-file=KEY=PATH", key.Name, key.Namespace)
 		}
 		if srcErr == nil {
 			create = fmt.Sprintf("add the missing key to %s %s/%s (kubectl edit %s %s -n %s)", key.Kind, key.Namespace, key.Name, strings.ToLower(string(key.Kind)), key.Name, key.Namespace)
 		}
-		return j.verdict(verdictSourceMissing, create+fmt.Sprintf("   (or point the share at an existing object: kubectl edit %s %s)", ref.Kind.shareResource(), ref.Name))
+		return j.verdict(verdictSourceMissing, create+fmt.Sprintf("   (or point the share at an existing object: kubectl edit %s %s)", ref.Kind.Resource(), ref.Name))
 	}
 	if srcErr != nil && !apierrors.IsForbidden(srcErr) {
 		j.say("reading %s %s/%s's metadata failed: %v", key.Kind, key.Namespace, key.Name, srcErr)
 	}
 	if ready != nil && ready.Status != metav1.ConditionTrue {
-		return j.verdict(verdictShareNotReady, "what the share's Ready message says (kubectl get "+ref.Kind.shareResource()+" "+ref.Name+" -o yaml)")
+		return j.verdict(verdictShareNotReady, "what the share's Ready message says (kubectl get "+ref.Kind.Resource()+" "+ref.Name+" -o yaml)")
 	}
 
 	switch {
@@ -320,21 +322,21 @@ func (j *shareJudgement) undetermined() shareVerdictReport {
 // useGrantCommand is what lets the service account use the share (docs/operating.md, note 1):
 // a Role applied from its JSON, since `kubectl create role` refuses the verb use on any resource
 // but PodSecurityPolicies, then its RoleBinding.
-func useGrantCommand(ns, sa string, ref shareRef) string {
+func useGrantCommand(ns, sa string, ref shareapi.Ref) string {
 	role := fmt.Sprintf(`{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"use-%s","namespace":"%s"},"rules":[{"apiGroups":["%s"],"resources":["%s"],"resourceNames":["%s"],"verbs":["use"]}]}`,
-		ref.Name, ns, shareGroup, ref.Kind.shareResource(), ref.Name)
+		ref.Name, ns, shareapi.Group, ref.Kind.Resource(), ref.Name)
 	return fmt.Sprintf("echo '%s' | kubectl apply -f - && kubectl create rolebinding use-%s -n %s --role=use-%s --serviceaccount=%s:%s",
 		role, ref.Name, ns, ref.Name, ns, sa)
 }
 
 // readyOf is the share's Ready condition, or nil.
-func readyOf(u *unstructured.Unstructured) *metav1.Condition {
-	conds, err := shareConditions(u)
+func (d Driver) readyOf(u *unstructured.Unstructured) *metav1.Condition {
+	conds, err := d.Conditions(u)
 	if err != nil {
 		return nil
 	}
 	for i := range conds {
-		if conds[i].Type == conditionReady {
+		if conds[i].Type == shareapi.ConditionReady {
 			return &conds[i]
 		}
 	}
@@ -359,7 +361,7 @@ func eventTime(e corev1.Event) time.Time {
 func since(e *corev1.Event) time.Duration { return time.Since(eventTime(*e)).Round(time.Second) }
 
 // lastShareEvent is the newest of the events with one of the reasons that names the share.
-func lastShareEvent(evs []corev1.Event, ref shareRef, reasons ...string) *corev1.Event {
+func lastShareEvent(evs []corev1.Event, ref shareapi.Ref, reasons ...string) *corev1.Event {
 	for i := len(evs) - 1; i >= 0; i-- {
 		if slices.Contains(reasons, evs[i].Reason) && mentionsShare(evs[i].Message, ref) {
 			return &evs[i]
@@ -369,7 +371,7 @@ func lastShareEvent(evs []corev1.Event, ref shareRef, reasons ...string) *corev1
 }
 
 // mentionsShare says whether an event's message names ref (as the driver writes it: kind/name).
-func mentionsShare(msg string, ref shareRef) bool {
+func mentionsShare(msg string, ref shareapi.Ref) bool {
 	s := ref.String()
 	i := strings.Index(msg, s)
 	if i < 0 {
@@ -396,11 +398,11 @@ var resourceVersionInEvent = regexp.MustCompile(`\(resourceVersion (\d+)\)`)
 
 // lastVersion is the source version the pod last received, from the newest
 // SharedResourceRefreshed event naming the share.
-func lastVersion(evs []corev1.Event, ref shareRef, evErr error) string {
+func lastVersion(evs []corev1.Event, ref shareapi.Ref, evErr error) string {
 	if evErr != nil {
 		return "unknown: the pod's events could not be read"
 	}
-	ev := lastShareEvent(evs, ref, reasonRefreshed)
+	ev := lastShareEvent(evs, ref, shareapi.ReasonRefreshed)
 	if ev == nil {
 		return "the version it was first published with (no SharedResourceRefreshed event; events expire after the API server's --event-ttl, 1h by default)"
 	}
@@ -431,7 +433,7 @@ func printDiagnose(w *strings.Builder, rep *diagnoseReport) {
 	for _, p := range rep.Pods {
 		fmt.Fprintf(w, "pod %s/%s (node %s, service account %s, %s)\n", printable(p.Namespace), printable(p.Pod), printable(orDash(p.Node)), printable(p.ServiceAccount), printable(p.Phase))
 		if len(p.Shares) == 0 {
-			fmt.Fprintf(w, "  no volume of driver %s\n", driverName)
+			fmt.Fprintf(w, "  no volume of driver %s\n", shareapi.DriverName)
 		}
 		for _, s := range p.Shares {
 			fmt.Fprintf(w, "  volume %s, %s: %s\n", printable(s.Volume), printable(orDash(s.Share)), printable(s.Verdict))

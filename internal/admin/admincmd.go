@@ -1,11 +1,10 @@
-package main
+package admin
 
-// The subcommands other than the driver and `watch`: `env-file` (envfile.go), run in a pod, and
-// the admin's `diagnose` (diagnose.go) and `who-uses` (whouses.go), run with the caller's own
-// kubeconfig. The same binary is a kubectl plugin when it is named (or linked as)
-// kubectl-shared_resource: `kubectl shared-resource diagnose POD -n NS`.
+// The admin's subcommands `diagnose` (diagnose.go) and `who-uses` (whouses.go): their flags, and
+// how a run ends (its output and exit code).
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,35 +13,25 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf16"
+)
+
+// The subcommands' names: `shared-resource-csi diagnose ...`, `shared-resource-csi who-uses ...`.
+const (
+	DiagnoseCommand = "diagnose"
+	WhoUsesCommand  = "who-uses"
 )
 
 const (
-	diagnoseCommand = "diagnose"
-	whoUsesCommand  = "who-uses"
-	// kubectlPluginName is the binary's name as a kubectl plugin: kubectl finds
-	// kubectl-shared_resource on $PATH for `kubectl shared-resource ...`.
-	kubectlPluginName = "kubectl-shared_resource"
+	diagnoseCommand = DiagnoseCommand
+	whoUsesCommand  = WhoUsesCommand
 	// diagnoseExitProblem is diagnose's exit code when a verdict is not OK (0: all OK).
 	diagnoseExitProblem = 3
 )
 
-// runPlugin is the binary run as the kubectl plugin (its name kubectl-shared_resource):
-// `kubectl shared-resource COMMAND ARGS...` runs the subcommand COMMAND; without one, or with
-// another word, it prints the plugin's usage and returns 2.
-func runPlugin(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		if c, ok := findSubcommand(args[0]); ok && c.name != "help" {
-			return runSubcommand(c, args[1:], stdout, stderr)
-		}
-		if args[0] != "-h" && args[0] != "--help" && args[0] != "help" {
-			fmt.Fprintf(stderr, "unknown command %q\n", args[0])
-		}
-	}
-	fmt.Fprint(stderr, adminUsage)
-	return 2
-}
-
-const adminUsage = `Usage: kubectl shared-resource COMMAND (or shared-resource-csi COMMAND)
+// Usage is the usage of the binary run as the kubectl plugin (or without a command).
+const Usage = `Usage: kubectl shared-resource COMMAND (or shared-resource-csi COMMAND)
   diagnose POD|deployment/NAME [-n NS] [-o json]   why a pod's shared volumes do or do not work, and the fix
   who-uses sharedsecret/NAME|sharedconfigmap/NAME|secret/NAME|configmap/NAME [-n NS] [-o json]
                                                    the pods that mount a share, or a source through its shares
@@ -52,7 +41,7 @@ Flags of diagnose and who-uses: --kubeconfig, --context, -n/--namespace, -o/--ou
 --driver-namespace, --driver-service-accounts.
 `
 
-func parseAdminFlags(name string, args []string, usage io.Writer) (*adminOptions, string, error) {
+func parseAdminFlags(d Driver, name string, args []string, usage io.Writer) (*adminOptions, string, error) {
 	o := &adminOptions{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(usage)
@@ -83,26 +72,26 @@ func parseAdminFlags(name string, args []string, usage io.Writer) (*adminOptions
 	case o.output != "text" && o.output != "json":
 		return nil, "", fmt.Errorf("-o %q: text or json", o.output)
 	}
-	if _, err := parseDriverAccount(o.driverAccounts); err != nil {
+	if err := d.CheckAccounts(o.driverAccounts); err != nil {
 		return nil, "", errors.New(strings.Replace(err.Error(), "--service-account", "--driver-service-accounts", 1))
 	}
 	return o, target[0], nil
 }
 
-// runAdminCommand runs diagnose or who-uses and returns the exit code: 0 (diagnose: every
+// Run runs diagnose or who-uses (name) with args and returns the exit code: 0 (diagnose: every
 // verdict OK), 3 (diagnose: a verdict is not OK), 1 a failure, 2 a bad flag.
-func runAdminCommand(name string, args []string, stdout, stderr io.Writer) int {
-	o, target, err := parseAdminFlags(name, args, stderr)
+func Run(d Driver, name string, args []string, stdout, stderr io.Writer) int {
+	o, target, err := parseAdminFlags(d, name, args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		printFailure(stderr, name, err, nil)
 		return 2
 	}
-	a, ns, err := newAdminClient(o.kubeconfig, o.kubeContext)
+	a, ns, err := newAdminClient(d, o.kubeconfig, o.kubeContext)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		printFailure(stderr, name, err, nil)
 		return 1
 	}
 	if o.namespace == "" {
@@ -117,10 +106,7 @@ func runAdminCommand(name string, args []string, stdout, stderr io.Writer) int {
 	case diagnoseCommand:
 		rep, err := runDiagnose(ctx, a, o, target)
 		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", name, err)
-			if len(a.lacked) > 0 {
-				fmt.Fprintf(stderr, "you may not: %s\n", strings.Join(a.lacked, "; "))
-			}
+			printFailure(stderr, name, err, a.lacked)
 			return 1
 		}
 		for _, p := range rep.Pods {
@@ -135,23 +121,56 @@ func runAdminCommand(name string, args []string, stdout, stderr io.Writer) int {
 	case whoUsesCommand:
 		rep, err := runWhoUses(ctx, a, o, target)
 		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", name, err)
-			if len(a.lacked) > 0 {
-				fmt.Fprintf(stderr, "you may not: %s\n", strings.Join(a.lacked, "; "))
-			}
+			printFailure(stderr, name, err, a.lacked)
 			return 1
 		}
 		report = rep
 		printWhoUses(&out, rep)
 	}
 	if o.output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(report); err != nil {
+		if err := printJSON(stdout, report); err != nil {
 			return 1
 		}
 		return code
 	}
 	fmt.Fprint(stdout, out.String())
 	return code
+}
+
+// printFailure writes why a command failed, and the permissions the caller lacked, to stderr.
+// An error may carry others' text (a Deployment's selector, an API server's message naming an
+// object), so it is printed as the report is: through printable, one line each.
+func printFailure(w io.Writer, name string, err error, lacked []string) {
+	fmt.Fprintf(w, "%s: %s\n", name, printable(err.Error()))
+	if len(lacked) > 0 {
+		fmt.Fprintf(w, "you may not: %s\n", printable(strings.Join(lacked, "; ")))
+	}
+}
+
+// printJSON writes the report as indented JSON, in which every character a terminal does not
+// print as itself is a JSON escape: the encoder escapes the C0 controls but writes C1 controls
+// (U+009B, a CSI to many terminals) and format characters (U+202E) as they are, and the report
+// holds others' text. The values decode the same: an escape is the character, to a script.
+func printJSON(w io.Writer, report any) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(report); err != nil {
+		return err
+	}
+	var out strings.Builder
+	for _, r := range buf.String() {
+		switch {
+		case r == '\n' || r == ' ' || unicode.IsPrint(r):
+			// The encoder escapes a line break inside a string: one here is the indent's.
+			out.WriteRune(r)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(&out, "\\u%04x\\u%04x", r1, r2)
+		default:
+			fmt.Fprintf(&out, "\\u%04x", r)
+		}
+	}
+	_, err := io.WriteString(w, out.String())
+	return err
 }

@@ -1,4 +1,4 @@
-package main
+package admin
 
 // `shared-resource-csi who-uses sharedsecret/NAME` (or sharedconfigmap/NAME, or a source:
 // secret/NAME or configmap/NAME with -n, through every share naming it): the pods that mount it,
@@ -18,6 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/shared-resource/csi-driver/internal/shareapi"
 )
 
 type whoUsesRow struct {
@@ -41,35 +43,35 @@ type whoUsesReport struct {
 }
 
 // whoUsesShares resolves the target to the shares it means.
-func whoUsesShares(ctx context.Context, a *adminClient, ns, target string) ([]shareRef, error) {
+func whoUsesShares(ctx context.Context, a *adminClient, ns, target string) ([]shareapi.Ref, error) {
 	kind, name, ok := strings.Cut(target, "/")
 	if !ok || name == "" {
 		return nil, fmt.Errorf("%q: name sharedsecret/NAME, sharedconfigmap/NAME, or a source secret/NAME or configmap/NAME (its namespace with -n)", target)
 	}
 	kind = strings.ToLower(kind)
-	for _, row := range shareKindTable {
+	for _, row := range shareapi.Kinds {
 		switch kind {
-		case strings.ToLower(row.typeName), row.resource:
-			if _, err := a.getShare(ctx, row.kind, name); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+		case strings.ToLower(row.TypeName), row.Resource:
+			if _, err := a.getShare(ctx, row.Kind, name); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
 				return nil, err
 			}
-			return []shareRef{{Kind: row.kind, Name: name}}, nil
-		case row.kind.listName(), row.source.Resource:
+			return []shareapi.Ref{{Kind: row.Kind, Name: name}}, nil
+		case row.Kind.ListName(), row.Source.Resource:
 			if srcNS, srcName, ok := strings.Cut(name, "/"); ok {
 				ns, name = srcNS, srcName
 			}
 			if ns == "" {
 				return nil, fmt.Errorf("%s: give the source's namespace with -n", target)
 			}
-			items, err := a.listShares(ctx, row.kind)
+			items, err := a.listShares(ctx, row.Kind)
 			if err != nil {
-				return nil, fmt.Errorf("listing the %s that could name %s %s/%s: %w", row.resource, row.kind, ns, name, err)
+				return nil, fmt.Errorf("listing the %s that could name %s %s/%s: %w", row.Resource, row.Kind, ns, name, err)
 			}
-			var refs []shareRef
+			var refs []shareapi.Ref
 			for i := range items {
-				sh, err := shareFromObject(row.kind, &items[i])
-				if err == nil && sh.SourceNamespace == ns && sh.SourceName == name {
-					refs = append(refs, shareRef{Kind: row.kind, Name: sh.Name})
+				sh, err := a.d.Share(row.Kind, &items[i])
+				if err == nil && sh.Source.Namespace == ns && sh.Source.Name == name {
+					refs = append(refs, shareapi.Ref{Kind: row.Kind, Name: sh.Name})
 				}
 			}
 			return refs, nil
@@ -96,7 +98,7 @@ func runWhoUses(ctx context.Context, a *adminClient, o *adminOptions, target str
 	var pods []corev1.Pod
 	err = a.eachPod(ctx, "", "", "", func(p *corev1.Pod) {
 		for _, v := range podShareVolumes(p) {
-			vrefs, _ := parseShareAttributes(v.CSI.VolumeAttributes)
+			vrefs, _ := a.d.ShareAttributes(v.CSI.VolumeAttributes)
 			for _, ref := range vrefs {
 				if slices.Contains(refs, ref) {
 					pods = append(pods, *p)
@@ -111,7 +113,7 @@ func runWhoUses(ctx context.Context, a *adminClient, o *adminOptions, target str
 	// The driver's events on pods, by pod UID, oldest first; an error leaves them unknown.
 	events := map[types.UID][]corev1.Event{}
 	evErr := error(nil)
-	for _, reason := range []string{reasonRefreshed, reasonRevoked, reasonRestored} {
+	for _, reason := range []string{shareapi.ReasonRefreshed, shareapi.ReasonRevoked, shareapi.ReasonRestored} {
 		evs, err := a.listEvents(ctx, "", "reason="+reason)
 		if err != nil {
 			evErr = err
@@ -127,13 +129,13 @@ func runWhoUses(ctx context.Context, a *adminClient, o *adminOptions, target str
 	}
 	type accessKey struct {
 		ns, sa string
-		ref    shareRef
+		ref    shareapi.Ref
 	}
 	reviewed := map[accessKey]string{}
 	for i := range pods {
 		p := &pods[i]
 		for _, v := range podShareVolumes(p) {
-			vrefs, err := parseShareAttributes(v.CSI.VolumeAttributes)
+			vrefs, err := a.d.ShareAttributes(v.CSI.VolumeAttributes)
 			if err != nil {
 				continue
 			}
@@ -164,7 +166,7 @@ func runWhoUses(ctx context.Context, a *adminClient, o *adminOptions, target str
 				case evErr != nil:
 					state = "unknown"
 				default:
-					if ev := lastShareEvent(evs, ref, reasonRevoked, reasonRestored); ev != nil && ev.Reason == reasonRevoked {
+					if ev := lastShareEvent(evs, ref, shareapi.ReasonRevoked, shareapi.ReasonRestored); ev != nil && ev.Reason == shareapi.ReasonRevoked {
 						state = "revoked"
 					}
 				}

@@ -1,6 +1,6 @@
 //go:build root
 
-package main
+package podcmd
 
 // Specification of `shared-resource-csi watch` where users matter, as root (to run processes as
 // another user): a watcher that may not read the files refuses to start, exit 1, saying what to

@@ -1,4 +1,4 @@
-package main
+package podcmd
 
 // `shared-resource-csi watch`: a small process a pod runs beside its application to tell it that
 // a share's files changed (docs/telling-the-application.md). It needs no API access, no

@@ -1,4 +1,4 @@
-package main
+package podcmd
 
 // Specification of `shared-resource-csi env-file` (envfile.go): what it writes reads back, value
 // for value, under the rules of the kubelet's env file parser (single-quoted literal values,
@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -71,9 +72,9 @@ func TestEnvFileValuesReadBackAsWritten(t *testing.T) {
 		"QUOTES":    []byte(`"double" and $HOME and \n`),
 		"_x1":       []byte("x"),
 	}
-	body, names, err := renderEnvFile(files, nil, "")
-	if err != nil {
-		t.Fatal(err)
+	body, names, omitted, err := renderEnvFile(files, nil, "")
+	if err != nil || omitted != nil {
+		t.Fatal(err, omitted)
 	}
 	if want := "EQUALS, HASH, MULTILINE, PLAIN, QUOTES, SPACES, UNICODE, _x1"; strings.Join(names, ", ") != want {
 		t.Errorf("names %v, want every key in order: %s", names, want)
@@ -91,7 +92,7 @@ func TestEnvFileValuesReadBackAsWritten(t *testing.T) {
 
 func TestEnvFileSelectsAndNamesKeys(t *testing.T) {
 	files := map[string][]byte{"tls.crt": []byte("CRT"), "tls.key": []byte("KEY"), "user": []byte("u")}
-	body, names, err := renderEnvFile(files, []envKey{{"tls.crt", "TLS_CRT"}, {"user", "user"}}, "DB_")
+	body, names, _, err := renderEnvFile(files, []envKey{{"tls.crt", "TLS_CRT"}, {"user", "user"}}, "DB_")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,6 +102,8 @@ func TestEnvFileSelectsAndNamesKeys(t *testing.T) {
 	}
 }
 
+// A key asked for by name (--key) that cannot be written is refused; without --key it is left
+// out (TestEnvFileLeavesOutWhatItCannotWrite).
 func TestEnvFileRefusesWhatItCannotWrite(t *testing.T) {
 	const secret = "VERY-SECRET"
 	big := strings.Repeat("x", envFileMaxLine)
@@ -134,7 +137,13 @@ func TestEnvFileRefusesWhatItCannotWrite(t *testing.T) {
 		{"two keys, one name", map[string][]byte{"a": []byte(secret), "b": []byte(secret)}, []envKey{{"a", "X"}, {"b", "X"}},
 			[]string{`keys "a" and "b" would both be the variable X`}},
 	} {
-		_, _, err := renderEnvFile(c.files, c.keys, "")
+		keys := c.keys
+		if keys == nil { // every key, each asked for by name
+			for _, k := range sortedKeys(c.files) {
+				keys = append(keys, envKey{key: k, name: k})
+			}
+		}
+		_, _, _, err := renderEnvFile(c.files, keys, "")
 		if err == nil {
 			t.Errorf("%s: written, want refused", c.name)
 			continue
@@ -153,17 +162,89 @@ func TestEnvFileRefusesWhatItCannotWrite(t *testing.T) {
 	for i := range 20 {
 		many[fmt.Sprintf("V%02d", i)] = []byte(strings.Repeat(big[:60000]+"\n", 1))
 	}
-	if _, _, err := renderEnvFile(many, nil, ""); err == nil || !strings.Contains(err.Error(), "exceed 1048576 bytes") {
+	if _, _, _, err := renderEnvFile(many, nil, ""); err == nil || !strings.Contains(err.Error(), "exceed 1048576 bytes") {
 		t.Errorf("20 variables of 60 KB: %v, want refused over the file's limit", err)
 	}
 	// Just under the kubelet's line limit is written, and reads back.
 	okLine := strings.Repeat("y", envFileMaxLine-len("P=''"))
-	body, _, err := renderEnvFile(map[string][]byte{"P": []byte(okLine)}, nil, "")
+	body, _, _, err := renderEnvFile(map[string][]byte{"P": []byte(okLine)}, nil, "")
 	if err != nil {
 		t.Fatalf("a line of exactly %d bytes: %v", envFileMaxLine, err)
 	}
 	if got := parseLikeKubelet(t, body); got["P"] != okLine {
 		t.Error("a line at the limit does not read back")
+	}
+}
+
+// Without --key, every key that can be written is, and each one that cannot is left out and
+// named, with why: one empty value (or an odd key) does not keep the others from the app. The
+// names are the share's (its owner's text) and are quoted, so no message shows a control
+// character or starts a line of its own; no value is ever shown. A share of no key that can be
+// written is refused.
+func TestEnvFileLeavesOutWhatItCannotWrite(t *testing.T) {
+	const secret = "VERY-SECRET"
+	files := map[string][]byte{
+		"A":                               []byte("a " + secret),
+		"Z":                               []byte("z"),
+		"EMPTY":                           {},
+		"tls.crt":                         []byte(secret),
+		"QUOTE":                           []byte("it's " + secret),
+		"BIN":                             []byte(secret + "\x00"),
+		"K\x1b]0;owned\x07\nFAKE=1\u202e": []byte(secret),
+	}
+	body, names, omitted, err := renderEnvFile(files, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := parseLikeKubelet(t, body); fmt.Sprint(names) != "[A Z]" || len(got) != 2 || got["A"] != "a "+secret || got["Z"] != "z" {
+		t.Errorf("names %v, file %q: want A and Z only", names, got)
+	}
+	if len(omitted) != 5 {
+		t.Errorf("left out %d keys, want 5: %q", len(omitted), omitted)
+	}
+	for _, want := range []string{`key "BIN": its value holds a NUL byte`, `key "EMPTY" is empty`, `key "QUOTE": its value holds a single quote`,
+		`key "tls.crt": "tls.crt" cannot be a variable's name`, `key "K\x1b]0;owned\a\nFAKE=1\u202e"`} {
+		if !slices.ContainsFunc(omitted, func(m string) bool { return strings.HasPrefix(m, want) }) {
+			t.Errorf("no message starts %s: %q", want, omitted)
+		}
+	}
+	for _, m := range omitted {
+		if strings.Contains(m, secret) || strings.ContainsFunc(m, func(r rune) bool { return r < 0x20 || r == 0x7f || r == 0x202e }) {
+			t.Errorf("message %q shows a value or a control character", m)
+		}
+	}
+	// An empty key asked for by name is refused, saying why.
+	if _, _, _, err := renderEnvFile(files, []envKey{{"A", "A"}, {"EMPTY", "EMPTY"}}, ""); err == nil || !strings.Contains(err.Error(), `key "EMPTY" is empty`) {
+		t.Errorf("--key EMPTY: %v, want refused naming the empty key", err)
+	}
+	// Nothing left to write: refused, not an empty file.
+	if _, _, omitted, err := renderEnvFile(map[string][]byte{"EMPTY": {}, "a.b": []byte("x")}, nil, ""); err == nil || len(omitted) != 2 {
+		t.Errorf("no key writable: %v (%q), want refused with both named", err, omitted)
+	}
+	// The command: written (exit 0), and what was left out said on stderr, a line a key.
+	share := t.TempDir()
+	if err := (atomicwriter.Writer{Dir: share, GID: -1}).Write(map[string]atomicwriter.File{
+		"USER": {Data: []byte("alice"), Mode: 0o644}, "EMPTY": {Data: []byte{}, Mode: 0o644},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join("/dev/shm", t.Name()+fmt.Sprint(os.Getpid()))
+	if err := os.Mkdir(out, 0o700); err != nil {
+		t.Fatalf("this test needs a tmpfs at /dev/shm: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(out) })
+	var stderr bytes.Buffer
+	code := runEnvFileCommand([]string{"--dir", share, "--out", out + "/share.env"}, &stderr)
+	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+	if code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], `shared-resource-csi env-file: left out: key "EMPTY" is empty`) ||
+		!strings.Contains(lines[1], "wrote 1 variable(s)") {
+		t.Errorf("exit %d, stderr %q: want 0, the empty key left out, then USER written", code, stderr.String())
+	}
+	if b, err := os.ReadFile(out + "/share.env"); err != nil || string(b) != "USER='alice'\n" {
+		t.Errorf("the env file holds %q (%v), want USER only", b, err)
+	}
+	if code := runEnvFileCommand([]string{"--dir", share, "--out", out + "/share.env", "--key", "EMPTY"}, &stderr); code != 1 {
+		t.Errorf("--key EMPTY: exit %d, want 1", code)
 	}
 }
 
