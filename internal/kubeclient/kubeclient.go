@@ -92,6 +92,7 @@ func New(cfg *rest.Config) (*Clients, error) {
 // method is the generated client's, so a test can use a fake clientset's in its place.
 type SARClient struct{ C rest.Interface }
 
+// Create posts the review and returns the API server's answer.
 func (s SARClient) Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
 	out := &authorizationv1.SubjectAccessReview{}
 	err := s.C.Post().Resource("subjectaccessreviews").VersionedParams(&opts, metav1.ParameterCodec).

@@ -32,6 +32,7 @@ const (
 // values never change.
 type Kind string
 
+// The two kinds: a SharedSecret shares a Secret, a SharedConfigMap a ConfigMap.
 const (
 	KindSecret    Kind = "Secret"
 	KindConfigMap Kind = "ConfigMap"
