@@ -18,7 +18,8 @@ package main
 // (maxVolumeEntries, and the tmpfs's nr_inodes: tmpfs.go).
 // By default the budget is derived from the container's memory limit (its cgroup), less the
 // source cache's bound and a margin for the driver itself (memorylimit.go: defaultVolumeBudget),
-// and the Go runtime is given the rest of the limit (runtimeMemoryLimit).
+// and the Go runtime's memory limit follows what the volumes hold outside its heap
+// (runtimeMemory).
 
 import (
 	"encoding/json"
@@ -60,7 +61,11 @@ type volumeBudget struct {
 	mu       sync.Mutex
 	charges  map[string]volumeCharge // each volume's
 	charged  int64                   // the sum of charges
+	heap     int64                   // the part of charged that is in the driver's heap (volumeCharge.heap)
 	reserved int64                   // held by operations in progress (reservation)
+	// memory, when set, is told every change: the Go runtime's memory limit follows what the
+	// volumes hold outside its heap (memorylimit.go).
+	memory *runtimeMemory
 }
 
 // volumeCharge is what one volume is charged: the larger of what its record says and what a
@@ -73,6 +78,9 @@ type volumeCharge struct {
 	// or none known (not a tmpfs; its last count kept while a walk fails).
 	// A save keeps it until the next count: a save frees no page a reader keeps open.
 	unlinked int64
+	// heap is the part of saved and unsaved held in the driver's heap, not in tmpfs pages: its
+	// record's lists (recordHeapBytes).
+	heap int64
 }
 
 func (c volumeCharge) bytes() int64 { return max(c.saved, c.unsaved) + c.unlinked }
@@ -87,19 +95,21 @@ func (e *budgetExceeded) Error() string {
 }
 
 // chargeSaved charges volume id the n bytes of the record just saved (or, at start, found on
-// disk), whether they fit or not, in place of what it was charged before (a previous record's,
+// disk), heap of them in the driver's heap, whether they fit or not, in place of what it was charged before (a previous record's,
 // or an unsaved charge: the record describes the disk now; the files no name leads to stay). The
 // volume store's own call (records.go). Room was reserved for what a save adds. n = 0 (no record
 // is): the volume is gone, and forgotten.
-func (b *volumeBudget) chargeSaved(id string, n int64) {
+func (b *volumeBudget) chargeSaved(id string, n, heap int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer b.followed()
 	c := b.charges[id]
-	next := volumeCharge{saved: n, unlinked: c.unlinked}
+	next := volumeCharge{saved: n, unlinked: c.unlinked, heap: heap}
 	if n == 0 {
 		next = volumeCharge{}
 	}
 	b.charged += next.bytes() - c.bytes()
+	b.heap += next.heap - c.heap
 	switch {
 	case next == volumeCharge{}:
 		delete(b.charges, id)
@@ -136,6 +146,7 @@ func (b *volumeBudget) amend(id string, change func(*volumeCharge)) {
 	change(&c)
 	b.charged += c.bytes() - before
 	b.charges[id] = c
+	b.followed()
 }
 
 // chargedFor is what volume id is charged now.
@@ -181,6 +192,7 @@ func (r *reservation) take(n int64) error {
 	}
 	b.reserved += n
 	r.n += n
+	b.followed()
 	return nil
 }
 
@@ -188,6 +200,7 @@ func (r *reservation) take(n int64) error {
 func (r *reservation) release() {
 	r.b.mu.Lock()
 	r.b.reserved -= r.n
+	r.b.followed()
 	r.b.mu.Unlock()
 	r.n = 0
 }

@@ -235,7 +235,7 @@ func runNode(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	limitRuntimeMemory(w.d.budget.limit)
+	limitRuntimeMemory(w.d.budget, o.cacheBytes)
 	// Shut down last, once serve has stopped everything that records events.
 	defer w.broadcaster.Shutdown()
 	// Volumes from the previous run first: they must be known before any request is served.
