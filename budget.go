@@ -428,23 +428,43 @@ func volumeBytesOnPages(rec volumeRecord, recordOnDisk int64) int64 {
 // most). What else a record holds is bounded and small, within the driver's own margin
 // (driverMemoryMargin).
 func recordHeapBytes(rec volumeRecord) int64 {
-	str := func(s string) int64 {
-		if s == "" {
-			return 0
-		}
-		return int64(len(s)) + int64(len(s))/8 + 16
-	}
 	var items int64
 	for _, it := range rec.Items {
-		items += itemSlotBytes + str(it.Key) + str(it.Path)
+		items += itemSlotBytes + heapStringBytes(it.Key) + heapStringBytes(it.Path)
 	}
 	var lists int64
 	for _, s := range rec.Shares {
-		for _, k := range s.Exposed {
-			lists += exposedKeySlotBytes + str(k.Key) + str(k.Path)
-		}
+		lists += exposureHeapBytes(s.Exposed)
 	}
 	return 2*items + lists
+}
+
+// exposureHeapBytes is what a share's list of keys costs in a record decoded in the heap.
+func exposureHeapBytes(e exposure) int64 {
+	var n int64
+	for _, k := range e {
+		n += exposedKeySlotBytes + heapStringBytes(k.Key) + heapStringBytes(k.Path)
+	}
+	return n
+}
+
+// heapStringBytes is what a string of the heap costs, rounded up to the allocator's size classes.
+func heapStringBytes(s string) int64 {
+	if s == "" {
+		return 0
+	}
+	return int64(len(s)) + int64(len(s))/8 + 16
+}
+
+// exposureBytes is what a share's list of keys adds to its volume's charge: its copy in the heap
+// and its entries in the record's file (`{"key":"…","path":"…"},`; keys and paths need no
+// escaping).
+func exposureBytes(e exposure) int64 {
+	n := exposureHeapBytes(e)
+	for _, k := range e {
+		n += int64(len(`{"key":"","path":""},`) + len(k.Key) + len(k.Path))
+	}
+	return n
 }
 
 // exposedKeySlotBytes is an exposed key's struct (two string headers) in its slice, doubled:

@@ -10,6 +10,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -155,4 +156,90 @@ func TestGoMemoryLimitFollowsWhatVolumesHoldOutsideTheHeap(t *testing.T) {
 	if want := []int64{256 << 20, 246 << 20, 256 << 20}; !slices.Equal(set, want) {
 		t.Errorf("limits set %v, want %v", set, want)
 	}
+}
+
+// A share's list of keys edited after its volumes were published, to the longest list a share may
+// have, grows every volume's record (and, once the records are decoded again at a restart, the
+// heap) by some 300 KiB: the reconcile that would note it reserves the growth, and where it does
+// not fit, the volume keeps noting the entries of its old list the new one still has, and the pod
+// is told. The node never holds more than its budget, as charged and as the heap measured after a
+// restart shows.
+func TestAListLengthenedAfterPublishStaysWithinTheBudget(t *testing.T) {
+	c := newFakeCluster(t)
+	d, events := c.node()
+	setShareItems(t, d, entry("ca.crt"))
+	publishVolume(t, d, "vol-00")
+	perVolume := d.budget.inUse()
+	long := []map[string]any{entry("ca.crt")}
+	longList := exposure{{Key: "ca.crt", Path: "ca.crt"}}
+	for i := 1; i < maxSharedItems; i++ {
+		k, p := fmt.Sprintf("%03dk", i)+strings.Repeat("k", 249), fmt.Sprintf("%03dp", i)+strings.Repeat("p", 249)
+		long, longList = append(long, entry(k, p)), append(longList, exposedKey{Key: k, Path: p})
+	}
+	const volumes = 40
+	d.budget.limit = volumes*perVolume + exposureBytes(longList)*10 // room for the volumes, and for some of the lists' growth
+	for i := 1; i < volumes; i++ {
+		publishVolume(t, d, fmt.Sprintf("vol-%02d", i))
+	}
+	reasons(events)
+	chargedBefore := d.budget.inUse()
+	heapBefore, _ := restartedHeap(t, d, volumes)
+
+	setShareItems(t, d, long...)
+	for i := range volumes {
+		if err := reconcileVolume(t, d, fmt.Sprintf("vol-%02d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	charged := d.budget.inUse()
+	told := reasons(events)
+	var noted int
+	for i := range volumes {
+		if rec := savedRecord(t, d, fmt.Sprintf("vol-%02d", i)); len(rec.Shares[0].Exposed) == maxSharedItems {
+			noted++
+		} else if !rec.Shares[0].Exposed.same(exposure{{Key: "ca.crt", Path: "ca.crt"}}) {
+			t.Errorf("vol-%02d notes the list %v, want the new one or ca.crt alone", i, rec.Shares[0].Exposed.names())
+		}
+	}
+
+	heapAfter, restarted := restartedHeap(t, d, volumes)
+	heapGrowth := heapAfter - heapBefore
+	t.Logf("%d volumes of %d KiB, the budget %d KiB; after the list grew: %d noting it, charged %d KiB (%+d KiB), %d pods told %s; "+
+		"records decoded again: heap %+d KiB (%d KiB before the edit, %d KiB after), charged %d KiB",
+		volumes, perVolume>>10, d.budget.limit>>10, noted, charged>>10, (charged-chargedBefore)>>10, len(told), reasonRefreshFailed,
+		heapGrowth>>10, heapBefore>>10, heapAfter>>10, restarted>>10)
+	if heapGrowth > charged-chargedBefore {
+		t.Errorf("the edit grew the heap of the records decoded again by %d KiB; their charge grew by %d KiB", heapGrowth>>10, (charged-chargedBefore)>>10)
+	}
+	if restarted > d.budget.limit {
+		t.Errorf("after a restart the volumes are charged %d KiB, over the budget of %d KiB", restarted>>10, d.budget.limit>>10)
+	}
+	if charged > d.budget.limit {
+		t.Errorf("after the share's list grew, the volumes are charged %d KiB, over the budget of %d KiB", charged>>10, d.budget.limit>>10)
+	}
+	if noted == volumes || !slices.Contains(told, reasonRefreshFailed) {
+		t.Errorf("%d of %d volumes note the new list, and the pods were told %v: want the ones that do not fit told %s", noted, volumes, told, reasonRefreshFailed)
+	}
+}
+
+// restartedHeap reads and decodes the records of d's volumes vol-00... on their own, as
+// recoverVolumes does at a restart, and returns the heap they hold and what they are charged.
+func restartedHeap(t *testing.T, d *driver, volumes int) (heap, charged int64) {
+	t.Helper()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	restarted := newVolumeStore(filepath.Dir(d.store.dir), &volumeBudget{limit: d.budget.limit})
+	for i := range volumes {
+		rec, err := restarted.readRecord(fmt.Sprintf("vol-%02d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		restarted.remember(rec)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(restarted)
+	return int64(after.HeapAlloc) - int64(before.HeapAlloc), restarted.budget.inUse()
 }

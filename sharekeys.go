@@ -36,6 +36,17 @@ type exposedKey struct {
 // exactly the listed keys, under their paths, in the list's order.
 type exposure []exposedKey
 
+// alsoIn is the entries of e that o shares, in e's order: never nil (a list, possibly empty).
+func (e exposure) alsoIn(o exposure) exposure {
+	out := exposure{}
+	for _, k := range e {
+		if o.shares(k.Key, k.Path) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // all says whether the share exposes every key (it has no list).
 func (e exposure) all() bool { return e == nil }
 
