@@ -15,7 +15,8 @@ package main
 // that follows has its pin moved to the new object by the status writer.
 //
 // The first pin is trusted only with an object that is the share's first: one that existed when
-// the share was made (created no later than the share, to the second the API server records), or
+// the share was made, or its spec was last edited while no object was ever read for it
+// (specSince; within firstPinGrace of it), or
 // one created after the status writer's first check of the share's current spec found that no
 // source existed (Ready False, SourceNotFound, and no object read since: a share made before its
 // source). One way: once an object was read for the spec, pinned or refused, the status records
@@ -29,6 +30,7 @@ package main
 // object in its whole life, and first ran while no source existed, pins the next one.
 
 import (
+	"bytes"
 	"fmt"
 	"time"
 
@@ -113,12 +115,39 @@ func (e *sourceNewerThanShareError) Error() string {
 		e.shareCreated.UTC().Format(time.RFC3339), sh.Kind.shareResource(), sh.Name, pinField, e.uid, recreationField, recreationFollow)
 }
 
+// firstPinGrace is how much later than its share (specSince) an object may be created and still
+// count as made with it: a share and its source applied together (kubectl apply of a directory,
+// a chart) are created seconds apart, in either order, often before the status controller runs.
+const firstPinGrace = 10 * time.Second
+
+// specSince is when the share u's current spec was set, for the first pin: its creation, or, when
+// its spec was edited since (generation over 1) and no object was ever read for it
+// (SourceObserved, of any generation: an edit must not make a refused object the first), the
+// last time a writer of the share's spec wrote the share (its managedFields; none: its
+// creation). An object that existed when the spec naming it was set is its first, as one that
+// existed when the share was made is.
+func specSince(u *unstructured.Unstructured) time.Time {
+	since := u.GetCreationTimestamp().Time
+	if u.GetGeneration() <= 1 {
+		return since
+	}
+	if conds, err := shareConditions(u); err != nil || meta.FindStatusCondition(conds, conditionSourceObserved) != nil || pinOf(u).UID != "" {
+		return since
+	}
+	for _, f := range u.GetManagedFields() {
+		if f.Subresource == "" && f.Time != nil && f.FieldsV1 != nil && bytes.Contains(f.FieldsV1.Raw, []byte(`"f:spec"`)) && f.Time.After(since) {
+			since = f.Time.Time
+		}
+	}
+	return since
+}
+
 // firstPinRefusal says whether a first pin of share sh, created at shareCreated, may take the
 // object uid, created at created: nil when it may (the share has a pin or follows, so no first
-// pin is taken here; the object is not newer than the share; or the share's status saw no
-// source, sawNoSource), else a *sourceNewerThanShareError.
+// pin is taken here; the object is not newer than the share, by more than firstPinGrace; or the
+// share's status saw no source, sawNoSource), else a *sourceNewerThanShareError.
 func firstPinRefusal(sh shareSpec, shareCreated time.Time, sawNoSource bool, uid string, created time.Time) error {
-	if uid == "" || sh.Pin.UID != "" || sh.Pin.Follow || sawNoSource || !created.After(shareCreated) {
+	if uid == "" || sh.Pin.UID != "" || sh.Pin.Follow || sawNoSource || !created.After(shareCreated.Add(firstPinGrace)) {
 		return nil
 	}
 	return &sourceNewerThanShareError{share: sh, uid: uid, created: created, shareCreated: shareCreated}

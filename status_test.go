@@ -280,6 +280,56 @@ func TestNoSourceAfterARefusalDoesNotReopenTheFirstPin(t *testing.T) {
 	}
 }
 
+// No false SourceReplaced where nothing was replaced: a source created seconds after its share
+// (applied together, the status controller not running yet), or one that existed when the
+// share's spec was edited to name it, is the share's first. One created after the edit is not,
+// nor, once an object was read for the share, one that existed at an edit.
+func TestFirstPinTakesAnObjectMadeWithTheShareOrItsEdit(t *testing.T) {
+	made := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	edited := made.Add(2 * time.Hour)
+	share := func(generation int64, conditions ...any) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": "corp-ca", "generation": generation, "creationTimestamp": made.Format(time.RFC3339)},
+			"spec": map[string]any{"secretRef": map[string]any{"namespace": "platform", "name": "ca-bundle"},
+				"items": []any{map[string]any{"key": "ca.crt"}}},
+		}}
+		u.SetManagedFields([]metav1.ManagedFieldsEntry{
+			{Manager: "kubectl-client-side-apply", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: made},
+				FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:secretRef":{}}}`)}},
+			{Manager: "kubectl-edit", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: edited},
+				FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:items":{}}}`)}},
+			// The status controller's writes, later, are not the spec's.
+			{Manager: statusFieldManager, Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: edited.Add(time.Hour)},
+				Subresource: "status", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{}}`)}},
+		})
+		if len(conditions) > 0 {
+			u.Object["status"] = map[string]any{"conditions": conditions}
+		}
+		return u
+	}
+	notFound := map[string]any{"type": conditionReady, "status": "False", "reason": reasonSourceNotFound, "message": "m",
+		"observedGeneration": int64(1), "lastTransitionTime": made.Format(time.RFC3339)}
+	observed := map[string]any{"type": conditionSourceObserved, "status": "True", "reason": reasonObjectRead, "message": "m",
+		"observedGeneration": int64(1), "lastTransitionTime": made.Format(time.RFC3339)}
+	for _, tc := range []struct {
+		name    string
+		u       *unstructured.Unstructured
+		created time.Time
+		pinned  bool
+	}{
+		{"created 5s after the share, nothing checked yet", share(1), made.Add(5 * time.Second), true},
+		{"created a minute after the share, nothing checked yet", share(1), made.Add(time.Minute), false},
+		{"existing when the spec was edited, after no source for the old spec", share(2, notFound), made.Add(time.Hour), true},
+		{"created after the edit, unchecked since", share(2, notFound), edited.Add(time.Minute), false},
+		{"existing at the edit, an object read before it", share(2, notFound, observed), made.Add(time.Hour), false},
+	} {
+		_, c, pin := checkAndWrite(t, tc.u, sourceAt{sourceData{UID: "uid-1", Created: tc.created, Files: map[string][]byte{"ca.crt": []byte("CA")}}})
+		if got := pin == "uid-1"; got != tc.pinned || (tc.pinned && c.Reason != reasonSourceAvailable) || (!tc.pinned && c.Reason != reasonSourceReplaced) {
+			t.Errorf("%s: pin %q, %s; want pinned %v", tc.name, pin, c.Reason, tc.pinned)
+		}
+	}
+}
+
 // A status written before the schema bounded its conditions keeps Ready and the first others, up
 // to the schema's maxItems: with more, every write of it would be refused.
 func TestConditionsAreKeptWithinTheSchemasBound(t *testing.T) {
