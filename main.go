@@ -276,7 +276,7 @@ func (w *wiring) serve(ctx context.Context, o *options) error {
 			return fmt.Errorf("listening on --probe-address %s: %w", o.probeAddr, err)
 		}
 		ps := newProbeServer(d.ready)
-		go func() { errs <- ps.Serve(newHealthListener(lis, o.healthMaxConns)) }()
+		go func() { errs <- ps.Serve(newProbeListener(lis, o.healthMaxConns)) }()
 		defer ps.Close()
 	}
 
