@@ -218,6 +218,7 @@ type volumeRewrite struct {
 	// were charged before: what the volume holds that rec does not say, until the next is saved.
 	written, replaced int64
 	rewrote           bool
+	dropped           bool // a share's new copy lacks a file of its old one (pathDropped)
 	// previousView is what the view before this reconcile costs if it is kept (volumedir.go): its
 	// payload dir, the old copies' charges of the shares rewritten (whose pages only it then
 	// holds), and the entries of the other shown shares' files in it (keptViewBytes).
@@ -258,8 +259,15 @@ func (w *volumeRewrite) anyRewritten() bool { return w.rewrote }
 
 // keepsView reserves room to keep the view the reconcile replaces for readers still on it
 // (volumedir.go), beside what is in use: the old copies it alone then holds, and its links to the
-// other shares' files. False: it does not fit, and the view is not kept.
-func (w *volumeRewrite) keepsView() bool { return w.room.take(w.previousView-w.replaced) == nil }
+// other shares' files. False: a share's copy lost a file (pathDropped), or it does not fit, and
+// the view is not kept.
+func (w *volumeRewrite) keepsView() bool {
+	return !w.dropped && w.room.take(w.previousView-w.replaced) == nil
+}
+
+// pathDropped notes that a share's new copy lacks a file its old one had: the view it replaces
+// is not kept, whether or not another share provides the path (its bytes were this share's).
+func (w *volumeRewrite) pathDropped() { w.dropped = true }
 
 // keptViewCost is what the view the reconcile replaced costs, kept: what the next record says.
 func (w *volumeRewrite) keptViewCost() int64 { return w.previousView }

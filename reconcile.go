@@ -29,6 +29,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
 // Event reasons recorded on consuming pods.
@@ -270,20 +272,17 @@ func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, rw *volu
 		return shareVerdict{state: old, change: &shareChange{share: old.shareRef, kind: changeRefreshFailed,
 			why: "changed, but keeps its last files: " + refused}}, nil
 	}
+	// A file the old copy has and the new one lacks must leave the pod at once, also where
+	// another share provides its path (a kept view would show it under its hidden name). The old
+	// copy unreadable: assumed so.
+	if held, err := atomicwriter.ReadFiles(vol.shareDir(i)); err != nil || dropsFile(held, v.files) {
+		rw.pathDropped()
+	}
 	if err := vol.writeCopy(i, v.files); err != nil {
 		return v, err
 	}
 	v.state.Bytes, v.state.Entries = newBytes, newEntries
 	return v, nil
-}
-
-// listGrowth is what a share's list of keys, changed from old to now (an edit of its spec.items),
-// adds to its volume's record, in the heap and on disk (exposureBytes); 0 when it does not grow.
-func listGrowth(old, now exposure) int64 {
-	if old.same(now) {
-		return 0
-	}
-	return max(0, exposureBytes(now)-exposureBytes(old))
 }
 
 // listWithinBudget is verdict v on a share, old before, that brings no new copy, with its new

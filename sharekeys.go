@@ -211,3 +211,12 @@ func validateExposedKey(key, path string) error {
 	}
 	return nil
 }
+
+// listGrowth is what a share's list of keys, changed from old to now (an edit of its spec.items),
+// adds to its volume's record, in the heap and on disk (exposureBytes); 0 when it does not grow.
+func listGrowth(old, now exposure) int64 {
+	if old.same(now) {
+		return 0
+	}
+	return max(0, exposureBytes(now)-exposureBytes(old))
+}
