@@ -30,8 +30,8 @@ package main
 // object in its whole life, and first ran while no source existed, pins the next one.
 
 import (
-	"bytes"
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -135,7 +135,7 @@ func specSince(u *unstructured.Unstructured) time.Time {
 		return since
 	}
 	for _, f := range u.GetManagedFields() {
-		if f.Subresource == "" && f.Time != nil && f.FieldsV1 != nil && bytes.Contains(f.FieldsV1.Raw, []byte(`"f:spec"`)) && f.Time.After(since) {
+		if f.Subresource == "" && f.Time != nil && f.FieldsV1 != nil && strings.Contains(f.FieldsV1.GetRawString(), `"f:spec"`) && f.Time.After(since) {
 			since = f.Time.Time
 		}
 	}

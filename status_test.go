@@ -295,12 +295,12 @@ func TestFirstPinTakesAnObjectMadeWithTheShareOrItsEdit(t *testing.T) {
 		}}
 		u.SetManagedFields([]metav1.ManagedFieldsEntry{
 			{Manager: "kubectl-client-side-apply", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: made},
-				FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:secretRef":{}}}`)}},
+				FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:secretRef":{}}}`)},
 			{Manager: "kubectl-edit", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: edited},
-				FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:items":{}}}`)}},
+				FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:items":{}}}`)},
 			// The status controller's writes, later, are not the spec's.
 			{Manager: statusFieldManager, Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: edited.Add(time.Hour)},
-				Subresource: "status", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{}}`)}},
+				Subresource: "status", FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:status":{}}`)},
 		})
 		if len(conditions) > 0 {
 			u.Object["status"] = map[string]any{"conditions": conditions}
