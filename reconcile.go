@@ -249,8 +249,8 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 }
 
 // writeNewCopy writes the new copy of share i that verdict v brings, its bytes reserved in rw
-// beside the old copy's (which stay charged until the record naming the new one is saved), with
-// listGrowth, what the share's new list of keys adds to the record (listGrowth). A new
+// beside the old copy's (which stay charged until the record naming the new one is saved), and
+// with them listGrowth, what the share's new list of keys adds to the record. A new
 // copy that does not fit is not written: the share keeps its last files, and the pod is told once
 // (overBudget, judge.go); so is one that would make the volume hold more files and directories than
 // maxVolumeEntries, beside the others (the files and directories of the volume's other shares). On
@@ -290,9 +290,8 @@ func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, rw *volu
 // is not recorded: the record notes the entries of the old list the new one still has (the old
 // list itself when it had none, every key, or when none is left), which names every file the
 // share's copy holds (v's narrowing kept only files both lists share) and is no larger, and the
-// pod is told once, as for
-// a new copy that does not fit (writeNewCopy). So an edit that lengthens a share's list never
-// makes the node hold more than its budget.
+// pod is told once, as for a new copy that does not fit (writeNewCopy). So an edit that lengthens
+// a share's list never makes the node hold more than its budget.
 func listWithinBudget(volumeID string, old shareState, v shareVerdict, rw *volumeRewrite) shareVerdict {
 	growth := listGrowth(old.Exposed, v.state.Exposed)
 	if growth == 0 {
