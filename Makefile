@@ -45,14 +45,14 @@ GOLANGCI_LINT = GOGC=$(BUILD_GOGC) $(CURDIR)/$(BIN)/golangci-lint run --config $
 ## lint: shellcheck on every shell script, and on the run: steps of .github/workflows (through
 ## actionlint), and golangci-lint (.golangci.yml: staticcheck, revive, errcheck, govet...) on every
 ## module with Go code: the driver's as built and with the build tags root and crashpoints, test/,
-## tools/ (benchtable, mkimage, soakplot) and tools/ociimage.
+## tools/ (benchtable, mkimage, soakplot, kubeletenv) and tools/ociimage.
 lint: deps-lint actionlint golangci-lint
 	shellcheck -x $(SHELL_SCRIPTS)
 	$(BIN)/actionlint -shellcheck=shellcheck -pyflakes= .github/workflows/*.yaml
 	$(GOLANGCI_LINT) ./...
 	$(GOLANGCI_LINT) --build-tags root,crashpoints ./...
 	cd test && $(GOLANGCI_LINT) ./...
-	cd tools && $(GOLANGCI_LINT) ./benchtable/... ./mkimage/... ./soakplot/...
+	cd tools && $(GOLANGCI_LINT) ./benchtable/... ./mkimage/... ./soakplot/... ./kubeletenv/...
 	cd tools/ociimage && $(GOLANGCI_LINT) ./...
 
 ## check-workflows: every action .github/workflows uses is pinned by a full commit SHA with a
@@ -68,10 +68,11 @@ unit:
 
 ## tools-test: the release tools' own tests (tools/ociimage: reproducibility, SBOMs, static
 ## binaries, push, `make release` itself, its cosign signatures and its krew plugin),
-## tools/benchtable's and tools/soakplot's; no root, no cluster. Part of `make test`.
-tools-test: helm cosign
+## tools/benchtable's and tools/soakplot's, and tools/kubeletenv's (the driver's env-file read by
+## the kubelet's own parser); no root, no cluster. Part of `make test`.
+tools-test: helm cosign build
 	cd tools/ociimage && go test ./...
-	cd tools && go test ./benchtable ./soakplot
+	cd tools && go test ./benchtable ./soakplot ./kubeletenv
 
 ## deps: the apt packages `make test` needs (root).
 deps:
