@@ -116,6 +116,12 @@ cosign:
 krew:
 	hack/build-tools.sh krew
 tools-test: krew
+## kube-next: the next Kubernetes minor before it ships (hack/kube-next.sh): the driver built and
+## unit-tested against its pre-release client libraries, and env-file's output read by its
+## kubelet's parser, each from a scratch copy of go.mod. Needs the Go module proxy. In `make test`.
+.PHONY: kube-next
+kube-next:
+	hack/kube-next.sh
 ## govulncheck: the known vulnerabilities (vuln.go.dev, so it needs the network) of the code the
 ## driver's binary is built from, its modules' and the standard library's: fails on any it calls.
 govulncheck:
