@@ -99,8 +99,9 @@ func TestEnvFileRefusesWhatAParserReadsOtherwise(t *testing.T) {
 					version, name, c.value, got, found, err, misread, want, minor)
 			}
 
-			// env-file refuses it, naming the key and never the value, and writes nothing.
-			// Beside a key it can write, unless the prefix makes every name one it cannot.
+			// Asked for with --key, env-file refuses it, naming the key and never the value, and
+			// writes nothing, even beside a key it can write. (With a prefix that makes every
+			// name one it cannot write, it refuses with every key.)
 			files := map[string]string{c.key: c.value}
 			if c.prefix == "" {
 				files["OK"] = "ok"
@@ -109,6 +110,21 @@ func TestEnvFileRefusesWhatAParserReadsOtherwise(t *testing.T) {
 			args := []string{"env-file", "--dir", share, "--out", filepath.Join(dir, c.key+".env")}
 			if c.prefix != "" {
 				args = append(args, "--prefix", c.prefix)
+			} else if validSecretKey(c.key) {
+				// Without --key, the same key is left out, named, and the others are written. (A
+				// key no Secret can hold, such as one ending in a blank, makes the share's files
+				// unreadable as a whole: refused below like any.)
+				out := filepath.Join(dir, c.key+"-all.env")
+				msg, code := runEnvFile(t, "env-file", "--dir", share, "--out", out)
+				if code != 0 || !strings.Contains(msg, "left out") || !strings.Contains(msg, c.key) {
+					t.Errorf("env-file of every key with %s: exit %d, want 0 and %s named as left out:\n%s", c.why, code, c.key, msg)
+				}
+				if b, err := os.ReadFile(out); err != nil || strings.Contains(string(b), c.key+"=") || !strings.Contains(string(b), "OK='ok'") {
+					t.Errorf("env-file of every key with %s wrote %q (%v): want OK alone", c.why, b, err)
+				}
+			}
+			if c.prefix == "" {
+				args = append(args, "--key", c.key, "--key", "OK")
 			}
 			msg, code := runEnvFile(t, args...)
 			if code != 1 || !strings.Contains(msg, c.key) {
@@ -213,4 +229,15 @@ func tmpfsDir(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
+}
+
+// validSecretKey says whether a Secret or ConfigMap can hold key (the API server's rule:
+// [-._a-zA-Z0-9]+).
+func validSecretKey(key string) bool {
+	for _, r := range key {
+		if !(r == '-' || r == '.' || r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return key != ""
 }
