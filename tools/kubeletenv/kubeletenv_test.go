@@ -234,10 +234,5 @@ func tmpfsDir(t *testing.T) string {
 // validSecretKey says whether a Secret or ConfigMap can hold key (the API server's rule:
 // [-._a-zA-Z0-9]+).
 func validSecretKey(key string) bool {
-	for _, r := range key {
-		if !(r == '-' || r == '.' || r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
-			return false
-		}
-	}
-	return key != ""
+	return key != "" && strings.Trim(key, "-._abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") == ""
 }
