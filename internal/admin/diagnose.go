@@ -4,9 +4,9 @@ package admin
 // the pod mounts, one verdict, its evidence and the command that fixes it (docs/operating.md,
 // "Diagnose"). It asks what the driver asks, in the driver's order of importance: does the share
 // exist, was the pod's volume revoked, may the pod's service account `use` the share (a
-// SubjectAccessReview the caller creates), is the source the object the share was made for, may
-// the driver read it, does it exist, is the share Ready, is the driver pod on the pod's node
-// Ready. It runs with the caller's kubeconfig and only reads (adminclient.go); a check the
+// SubjectAccessReview the caller creates), may the driver read the source, does it exist, is it
+// the object the share was made for (the relist's order), is the share Ready, is the driver pod
+// on the pod's node Ready. It runs with the caller's kubeconfig and only reads (adminclient.go); a check the
 // caller's permissions did not allow makes the verdict Undetermined, naming the permission, never
 // a guess.
 
@@ -245,49 +245,14 @@ func (j *shareJudgement) judge(ctx context.Context) shareVerdictReport {
 	}
 
 	key := sh.Source
-	account := j.o.driverAccounts
-	uid, srcErr := a.sourceUID(ctx, key)
-	switch {
-	case srcErr == nil && sh.RefusesSource(uid):
-		j.say("%s %s/%s has UID %s; the share was made for UID %s", key.Kind, key.Namespace, key.Name, uid, sh.PinUID)
-		return j.verdict(verdictSourceReplaced, fmt.Sprintf(`kubectl patch %s %s --subresource=status --type=merge -p '{"status":{"%s":"%s"}}'   (if the new object is the one to share; or set spec.%s: %s)`,
-			ref.Kind.Resource(), ref.Name, shareapi.PinField, uid, shareapi.RecreationField, shareapi.RecreationFollow))
-	case ready != nil && ready.Reason == shareapi.ReasonSourceReplaced:
-		return j.verdict(verdictSourceReplaced, "the kubectl patch the share's Ready message prints (if the new object is the one to share)")
+	src := sourceFacts{}
+	src.uid, src.err = a.sourceUID(ctx, key)
+	if first, _, _ := strings.Cut(j.o.driverAccounts, ","); first != "" {
+		src.driverAccount = first
+		src.mayRead, _, src.readErr = a.driverMayRead(ctx, first, key)
 	}
-	if first, _, _ := strings.Cut(account, ","); first != "" {
-		ok, _, err := a.driverMayRead(ctx, first, key)
-		switch {
-		case err != nil:
-			j.couldNot(fmt.Sprintf("create a SubjectAccessReview for the driver's service account %s (get %s)", first, shareapi.SourceGVR(key.Kind).Resource), err)
-		case !ok:
-			j.say("the driver's service account %s may not get %s %s/%s (SubjectAccessReview)", first, key.Kind, key.Namespace, key.Name)
-			return j.verdict(verdictDriverMayNotRead, a.d.GrantReadHint(account, key))
-		default:
-			j.say("the driver's service account %s may get %s %s/%s (SubjectAccessReview)", first, key.Kind, key.Namespace, key.Name)
-		}
-	}
-	if ready != nil && ready.Reason == shareapi.ReasonSourceForbidden {
-		return j.verdict(verdictDriverMayNotRead, a.d.GrantReadHint(account, key))
-	}
-	if apierrors.IsNotFound(srcErr) || (ready != nil && (ready.Reason == shareapi.ReasonSourceNotFound || ready.Reason == shareapi.ReasonSourceKeyMissing)) {
-		if apierrors.IsNotFound(srcErr) {
-			j.say("%s %s/%s does not exist", key.Kind, key.Namespace, key.Name)
-		}
-		create := fmt.Sprintf("kubectl create secret generic %s -n %s --from-file=KEY=PATH", key.Name, key.Namespace)
-		if key.Kind == shareapi.KindConfigMap {
-			create = fmt.Sprintf("kubectl create configmap %s -n %s --from-file=KEY=PATH", key.Name, key.Namespace)
-		}
-		if srcErr == nil {
-			create = fmt.Sprintf("add the missing key to %s %s/%s (kubectl edit %s %s -n %s)", key.Kind, key.Namespace, key.Name, strings.ToLower(string(key.Kind)), key.Name, key.Namespace)
-		}
-		return j.verdict(verdictSourceMissing, create+fmt.Sprintf("   (or point the share at an existing object: kubectl edit %s %s)", ref.Kind.Resource(), ref.Name))
-	}
-	if srcErr != nil && !apierrors.IsForbidden(srcErr) {
-		j.say("reading %s %s/%s's metadata failed: %v", key.Kind, key.Namespace, key.Name, srcErr)
-	}
-	if ready != nil && ready.Status != metav1.ConditionTrue {
-		return j.verdict(verdictShareNotReady, "what the share's Ready message says (kubectl get "+ref.Kind.Resource()+" "+ref.Name+" -o yaml)")
+	if r, done := j.judgeSource(sh, ready, src); done {
+		return r
 	}
 
 	switch {
@@ -313,6 +278,76 @@ func (j *shareJudgement) judge(ctx context.Context) shareVerdictReport {
 	r := j.verdict(verdictOK, "")
 	r.LastVersion = lastVersion(j.events, ref, j.evErr)
 	return r
+}
+
+// sourceFacts is what diagnose read of a share's source: its UID (or why not), and whether the
+// driver's first service account may read it (a SubjectAccessReview; no account: not asked).
+type sourceFacts struct {
+	uid           string
+	err           error
+	driverAccount string
+	mayRead       bool
+	readErr       error
+}
+
+// judgeSource is the verdict on a share's source, from what diagnose read of it and the share's
+// Ready condition (nil: none); done is false when it finds nothing wrong. Its checks are the
+// relist's, in the relist's order (judge.go, judgeSource): may the driver read the source, does
+// it exist, is it the object the share was made for, does it hold the keys the share lists.
+func (j *shareJudgement) judgeSource(sh Share, ready *metav1.Condition, src sourceFacts) (r shareVerdictReport, done bool) {
+	ref, key, account, srcErr := j.ref, sh.Source, j.o.driverAccounts, src.err
+	if first := src.driverAccount; first != "" {
+		switch {
+		case src.readErr != nil:
+			j.couldNot(fmt.Sprintf("create a SubjectAccessReview for the driver's service account %s (get %s)", first, shareapi.SourceGVR(key.Kind).Resource), src.readErr)
+		case !src.mayRead:
+			j.say("the driver's service account %s may not get %s %s/%s (SubjectAccessReview)", first, key.Kind, key.Namespace, key.Name)
+			return j.verdict(verdictDriverMayNotRead, j.a.d.GrantReadHint(account, key)), true
+		default:
+			j.say("the driver's service account %s may get %s %s/%s (SubjectAccessReview)", first, key.Kind, key.Namespace, key.Name)
+		}
+	}
+	if ready != nil && ready.Reason == shareapi.ReasonSourceForbidden {
+		return j.verdict(verdictDriverMayNotRead, j.a.d.GrantReadHint(account, key)), true
+	}
+	if apierrors.IsNotFound(srcErr) || (ready != nil && ready.Reason == shareapi.ReasonSourceNotFound) {
+		return j.sourceMissing(key, srcErr), true
+	}
+	switch {
+	case srcErr == nil && sh.RefusesSource(src.uid):
+		j.say("%s %s/%s has UID %s; the share was made for UID %s", key.Kind, key.Namespace, key.Name, src.uid, sh.PinUID)
+		return j.verdict(verdictSourceReplaced, fmt.Sprintf(`kubectl patch %s %s --subresource=status --type=merge -p '{"status":{"%s":"%s"}}'   (if the new object is the one to share; or set spec.%s: %s)`,
+			ref.Kind.Resource(), ref.Name, shareapi.PinField, src.uid, shareapi.RecreationField, shareapi.RecreationFollow)), true
+	case ready != nil && ready.Reason == shareapi.ReasonSourceReplaced:
+		return j.verdict(verdictSourceReplaced, "the kubectl patch the share's Ready message prints (if the new object is the one to share)"), true
+	}
+	if srcErr == nil && ready != nil && ready.Reason == shareapi.ReasonSourceKeyMissing {
+		return j.sourceMissing(key, srcErr), true
+	}
+	if srcErr != nil && !apierrors.IsForbidden(srcErr) {
+		j.say("reading %s %s/%s's metadata failed: %v", key.Kind, key.Namespace, key.Name, srcErr)
+	}
+	if ready != nil && ready.Status != metav1.ConditionTrue {
+		return j.verdict(verdictShareNotReady, "what the share's Ready message says (kubectl get "+ref.Kind.Resource()+" "+ref.Name+" -o yaml)"), true
+	}
+	return shareVerdictReport{}, false
+}
+
+// sourceMissing is the verdict on a share whose source, or a key of it the share lists, does not
+// exist (err: the error reading the source).
+func (j *shareJudgement) sourceMissing(key shareapi.SourceKey, srcErr error) shareVerdictReport {
+	ref := j.ref
+	if apierrors.IsNotFound(srcErr) {
+		j.say("%s %s/%s does not exist", key.Kind, key.Namespace, key.Name)
+	}
+	create := fmt.Sprintf("kubectl create secret generic %s -n %s --from-file=KEY=PATH", key.Name, key.Namespace)
+	if key.Kind == shareapi.KindConfigMap {
+		create = fmt.Sprintf("kubectl create configmap %s -n %s --from-file=KEY=PATH", key.Name, key.Namespace)
+	}
+	if srcErr == nil {
+		create = fmt.Sprintf("add the missing key to %s %s/%s (kubectl edit %s %s -n %s)", key.Kind, key.Namespace, key.Name, strings.ToLower(string(key.Kind)), key.Name, key.Namespace)
+	}
+	return j.verdict(verdictSourceMissing, create+fmt.Sprintf("   (or point the share at an existing object: kubectl edit %s %s)", ref.Kind.Resource(), ref.Name))
 }
 
 func (j *shareJudgement) undetermined() shareVerdictReport {
