@@ -144,13 +144,17 @@ func diagnosePod(ctx context.Context, a *adminClient, o *adminOptions, p *corev1
 	}
 	for _, v := range vols {
 		refs, err := a.d.ShareAttributes(v.CSI.VolumeAttributes)
+		var refresh bool
+		if err == nil {
+			refresh, err = a.d.Refreshes(v.CSI.VolumeAttributes)
+		}
 		if err != nil {
 			d.Shares = append(d.Shares, shareVerdictReport{Volume: v.Name, Verdict: verdictInvalidVolume,
 				Evidence: []string{err.Error()}, Fix: "fix the volume's volumeAttributes in the pod's spec (docs/reference.md, Volume attributes)"})
 			continue
 		}
 		for _, ref := range refs {
-			j := &shareJudgement{a: a, o: o, pod: p, ref: ref, events: events, evErr: evErr, driverPod: driverPod, driverErr: driverErr}
+			j := &shareJudgement{a: a, o: o, pod: p, ref: ref, refresh: refresh, events: events, evErr: evErr, driverPod: driverPod, driverErr: driverErr}
 			r := j.judge(ctx)
 			r.Volume, r.Share = v.Name, ref.String()
 			d.Shares = append(d.Shares, r)
@@ -165,6 +169,7 @@ type shareJudgement struct {
 	o         *adminOptions
 	pod       *corev1.Pod
 	ref       shareapi.Ref
+	refresh   bool // the volume is refreshed from its sources (refreshResource)
 	events    []corev1.Event
 	evErr     error
 	driverPod *corev1.Pod
@@ -244,12 +249,14 @@ func (j *shareJudgement) judge(ctx context.Context) shareVerdictReport {
 		return j.verdict(verdictShareNotReady, fmt.Sprintf("kubectl edit %s %s", ref.Kind.Resource(), ref.Name))
 	}
 
-	key := sh.Source
 	src := sourceFacts{}
-	src.uid, src.err = a.sourceUID(ctx, key)
-	if first, _, _ := strings.Cut(j.o.driverAccounts, ","); first != "" {
-		src.driverAccount = first
-		src.mayRead, _, src.readErr = a.driverMayRead(ctx, first, key)
+	if j.refresh { // the relist reads no source for a volume that does not refresh
+		key := sh.Source
+		src.uid, src.err = a.sourceUID(ctx, key)
+		if first, _, _ := strings.Cut(j.o.driverAccounts, ","); first != "" {
+			src.driverAccount = first
+			src.mayRead, _, src.readErr = a.driverMayRead(ctx, first, key)
+		}
 	}
 	if r, done := j.judgeSource(sh, ready, src); done {
 		return r
@@ -293,8 +300,14 @@ type sourceFacts struct {
 // judgeSource is the verdict on a share's source, from what diagnose read of it and the share's
 // Ready condition (nil: none); done is false when it finds nothing wrong. Its checks are the
 // relist's, in the relist's order (judge.go, judgeSource): may the driver read the source, does
-// it exist, is it the object the share was made for, does it hold the keys the share lists.
+// it exist, is it the object the share was made for, does it hold the keys the share lists. A
+// volume that does not refresh shows the files it was published with, whatever its source and
+// the share's Ready say, and the relist never reads its source: none of them is judged.
 func (j *shareJudgement) judgeSource(sh Share, ready *metav1.Condition, src sourceFacts) (r shareVerdictReport, done bool) {
+	if !j.refresh {
+		j.say("the volume has refreshResource \"false\": it keeps the files it was published with, and the driver does not read its source again")
+		return shareVerdictReport{}, false
+	}
 	ref, key, account, srcErr := j.ref, sh.Source, j.o.driverAccounts, src.err
 	if first := src.driverAccount; first != "" {
 		switch {

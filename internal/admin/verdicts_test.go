@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/shared-resource/csi-driver/internal/shareapi"
@@ -15,7 +16,7 @@ import (
 var testDriver = Driver{GrantReadHint: func(accounts string, key shareapi.SourceKey) string { return "grant read on " + key.Name }}
 
 func testJudgement() *shareJudgement {
-	return &shareJudgement{a: &adminClient{d: testDriver}, o: &adminOptions{driverAccounts: "csi:node"}, ref: shareapi.Ref{Kind: shareapi.KindSecret, Name: "ca"}}
+	return &shareJudgement{a: &adminClient{d: testDriver}, o: &adminOptions{driverAccounts: "csi:node"}, refresh: true, ref: shareapi.Ref{Kind: shareapi.KindSecret, Name: "ca"}}
 }
 
 func pinnedTo(uid string) Share {
@@ -44,5 +45,24 @@ func TestDiagnoseChecksTheSourceInTheRelistsOrder(t *testing.T) {
 	}
 	if r, done := testJudgement().judgeSource(pinnedTo("old"), nil, sourceFacts{uid: "old", driverAccount: "csi:node", mayRead: true}); done {
 		t.Errorf("the pinned source, readable: %s", r.Verdict)
+	}
+}
+
+// refreshResource=false: the files published stay, and the relist never reads the source; a
+// source missing, unreadable or re-created, or a share not Ready over it, is no verdict.
+func TestDiagnoseJudgesNoSourceOfAVolumeThatDoesNotRefresh(t *testing.T) {
+	notFound := apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, "ca")
+	notReady := &metav1.Condition{Type: shareapi.ConditionReady, Status: metav1.ConditionFalse, Reason: shareapi.ReasonSourceNotFound}
+	for name, src := range map[string]sourceFacts{
+		"missing":     {err: notFound, driverAccount: "csi:node", mayRead: true},
+		"unreadable":  {uid: "old", driverAccount: "csi:node"},
+		"re-created":  {uid: "new", driverAccount: "csi:node", mayRead: true},
+		"not read at": {},
+	} {
+		j := testJudgement()
+		j.refresh = false
+		if r, done := j.judgeSource(pinnedTo("old"), notReady, src); done {
+			t.Errorf("%s: %s, want no verdict on the source; evidence %q", name, r.Verdict, r.Evidence)
+		}
 	}
 }
