@@ -3,12 +3,13 @@ package admin
 // `shared-resource-csi diagnose POD` (or `deployment/NAME`): for each share each shared volume of
 // the pod mounts, one verdict, its evidence and the command that fixes it (docs/operating.md,
 // "Diagnose"). It asks what the driver asks, in the driver's order of importance: does the share
-// exist, was the pod's volume revoked, may the pod's service account `use` the share (a
-// SubjectAccessReview the caller creates), may the driver read the source, does it exist, is it
-// the object the share was made for (the relist's order), is the share Ready, is the driver pod
-// on the pod's node Ready. It runs with the caller's kubeconfig and only reads (adminclient.go); a check the
-// caller's permissions did not allow makes the verdict Undetermined, naming the permission, never
-// a guess.
+// exist, are its files away (the driver's events, read through shareapi.FilesAfter, the table the
+// relist's events are checked against), may the pod's service account `use` the share (a
+// SubjectAccessReview the caller creates), may the driver read the source, does it exist, is it the
+// object the share was made for (the relist's order), is the share Ready, is the driver pod on the
+// pod's node Ready. It runs with the caller's kubeconfig and only reads (adminclient.go); a check
+// the caller's permissions did not allow makes the verdict Undetermined, naming the permission,
+// never a guess.
 
 import (
 	"context"
@@ -36,6 +37,7 @@ const (
 	verdictSourceReplaced   = "SourceReplaced"
 	verdictDriverNotReady   = "DriverNotReady"
 	verdictRevoked          = "Revoked"
+	verdictShareReplaced    = "ShareReplaced"
 	verdictUndetermined     = "Undetermined"
 )
 
@@ -191,7 +193,7 @@ func (j *shareJudgement) verdict(v, fix string) shareVerdictReport {
 // judge gives the share's verdict: the first problem found, in the order of the file's comment.
 func (j *shareJudgement) judge(ctx context.Context) shareVerdictReport {
 	a, p, ref := j.a, j.pod, j.ref
-	typeName, resource := ref.Kind.TypeName(), ref.Kind.Resource()+"."+shareapi.Group
+	typeName := ref.Kind.TypeName()
 	u, err := a.getShare(ctx, ref.Kind, ref.Name)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -214,48 +216,20 @@ func (j *shareJudgement) judge(ctx context.Context) shareVerdictReport {
 		// Without the pod's events a revoked volume cannot be told from a working one.
 		j.couldNot("list the pod's events (whether its volume was revoked, the version it last received)", j.evErr)
 	}
-	// Revoked: the driver emptied the volume and has not restored it since.
-	if ev := lastShareEvent(j.events, ref, shareapi.ReasonRevoked, shareapi.ReasonRestored); ev != nil && ev.Reason == shareapi.ReasonRevoked {
-		j.say("event %s %s ago: %s", ev.Reason, since(ev), printable(ev.Message))
-		allowed, _, err := a.mayUse(ctx, p.Namespace, podServiceAccount(p), ref)
-		switch {
-		case err != nil:
-			j.couldNot("check whether the service account may use the share now", err)
-			return j.verdict(verdictRevoked, "grant use again if it was meant (see UseDenied's command), then the driver restores the files at its next relist")
-		case !allowed:
-			j.say("service account %s/%s may not use %s %q now (SubjectAccessReview)", p.Namespace, podServiceAccount(p), typeName, ref.Name)
-			return j.verdict(verdictRevoked, useGrantCommand(p.Namespace, podServiceAccount(p), ref)+"   (if the revocation was not meant; the driver restores the files at its next relist)")
-		default:
-			j.say("service account %s/%s may use it again (SubjectAccessReview)", p.Namespace, podServiceAccount(p))
-			return j.verdict(verdictRevoked, "none: use is granted again; the driver restores the files at its next relist (--relist-interval)")
-		}
-	}
-
 	allowed, reason, err := a.mayUse(ctx, p.Namespace, podServiceAccount(p), ref)
-	switch {
-	case err != nil:
-		j.couldNot(fmt.Sprintf("create a SubjectAccessReview for service account %s/%s (use %s)", p.Namespace, podServiceAccount(p), resource), err)
-	case !allowed:
-		j.say("service account %s/%s may not use %s %q (SubjectAccessReview; authorizer: %q)", p.Namespace, podServiceAccount(p), typeName, ref.Name, reason)
-		return j.verdict(verdictUseDenied, useGrantCommand(p.Namespace, podServiceAccount(p), ref))
-	default:
-		j.say("service account %s/%s may use %s %q (SubjectAccessReview)", p.Namespace, podServiceAccount(p), typeName, ref.Name)
-	}
-	if specErr != nil {
-		j.say("%v", specErr)
-		return j.verdict(verdictShareNotReady, fmt.Sprintf("kubectl edit %s %s", ref.Kind.Resource(), ref.Name))
-	}
-
-	src := sourceFacts{}
-	if j.refresh { // the relist reads no source for a volume that does not refresh
-		key := sh.Source
-		src.uid, src.err = a.sourceUID(ctx, key)
-		if first, _, _ := strings.Cut(j.o.driverAccounts, ","); first != "" {
-			src.driverAccount = first
-			src.mayRead, _, src.readErr = a.driverMayRead(ctx, first, key)
-		}
-	}
-	if r, done := j.judgeSource(sh, ready, src); done {
+	reads := shareReads{share: sh, specErr: specErr, ready: ready, mayUse: allowed, useReason: reason, useErr: err,
+		source: func() (src sourceFacts) {
+			if !j.refresh { // the relist reads no source for a volume that does not refresh
+				return src
+			}
+			src.uid, src.err = a.sourceUID(ctx, sh.Source)
+			if first, _, _ := strings.Cut(j.o.driverAccounts, ","); first != "" {
+				src.driverAccount = first
+				src.mayRead, _, src.readErr = a.driverMayRead(ctx, first, sh.Source)
+			}
+			return src
+		}}
+	if r, done := j.decide(reads); done {
 		return r
 	}
 

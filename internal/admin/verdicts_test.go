@@ -4,8 +4,11 @@ package admin
 // (judge.go, judgeSource), in its order, and none for a volume that does not refresh.
 
 import (
+	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -63,6 +66,64 @@ func TestDiagnoseJudgesNoSourceOfAVolumeThatDoesNotRefresh(t *testing.T) {
 		j.refresh = false
 		if r, done := j.judgeSource(pinnedTo("old"), notReady, src); done {
 			t.Errorf("%s: %s, want no verdict on the source; evidence %q", name, r.Verdict, r.Evidence)
+		}
+	}
+}
+
+// The driver's events on a pod, as reconcile.go writes them, for share secret/ca over Secret p/ca.
+func driverEvent(minutesAgo int, reason, msg string) corev1.Event {
+	return corev1.Event{Reason: reason, Message: msg, LastTimestamp: metav1.NewTime(time.Now().Add(-time.Duration(minutesAgo) * time.Minute))}
+}
+
+var (
+	evRefreshed = func(m int) corev1.Event {
+		return driverEvent(m, shareapi.ReasonRefreshed, "Updated secret/ca from Secret p/ca (resourceVersion 7)")
+	}
+	evRevoked = func(m int) corev1.Event {
+		return driverEvent(m, shareapi.ReasonRevoked, "The files of secret/ca were removed from the volume: denied")
+	}
+	evRestored = func(m int) corev1.Event {
+		return driverEvent(m, shareapi.ReasonRestored, "Access to secret/ca is granted again; its files are back")
+	}
+	evShareReplaced = func(m int) corev1.Event {
+		return driverEvent(m, shareapi.ReasonShareReplaced, `The files of secret/ca were removed from the volume: SharedSecret "ca" was deleted and created again (UID u2, sharing Secret p/other)`)
+	}
+	evRegrantedUnreadable = func(m int) corev1.Event {
+		return driverEvent(m, shareapi.ReasonRefreshFailed, "secret/ca may be used again, but its files stay away until the driver may read its source: the driver may not read Secret p/ca")
+	}
+)
+
+// What diagnose concludes from the driver's events and what it reads is what the relist decides
+// (judge.go's tables): files the driver took away are reported away, with the reason that keeps
+// them away.
+func TestDiagnoseReadsTheFilesAsTheDriverLeftThem(t *testing.T) {
+	readable := sourceFacts{uid: "old", driverAccount: "csi:node", mayRead: true}
+	for _, c := range []struct {
+		name   string
+		events []corev1.Event
+		mayUse bool
+		src    sourceFacts
+		want   string // "": nothing wrong
+	}{
+		{"published", []corev1.Event{evRefreshed(9)}, true, readable, ""},
+		{"share replaced", []corev1.Event{evRefreshed(9), evShareReplaced(5)}, true, readable, verdictShareReplaced},
+		{"revoked, still denied", []corev1.Event{evRevoked(5)}, false, readable, verdictRevoked},
+		{"revoked, granted again", []corev1.Event{evRevoked(5)}, true, readable, verdictRevoked},
+		{"revoked, restored", []corev1.Event{evRevoked(5), evRestored(2)}, true, readable, ""},
+		// Regranted, but the relist keeps the files away: it says why, and so does diagnose.
+		{"regranted, unreadable", []corev1.Event{evRevoked(5), evRegrantedUnreadable(2)}, true, sourceFacts{uid: "old", driverAccount: "csi:node"}, verdictDriverMayNotRead},
+		{"regranted, source re-created", []corev1.Event{evRevoked(5)}, true, sourceFacts{uid: "new", driverAccount: "csi:node", mayRead: true}, verdictSourceReplaced},
+	} {
+		j := testJudgement()
+		j.pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"}}
+		j.events = c.events
+		sortEvents(j.events)
+		r, done := j.decide(shareReads{share: pinnedTo("old"), mayUse: c.mayUse, source: func() sourceFacts { return c.src }})
+		if got := map[bool]string{true: r.Verdict}[done]; got != c.want {
+			t.Errorf("%s: %q, want %q; evidence %q, fix %q", c.name, got, c.want, r.Evidence, r.Fix)
+		}
+		if c.want == verdictRevoked && c.mayUse && !strings.HasPrefix(r.Fix, "none") {
+			t.Errorf("%s: fix %q", c.name, r.Fix)
 		}
 	}
 }
