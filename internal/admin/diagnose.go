@@ -38,6 +38,7 @@ const (
 	verdictDriverNotReady   = "DriverNotReady"
 	verdictRevoked          = "Revoked"
 	verdictShareReplaced    = "ShareReplaced"
+	verdictNotRefreshed     = "NotRefreshed"
 	verdictUndetermined     = "Undetermined"
 )
 

@@ -83,3 +83,15 @@ func lastVersion(evs []corev1.Event, ref shareapi.Ref, evErr error) string {
 	}
 	return fmt.Sprintf("%s (%s ago)", printable(ev.Message), since(ev))
 }
+
+// mentionsSource says whether an event's message names the source object key, as the driver
+// writes it: Kind namespace/name.
+func mentionsSource(msg string, key shareapi.SourceKey) bool {
+	s := string(key.Kind) + " " + key.Namespace + "/" + key.Name
+	i := strings.Index(msg, s)
+	if i < 0 {
+		return false
+	}
+	end := i + len(s)
+	return end == len(msg) || !isNameChar(msg[end])
+}

@@ -3,7 +3,7 @@ package admin
 // diagnose's judgement of one share once it has read it: the pod's files shown or away, read
 // from the driver's events through the table both sides judge by (shareapi.FilesAfter), then the
 // relist's own checks in its order (judge.go in the driver's root): the pod's access, the share,
-// and the source (sourcecheck.go).
+// the source (sourcecheck.go), and what the driver last said it could not refresh.
 
 import (
 	"fmt"
@@ -64,10 +64,16 @@ func (j *shareJudgement) decide(r shareReads) (shareVerdictReport, bool) {
 		return j.verdict(verdictShareNotReady, fmt.Sprintf("kubectl edit %s %s", ref.Kind.Resource(), ref.Name)), true
 	}
 	// Access is back for files that are away: the relist restores them only if it may read the
-	// source, the source exists and is the object the share was made for (and the copy fits: known only when it is
-	// written).
+	// source, the source exists and is the object the share was made for, and the copy fits.
 	if v, done := j.judgeSource(r.share, r.ready, r.source()); done {
 		return v, true
+	}
+	if failed := newestShareEvent(j.events, ref, r.share.Source); failed != nil && failed.Reason == shareapi.ReasonRefreshFailed {
+		if failed != away {
+			j.say("event %s %s ago: %s", failed.Reason, since(failed), printable(failed.Message))
+		}
+		return j.verdict(verdictNotRefreshed, "what the event says; new files that do not fit the node's budget or the volume: select fewer keys (the volume's items) "+
+			"or make room (docs/operating.md, Memory). The driver tries again at every relist"), true
 	}
 	if away != nil {
 		return j.verdict(verdictRevoked, "none: use is granted again; the driver restores the files at its next relist (--relist-interval)"), true
@@ -88,6 +94,21 @@ func filesAwayEvent(evs []corev1.Event, ref shareapi.Ref) *corev1.Event {
 			return &evs[i]
 		}
 		return nil
+	}
+	return nil
+}
+
+// newestShareEvent is the driver's newest event about the share: one naming it, or saying the
+// driver may read its source again (SharedResourceRefreshResumed names the source, not the
+// share).
+func newestShareEvent(evs []corev1.Event, ref shareapi.Ref, src shareapi.SourceKey) *corev1.Event {
+	for i := len(evs) - 1; i >= 0; i-- {
+		if _, ok := shareapi.FilesAfter(evs[i].Reason); !ok {
+			continue
+		}
+		if mentionsShare(evs[i].Message, ref) || evs[i].Reason == shareapi.ReasonRefreshResumed && mentionsSource(evs[i].Message, src) {
+			return &evs[i]
+		}
 	}
 	return nil
 }

@@ -91,11 +91,20 @@ var (
 	evRegrantedUnreadable = func(m int) corev1.Event {
 		return driverEvent(m, shareapi.ReasonRefreshFailed, "secret/ca may be used again, but its files stay away until the driver may read its source: the driver may not read Secret p/ca")
 	}
+	evDoesNotFit = func(m int) corev1.Event {
+		return driverEvent(m, shareapi.ReasonRefreshFailed, "secret/ca changed, but keeps its last files: its new files do not fit on this node")
+	}
+	evUnreadable = func(m int) corev1.Event {
+		return driverEvent(m, shareapi.ReasonRefreshFailed, "secret/ca keeps its last files and is not refreshed: the driver may not read Secret p/ca")
+	}
+	evResumed = func(m int) corev1.Event {
+		return driverEvent(m, shareapi.ReasonRefreshResumed, "The driver may read Secret p/ca again; its files are refreshed again")
+	}
 )
 
 // What diagnose concludes from the driver's events and what it reads is what the relist decides
 // (judge.go's tables): files the driver took away are reported away, with the reason that keeps
-// them away.
+// them away; files kept unrefreshed are reported so.
 func TestDiagnoseReadsTheFilesAsTheDriverLeftThem(t *testing.T) {
 	readable := sourceFacts{uid: "old", driverAccount: "csi:node", mayRead: true}
 	for _, c := range []struct {
@@ -113,6 +122,10 @@ func TestDiagnoseReadsTheFilesAsTheDriverLeftThem(t *testing.T) {
 		// Regranted, but the relist keeps the files away: it says why, and so does diagnose.
 		{"regranted, unreadable", []corev1.Event{evRevoked(5), evRegrantedUnreadable(2)}, true, sourceFacts{uid: "old", driverAccount: "csi:node"}, verdictDriverMayNotRead},
 		{"regranted, source re-created", []corev1.Event{evRevoked(5)}, true, sourceFacts{uid: "new", driverAccount: "csi:node", mayRead: true}, verdictSourceReplaced},
+		{"regranted, does not fit", []corev1.Event{evRevoked(5), evDoesNotFit(2)}, true, readable, verdictNotRefreshed},
+		// Shown, but not refreshed: a new copy that does not fit is seen only in its event.
+		{"does not fit", []corev1.Event{evRefreshed(9), evDoesNotFit(2)}, true, readable, verdictNotRefreshed},
+		{"unreadable, then resumed", []corev1.Event{evRefreshed(9), evUnreadable(5), evResumed(2)}, true, readable, ""},
 	} {
 		j := testJudgement()
 		j.pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"}}
