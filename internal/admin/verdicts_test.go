@@ -4,6 +4,7 @@ package admin
 // (judge.go, judgeSource), in its order, and none for a volume that does not refresh.
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,6 +138,28 @@ func TestDiagnoseReadsTheFilesAsTheDriverLeftThem(t *testing.T) {
 		}
 		if c.want == verdictRevoked && c.mayUse && !strings.HasPrefix(r.Fix, "none") {
 			t.Errorf("%s: fix %q", c.name, r.Fix)
+		}
+	}
+}
+
+// who-uses reads a volume's state from the same table: files taken away by a share replaced are
+// not published, and every reason that shows or takes away files is listed.
+func TestWhoUsesReadsTheStateAsTheDriverLeftIt(t *testing.T) {
+	running := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	ref := shareapi.Ref{Kind: shareapi.KindSecret, Name: "ca"}
+	for want, evs := range map[string][]corev1.Event{
+		"published": {evRefreshed(9)},
+		"replaced":  {evRefreshed(9), evShareReplaced(5)},
+		"revoked":   {evRevoked(5), evRegrantedUnreadable(2)},
+	} {
+		sortEvents(evs)
+		if got := volumeState(running, evs, ref, nil); got != want {
+			t.Errorf("%s: %s", want, got)
+		}
+	}
+	for _, r := range shareapi.ShareEventReasons() {
+		if f, _ := shareapi.FilesAfter(r); f != shareapi.FilesAsBefore && !slices.Contains(whoUsesEventReasons(), r) {
+			t.Errorf("who-uses does not list the events %s, which decide whether files are shown", r)
 		}
 	}
 }
