@@ -163,3 +163,24 @@ func TestWhoUsesReadsTheStateAsTheDriverLeftIt(t *testing.T) {
 		}
 	}
 }
+
+// Every reason the table says takes a share's files away gets a verdict that is not OK, with a
+// fix, whatever else diagnose reads: an away reason added to the table without its verdict here
+// fails.
+func TestDiagnoseHasAVerdictForEveryReasonThatTakesFilesAway(t *testing.T) {
+	for _, reason := range shareapi.ShareEventReasons() {
+		if f, _ := shareapi.FilesAfter(reason); f != shareapi.FilesAway {
+			continue
+		}
+		for _, mayUse := range []bool{false, true} {
+			j := testJudgement()
+			j.pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"}}
+			j.events = []corev1.Event{evRefreshed(9), driverEvent(5, reason, "The files of secret/ca were removed from the volume: why")}
+			r, done := j.decide(shareReads{share: pinnedTo("old"), mayUse: mayUse,
+				source: func() sourceFacts { return sourceFacts{uid: "old", driverAccount: "csi:node", mayRead: true} }})
+			if !done || r.Verdict == verdictOK || r.Fix == "" {
+				t.Errorf("%s (may use: %v): %q, fix %q", reason, mayUse, r.Verdict, r.Fix)
+			}
+		}
+	}
+}
