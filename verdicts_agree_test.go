@@ -96,7 +96,7 @@ func TestVerdictsAgreeWithTheRelist(t *testing.T) {
 				// Untold, the pod's view must not change: the admin's commands see no event.
 				// (9) is taken only while the share's files are shown (judgeSource): a share whose
 				// files are away gets a new copy, (10), and is told.
-				if next.hidden() != from.hidden() && !(o == outcomeCurrent && from.hidden()) {
+				if unreachable := o == outcomeCurrent && from.hidden(); next.hidden() != from.hidden() && !unreachable {
 					t.Errorf("%q after %s: %q untold, but the files are %s before and %s after", from, o, next, shownOrAway(from), shownOrAway(next))
 				}
 				continue

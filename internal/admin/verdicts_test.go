@@ -17,7 +17,7 @@ import (
 	"github.com/shared-resource/csi-driver/internal/shareapi"
 )
 
-var testDriver = Driver{GrantReadHint: func(accounts string, key shareapi.SourceKey) string { return "grant read on " + key.Name }}
+var testDriver = Driver{GrantReadHint: func(_ string, key shareapi.SourceKey) string { return "grant read on " + key.Name }}
 
 func testJudgement() *shareJudgement {
 	return &shareJudgement{a: &adminClient{d: testDriver}, o: &adminOptions{driverAccounts: "csi:node"}, refresh: true, ref: shareapi.Ref{Kind: shareapi.KindSecret, Name: "ca"}}
