@@ -45,14 +45,14 @@ GOLANGCI_LINT = GOGC=$(BUILD_GOGC) $(CURDIR)/$(BIN)/golangci-lint run --config $
 ## lint: shellcheck on every shell script, and on the run: steps of .github/workflows (through
 ## actionlint), and golangci-lint (.golangci.yml: staticcheck, revive, errcheck, govet...) on every
 ## module with Go code: the driver's as built and with the build tags root and crashpoints, test/,
-## tools/ (benchtable, mkimage, soakplot) and tools/ociimage.
+## tools/ (benchtable, mkimage, soakplot, kubeletenv) and tools/ociimage.
 lint: deps-lint actionlint golangci-lint
 	shellcheck -x $(SHELL_SCRIPTS)
 	$(BIN)/actionlint -shellcheck=shellcheck -pyflakes= .github/workflows/*.yaml
 	$(GOLANGCI_LINT) ./...
 	$(GOLANGCI_LINT) --build-tags root,crashpoints ./...
 	cd test && $(GOLANGCI_LINT) ./...
-	cd tools && $(GOLANGCI_LINT) ./benchtable/... ./mkimage/... ./soakplot/...
+	cd tools && $(GOLANGCI_LINT) ./benchtable/... ./mkimage/... ./soakplot/... ./kubeletenv/...
 	cd tools/ociimage && $(GOLANGCI_LINT) ./...
 
 ## check-workflows: every action .github/workflows uses is pinned by a full commit SHA with a
@@ -68,12 +68,13 @@ unit:
 
 ## tools-test: the release tools' own tests (tools/ociimage: reproducibility, SBOMs, static
 ## binaries, push, `make release` itself, its cosign signatures and its krew plugin),
-## tools/benchtable's and tools/soakplot's; no root, no cluster. Part of `make test`.
+## tools/benchtable's and tools/soakplot's, and tools/kubeletenv's (the driver's env-file read by
+## the kubelet's own parser); no root, no cluster. Part of `make test`.
 # -count=1: benchtable's test reads BENCHMARKS.md, outside tools/'s module, whose changes go's
 # test cache does not notice.
-tools-test: helm cosign
+tools-test: helm cosign build
 	cd tools/ociimage && go test ./...
-	cd tools && go test -count=1 ./benchtable ./soakplot
+	cd tools && go test -count=1 ./benchtable ./soakplot ./kubeletenv
 
 ## deps: the apt packages `make test` needs (root).
 deps:
@@ -117,6 +118,12 @@ cosign:
 krew:
 	hack/build-tools.sh krew
 tools-test: krew
+## kube-next: the next Kubernetes minor before it ships (hack/kube-next.sh): the driver built and
+## unit-tested against its pre-release client libraries, and env-file's output read by its
+## kubelet's parser, each from a scratch copy of go.mod. Needs the Go module proxy. In `make test`.
+.PHONY: kube-next
+kube-next:
+	hack/kube-next.sh
 ## govulncheck: the known vulnerabilities (vuln.go.dev, so it needs the network) of the code the
 ## driver's binary is built from, its modules' and the standard library's: fails on any it calls.
 govulncheck:

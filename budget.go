@@ -18,7 +18,8 @@ package main
 // (maxVolumeEntries, and the tmpfs's nr_inodes: tmpfs.go).
 // By default the budget is derived from the container's memory limit (its cgroup), less the
 // source cache's bound and a margin for the driver itself (memorylimit.go: defaultVolumeBudget),
-// and the Go runtime is given the rest of the limit (runtimeMemoryLimit).
+// and the Go runtime's memory limit follows what the volumes hold outside its heap
+// (runtimeMemory).
 
 import (
 	"encoding/json"
@@ -60,7 +61,11 @@ type volumeBudget struct {
 	mu       sync.Mutex
 	charges  map[string]volumeCharge // each volume's
 	charged  int64                   // the sum of charges
+	heap     int64                   // the part of charged that is in the driver's heap (volumeCharge.heap)
 	reserved int64                   // held by operations in progress (reservation)
+	// memory, when set, is told every change: the Go runtime's memory limit follows what the
+	// volumes hold outside its heap (memorylimit.go).
+	memory *runtimeMemory
 }
 
 // volumeCharge is what one volume is charged: the larger of what its record says and what a
@@ -73,6 +78,9 @@ type volumeCharge struct {
 	// or none known (not a tmpfs; its last count kept while a walk fails).
 	// A save keeps it until the next count: a save frees no page a reader keeps open.
 	unlinked int64
+	// heap is the part of saved and unsaved held in the driver's heap, not in tmpfs pages: its
+	// record's lists (recordHeapBytes).
+	heap int64
 }
 
 func (c volumeCharge) bytes() int64 { return max(c.saved, c.unsaved) + c.unlinked }
@@ -87,19 +95,21 @@ func (e *budgetExceeded) Error() string {
 }
 
 // chargeSaved charges volume id the n bytes of the record just saved (or, at start, found on
-// disk), whether they fit or not, in place of what it was charged before (a previous record's,
+// disk), heap of them in the driver's heap, whether they fit or not, in place of what it was charged before (a previous record's,
 // or an unsaved charge: the record describes the disk now; the files no name leads to stay). The
 // volume store's own call (records.go). Room was reserved for what a save adds. n = 0 (no record
 // is): the volume is gone, and forgotten.
-func (b *volumeBudget) chargeSaved(id string, n int64) {
+func (b *volumeBudget) chargeSaved(id string, n, heap int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer b.followed()
 	c := b.charges[id]
-	next := volumeCharge{saved: n, unlinked: c.unlinked}
+	next := volumeCharge{saved: n, unlinked: c.unlinked, heap: heap}
 	if n == 0 {
 		next = volumeCharge{}
 	}
 	b.charged += next.bytes() - c.bytes()
+	b.heap += next.heap - c.heap
 	switch {
 	case next == volumeCharge{}:
 		delete(b.charges, id)
@@ -136,6 +146,7 @@ func (b *volumeBudget) amend(id string, change func(*volumeCharge)) {
 	change(&c)
 	b.charged += c.bytes() - before
 	b.charges[id] = c
+	b.followed()
 }
 
 // chargedFor is what volume id is charged now.
@@ -181,6 +192,7 @@ func (r *reservation) take(n int64) error {
 	}
 	b.reserved += n
 	r.n += n
+	b.followed()
 	return nil
 }
 
@@ -188,6 +200,7 @@ func (r *reservation) take(n int64) error {
 func (r *reservation) release() {
 	r.b.mu.Lock()
 	r.b.reserved -= r.n
+	r.b.followed()
 	r.b.mu.Unlock()
 	r.n = 0
 }
@@ -205,6 +218,7 @@ type volumeRewrite struct {
 	// were charged before: what the volume holds that rec does not say, until the next is saved.
 	written, replaced int64
 	rewrote           bool
+	dropped           bool // a share's new copy lacks a file of its old one (pathDropped)
 	// previousView is what the view before this reconcile costs if it is kept (volumedir.go): its
 	// payload dir, the old copies' charges of the shares rewritten (whose pages only it then
 	// holds), and the entries of the other shown shares' files in it (keptViewBytes).
@@ -245,8 +259,15 @@ func (w *volumeRewrite) anyRewritten() bool { return w.rewrote }
 
 // keepsView reserves room to keep the view the reconcile replaces for readers still on it
 // (volumedir.go), beside what is in use: the old copies it alone then holds, and its links to the
-// other shares' files. False: it does not fit, and the view is not kept.
-func (w *volumeRewrite) keepsView() bool { return w.room.take(w.previousView-w.replaced) == nil }
+// other shares' files. False: a share's copy lost a file (pathDropped), or it does not fit, and
+// the view is not kept.
+func (w *volumeRewrite) keepsView() bool {
+	return !w.dropped && w.room.take(w.previousView-w.replaced) == nil
+}
+
+// pathDropped notes that a share's new copy lacks a file its old one had: the view it replaces
+// is not kept, whether or not another share provides the path (its bytes were this share's).
+func (w *volumeRewrite) pathDropped() { w.dropped = true }
 
 // keptViewCost is what the view the reconcile replaced costs, kept: what the next record says.
 func (w *volumeRewrite) keptViewCost() int64 { return w.previousView }
@@ -415,23 +436,43 @@ func volumeBytesOnPages(rec volumeRecord, recordOnDisk int64) int64 {
 // most). What else a record holds is bounded and small, within the driver's own margin
 // (driverMemoryMargin).
 func recordHeapBytes(rec volumeRecord) int64 {
-	str := func(s string) int64 {
-		if s == "" {
-			return 0
-		}
-		return int64(len(s)) + int64(len(s))/8 + 16
-	}
 	var items int64
 	for _, it := range rec.Items {
-		items += itemSlotBytes + str(it.Key) + str(it.Path)
+		items += itemSlotBytes + heapStringBytes(it.Key) + heapStringBytes(it.Path)
 	}
 	var lists int64
 	for _, s := range rec.Shares {
-		for _, k := range s.Exposed {
-			lists += exposedKeySlotBytes + str(k.Key) + str(k.Path)
-		}
+		lists += exposureHeapBytes(s.Exposed)
 	}
 	return 2*items + lists
+}
+
+// exposureHeapBytes is what a share's list of keys costs in a record decoded in the heap.
+func exposureHeapBytes(e exposure) int64 {
+	var n int64
+	for _, k := range e {
+		n += exposedKeySlotBytes + heapStringBytes(k.Key) + heapStringBytes(k.Path)
+	}
+	return n
+}
+
+// heapStringBytes is what a string of the heap costs, rounded up to the allocator's size classes.
+func heapStringBytes(s string) int64 {
+	if s == "" {
+		return 0
+	}
+	return int64(len(s)) + int64(len(s))/8 + 16
+}
+
+// exposureBytes is what a share's list of keys adds to its volume's charge: its copy in the heap
+// and its entries in the record's file (`{"key":"…","path":"…"},`; keys and paths need no
+// escaping).
+func exposureBytes(e exposure) int64 {
+	n := exposureHeapBytes(e)
+	for _, k := range e {
+		n += int64(len(`{"key":"","path":""},`) + len(k.Key) + len(k.Path))
+	}
+	return n
 }
 
 // exposedKeySlotBytes is an exposed key's struct (two string headers) in its slice, doubled:

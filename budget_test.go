@@ -293,7 +293,7 @@ func publishedVolumeOfOneKey(t *testing.T) (*driver, *fake.Clientset, chan strin
 // it all.
 func TestAVolumeIsChargedItsRecordOrMeasureAndItsUnlinkedFiles(t *testing.T) {
 	b := &volumeBudget{limit: 1 << 20}
-	b.chargeSaved("other", 1000) // another volume, charged throughout
+	b.chargeSaved("other", 1000, 0) // another volume, charged throughout
 	step := func(what string, change func(), want int64) {
 		t.Helper()
 		change()
@@ -301,13 +301,13 @@ func TestAVolumeIsChargedItsRecordOrMeasureAndItsUnlinkedFiles(t *testing.T) {
 			t.Errorf("%s: the volume is charged %d, %d in all; want %d, and %d", what, got, total, want, want+1000)
 		}
 	}
-	step("saved", func() { b.chargeSaved("v", 100) }, 100)
+	step("saved", func() { b.chargeSaved("v", 100, 0) }, 100)
 	step("files kept open", func() { b.chargeUnlinked("v", 30) }, 130)
 	step("a failed reconcile measured more", func() { b.chargeUnsaved("v", 200) }, 230)
-	step("saved again", func() { b.chargeSaved("v", 150) }, 180)
+	step("saved again", func() { b.chargeSaved("v", 150, 0) }, 180)
 	step("closed", func() { b.chargeUnlinked("v", 0) }, 150)
 	step("a failed reconcile measured less", func() { b.chargeUnsaved("v", 120) }, 150)
-	step("forgotten", func() { b.chargeSaved("v", 0) }, 0)
+	step("forgotten", func() { b.chargeSaved("v", 0, 0) }, 0)
 	step("counted once forgotten", func() { b.chargeUnlinked("v", 500) }, 0)
 	if got := b.chargedFor("other"); got != 1000 {
 		t.Errorf("the other volume is charged %d, want 1000", got)

@@ -37,11 +37,16 @@ func newHealthServer(ready func() bool, m *metrics) *http.Server {
 // server's deadlines, on a listener of its own (--probe-address): a client holding every
 // connection the metrics port admits does not reach the probes. The status controller needs it:
 // on the pod network the kubelet probes from the node, another host to the pod, which the health
-// listener counts with any pod's connections. A pod could still hold this listener's
-// connections; the chart's NetworkPolicy admits no pod to this port (the node, the kubelet, is
-// always admitted).
+// listener counts with any pod's connections. Its listener (newProbeListener) also caps each
+// address, and its deadlines are shorter: where the chart's NetworkPolicy, which admits no pod
+// to this port (the node, the kubelet, is always admitted), is not enforced, a pod cannot hold it
+// full alone.
 func newProbeServer(ready func() bool) *http.Server {
-	return newHealthServer(ready, nil)
+	s := newHealthServer(ready, nil)
+	// A probe is one short request on a connection of its own: a connection that has not sent
+	// it within a second or two is not the kubelet's.
+	s.ReadHeaderTimeout, s.ReadTimeout, s.WriteTimeout, s.IdleTimeout = 2*time.Second, 2*time.Second, 5*time.Second, 2*time.Second
+	return s
 }
 
 // healthIdleTimeout closes a keep-alive connection that waits this long for its next request
@@ -79,10 +84,55 @@ type healthListener struct {
 	net.Listener
 	max  int64
 	open atomic.Int64
+	// perAddress, when over 0, is the most connections one remote address holds at once
+	// (newProbeListener); byAddress counts them.
+	perAddress int
+	mu         sync.Mutex
+	byAddress  map[string]int
 }
 
 func newHealthListener(l net.Listener, limit int) *healthListener {
 	return &healthListener{Listener: l, max: int64(limit)}
+}
+
+// probeConnsPerAddress is the most connections one address holds on the probe listener. The
+// kubelet's probes each open one short connection (timeoutSeconds, 1 s by default), so a pod on
+// the pod network, where no NetworkPolicy is enforced, holding this many open does not fill the
+// listener's cap and keep the kubelet out: it takes as many pods of their own addresses as the
+// cap divided by this. (A host-network pod shares the node's address, the kubelet's, and its
+// quota with it.)
+const probeConnsPerAddress = 2
+
+// newProbeListener is the probe server's listener: the health listener's cap on all other
+// hosts, and at most probeConnsPerAddress connections from any one of them.
+func newProbeListener(l net.Listener, limit int) *healthListener {
+	return &healthListener{Listener: l, max: int64(limit), perAddress: probeConnsPerAddress, byAddress: map[string]int{}}
+}
+
+// takeAddress counts a connection from addr, or says false when addr holds its most already.
+func (l *healthListener) takeAddress(addr string) bool {
+	if l.perAddress <= 0 {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.byAddress[addr] >= l.perAddress {
+		return false
+	}
+	l.byAddress[addr]++
+	return true
+}
+
+// releaseAddress gives back a connection from addr.
+func (l *healthListener) releaseAddress(addr string) {
+	if l.perAddress <= 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.byAddress[addr]--; l.byAddress[addr] <= 0 {
+		delete(l.byAddress, addr)
+	}
 }
 
 func (l *healthListener) Accept() (net.Conn, error) {
@@ -94,13 +144,27 @@ func (l *healthListener) Accept() (net.Conn, error) {
 		if fromThisNode(c) {
 			return c, nil
 		}
+		addr := remoteIP(c)
 		if l.open.Add(1) > l.max {
 			l.open.Add(-1)
 			c.Close()
 			continue
 		}
-		return &countedConn{Conn: c, release: func() { l.open.Add(-1) }}, nil
+		if !l.takeAddress(addr) {
+			l.open.Add(-1)
+			c.Close()
+			continue
+		}
+		return &countedConn{Conn: c, release: func() { l.open.Add(-1); l.releaseAddress(addr) }}, nil
 	}
+}
+
+// remoteIP is the address c comes from, without its port.
+func remoteIP(c net.Conn) string {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP.String()
+	}
+	return c.RemoteAddr().String()
 }
 
 // fromThisNode says whether c comes from the address it was accepted on.

@@ -105,3 +105,56 @@ func TestHealthListenerCapsOthersButNeverTheNode(t *testing.T) {
 		t.Errorf("after a silent connection closed, a request from another host: %q %v", status, err)
 	}
 }
+
+// The probe listener caps each address too: one host holding its most connections open does not
+// fill the listener, and another address (the kubelet's, from the node) is still answered.
+func TestProbeListenerCapsEachAddress(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newProbeServer(func() bool { return true })
+	srv.ReadHeaderTimeout = time.Minute // the silent connections below stay open for the whole test
+	probes := newProbeListener(lis, 32)
+	go func() { _ = srv.Serve(probes) }()
+	defer srv.Close()
+	addr := lis.Addr().String()
+	from := func(ip string) *net.Dialer {
+		return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: time.Second}
+	}
+	// A pod holds connections open from its address: the cap per address admits only some.
+	var accepted int
+	for range 10 {
+		c, err := from("127.0.0.2").Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := c.SetReadDeadline(time.Now().Add(300 * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+			accepted++ // held open: the read timed out
+		}
+	}
+	if accepted != probeConnsPerAddress {
+		t.Errorf("one address holds %d silent connections, want %d", accepted, probeConnsPerAddress)
+	}
+	// Another address is answered.
+	c, err := from("127.0.0.3").Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(2 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, "GET /livez HTTP/1.1\r\nHost: driver\r\nConnection: close\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("a probe from another address while one holds its most: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}

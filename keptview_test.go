@@ -15,6 +15,9 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
@@ -228,5 +231,52 @@ func TestAKeptViewFitsTheBudgetOrIsNotKept(t *testing.T) {
 	if used := d.budget.inUse(); used > d.budget.limit || rec.KeptBytes != 0 || len(viewPayloads(t, d, "vol-1")) != 1 {
 		t.Errorf("budget %d in use of %d, %d bytes charged for a kept view, %d versions; want within the limit, nothing kept",
 			used, d.budget.limit, rec.KeptBytes, len(viewPayloads(t, d, "vol-1")))
+	}
+}
+
+// A key one share's source dropped is not kept in a view though another share of the volume
+// provides the same path: the kept version would still show the dropped key's bytes under its
+// hidden name.
+func TestAKeyTheSourceDroppedIsNotKeptWhereAnotherShareHasItsPath(t *testing.T) {
+	c := newFakeCluster(t)
+	c.setSource(map[string]string{"ca.crt": "CA", "tls.key": "DROPPED"})
+	if _, err := c.client.CoreV1().Secrets("p").Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src2", UID: "src2-1", ResourceVersion: "1"},
+		Data:       map[string][]byte{"other.crt": []byte("OTHER")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := c.node()
+	addSecretShare(t, d, "share2", "p", "src2")
+	req := publishRequest(t, d, "vol-1")
+	delete(req.VolumeContext, attrSharedSecret)
+	req.VolumeContext[attrShares] = "secret/share, secret/share2" // share first: it wins a path both provide
+	if _, err := (&nodeServer{d: d}).NodePublishVolume(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	// share2's source gains tls.key: share keeps the path.
+	if _, err := c.client.CoreV1().Secrets("p").Update(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src2", UID: "src2-1", ResourceVersion: "2"},
+		Data:       map[string][]byte{"other.crt": []byte("OTHER"), "tls.key": []byte("SHARE2")}}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "CA", "tls.key", "DROPPED", "other.crt", "OTHER") {
+		t.Fatalf("share2 gains tls.key: %v, the pod sees %v", err, podView(t, d, "vol-1"))
+	}
+	// share's source drops tls.key: share2's is shown, and share's bytes are nowhere.
+	c.setSource(map[string]string{"ca.crt": "CA2"})
+	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "CA2", "tls.key", "SHARE2", "other.crt", "OTHER") {
+		t.Fatalf("share's source drops tls.key: %v, the pod sees %v", err, podView(t, d, "vol-1"))
+	}
+	var left []string
+	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint("vol-1"), dataDir), func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() {
+			if b, _ := os.ReadFile(p); string(b) == "DROPPED" {
+				left = append(left, p)
+			}
+		}
+		return nil
+	})
+	if rec := savedRecord(t, d, "vol-1"); len(left) != 0 || rec.KeptBytes != 0 {
+		t.Errorf("the dropped key's bytes are still in the view at %v (%d bytes charged for a kept view); want gone", left, rec.KeptBytes)
 	}
 }

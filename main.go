@@ -235,7 +235,7 @@ func runNode(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	limitRuntimeMemory(w.d.budget.limit)
+	limitRuntimeMemory(w.d.budget, o.cacheBytes)
 	// Shut down last, once serve has stopped everything that records events.
 	defer w.broadcaster.Shutdown()
 	// Volumes from the previous run first: they must be known before any request is served.
@@ -276,7 +276,7 @@ func (w *wiring) serve(ctx context.Context, o *options) error {
 			return fmt.Errorf("listening on --probe-address %s: %w", o.probeAddr, err)
 		}
 		ps := newProbeServer(d.ready)
-		go func() { errs <- ps.Serve(newHealthListener(lis, o.healthMaxConns)) }()
+		go func() { errs <- ps.Serve(newProbeListener(lis, o.healthMaxConns)) }()
 		defer ps.Close()
 	}
 

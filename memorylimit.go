@@ -4,10 +4,10 @@ package main
 // memory cgroup both the Go runtime's memory (its heap, stacks, the source cache) and the tmpfs
 // pages of every volume the driver writes; the container is OOM-killed when the two together
 // reach the limit. So the limit is split: the volume budget (budget.go) bounds what volumes hold,
-// and the Go runtime is given the rest as its soft memory limit (GOMEMLIMIT), so that the
-// collector runs before the heap grows into room the volumes may be using, rather than letting
-// it reach twice the live heap as it does by default (GOGC). Without a container limit, or
-// without a budget, nothing is divided and the runtime keeps its defaults.
+// and the Go runtime is given the rest as its soft memory limit (GOMEMLIMIT): what the volumes do
+// not hold outside its heap, as that changes. The collector then runs before the heap grows into
+// room the volumes use, rather than letting it reach twice the live heap as it does by default
+// (GOGC). Without a container limit the runtime keeps its defaults.
 
 import (
 	"errors"
@@ -40,22 +40,67 @@ func defaultVolumeBudget(cacheBytes int64) (int64, error) {
 	return budget, nil
 }
 
-// runtimeMemoryLimit is the Go runtime's share of a container's memory limit beside a volume
-// budget: the limit less the budget. The budget counts the volumes' heap too (their records'
-// lists: recordHeapBytes), so this is the runtime's least share, the one left when the volumes
-// hold their whole budget in tmpfs pages. False: no share to set (no limit, no budget, or a
-// budget that leaves the runtime nothing; the runtime keeps its default).
-func runtimeMemoryLimit(containerLimit, budget int64) (int64, bool) {
-	if containerLimit <= 0 || budget <= 0 || budget >= containerLimit {
-		return 0, false
-	}
-	return containerLimit - budget, true
+// runtimeMemory is the Go runtime's soft memory limit, kept at what the container's memory limit
+// leaves beside what the volumes hold outside the heap: their tmpfs pages and the kernel's entries
+// for them. The budget charges volumes their heap too (their records' lists: recordHeapBytes),
+// which is the runtime's own memory: a fixed limit of the container's less the whole budget would
+// sit below the heap the budget admits when volumes hold mostly lists, and the collector would
+// run without end while the heap passed the limit all the same. So the limit follows the
+// budget's charges (volumeBudget.followed).
+type runtimeMemory struct {
+	container int64 // the container's memory limit
+	// floor is what the runtime needs besides the volumes' heap, whatever they hold: the source
+	// cache's bound and driverMemoryMargin. Volumes charged more than the limit leaves (a budget
+	// set larger than the limit allows, or a restart over the budget) do not push the runtime's
+	// limit below it and their heap.
+	floor int64
+	set   int64             // the limit set last; 0 before the first
+	apply func(int64) int64 // debug.SetMemoryLimit
 }
 
-// limitRuntimeMemory sets the Go runtime's soft memory limit to its share of the container's
-// memory limit beside the volume budget (runtimeMemoryLimit), before any volume is recovered.
-// A GOMEMLIMIT in the environment is the admin's choice, and wins.
-func limitRuntimeMemory(budget int64) {
+// goMemoryLimit is the Go runtime's share of a container's memory limit when the volumes hold
+// outside bytes outside the heap and heap in it: the rest of the container's limit, never less
+// than floor and heap.
+func goMemoryLimit(container, floor, outside, heap int64) int64 {
+	return max(container-outside, floor+heap)
+}
+
+// follow sets the limit for volumes holding outside bytes outside the heap and heap in it, when
+// it moves by a MiB or more (debug.SetMemoryLimit is cheap, but this runs on every charge). A
+// nil runtimeMemory keeps no limit.
+func (m *runtimeMemory) follow(outside, heap int64) {
+	if m == nil {
+		return
+	}
+	n := goMemoryLimit(m.container, m.floor, outside, heap)
+	if d := n - m.set; m.set != 0 && d < 1<<20 && d > -1<<20 {
+		return
+	}
+	m.set = n
+	m.apply(n)
+}
+
+// followed tells the Go runtime's memory limit, if one follows the budget, what the volumes hold
+// now outside the heap and in it. Reservations are counted outside: room for what an operation
+// writes. Called with b.mu held.
+func (b *volumeBudget) followed() {
+	b.memory.follow(b.charged+b.reserved-b.heap, b.heap)
+}
+
+// followedBy makes the Go runtime's memory limit follow the budget (memorylimit.go), from now.
+func (b *volumeBudget) followedBy(m *runtimeMemory) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.memory = m
+	b.followed()
+}
+
+// limitRuntimeMemory makes the Go runtime's soft memory limit follow the volume budget b
+// (runtimeMemory), from before any volume is recovered: the container's memory limit less what
+// the volumes hold outside the heap, never below the source cache's bound (cacheBytes),
+// driverMemoryMargin and the volumes' heap. A GOMEMLIMIT in the environment is the admin's
+// choice, and wins; without a container limit, the runtime keeps its default.
+func limitRuntimeMemory(b *volumeBudget, cacheBytes int64) {
 	if v := os.Getenv("GOMEMLIMIT"); v != "" {
 		klog.InfoS("Go runtime memory limit from the environment", "GOMEMLIMIT", v)
 		return
@@ -65,15 +110,10 @@ func limitRuntimeMemory(budget int64) {
 		klog.InfoS("No Go runtime memory limit: the container's memory limit is unknown", "reason", err.Error())
 		return
 	}
-	n, ok := runtimeMemoryLimit(containerLimit, budget)
-	if !ok {
-		klog.InfoS("No Go runtime memory limit: the volume budget leaves no share of the container's memory limit to divide",
-			"containerLimit", containerLimit, "volumeBudget", budget)
-		return
-	}
-	debug.SetMemoryLimit(n)
-	klog.InfoS("Go runtime memory limit: the container's memory limit less the volume budget",
-		"bytes", n, "containerLimit", containerLimit, "volumeBudget", budget)
+	m := &runtimeMemory{container: containerLimit, floor: cacheBytes + driverMemoryMargin, apply: debug.SetMemoryLimit}
+	b.followedBy(m)
+	klog.InfoS("Go runtime memory limit: the container's memory limit less what volumes hold outside the heap, as that changes",
+		"bytes", goMemoryLimit(m.container, m.floor, 0, 0), "containerLimit", containerLimit, "floor", m.floor, "volumeBudget", b.limit)
 }
 
 // cgroupMemoryLimit reads the memory limit of the driver's cgroup: cgroup v2's memory.max, or

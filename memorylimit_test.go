@@ -4,22 +4,26 @@ package main
 // volume's record holds in the heap (budget.go's recordHeapBytes): with volumes published up to
 // the budget, each listing the longest keys its shares expose, and the driver restarted (every
 // record decoded on its own), what the volumes hold in tmpfs pages and what their records hold in
-// the heap stay within the budget, so that the Go runtime's share of the limit (the limit less the
-// budget) is the driver's own.
+// the heap stay within the budget, and the Go runtime's memory limit, which follows what the
+// volumes hold outside the heap, leaves the runtime its own share beside the volumes' heap.
 
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
-// The review's volume: nine shares each exposing 256 keys of 253 bytes under paths of 253
-// bytes, one small file each. A record of it is some 1.2 MiB, and so is its decoded copy in the
-// heap: the heap measured after a restart must be within what the volumes are charged for it.
+// A volume of nine shares each exposing 256 keys of 253 bytes under paths of 253 bytes (the
+// longest lists a share may have), one small file each. A record of it is some 1.2 MiB, and so
+// is its decoded copy in the heap: the heap measured after a restart must be within what the
+// volumes are charged for it, and below the Go runtime's memory limit by the runtime's own share.
 func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 	const budget = 128 << 20 // the default: a 256 MiB limit less the default cache bound and margin
 	const sharesPerVolume = 9
@@ -65,7 +69,10 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
+	limit := int64(budget + driverMemoryMargin + 64<<20) // the container's limit with the default cache bound
 	restarted := newVolumeStore(stateDir, &volumeBudget{limit: budget})
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	restarted.budget.followedBy(&runtimeMemory{container: limit, floor: 64<<20 + driverMemoryMargin, apply: debug.SetMemoryLimit})
 	for _, id := range ids {
 		rec, err := restarted.readRecord(id)
 		if err != nil {
@@ -76,6 +83,7 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	goLimit := debug.SetMemoryLimit(-1) // as the volumes' charges set it
 
 	charged := restarted.budget.inUse()
 	var heapCharged int64
@@ -83,18 +91,30 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 		heapCharged += recordHeapBytes(rec)
 	}
 	runtime.KeepAlive(restarted)
-	held := charged - heapCharged + heap                 // tmpfs pages and entries as charged, and the heap as measured
-	limit := int64(budget + driverMemoryMargin + 64<<20) // the container's limit with the default cache bound
-	goLimit, _ := runtimeMemoryLimit(limit, budget)
+	held := charged - heapCharged + heap // tmpfs pages and entries as charged, and the heap as measured
 	t.Logf("%d volumes of %d shares listing %d keys of 253 bytes: charged %d KiB (%d KiB of it for the heap); heap after a restart +%d KiB (%d KiB per volume); "+
-		"tmpfs and heap %d KiB of the budget's %d KiB; Go runtime limit %d MiB of the container's %d MiB",
-		len(ids), sharesPerVolume, maxSharedItems, charged>>10, heapCharged>>10, heap>>10, heap/int64(len(ids))>>10, held>>10, budget>>10, goLimit>>20, limit>>20)
+		"tmpfs and heap %d KiB of the budget's %d KiB; Go runtime limit %d MiB of the container's %d MiB, the whole live heap %d MiB",
+		len(ids), sharesPerVolume, maxSharedItems, charged>>10, heapCharged>>10, heap>>10, heap/int64(len(ids))>>10, held>>10, budget>>10, goLimit>>20, limit>>20, after.HeapAlloc>>20)
 	if heap > heapCharged {
 		t.Errorf("after a restart the records hold %d KiB of heap; their volumes are charged %d KiB for it", heap>>10, heapCharged>>10)
 	}
 	if held > budget {
 		t.Errorf("the volumes hold %d KiB (tmpfs as charged, heap as measured), over the budget of %d KiB: beside the Go runtime's %d MiB, over the container's limit",
 			held>>10, budget>>10, goLimit>>20)
+	}
+	// The runtime's limit leaves it, beside the volumes' heap, what the budget does not take of
+	// the container's limit (the source cache's bound and the driver's margin); and what it holds
+	// with the volumes' tmpfs stays within the container's limit.
+	if own := limit - budget; goLimit-heap < own {
+		t.Errorf("the Go runtime's limit of %d MiB leaves %d MiB beside the volumes' heap of %d MiB, under its own share of %d MiB: the collector would run without end",
+			goLimit>>20, (goLimit-heap)>>20, heap>>20, own>>20)
+	}
+	if int64(after.HeapAlloc) >= goLimit {
+		t.Errorf("the live heap of %d MiB is over the Go runtime's limit of %d MiB", after.HeapAlloc>>20, goLimit>>20)
+	}
+	if goLimit+(charged-heapCharged) > limit {
+		t.Errorf("the Go runtime's limit of %d MiB and the volumes' %d MiB outside the heap are over the container's %d MiB",
+			goLimit>>20, (charged-heapCharged)>>20, limit>>20)
 	}
 }
 
@@ -103,23 +123,123 @@ func chargedBytesOfOneSmallFile() int64 {
 	return chargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA")}})
 }
 
-// The Go runtime gets the container's limit less the volume budget; nothing without a limit, a
-// budget, or a share left to it.
-func TestRuntimeMemoryLimitIsTheContainersLessTheBudget(t *testing.T) {
+// The Go runtime gets the container's limit less what the volumes hold outside its heap, never
+// less than its own share (the source cache's bound and the driver's margin) beside the volumes'
+// heap: volumes holding their whole budget in tmpfs leave it the limit less the budget; volumes
+// holding it in their records' lists leave it nearly the whole limit; a budget set larger than
+// the limit allows, or volumes over it, leave it its floor and the volumes' heap.
+func TestGoMemoryLimitFollowsWhatVolumesHoldOutsideTheHeap(t *testing.T) {
+	const limit, floor = 256 << 20, 128 << 20
 	for _, c := range []struct {
-		limit, budget, want int64
-		ok                  bool
+		name                string
+		outside, heap, want int64
 	}{
-		{256 << 20, 128 << 20, 128 << 20, true},
-		{512 << 20, 100 << 20, 412 << 20, true},
-		{0, 128 << 20, 0, false},
-		{256 << 20, 0, 0, false},
-		{256 << 20, 256 << 20, 0, false},
-		{256 << 20, 300 << 20, 0, false},
+		{"no volumes", 0, 0, 256 << 20},
+		{"the budget in tmpfs", 128 << 20, 0, 128 << 20},
+		{"the budget in lists", 4 << 20, 124 << 20, 252 << 20},
+		{"a budget by hand over the limit, in tmpfs", 300 << 20, 0, 128 << 20},
+		{"a budget by hand over the limit, half in lists", 150 << 20, 150 << 20, 278 << 20},
 	} {
-		got, ok := runtimeMemoryLimit(c.limit, c.budget)
-		if got != c.want || ok != c.ok {
-			t.Errorf("runtimeMemoryLimit(%d, %d) = %d, %v; want %d, %v", c.limit, c.budget, got, ok, c.want, c.ok)
+		if got := goMemoryLimit(limit, floor, c.outside, c.heap); got != c.want {
+			t.Errorf("%s: %d MiB, want %d MiB", c.name, got>>20, c.want>>20)
 		}
 	}
+
+	// The budget tells it every change; it sets the runtime's limit when that moves by a MiB.
+	var set []int64
+	b := &volumeBudget{limit: 128 << 20}
+	b.followedBy(&runtimeMemory{container: limit, floor: floor, apply: func(n int64) int64 { set = append(set, n); return 0 }})
+	b.chargeSaved("v", 40<<20, 30<<20)
+	room, _ := b.reserve(512 << 10)
+	room.release()
+	b.chargeSaved("v", 0, 0)
+	if want := []int64{256 << 20, 246 << 20, 256 << 20}; !slices.Equal(set, want) {
+		t.Errorf("limits set %v, want %v", set, want)
+	}
+}
+
+// A share's list of keys edited after its volumes were published, to the longest list a share may
+// have, grows every volume's record (and, once the records are decoded again at a restart, the
+// heap) by some 300 KiB: the reconcile that would note it reserves the growth, and where it does
+// not fit, the volume keeps noting the entries of its old list the new one still has, and the pod
+// is told. The node never holds more than its budget, as charged and as the heap measured after a
+// restart shows.
+func TestAListLengthenedAfterPublishStaysWithinTheBudget(t *testing.T) {
+	c := newFakeCluster(t)
+	d, events := c.node()
+	setShareItems(t, d, entry("ca.crt"))
+	publishVolume(t, d, "vol-00")
+	perVolume := d.budget.inUse()
+	long := []map[string]any{entry("ca.crt")}
+	longList := exposure{{Key: "ca.crt", Path: "ca.crt"}}
+	for i := 1; i < maxSharedItems; i++ {
+		k, p := fmt.Sprintf("%03dk", i)+strings.Repeat("k", 249), fmt.Sprintf("%03dp", i)+strings.Repeat("p", 249)
+		long, longList = append(long, entry(k, p)), append(longList, exposedKey{Key: k, Path: p})
+	}
+	const volumes = 40
+	d.budget.limit = volumes*perVolume + exposureBytes(longList)*10 // room for the volumes, and for some of the lists' growth
+	for i := 1; i < volumes; i++ {
+		publishVolume(t, d, fmt.Sprintf("vol-%02d", i))
+	}
+	reasons(events)
+	chargedBefore := d.budget.inUse()
+	heapBefore, _ := restartedHeap(t, d, volumes)
+
+	setShareItems(t, d, long...)
+	for i := range volumes {
+		if err := reconcileVolume(t, d, fmt.Sprintf("vol-%02d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	charged := d.budget.inUse()
+	told := reasons(events)
+	var noted int
+	for i := range volumes {
+		if rec := savedRecord(t, d, fmt.Sprintf("vol-%02d", i)); len(rec.Shares[0].Exposed) == maxSharedItems {
+			noted++
+		} else if !rec.Shares[0].Exposed.same(exposure{{Key: "ca.crt", Path: "ca.crt"}}) {
+			t.Errorf("vol-%02d notes the list %v, want the new one or ca.crt alone", i, rec.Shares[0].Exposed.names())
+		}
+	}
+
+	heapAfter, restarted := restartedHeap(t, d, volumes)
+	heapGrowth := heapAfter - heapBefore
+	t.Logf("%d volumes of %d KiB, the budget %d KiB; after the list grew: %d noting it, charged %d KiB (%+d KiB), %d pods told %s; "+
+		"records decoded again: heap %+d KiB (%d KiB before the edit, %d KiB after), charged %d KiB",
+		volumes, perVolume>>10, d.budget.limit>>10, noted, charged>>10, (charged-chargedBefore)>>10, len(told), reasonRefreshFailed,
+		heapGrowth>>10, heapBefore>>10, heapAfter>>10, restarted>>10)
+	if heapGrowth > charged-chargedBefore {
+		t.Errorf("the edit grew the heap of the records decoded again by %d KiB; their charge grew by %d KiB", heapGrowth>>10, (charged-chargedBefore)>>10)
+	}
+	if restarted > d.budget.limit {
+		t.Errorf("after a restart the volumes are charged %d KiB, over the budget of %d KiB", restarted>>10, d.budget.limit>>10)
+	}
+	if charged > d.budget.limit {
+		t.Errorf("after the share's list grew, the volumes are charged %d KiB, over the budget of %d KiB", charged>>10, d.budget.limit>>10)
+	}
+	if noted == volumes || !slices.Contains(told, reasonRefreshFailed) {
+		t.Errorf("%d of %d volumes note the new list, and the pods were told %v: want the ones that do not fit told %s", noted, volumes, told, reasonRefreshFailed)
+	}
+}
+
+// restartedHeap reads and decodes the records of d's volumes vol-00... on their own, as
+// recoverVolumes does at a restart, and returns the heap they hold and what they are charged.
+func restartedHeap(t *testing.T, d *driver, volumes int) (heap, charged int64) {
+	t.Helper()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	restarted := newVolumeStore(filepath.Dir(d.store.dir), &volumeBudget{limit: d.budget.limit})
+	for i := range volumes {
+		rec, err := restarted.readRecord(fmt.Sprintf("vol-%02d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		restarted.remember(rec)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(restarted)
+	return int64(after.HeapAlloc) - int64(before.HeapAlloc), restarted.budget.inUse()
 }

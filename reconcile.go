@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 	"github.com/shared-resource/csi-driver/internal/shareapi"
 )
 
@@ -199,15 +200,17 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 			w.errs = append(w.errs, v.err)
 			continue
 		}
+		wrote := false // a new copy through the share's list now, the list's growth reserved with it
 		if v.files != nil {
 			want := v
 			var err error
 			others := volumeEntryCount(w.next.Shares) - w.next.Shares[i].Entries
-			if v, err = writeNewCopy(vol, old, i, v, rw, others); err != nil {
+			if v, err = writeNewCopy(vol, old, i, v, rw, others, listGrowth(old.Exposed, v.state.Exposed)); err != nil {
 				// Not written (a full tmpfs: ENOSPC, out of inodes): the share is as it was...
 				w.errs = append(w.errs, fmt.Errorf("writing the copy of %s: %w", old, err))
 				v = shareVerdict{state: old}
 			}
+			wrote = v.files != nil
 			if want.state.Told.hidden() && !v.state.Told.hidden() {
 				// ...but a revocation stands, whether or not the copy it keeps for when access
 				// comes back could be narrowed: the share leaves the view now, its copy as it
@@ -222,6 +225,9 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 			if err != nil && v.files == nil && !v.state.Told.hidden() {
 				continue // ...and for the keys no longer shared, when there were some to drop
 			}
+		}
+		if !wrote || v.files == nil {
+			v = listWithinBudget(rec.VolumeID, old, v, rw)
 		}
 		if v.files != nil { // nil: no new copy, or it did not fit, and was not written
 			rw.rewritten(old, v.state)
@@ -244,18 +250,19 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 }
 
 // writeNewCopy writes the new copy of share i that verdict v brings, its bytes reserved in rw
-// beside the old copy's (which stay charged until the record naming the new one is saved). A new
+// beside the old copy's (which stay charged until the record naming the new one is saved), and
+// with them listGrowth, what the share's new list of keys adds to the record. A new
 // copy that does not fit is not written: the share keeps its last files, and the pod is told once
 // (overBudget, judge.go); so is one that would make the volume hold more files and directories than
 // maxVolumeEntries, beside the others (the files and directories of the volume's other shares). On
 // an error the share is as it was.
-func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, rw *volumeRewrite, others int) (shareVerdict, error) {
+func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, rw *volumeRewrite, others int, listGrowth int64) (shareVerdict, error) {
 	newBytes, newEntries := chargedBytes(v.files), filesEntries(v.files)
 	var refused string
 	if n := others + newEntries; n > maxVolumeEntries {
 		refused = fmt.Sprintf("its new files do not fit in the volume: they would make %d files and directories in it, and a volume holds at most %d "+
 			"(select fewer keys with the volumeAttribute %s)", n, maxVolumeEntries, attrItems)
-	} else if err := rw.fits(newBytes); err != nil {
+	} else if err := rw.fits(newBytes + listGrowth); err != nil {
 		refused = fmt.Sprintf("its new files do not fit on this node: %v", err)
 	}
 	if refused != "" {
@@ -266,11 +273,55 @@ func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, rw *volu
 		return shareVerdict{state: old, change: &shareChange{share: old.shareRef, kind: changeRefreshFailed,
 			why: "changed, but keeps its last files: " + refused}}, nil
 	}
+	// A file the old copy has and the new one lacks must leave the pod at once, also where
+	// another share provides its path (a kept view would show it under its hidden name). The old
+	// copy unreadable: assumed so.
+	if held, err := atomicwriter.ReadFiles(vol.shareDir(i)); err != nil || dropsFile(held, v.files) {
+		rw.pathDropped()
+	}
 	if err := vol.writeCopy(i, v.files); err != nil {
 		return v, err
 	}
 	v.state.Bytes, v.state.Entries = newBytes, newEntries
 	return v, nil
+}
+
+// listWithinBudget is verdict v on a share, old before, that brings no new copy, with its new
+// list of keys reserved in rw when the list grew. A list that does not fit beside what is in use
+// is not recorded: the record notes the entries of the old list the new one still has (the old
+// list itself when it had none, every key, or when none is left), which names every file the
+// share's copy holds (v's narrowing kept only files both lists share) and is no larger, and the
+// pod is told once, as for a new copy that does not fit (writeNewCopy). So an edit that lengthens
+// a share's list never makes the node hold more than its budget.
+func listWithinBudget(volumeID string, old shareState, v shareVerdict, rw *volumeRewrite) shareVerdict {
+	growth := listGrowth(old.Exposed, v.state.Exposed)
+	if growth == 0 {
+		return v
+	}
+	err := rw.fits(growth)
+	if err == nil {
+		return v
+	}
+	klog.V(2).InfoS("A share's new list of keys does not fit in the volume budget; its volume keeps noting the old one", "volumeID", volumeID,
+		"share", old.String(), "err", err)
+	// An empty list would be saved as none (every key): the old list then.
+	if both := old.Exposed.alsoIn(v.state.Exposed); !old.Exposed.all() && len(both) > 0 {
+		v.state.Exposed = both
+	} else {
+		v.state.Exposed = old.Exposed
+	}
+	if v.state.Told.hidden() {
+		return v // revoked: nothing shown, nothing to tell
+	}
+	why := "its new list of keys does not fit on this node: " + err.Error()
+	var tell bool
+	switch v.state.Told, tell = v.state.Told.after(outcomeOverBudget); {
+	case v.change != nil:
+		v.change.why += "; " + why
+	case tell:
+		v.change = &shareChange{share: old.shareRef, kind: changeRefreshFailed, why: "changed, but keeps its last files: " + why}
+	}
+	return v
 }
 
 // narrowUnwritten is what share i of rec becomes when want, a verdict through the share's new

@@ -310,7 +310,7 @@ func (s *volumeStore) keepCharging(rec volumeRecord, n int64) {
 	defer s.mu.Unlock()
 	s.vols[rec.VolumeID] = rec.clone()
 	delete(s.counted, rec.VolumeID) // a save changed the disk: the next count walks it again
-	s.budget.chargeSaved(rec.VolumeID, n)
+	s.budget.chargeSaved(rec.VolumeID, n, recordHeapBytes(rec))
 }
 
 // saveRewritten saves a reconciled volume's record, next, and keeps the store's account of its
@@ -398,7 +398,7 @@ func (v viewChange) changesFiles() bool { return v >= viewReplaced }
 func (s *volumeStore) forget(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.budget.chargeSaved(id, 0)
+	s.budget.chargeSaved(id, 0, 0)
 	delete(s.vols, id)
 	delete(s.unverified, id)
 	delete(s.counted, id)

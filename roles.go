@@ -98,7 +98,7 @@ func runStatusController(ctx context.Context, o *options) error {
 			return fmt.Errorf("listening on --probe-address %s: %w", o.probeAddr, err)
 		}
 		ps := newProbeServer(shares.synced)
-		go func() { errs <- ps.Serve(newHealthListener(lis, o.healthMaxConns)) }()
+		go func() { errs <- ps.Serve(newProbeListener(lis, o.healthMaxConns)) }()
 		defer ps.Close()
 	}
 	shares.start(ctx)

@@ -36,6 +36,17 @@ type exposedKey struct {
 // exactly the listed keys, under their paths, in the list's order.
 type exposure []exposedKey
 
+// alsoIn is the entries of e that o shares, in e's order: never nil (a list, possibly empty).
+func (e exposure) alsoIn(o exposure) exposure {
+	out := exposure{}
+	for _, k := range e {
+		if o.shares(k.Key, k.Path) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // all says whether the share exposes every key (it has no list).
 func (e exposure) all() bool { return e == nil }
 
@@ -199,4 +210,13 @@ func validateExposedKey(key, path string) error {
 		return fmt.Errorf("path: %w (a path here is one file name: the pod's items place it in directories)", err)
 	}
 	return nil
+}
+
+// listGrowth is what a share's list of keys, changed from old to now (an edit of its spec.items),
+// adds to its volume's record, in the heap and on disk (exposureBytes); 0 when it does not grow.
+func listGrowth(old, now exposure) int64 {
+	if old.same(now) {
+		return 0
+	}
+	return max(0, exposureBytes(now)-exposureBytes(old))
 }

@@ -15,20 +15,27 @@ package main
 // that follows has its pin moved to the new object by the status writer.
 //
 // The first pin is trusted only with an object that is the share's first: one that existed when
-// the share was made (created no later than the share, to the second the API server records), or
-// one created after the status writer found, for the share's current spec, that no source
-// existed (Ready False, SourceNotFound: a share made before its source). Any other object
-// created after the share may be one created again while the pin was missing (the status writer
-// down, lagging or not allowed to read the source): running volumes then hold to the object
-// their files came from (sourcePin.orRecorded), and a first pin taking the new object would move
-// them to it. So it is not pinned: the share's Ready condition is False with reason
+// the share was made, or its spec was last edited while no object was ever read for it
+// (specSince; within firstPinGrace of it), or
+// one created after the status writer's first check of the share's current spec found that no
+// source existed (Ready False, SourceNotFound, and no object read since: a share made before its
+// source). One way: once an object was read for the spec, pinned or refused, the status records
+// it (SourceObserved), and a source deleted later does not make the next object the first. Any
+// other object created after the share may be one created again while the pin was missing (the
+// status writer down, lagging or not allowed to read the source): running volumes then hold to
+// the object their files came from (sourcePin.orRecorded), and a first pin taking the new object
+// would move them to it. So it is not pinned: the share's Ready condition is False with reason
 // SourceReplaced, saying so and what accepts the object, and the pin is left to an admin (or to
 // a share that follows). What this cannot tell apart: a status writer that never read the first
 // object in its whole life, and first ran while no source existed, pins the next one.
 
 import (
 	"fmt"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -39,6 +46,12 @@ const (
 	// recreationField is spec.sourceRecreation: Pin (or absent) or Follow.
 	recreationField  = "sourceRecreation"
 	recreationFollow = "Follow"
+
+	// SourceObserved (True, ObjectRead) records that an object was read for the share's current
+	// spec (its observedGeneration): after it, the first pin never counts the share as made
+	// before its source (sawNoSource).
+	conditionSourceObserved = "SourceObserved"
+	reasonObjectRead        = "ObjectRead"
 )
 
 // sourcePin is what a share says about which object it shares.
@@ -102,13 +115,94 @@ func (e *sourceNewerThanShareError) Error() string {
 		e.shareCreated.UTC().Format(time.RFC3339), sh.Kind.shareResource(), sh.Name, pinField, e.uid, recreationField, recreationFollow)
 }
 
+// firstPinGrace is how much later than its share (specSince) an object may be created and still
+// count as made with it: a share and its source applied together (kubectl apply of a directory,
+// a chart) are created seconds apart, in either order, often before the status controller runs.
+const firstPinGrace = 10 * time.Second
+
+// specSince is when the share u's current spec was set, for the first pin: its creation, or, when
+// its spec was edited since (generation over 1) and no object was ever read for it
+// (SourceObserved, of any generation: an edit must not make a refused object the first), the
+// last time a writer of the share's spec wrote the share (its managedFields; none: its
+// creation). An object that existed when the spec naming it was set is its first, as one that
+// existed when the share was made is.
+func specSince(u *unstructured.Unstructured) time.Time {
+	since := u.GetCreationTimestamp().Time
+	if u.GetGeneration() <= 1 {
+		return since
+	}
+	if conds, err := shareConditions(u); err != nil || meta.FindStatusCondition(conds, conditionSourceObserved) != nil || pinOf(u).UID != "" {
+		return since
+	}
+	for _, f := range u.GetManagedFields() {
+		if f.Subresource == "" && f.Time != nil && f.FieldsV1 != nil && strings.Contains(f.FieldsV1.GetRawString(), `"f:spec"`) && f.Time.After(since) {
+			since = f.Time.Time
+		}
+	}
+	return since
+}
+
 // firstPinRefusal says whether a first pin of share sh, created at shareCreated, may take the
 // object uid, created at created: nil when it may (the share has a pin or follows, so no first
-// pin is taken here; the object is not newer than the share; or the share's status saw no
-// source, sawNoSource), else a *sourceNewerThanShareError.
+// pin is taken here; the object is not newer than the share, by more than firstPinGrace; or the
+// share's status saw no source, sawNoSource), else a *sourceNewerThanShareError.
 func firstPinRefusal(sh shareSpec, shareCreated time.Time, sawNoSource bool, uid string, created time.Time) error {
-	if uid == "" || sh.Pin.UID != "" || sh.Pin.Follow || sawNoSource || !created.After(shareCreated) {
+	if uid == "" || sh.Pin.UID != "" || sh.Pin.Follow || sawNoSource || !created.After(shareCreated.Add(firstPinGrace)) {
 		return nil
 	}
 	return &sourceNewerThanShareError{share: sh, uid: uid, created: created, shareCreated: shareCreated}
+}
+
+// sawNoSource says whether the share's status says that the first check of its current spec found
+// no source (Ready False, SourceNotFound, and no object read for this spec since): an object found
+// after that is the share's first. One way: once an object was read for the spec (pinned or
+// refused: SourceObserved), a source deleted later does not make the next object the first.
+func sawNoSource(u *unstructured.Unstructured) bool {
+	conds, err := shareConditions(u)
+	if err != nil {
+		return false
+	}
+	gen := u.GetGeneration()
+	c := meta.FindStatusCondition(conds, conditionReady)
+	return c != nil && c.Reason == reasonSourceNotFound && c.ObservedGeneration == gen && !observedForSpec(conds, gen)
+}
+
+// observedForSpec says whether conds record that an object was read for the share's spec of
+// generation gen (SourceObserved).
+func observedForSpec(conds []metav1.Condition, gen int64) bool {
+	c := meta.FindStatusCondition(conds, conditionSourceObserved)
+	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == gen
+}
+
+// recordObserved adds SourceObserved to conds, for generation gen, if an object was read for it:
+// now (seen, its UID) or by an earlier check whose Ready condition says so. It says whether it
+// added it. Called before Ready is overwritten: once recorded, a later "no source" does not make
+// the next object the share's first (sawNoSource).
+func recordObserved(conds *[]metav1.Condition, gen int64, seen string) bool {
+	if observedForSpec(*conds, gen) || (seen == "" && !readObjectBefore(*conds, gen)) {
+		return false
+	}
+	what := "the source"
+	if seen != "" {
+		what = fmt.Sprintf("the source (UID %s)", seen)
+	}
+	return meta.SetStatusCondition(conds, metav1.Condition{Type: conditionSourceObserved, Status: metav1.ConditionTrue, Reason: reasonObjectRead,
+		ObservedGeneration: gen,
+		Message: "the driver read " + what + " for this spec of the share: from now on the driver pins an object created after the share " +
+			"only if an admin accepts it (or the share follows re-creations), even after the source is deleted"})
+}
+
+// readObjectBefore says whether a Ready condition of conds for generation gen says an object was
+// read (a status written before SourceObserved existed): it is recorded as observed before
+// Ready is overwritten.
+func readObjectBefore(conds []metav1.Condition, gen int64) bool {
+	c := meta.FindStatusCondition(conds, conditionReady)
+	if c == nil || c.ObservedGeneration != gen {
+		return false
+	}
+	switch c.Reason {
+	case reasonSourceAvailable, reasonSourceReplaced, reasonSourceKeyMissing:
+		return true
+	}
+	return false
 }

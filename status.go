@@ -196,55 +196,12 @@ func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
 	if !ok {
 		return fmt.Errorf("unexpected object %T in share cache", obj)
 	}
-	cond, uid := w.checkSource(ctx, ref.Kind, u)
+	cond, uid, seen := w.checkSource(ctx, ref.Kind, u)
 	if ctx.Err() != nil {
 		return ctx.Err() // the term ended: the check's error says nothing about the source
 	}
-	conds, err := shareConditions(u)
-	if err != nil {
-		// Only a writer ignoring the CRD schema gets here; the driver's condition replaces it.
-		klog.V(2).InfoS("Replacing unreadable share status", "kind", ref.Kind.shareTypeName(), "share", ref.Name, "err", err)
-		conds = nil
-	}
-	// The pin is set when the source is first read, if it is an object not created after the
-	// share, and moved to a re-created source only by a share that follows re-creations
-	// (sourcepin.go). uid is "" when the source may not be pinned.
-	pinned := pinOf(u)
-	pin := pinned.UID
-	if uid != "" && (pin == "" || pinned.Follow) {
-		pin = uid
-	}
-	// lastTransitionTime moves only when the status does; reason, message and
-	// observedGeneration are updated in place.
-	condChanged := meta.SetStatusCondition(&conds, cond)
-	if kept := withinMaxConditions(conds); len(kept) < len(conds) {
-		conds, condChanged = kept, true
-	}
-	exposed := exposedNames(ref.Kind, u)
-	had, _, _ := unstructured.NestedStringSlice(u.Object, "status", "exposedKeys")
-	if !condChanged && slices.Equal(had, exposed) && pin == pinned.UID {
-		return nil
-	}
-	u = u.DeepCopy()
-	if pin != "" {
-		if err := unstructured.SetNestedField(u.Object, pin, "status", pinField); err != nil {
-			return err
-		}
-	}
-	if exposed == nil {
-		unstructured.RemoveNestedField(u.Object, "status", "exposedKeys")
-	} else if err := unstructured.SetNestedStringSlice(u.Object, exposed, "status", "exposedKeys"); err != nil {
-		return err
-	}
-	items := make([]any, 0, len(conds))
-	for i := range conds {
-		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&conds[i])
-		if err != nil {
-			return err
-		}
-		items = append(items, m)
-	}
-	if err := unstructured.SetNestedSlice(u.Object, items, "status", "conditions"); err != nil {
+	u, changed, err := statusAfterCheck(ref.Kind, u, cond, uid, seen)
+	if err != nil || !changed {
 		return err
 	}
 	// An update, not a patch: the resourceVersion makes a write based on a stale read fail
@@ -260,10 +217,67 @@ func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
 	return nil
 }
 
+// statusAfterCheck is u with the status a check of its source gives it: the Ready condition cond,
+// the pin (uid: "" when it may not be pinned), SourceObserved (seen: the UID read, "" for none),
+// status.exposedKeys. changed is false when the status says all that already (u not copied).
+func statusAfterCheck(k shareKind, u *unstructured.Unstructured, cond metav1.Condition, uid, seen string) (out *unstructured.Unstructured, changed bool, err error) {
+	conds, err := shareConditions(u)
+	if err != nil {
+		// Only a writer ignoring the CRD schema gets here; the driver's condition replaces it.
+		klog.V(2).InfoS("Replacing unreadable share status", "kind", k.shareTypeName(), "share", u.GetName(), "err", err)
+		conds = nil
+	}
+	// The pin is set when the source is first read, if it is the share's first object, and moved
+	// to a re-created source only by a share that follows re-creations (sourcepin.go). uid is ""
+	// when the source may not be pinned.
+	pinned := pinOf(u)
+	pin := pinned.UID
+	if uid != "" && (pin == "" || pinned.Follow) {
+		pin = uid
+	}
+	// Recorded before Ready is overwritten (sourcepin.go).
+	observed := recordObserved(&conds, u.GetGeneration(), seen)
+	// lastTransitionTime moves only when the status does; reason, message and
+	// observedGeneration are updated in place.
+	condChanged := meta.SetStatusCondition(&conds, cond) || observed
+	if kept := withinMaxConditions(conds); len(kept) < len(conds) {
+		conds, condChanged = kept, true
+	}
+	exposed := exposedNames(k, u)
+	had, _, _ := unstructured.NestedStringSlice(u.Object, "status", "exposedKeys")
+	if !condChanged && slices.Equal(had, exposed) && pin == pinned.UID {
+		return u, false, nil
+	}
+	u = u.DeepCopy()
+	if pin != "" {
+		if err := unstructured.SetNestedField(u.Object, pin, "status", pinField); err != nil {
+			return nil, false, err
+		}
+	}
+	if exposed == nil {
+		unstructured.RemoveNestedField(u.Object, "status", "exposedKeys")
+	} else if err := unstructured.SetNestedStringSlice(u.Object, exposed, "status", "exposedKeys"); err != nil {
+		return nil, false, err
+	}
+	items := make([]any, 0, len(conds))
+	for i := range conds {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&conds[i])
+		if err != nil {
+			return nil, false, err
+		}
+		items = append(items, m)
+	}
+	if err := unstructured.SetNestedSlice(u.Object, items, "status", "conditions"); err != nil {
+		return nil, false, err
+	}
+	return u, true, nil
+}
+
 // checkSource GETs the share's source (metadata only, from the API server's watch cache) and
-// returns the Ready condition that describes the answer, and the UID to pin: the source's, or ""
-// when it could not be read, or when a first pin may not take it (firstPinRefusal).
-func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstructured.Unstructured) (cond metav1.Condition, uid string) {
+// returns the Ready condition that describes the answer, the UID to pin (the source's, or "" when
+// it could not be read, or when a first pin may not take it: firstPinRefusal), and the UID of the
+// object read, pinned or not ("" when none was).
+func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstructured.Unstructured) (cond metav1.Condition, uid, seen string) {
 	sh, err := shareFromObject(k, u)
 	if err != nil {
 		cond = metav1.Condition{Type: conditionReady, Status: metav1.ConditionFalse, Reason: reasonInvalidShare, Message: err.Error()}
@@ -273,9 +287,10 @@ func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstruct
 		var problem error
 		var created time.Time
 		uid, created, problem = w.sourceProblem(ctx, sh)
+		seen = uid
 		// Judged whatever else is wrong with the object (a key its list names missing): pinned
 		// now, an object the pin may not take would feed running volumes once the key is added.
-		if refusal := firstPinRefusal(sh, u.GetCreationTimestamp().Time, sawNoSource(u), uid, created); refusal != nil {
+		if refusal := firstPinRefusal(sh, specSince(u), sawNoSource(u), uid, created); refusal != nil {
 			problem = refusal
 		}
 		cond = readyCondition(sh, uid, problem, w.cfg.Account)
@@ -285,37 +300,32 @@ func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstruct
 		}
 	}
 	cond.ObservedGeneration = u.GetGeneration()
-	return cond, uid
+	return cond, uid, seen
 }
 
 // maxConditions is the most conditions the CRDs' schema takes (status.conditions' maxItems).
 const maxConditions = 8
 
-// withinMaxConditions is conds with at most maxConditions conditions: Ready, and the first of the
-// others. A status holding more (written before the schema bounded them) would have every write
-// of it refused.
+// withinMaxConditions is conds with at most maxConditions conditions: Ready and SourceObserved
+// (the driver's), and the first of the others. A status holding more (written before the schema
+// bounded them) would have every write of it refused.
 func withinMaxConditions(conds []metav1.Condition) []metav1.Condition {
 	if len(conds) <= maxConditions {
 		return conds
 	}
-	out := make([]metav1.Condition, 0, maxConditions)
-	for _, c := range conds {
-		if c.Type == conditionReady || len(out) < maxConditions-1 {
-			out = append(out, c)
+	others := maxConditions - len(slices.DeleteFunc(slices.Clone(conds), func(c metav1.Condition) bool { return !driversCondition(c.Type) }))
+	return slices.DeleteFunc(slices.Clone(conds), func(c metav1.Condition) bool {
+		if driversCondition(c.Type) {
+			return false
 		}
-	}
-	return out
+		others--
+		return others < 0
+	})
 }
 
-// sawNoSource says whether the share's status, for its current spec, says its source did not
-// exist (Ready False, SourceNotFound): an object found after that is the share's first.
-func sawNoSource(u *unstructured.Unstructured) bool {
-	conds, err := shareConditions(u)
-	if err != nil {
-		return false
-	}
-	c := meta.FindStatusCondition(conds, conditionReady)
-	return c != nil && c.Reason == reasonSourceNotFound && c.ObservedGeneration == u.GetGeneration()
+// driversCondition says whether a condition type is one the driver writes.
+func driversCondition(t string) bool {
+	return t == conditionReady || t == conditionSourceObserved
 }
 
 // sourceProblem GETs the share's source, from the API server's watch cache, and says which

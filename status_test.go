@@ -10,12 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -74,7 +76,7 @@ func TestReadyConditionOfInvalidShare(t *testing.T) {
 		"metadata": map[string]any{"name": "broken", "generation": int64(3)},
 		"spec":     map[string]any{"secretRef": map[string]any{"name": "x"}},
 	}}
-	c, _ := (&statusWriter{}).checkSource(context.Background(), kindSecret, u)
+	c, _, _ := (&statusWriter{}).checkSource(context.Background(), kindSecret, u)
 	if c.Status != metav1.ConditionFalse || c.Reason != reasonInvalidShare || c.ObservedGeneration != 3 || !strings.Contains(c.Message, "spec.secretRef") {
 		t.Errorf("got %+v", c)
 	}
@@ -198,14 +200,133 @@ func TestFirstPinRefusesANewerSourceMissingAKey(t *testing.T) {
 			"items": []any{map[string]any{"key": "ca.crt"}}},
 	}}
 	w := &statusWriter{cfg: statusConfig{Sources: sourceAt{sourceData{UID: "uid-2", Created: made.Add(time.Hour), Files: map[string][]byte{"other": []byte("x")}}}}}
-	c, uid := w.checkSource(context.Background(), kindSecret, u)
+	c, uid, _ := w.checkSource(context.Background(), kindSecret, u)
 	if uid != "" || c.Reason != reasonSourceReplaced {
 		t.Errorf("a newer source missing a key: pin %q, %+v; want no pin, SourceReplaced", uid, c)
 	}
 	// Not newer than the share: pinned, and reported missing its key.
 	w.cfg.Sources = sourceAt{sourceData{UID: "uid-1", Created: made, Files: map[string][]byte{"other": []byte("x")}}}
-	if c, uid := w.checkSource(context.Background(), kindSecret, u); uid != "uid-1" || c.Reason != reasonSourceKeyMissing {
+	if c, uid, _ := w.checkSource(context.Background(), kindSecret, u); uid != "uid-1" || c.Reason != reasonSourceKeyMissing {
 		t.Errorf("the share's own source missing a key: pin %q, %+v; want uid-1, SourceKeyMissing", uid, c)
+	}
+}
+
+// sourceGone answers every GET as the API server does for a source that does not exist.
+type sourceGone struct{}
+
+func (sourceGone) getSource(_ context.Context, k sourceKey, _ metav1.GetOptions) (*sourceData, error) {
+	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, k.Name)
+}
+
+// checkAndWrite runs one check of the share u by the status writer against src and returns the
+// share with the status it writes, as the API server then stores it.
+func checkAndWrite(t *testing.T, u *unstructured.Unstructured, src sourceGetter) (*unstructured.Unstructured, metav1.Condition, string) {
+	t.Helper()
+	w := &statusWriter{cfg: statusConfig{Sources: src}}
+	cond, uid, seen := w.checkSource(context.Background(), kindSecret, u)
+	out, _, err := statusAfterCheck(kindSecret, u, cond, uid, seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, cond, pinOf(out).UID
+}
+
+// "No source" counts for the first pin only when it is the first thing the status writer found
+// for the share's spec. A share whose newer object was refused, and whose source was then
+// deleted, does not take the next object created as its first: it stays SourceReplaced, without
+// a pin, until an admin accepts it. A share made before its source still pins the first object.
+func TestNoSourceAfterARefusalDoesNotReopenTheFirstPin(t *testing.T) {
+	made := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	share := func(status map[string]any) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": "corp-ca", "generation": int64(1), "creationTimestamp": made.Format(time.RFC3339)},
+			"spec": map[string]any{"secretRef": map[string]any{"namespace": "platform", "name": "ca-bundle"},
+				"items": []any{map[string]any{"key": "ca.crt"}}},
+		}}
+		if status != nil {
+			u.Object["status"] = status
+		}
+		return u
+	}
+	source := func(uid string, created time.Time) sourceGetter {
+		return sourceAt{sourceData{UID: uid, Created: created, Files: map[string][]byte{"ca.crt": []byte("CA")}}}
+	}
+
+	u, c, pin := checkAndWrite(t, share(nil), source("uid-2", made.Add(time.Hour)))
+	if pin != "" || c.Reason != reasonSourceReplaced {
+		t.Fatalf("a newer object: pin %q, %s; want no pin, SourceReplaced", pin, c.Reason)
+	}
+	u, c, _ = checkAndWrite(t, u, sourceGone{})
+	if c.Reason != reasonSourceNotFound {
+		t.Fatalf("the source deleted: %s, want SourceNotFound", c.Reason)
+	}
+	if _, c, pin = checkAndWrite(t, u, source("uid-3", made.Add(2*time.Hour))); pin != "" || c.Reason != reasonSourceReplaced {
+		t.Errorf("refused, then no source, then a new object: pin %q, %s; want no pin, SourceReplaced", pin, c.Reason)
+	}
+
+	// A status written before SourceObserved existed: its Ready condition says an object was read.
+	old := share(map[string]any{"conditions": []any{map[string]any{"type": conditionReady, "status": "False", "reason": reasonSourceReplaced,
+		"message": "m", "observedGeneration": int64(1), "lastTransitionTime": made.Add(time.Hour).Format(time.RFC3339)}}})
+	u, _, _ = checkAndWrite(t, old, sourceGone{})
+	if _, c, pin = checkAndWrite(t, u, source("uid-3", made.Add(2*time.Hour))); pin != "" || c.Reason != reasonSourceReplaced {
+		t.Errorf("refused under an older driver, then no source, then a new object: pin %q, %s; want no pin, SourceReplaced", pin, c.Reason)
+	}
+
+	// Made before its source: the first check finds none, and the first object is pinned.
+	u, _, _ = checkAndWrite(t, share(nil), sourceGone{})
+	u, _, _ = checkAndWrite(t, u, sourceGone{})
+	if _, c, pin = checkAndWrite(t, u, source("uid-1", made.Add(time.Hour))); pin != "uid-1" || c.Reason != reasonSourceAvailable {
+		t.Errorf("no source since the share was made, then an object: pin %q, %s; want uid-1, SourceAvailable", pin, c.Reason)
+	}
+}
+
+// No false SourceReplaced where nothing was replaced: a source created seconds after its share
+// (applied together, the status controller not running yet), or one that existed when the
+// share's spec was edited to name it, is the share's first. One created after the edit is not,
+// nor, once an object was read for the share, one that existed at an edit.
+func TestFirstPinTakesAnObjectMadeWithTheShareOrItsEdit(t *testing.T) {
+	made := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	edited := made.Add(2 * time.Hour)
+	share := func(generation int64, conditions ...any) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": "corp-ca", "generation": generation, "creationTimestamp": made.Format(time.RFC3339)},
+			"spec": map[string]any{"secretRef": map[string]any{"namespace": "platform", "name": "ca-bundle"},
+				"items": []any{map[string]any{"key": "ca.crt"}}},
+		}}
+		u.SetManagedFields([]metav1.ManagedFieldsEntry{
+			{Manager: "kubectl-client-side-apply", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: made},
+				FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:secretRef":{}}}`)},
+			{Manager: "kubectl-edit", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: edited},
+				FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:items":{}}}`)},
+			// The status controller's writes, later, are not the spec's.
+			{Manager: statusFieldManager, Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: edited.Add(time.Hour)},
+				Subresource: "status", FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:status":{}}`)},
+		})
+		if len(conditions) > 0 {
+			u.Object["status"] = map[string]any{"conditions": conditions}
+		}
+		return u
+	}
+	notFound := map[string]any{"type": conditionReady, "status": "False", "reason": reasonSourceNotFound, "message": "m",
+		"observedGeneration": int64(1), "lastTransitionTime": made.Format(time.RFC3339)}
+	observed := map[string]any{"type": conditionSourceObserved, "status": "True", "reason": reasonObjectRead, "message": "m",
+		"observedGeneration": int64(1), "lastTransitionTime": made.Format(time.RFC3339)}
+	for _, tc := range []struct {
+		name    string
+		u       *unstructured.Unstructured
+		created time.Time
+		pinned  bool
+	}{
+		{"created 5s after the share, nothing checked yet", share(1), made.Add(5 * time.Second), true},
+		{"created a minute after the share, nothing checked yet", share(1), made.Add(time.Minute), false},
+		{"existing when the spec was edited, after no source for the old spec", share(2, notFound), made.Add(time.Hour), true},
+		{"created after the edit, unchecked since", share(2, notFound), edited.Add(time.Minute), false},
+		{"existing at the edit, an object read before it", share(2, notFound, observed), made.Add(time.Hour), false},
+	} {
+		_, c, pin := checkAndWrite(t, tc.u, sourceAt{sourceData{UID: "uid-1", Created: tc.created, Files: map[string][]byte{"ca.crt": []byte("CA")}}})
+		if got := pin == "uid-1"; got != tc.pinned || (tc.pinned && c.Reason != reasonSourceAvailable) || (!tc.pinned && c.Reason != reasonSourceReplaced) {
+			t.Errorf("%s: pin %q, %s; want pinned %v", tc.name, pin, c.Reason, tc.pinned)
+		}
 	}
 }
 
@@ -220,6 +341,16 @@ func TestConditionsAreKeptWithinTheSchemasBound(t *testing.T) {
 	kept := withinMaxConditions(conds)
 	if len(kept) != maxConditions || kept[len(kept)-1].Type != conditionReady || kept[0].Type != "Example0" {
 		t.Errorf("kept %d conditions %v, want %d with Ready", len(kept), kept, maxConditions)
+	}
+	// Ready first, or anywhere: the bound is kept, not one less.
+	readyFirst := append([]metav1.Condition{{Type: conditionReady}}, conds[:12]...)
+	if kept := withinMaxConditions(readyFirst); len(kept) != maxConditions || kept[0].Type != conditionReady || kept[1].Type != "Example0" {
+		t.Errorf("Ready first: kept %d conditions %v, want %d with Ready", len(kept), kept, maxConditions)
+	}
+	// The record that an object was read for the spec is the driver's too: kept.
+	withObserved := append(slices.Clone(readyFirst), metav1.Condition{Type: conditionSourceObserved, Status: metav1.ConditionTrue})
+	if kept := withinMaxConditions(withObserved); len(kept) != maxConditions || meta.FindStatusCondition(kept, conditionSourceObserved) == nil || meta.FindStatusCondition(kept, conditionReady) == nil {
+		t.Errorf("with SourceObserved: kept %d conditions %v, want %d with Ready and SourceObserved", len(kept), kept, maxConditions)
 	}
 	if few := conds[:3]; len(withinMaxConditions(few)) != 3 {
 		t.Error("a status within the bound lost conditions")

@@ -51,7 +51,7 @@ func relistChanges(t *testing.T, d *driver, st shareState, o outcome) []*shareCh
 	case outcomeOverBudget:
 		// A copy with more files than a volume holds, beside the others: refused before the node's
 		// budget is asked, so no volume dir or reservation is needed.
-		v, err := writeNewCopy(volumeDir{}, st, 0, shareVerdict{state: st, files: map[string]atomicwriter.File{"k": {Data: []byte("v"), Mode: 0o644}}}, nil, maxVolumeEntries)
+		v, err := writeNewCopy(volumeDir{}, st, 0, shareVerdict{state: st, files: map[string]atomicwriter.File{"k": {Data: []byte("v"), Mode: 0o644}}}, nil, maxVolumeEntries, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -408,3 +408,13 @@ func (vd volumeDir) kernelUsage() (u tmpfsUsage, ok bool) {
 	// The field types differ by architecture (Bsize is a uint32 on s390x).
 	return tmpfsUsage{pageBytes: int64(st.Blocks-st.Bfree) * int64(st.Bsize), inodeSpace: int64(st.Files-st.Ffree) * inodeSpaceBytes}, true
 }
+
+// dropsFile says whether now lacks a file old has.
+func dropsFile(old, now map[string]atomicwriter.File) bool {
+	for p := range old {
+		if _, ok := now[p]; !ok {
+			return true
+		}
+	}
+	return false
+}

@@ -13,6 +13,9 @@
 #   4. each older supported minor (hack/lib/versions.sh), one node: the tests that prove a user's
 #      install works there (hack/matrixtests/matrix.txt: packages of test/ and test names, checked
 #      to exist before any cluster starts). Their binaries build in the background from the start.
+# Beside them all, from the start, in the background: the next minor before it ships
+# (hack/kube-next.sh: the driver's unit tests against its pre-release client libraries, and
+# env-file's output read by its kubelet's parser; no cluster).
 # After each phase `down` must leave nothing behind (hack/cluster.sh check-down).
 # A phase that needs no kubelet, for hosts that cannot run this harness's nodes (cgroup v2):
 #   0. `make test-api` (TEST_NODES=0): a control plane alone (hack/cluster.sh up
@@ -45,7 +48,7 @@ else
 	hack/cluster.sh check-host
 fi
 # A whole run: no minor asked for, no tests or phases picked. Only a whole run has the benchmarks'
-# and fuzz targets' phase and the older minors' (the matrix).
+# and fuzz targets' phase, the older minors' (the matrix) and the next minor's.
 whole_run=0 matrix=()
 if [[ -z ${KUBE_VERSION:-} && -z ${TEST_ARGS:-} && -z ${TEST_NODES:-} ]]; then
 	whole_run=1 matrix=("${KUBE_MINORS[@]:1}")
@@ -95,13 +98,20 @@ if ((${#matrix[@]})); then
 	"${lowest_priority[@]}" env BUILD_JOBS=1 hack/build-tools.sh older >_output/build-older.log 2>&1 &
 	older_build=$!
 fi
+# The next minor's unit tests (hack/kube-next.sh), from the start at the lowest priority too: it
+# compiles with another Go, so it shares no compiled package with the builds it runs beside.
+next_run=
+if ((whole_run)); then
+	"${lowest_priority[@]}" hack/kube-next.sh >_output/kube-next.log 2>&1 &
+	next_run=$!
+fi
 # The fuzz targets' run (started after the newest minor's phases, below).
 fuzz_run=
 # On the way out, the background jobs too if they still run (each its own process group).
 # shellcheck disable=SC2317 # called by the EXIT trap
 stop_background() {
 	local pid
-	for pid in $older_build $fuzz_run; do
+	for pid in $older_build $next_run $fuzz_run; do
 		if jobs -rp | grep -qx "$pid"; then kill -- -"$pid" 2>/dev/null || true; fi
 	done
 }
@@ -279,6 +289,20 @@ if [[ -n $fuzz_run ]]; then
 		status=1
 	else
 		sed -n '/^fuzz summary:/,$p' _output/fuzz.log
+	fi
+fi
+if [[ -n $next_run ]]; then
+	waited=$(date +%s)
+	wait "$next_run"
+	next_status=$?
+	next_run=
+	echo "the next minor's run: waited $(($(date +%s) - waited)) s for it"
+	if ((next_status != 0)); then
+		tail -n 60 _output/kube-next.log
+		echo "the next minor's unit tests or env-file parser test failed (_output/kube-next.log, above)" >&2
+		status=1
+	else
+		grep -E '^(ok|the |built )' _output/kube-next.log
 	fi
 fi
 echo "tests finished in $(($(date +%s) - start)) s"

@@ -8,6 +8,22 @@
 # Newest first: the first is the default, and the one the whole suite runs on.
 KUBE_MINORS=(1.37 1.36 1.35)
 
+# The next minor before it ships: the pre-release of k8s.io/kubernetes whose client libraries
+# (v0.MINOR.x of k8s.io/api, apimachinery, client-go, kubelet) the driver is built and unit-tested
+# against, and whose kubelet's env file parser reads env-file's output (hack/kube-next.sh, in
+# `make test`). Its API server joins KUBE_MINORS once it builds from the Go module proxy (not yet:
+# k8s.io/apiextensions-api v0.38.0-beta.0 is not served). KUBE_NEXT_GO: the Go it requires,
+# which the go command fetches from the module proxy (GOTOOLCHAIN).
+# shellcheck disable=SC2034 # read by hack/kube-next.sh
+KUBE_NEXT=v1.38.0-beta.0
+# shellcheck disable=SC2034
+KUBE_NEXT_GO=go1.27.3
+# KUBE_NEXT_STANDINS: module@version, each standing in for a version of that module that the
+# pre-release requires but the module proxy does not serve (sigs.k8s.io/structured-merge-diff/v7
+# v7.0.1). hack/kube-next.sh uses a stand-in only while the required version stays unserved.
+# shellcheck disable=SC2034
+KUBE_NEXT_STANDINS=(sigs.k8s.io/structured-merge-diff/v7@v7.0.0)
+
 # kube_module_dir MINOR: the tool module (relative to the repository root) that pins MINOR. The
 # newest minor's is tools/ itself.
 kube_module_dir() {

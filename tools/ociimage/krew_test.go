@@ -4,14 +4,17 @@ package main
 // manifest of them (krew/shared-resource.yaml), checked by krew itself, built from the Go module
 // proxy (hack/build-tools.sh krew): its manifest validation (validate-krew-manifest) accepts the
 // manifest, and `kubectl krew install --manifest --archive` installs the host platform's archive,
-// after checking it against the manifest's sha256; the installed plugin then runs as kubectl runs
-// it (`kubectl shared-resource diagnose --help` is kubectl-shared_resource on $PATH).
+// after checking it against the manifest's sha256; a real kubectl (the local cluster's, built by
+// `make tools-main`) then finds the installed plugin on $PATH (krew's bin dir alone) and runs
+// `kubectl shared-resource diagnose --help` through it, with no cluster.
 
 import (
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -50,6 +53,7 @@ func TestMakeReleaseWritesAKrewPluginThatKrewInstalls(t *testing.T) {
 			missingTool(t, "no "+tool+": run `hack/build-tools.sh krew`")
 		}
 	}
+	kubectl := kubectlBinary(t)
 	// The host's platform, another krew runs on, and one it does not.
 	other := "arm64"
 	if runtime.GOARCH == other {
@@ -104,23 +108,56 @@ func TestMakeReleaseWritesAKrewPluginThatKrewInstalls(t *testing.T) {
 	if b, err := wrong.CombinedOutput(); err == nil {
 		t.Errorf("kubectl krew install took the %s archive for %s:\n%s", other, runtime.GOARCH, b)
 	}
-	// kubectl runs a plugin as kubectl-<name, - as _> found on $PATH, with the words after it.
-	plugin := filepath.Join(root, "bin", "kubectl-shared_resource")
-	help, err := exec.Command(plugin, "diagnose", "--help").CombinedOutput()
-	if err != nil && !strings.Contains(string(help), "-kubeconfig") {
-		t.Fatalf("%s diagnose --help: %v\n%s", plugin, err, help)
+	// kubectl runs a plugin as kubectl-<name, - as _> found on $PATH, with the words after it:
+	// with krew's bin dir alone on $PATH, the plugin kubectl finds is the one krew installed.
+	bin := filepath.Join(root, "bin")
+	kubectlEnv := append(env, "PATH="+bin, "KUBECONFIG="+filepath.Join(t.TempDir(), "none"))
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(kubectl, args...)
+		cmd.Env = kubectlEnv
+		b, err := cmd.CombinedOutput()
+		return string(b), err
+	}
+	if list, err := run("plugin", "list"); err != nil || !strings.Contains(list, filepath.Join(bin, "kubectl-shared_resource")) {
+		t.Errorf("kubectl plugin list does not show krew's kubectl-shared_resource (%v):\n%s", err, list)
+	}
+	help, err := run("shared-resource", "diagnose", "--help")
+	if err != nil && !strings.Contains(help, "-kubeconfig") {
+		t.Fatalf("kubectl shared-resource diagnose --help: %v\n%s", err, help)
 	}
 	for _, want := range []string{"-kubeconfig", "-output"} {
-		if !strings.Contains(string(help), want) {
+		if !strings.Contains(help, want) {
 			t.Errorf("kubectl shared-resource diagnose --help, installed by krew, lacks %s:\n%s", want, help)
 		}
 	}
-	usage, _ := exec.Command(plugin).CombinedOutput()
-	if !strings.Contains(string(usage), "Usage: kubectl shared-resource COMMAND") {
+	if usage, _ := run("shared-resource"); !strings.Contains(usage, "Usage: kubectl shared-resource COMMAND") {
 		t.Errorf("kubectl shared-resource, installed by krew, is not the plugin:\n%s", usage)
 	}
 	licence, err := filepath.Glob(filepath.Join(root, "store", "shared-resource", "v0.1.0", "LICENSE"))
 	if err != nil || len(licence) != 1 {
 		t.Errorf("krew did not install the LICENSE (%v)", err)
 	}
+}
+
+// kubectlBinary is the kubectl of the newest Kubernetes minor the local cluster builds
+// (_output/bin/k8s-1.NN/kubectl, `make tools-main`), or $KUBECTL.
+func kubectlBinary(t *testing.T) string {
+	t.Helper()
+	if k := os.Getenv("KUBECTL"); k != "" {
+		return k
+	}
+	found, _ := filepath.Glob("../../_output/bin/k8s-1.*/kubectl")
+	minor := func(p string) int {
+		n, _ := strconv.Atoi(strings.TrimPrefix(filepath.Base(filepath.Dir(p)), "k8s-1."))
+		return n
+	}
+	slices.SortFunc(found, func(a, b string) int { return minor(b) - minor(a) })
+	if len(found) == 0 {
+		missingTool(t, "no kubectl in _output/bin/k8s-1.*/: run `make tools-main`, or set KUBECTL")
+	}
+	k, err := filepath.Abs(found[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }

@@ -240,7 +240,8 @@ func TestSourceRecreatedWithoutAPinKeepsTheOriginalData(t *testing.T) {
 }
 
 // The same, and then the status controller starts: its first pin does not take the re-created
-// object (created after the share, whose status never said it had no source). The share is
+// object (created after the share, past the first pin's grace, whose status never said it had no
+// source). The share is
 // Ready False/SourceReplaced, naming the command that accepts the object, and has no pin; the
 // running volume keeps the original data, not refreshed. (Before, the first pin took whatever
 // object it read first, and running volumes followed it with a "refreshed" event.)
@@ -252,8 +253,9 @@ func TestFirstPinDoesNotTakeASourceRecreatedAfterTheShare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The API keeps whole seconds: the re-created object must be in a later second than the share.
-	time.Sleep(time.Until(u.GetCreationTimestamp().Add(1100 * time.Millisecond)))
+	// The re-created object must be newer than the share by more than the first pin's grace, in
+	// a later second (the API keeps whole seconds).
+	time.Sleep(time.Until(u.GetCreationTimestamp().Add(framework.FirstPinGrace + 1100*time.Millisecond)))
 	if err := e.Kube.CoreV1().Secrets(f.platform).Delete(t.Context(), "ca-bundle", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

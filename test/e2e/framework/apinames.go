@@ -124,6 +124,9 @@ const (
 	RecordFile = "record.json"
 	// HealthIdleTimeout is how long the health server keeps an idle connection.
 	HealthIdleTimeout = 15 * time.Second
+	// FirstPinGrace is how much later than its share a source may be created and still be the
+	// share's first object, pinned by the status controller (docs/security.md).
+	FirstPinGrace = 10 * time.Second
 )
 
 // shareConditions reads a share's status.conditions.
