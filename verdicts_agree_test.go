@@ -49,13 +49,20 @@ func relistChanges(t *testing.T, d *driver, st shareState, o outcome) []*shareCh
 	case outcomeRefreshed:
 		return []*shareChange{refreshedChange(st, sh, "7", true), refreshedChange(st, sh, "7", false)}
 	case outcomeOverBudget:
-		// A copy with more files than a volume holds, beside the others: refused before the node's
-		// budget is asked, so no volume dir or reservation is needed.
-		v, err := writeNewCopy(volumeDir{}, st, 0, shareVerdict{state: st, files: map[string]atomicwriter.File{"k": {Data: []byte("v"), Mode: 0o644}}}, nil, maxVolumeEntries, 0)
+		// A copy with more files than a volume holds, beside the others, and one the node's budget
+		// refuses: both refused before anything is written, so no volume dir is needed.
+		files := map[string]atomicwriter.File{"k": {Data: []byte("v"), Mode: 0o644}}
+		tooMany, err := writeNewCopy(volumeDir{}, st, 0, shareVerdict{state: st, files: files}, nil, maxVolumeEntries, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return []*shareChange{v.change}
+		full := newVolumeRewrite(&volumeBudget{limit: 1}, rec)
+		defer full.release()
+		tooLarge, err := writeNewCopy(volumeDir{}, st, 0, shareVerdict{state: st, files: files}, full, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []*shareChange{tooMany.change, tooLarge.change}
 	}
 	t.Fatalf("no verdict of the relist builds outcome %q: add it here", o)
 	return nil
