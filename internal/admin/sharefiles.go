@@ -63,15 +63,14 @@ func (j *shareJudgement) decide(r shareReads) (shareVerdictReport, bool) {
 		j.say("%v", r.specErr)
 		return j.verdict(verdictShareNotReady, fmt.Sprintf("kubectl edit %s %s", ref.Kind.Resource(), ref.Name)), true
 	}
-	// Access is back for files that are away: the relist restores them only if it may read the
-	// source, the source exists and is the object the share was made for, and the copy fits.
+	// Files shown are refreshed, and files away (their use granted again) restored, only if the
+	// relist may read the source, the source exists and is the object the share was made for, and
+	// the new copy fits; only its event says it did not.
 	if v, done := j.judgeSource(r.share, r.ready, r.source()); done {
 		return v, true
 	}
 	if failed := newestShareEvent(j.events, ref, r.share.Source); failed != nil && failed.Reason == shareapi.ReasonRefreshFailed {
-		if failed != away {
-			j.say("event %s %s ago: %s", failed.Reason, since(failed), printable(failed.Message))
-		}
+		j.say("event %s %s ago: %s", failed.Reason, since(failed), printable(failed.Message))
 		return j.verdict(verdictNotRefreshed, "what the event says; new files that do not fit the node's budget or the volume: select fewer keys (the volume's items) "+
 			"or make room (docs/operating.md, Memory). The driver tries again at every relist"), true
 	}
