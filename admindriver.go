@@ -20,6 +20,11 @@ func adminDriver() admin.Driver {
 			refs, err := parseShareAttributes(attrs)
 			return apiRefs(refs), err
 		},
+		Refreshes: func(attrs map[string]string) (bool, error) {
+			v := volumeRequest{Refresh: true} // as a publish reads them (validate.go)
+			err := parseVolumeAttributes(attrs, &v)
+			return v.Refresh, err
+		},
 		Share: func(k shareapi.Kind, u *unstructured.Unstructured) (admin.Share, error) {
 			sh, err := shareFromObject(shareKind(k), u)
 			return admin.Share{Name: sh.Name, Source: apiSourceKey(sh.sourceKey()), PinUID: sh.Pin.UID, RefusesSource: sh.Pin.refuses}, err

@@ -244,12 +244,7 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	st.SourceUID = cmp.Or(st.SourceUID, src.UID) // a record from before UIDs were kept adopts it
 	sameKeys := st.Exposed.same(sh.Exposed)
 	if !st.Told.hidden() && sameSource && st.ResourceVersion == src.ResourceVersion && sameKeys {
-		// (9) What the volume shows is the source's now.
-		var tell bool
-		if st.Told, tell = st.Told.after(outcomeCurrent); tell {
-			return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshResumed, why: sh.sourceKey().String()}}
-		}
-		return shareVerdict{state: st}
+		return currentShare(st, sh) // (9)
 	}
 	// (10) A new copy, through the share's list now.
 	files, err := sharedFiles(rec, i, sh, src)
@@ -258,19 +253,37 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 		err = fmt.Errorf("%s %s/%s: %w", st.Kind, sh.SourceNamespace, sh.SourceName, err)
 		return d.narrowed(rec, i, sh.Exposed, shareVerdict{state: rec.Shares[i], err: err})
 	}
+	change := refreshedChange(st, sh, src.ResourceVersion, sameKeys)
+	st.Told, _ = st.Told.after(outcomeRefreshed)
+	st.SourceNamespace, st.SourceName, st.ResourceVersion = sh.SourceNamespace, sh.SourceName, src.ResourceVersion
+	st.SourceUID = cmp.Or(src.UID, st.SourceUID)
+	st.Exposed = sh.Exposed
+	return shareVerdict{state: st, files: files, change: change}
+}
+
+// currentShare is the verdict on a share whose files are the source's now (9): the pod is told
+// when it comes back from readForbidden.
+func currentShare(st shareState, sh shareSpec) shareVerdict {
+	var tell bool
+	if st.Told, tell = st.Told.after(outcomeCurrent); tell {
+		return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshResumed, why: sh.sourceKey().String()}}
+	}
+	return shareVerdict{state: st}
+}
+
+// refreshedChange is what a new copy of a share in state st, from the source at version rv,
+// reports (10): restored when its files were away, keysChanged when the share's list changed,
+// refreshed otherwise.
+func refreshedChange(st shareState, sh shareSpec, rv string, sameKeys bool) *shareChange {
 	change := &shareChange{share: st.shareRef, kind: changeRefreshed,
-		why: fmt.Sprintf("%s %s/%s (resourceVersion %s)", st.Kind, sh.SourceNamespace, sh.SourceName, src.ResourceVersion)}
+		why: fmt.Sprintf("%s %s/%s (resourceVersion %s)", st.Kind, sh.SourceNamespace, sh.SourceName, rv)}
 	switch {
 	case st.Told.hidden():
 		change.kind = changeRestored
 	case !sameKeys:
 		change.kind, change.why = changeKeys, exposureSummary(sh.Exposed)+", from "+change.why
 	}
-	st.Told, _ = st.Told.after(outcomeRefreshed)
-	st.SourceNamespace, st.SourceName, st.ResourceVersion = sh.SourceNamespace, sh.SourceName, src.ResourceVersion
-	st.SourceUID = cmp.Or(src.UID, st.SourceUID)
-	st.Exposed = sh.Exposed
-	return shareVerdict{state: st, files: files, change: change}
+	return change
 }
 
 // narrowed is verdict v on share i of rec narrowed to the share's list of keys now (exposed:

@@ -38,10 +38,12 @@ import (
 	"fmt"
 
 	"k8s.io/klog/v2"
+
+	"github.com/shared-resource/csi-driver/internal/shareapi"
 )
 
 // reasonShareReplaced is the event on a pod whose volume's share was replaced by another object.
-const reasonShareReplaced = "SharedResourceReplaced"
+const reasonShareReplaced = shareapi.ReasonShareReplaced
 
 // shareIdentity says whether sh, the share named as share i of rec is now, is the object the
 // volume was published from (or one that may stand in for it: same source object, exposing no

@@ -3,20 +3,18 @@ package admin
 // `shared-resource-csi diagnose POD` (or `deployment/NAME`): for each share each shared volume of
 // the pod mounts, one verdict, its evidence and the command that fixes it (docs/operating.md,
 // "Diagnose"). It asks what the driver asks, in the driver's order of importance: does the share
-// exist, was the pod's volume revoked, may the pod's service account `use` the share (a
-// SubjectAccessReview the caller creates), is the source the object the share was made for, may
-// the driver read it, does it exist, is the share Ready, is the driver pod on the pod's node
-// Ready. It runs with the caller's kubeconfig and only reads (adminclient.go); a check the
-// caller's permissions did not allow makes the verdict Undetermined, naming the permission, never
-// a guess.
+// exist, are its files away (the driver's events, read through shareapi.FilesAfter, the table the
+// relist's events are checked against), may the pod's service account `use` the share (a
+// SubjectAccessReview the caller creates), may the driver read the source, does it exist, is it the
+// object the share was made for (the relist's order), is the share Ready, is the driver pod on the
+// pod's node Ready. It runs with the caller's kubeconfig and only reads (adminclient.go); a check
+// the caller's permissions did not allow makes the verdict Undetermined, naming the permission,
+// never a guess.
 
 import (
 	"context"
 	"fmt"
-	"regexp"
-	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,6 +37,8 @@ const (
 	verdictSourceReplaced   = "SourceReplaced"
 	verdictDriverNotReady   = "DriverNotReady"
 	verdictRevoked          = "Revoked"
+	verdictShareReplaced    = "ShareReplaced"
+	verdictNotRefreshed     = "NotRefreshed"
 	verdictUndetermined     = "Undetermined"
 )
 
@@ -144,13 +144,17 @@ func diagnosePod(ctx context.Context, a *adminClient, o *adminOptions, p *corev1
 	}
 	for _, v := range vols {
 		refs, err := a.d.ShareAttributes(v.CSI.VolumeAttributes)
+		var refresh bool
+		if err == nil {
+			refresh, err = a.d.Refreshes(v.CSI.VolumeAttributes)
+		}
 		if err != nil {
 			d.Shares = append(d.Shares, shareVerdictReport{Volume: v.Name, Verdict: verdictInvalidVolume,
 				Evidence: []string{err.Error()}, Fix: "fix the volume's volumeAttributes in the pod's spec (docs/reference.md, Volume attributes)"})
 			continue
 		}
 		for _, ref := range refs {
-			j := &shareJudgement{a: a, o: o, pod: p, ref: ref, events: events, evErr: evErr, driverPod: driverPod, driverErr: driverErr}
+			j := &shareJudgement{a: a, o: o, pod: p, ref: ref, refresh: refresh, events: events, evErr: evErr, driverPod: driverPod, driverErr: driverErr}
 			r := j.judge(ctx)
 			r.Volume, r.Share = v.Name, ref.String()
 			d.Shares = append(d.Shares, r)
@@ -165,6 +169,7 @@ type shareJudgement struct {
 	o         *adminOptions
 	pod       *corev1.Pod
 	ref       shareapi.Ref
+	refresh   bool // the volume is refreshed from its sources (refreshResource)
 	events    []corev1.Event
 	evErr     error
 	driverPod *corev1.Pod
@@ -189,7 +194,7 @@ func (j *shareJudgement) verdict(v, fix string) shareVerdictReport {
 // judge gives the share's verdict: the first problem found, in the order of the file's comment.
 func (j *shareJudgement) judge(ctx context.Context) shareVerdictReport {
 	a, p, ref := j.a, j.pod, j.ref
-	typeName, resource := ref.Kind.TypeName(), ref.Kind.Resource()+"."+shareapi.Group
+	typeName := ref.Kind.TypeName()
 	u, err := a.getShare(ctx, ref.Kind, ref.Name)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -212,82 +217,21 @@ func (j *shareJudgement) judge(ctx context.Context) shareVerdictReport {
 		// Without the pod's events a revoked volume cannot be told from a working one.
 		j.couldNot("list the pod's events (whether its volume was revoked, the version it last received)", j.evErr)
 	}
-	// Revoked: the driver emptied the volume and has not restored it since.
-	if ev := lastShareEvent(j.events, ref, shareapi.ReasonRevoked, shareapi.ReasonRestored); ev != nil && ev.Reason == shareapi.ReasonRevoked {
-		j.say("event %s %s ago: %s", ev.Reason, since(ev), printable(ev.Message))
-		allowed, _, err := a.mayUse(ctx, p.Namespace, podServiceAccount(p), ref)
-		switch {
-		case err != nil:
-			j.couldNot("check whether the service account may use the share now", err)
-			return j.verdict(verdictRevoked, "grant use again if it was meant (see UseDenied's command), then the driver restores the files at its next relist")
-		case !allowed:
-			j.say("service account %s/%s may not use %s %q now (SubjectAccessReview)", p.Namespace, podServiceAccount(p), typeName, ref.Name)
-			return j.verdict(verdictRevoked, useGrantCommand(p.Namespace, podServiceAccount(p), ref)+"   (if the revocation was not meant; the driver restores the files at its next relist)")
-		default:
-			j.say("service account %s/%s may use it again (SubjectAccessReview)", p.Namespace, podServiceAccount(p))
-			return j.verdict(verdictRevoked, "none: use is granted again; the driver restores the files at its next relist (--relist-interval)")
-		}
-	}
-
 	allowed, reason, err := a.mayUse(ctx, p.Namespace, podServiceAccount(p), ref)
-	switch {
-	case err != nil:
-		j.couldNot(fmt.Sprintf("create a SubjectAccessReview for service account %s/%s (use %s)", p.Namespace, podServiceAccount(p), resource), err)
-	case !allowed:
-		j.say("service account %s/%s may not use %s %q (SubjectAccessReview; authorizer: %q)", p.Namespace, podServiceAccount(p), typeName, ref.Name, reason)
-		return j.verdict(verdictUseDenied, useGrantCommand(p.Namespace, podServiceAccount(p), ref))
-	default:
-		j.say("service account %s/%s may use %s %q (SubjectAccessReview)", p.Namespace, podServiceAccount(p), typeName, ref.Name)
-	}
-	if specErr != nil {
-		j.say("%v", specErr)
-		return j.verdict(verdictShareNotReady, fmt.Sprintf("kubectl edit %s %s", ref.Kind.Resource(), ref.Name))
-	}
-
-	key := sh.Source
-	account := j.o.driverAccounts
-	uid, srcErr := a.sourceUID(ctx, key)
-	switch {
-	case srcErr == nil && sh.RefusesSource(uid):
-		j.say("%s %s/%s has UID %s; the share was made for UID %s", key.Kind, key.Namespace, key.Name, uid, sh.PinUID)
-		return j.verdict(verdictSourceReplaced, fmt.Sprintf(`kubectl patch %s %s --subresource=status --type=merge -p '{"status":{"%s":"%s"}}'   (if the new object is the one to share; or set spec.%s: %s)`,
-			ref.Kind.Resource(), ref.Name, shareapi.PinField, uid, shareapi.RecreationField, shareapi.RecreationFollow))
-	case ready != nil && ready.Reason == shareapi.ReasonSourceReplaced:
-		return j.verdict(verdictSourceReplaced, "the kubectl patch the share's Ready message prints (if the new object is the one to share)")
-	}
-	if first, _, _ := strings.Cut(account, ","); first != "" {
-		ok, _, err := a.driverMayRead(ctx, first, key)
-		switch {
-		case err != nil:
-			j.couldNot(fmt.Sprintf("create a SubjectAccessReview for the driver's service account %s (get %s)", first, shareapi.SourceGVR(key.Kind).Resource), err)
-		case !ok:
-			j.say("the driver's service account %s may not get %s %s/%s (SubjectAccessReview)", first, key.Kind, key.Namespace, key.Name)
-			return j.verdict(verdictDriverMayNotRead, a.d.GrantReadHint(account, key))
-		default:
-			j.say("the driver's service account %s may get %s %s/%s (SubjectAccessReview)", first, key.Kind, key.Namespace, key.Name)
-		}
-	}
-	if ready != nil && ready.Reason == shareapi.ReasonSourceForbidden {
-		return j.verdict(verdictDriverMayNotRead, a.d.GrantReadHint(account, key))
-	}
-	if apierrors.IsNotFound(srcErr) || (ready != nil && (ready.Reason == shareapi.ReasonSourceNotFound || ready.Reason == shareapi.ReasonSourceKeyMissing)) {
-		if apierrors.IsNotFound(srcErr) {
-			j.say("%s %s/%s does not exist", key.Kind, key.Namespace, key.Name)
-		}
-		create := fmt.Sprintf("kubectl create secret generic %s -n %s --from-file=KEY=PATH", key.Name, key.Namespace)
-		if key.Kind == shareapi.KindConfigMap {
-			create = fmt.Sprintf("kubectl create configmap %s -n %s --from-file=KEY=PATH", key.Name, key.Namespace)
-		}
-		if srcErr == nil {
-			create = fmt.Sprintf("add the missing key to %s %s/%s (kubectl edit %s %s -n %s)", key.Kind, key.Namespace, key.Name, strings.ToLower(string(key.Kind)), key.Name, key.Namespace)
-		}
-		return j.verdict(verdictSourceMissing, create+fmt.Sprintf("   (or point the share at an existing object: kubectl edit %s %s)", ref.Kind.Resource(), ref.Name))
-	}
-	if srcErr != nil && !apierrors.IsForbidden(srcErr) {
-		j.say("reading %s %s/%s's metadata failed: %v", key.Kind, key.Namespace, key.Name, srcErr)
-	}
-	if ready != nil && ready.Status != metav1.ConditionTrue {
-		return j.verdict(verdictShareNotReady, "what the share's Ready message says (kubectl get "+ref.Kind.Resource()+" "+ref.Name+" -o yaml)")
+	reads := shareReads{share: sh, specErr: specErr, ready: ready, mayUse: allowed, useReason: reason, useErr: err,
+		source: func() (src sourceFacts) {
+			if !j.refresh { // the relist reads no source for a volume that does not refresh
+				return src
+			}
+			src.uid, src.err = a.sourceUID(ctx, sh.Source)
+			if first, _, _ := strings.Cut(j.o.driverAccounts, ","); first != "" {
+				src.driverAccount = first
+				src.mayRead, _, src.readErr = a.driverMayRead(ctx, first, sh.Source)
+			}
+			return src
+		}}
+	if r, done := j.decide(reads); done {
+		return r
 	}
 
 	switch {
@@ -341,75 +285,6 @@ func (d Driver) readyOf(u *unstructured.Unstructured) *metav1.Condition {
 		}
 	}
 	return nil
-}
-
-// sortEvents orders events oldest first, by their last time.
-func sortEvents(evs []corev1.Event) {
-	slices.SortStableFunc(evs, func(a, b corev1.Event) int { return eventTime(a).Compare(eventTime(b)) })
-}
-
-func eventTime(e corev1.Event) time.Time {
-	switch {
-	case !e.LastTimestamp.IsZero():
-		return e.LastTimestamp.Time
-	case !e.EventTime.IsZero():
-		return e.EventTime.Time
-	}
-	return e.CreationTimestamp.Time
-}
-
-func since(e *corev1.Event) time.Duration { return time.Since(eventTime(*e)).Round(time.Second) }
-
-// lastShareEvent is the newest of the events with one of the reasons that names the share.
-func lastShareEvent(evs []corev1.Event, ref shareapi.Ref, reasons ...string) *corev1.Event {
-	for i := len(evs) - 1; i >= 0; i-- {
-		if slices.Contains(reasons, evs[i].Reason) && mentionsShare(evs[i].Message, ref) {
-			return &evs[i]
-		}
-	}
-	return nil
-}
-
-// mentionsShare says whether an event's message names ref (as the driver writes it: kind/name).
-func mentionsShare(msg string, ref shareapi.Ref) bool {
-	s := ref.String()
-	i := strings.Index(msg, s)
-	if i < 0 {
-		return false
-	}
-	end := i + len(s)
-	return end == len(msg) || !isNameChar(msg[end])
-}
-
-func isNameChar(c byte) bool {
-	return c == '-' || c == '.' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
-}
-
-func lastFailedMount(evs []corev1.Event) *corev1.Event {
-	for i := len(evs) - 1; i >= 0; i-- {
-		if evs[i].Reason == "FailedMount" {
-			return &evs[i]
-		}
-	}
-	return nil
-}
-
-var resourceVersionInEvent = regexp.MustCompile(`\(resourceVersion (\d+)\)`)
-
-// lastVersion is the source version the pod last received, from the newest
-// SharedResourceRefreshed event naming the share.
-func lastVersion(evs []corev1.Event, ref shareapi.Ref, evErr error) string {
-	if evErr != nil {
-		return "unknown: the pod's events could not be read"
-	}
-	ev := lastShareEvent(evs, ref, shareapi.ReasonRefreshed)
-	if ev == nil {
-		return "the version it was first published with (no SharedResourceRefreshed event; events expire after the API server's --event-ttl, 1h by default)"
-	}
-	if m := resourceVersionInEvent.FindStringSubmatch(ev.Message); m != nil {
-		return fmt.Sprintf("resourceVersion %s (SharedResourceRefreshed %s ago)", m[1], since(ev))
-	}
-	return fmt.Sprintf("%s (%s ago)", printable(ev.Message), since(ev))
 }
 
 // runDiagnose diagnoses the target's pods.

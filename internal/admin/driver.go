@@ -19,6 +19,9 @@ type Driver struct {
 	Version string
 	// ShareAttributes is the shares a csi volume's attributes name, or why they name none.
 	ShareAttributes func(attrs map[string]string) ([]shareapi.Ref, error)
+	// Refreshes says whether a csi volume with these attributes is refreshed from its sources
+	// (refreshResource), or why the driver refuses the attributes.
+	Refreshes func(attrs map[string]string) (bool, error)
 	// Share reads a share object of kind k; an error says why the driver cannot use it.
 	Share func(k shareapi.Kind, u *unstructured.Unstructured) (Share, error)
 	// Conditions is the share object's status.conditions.

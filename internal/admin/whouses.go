@@ -4,10 +4,11 @@ package admin
 // secret/NAME or configmap/NAME with -n, through every share naming it): the pods that mount it,
 // with their namespace, service account and node, whether each may `use` the share now and the
 // version each last received (docs/operating.md, "Who uses a share"). Its cost is bounded and
-// printed: one LIST of pods (every namespace the caller may list, by pages), three LISTs of the
-// driver's events by reason, the shares, and one SubjectAccessReview per distinct (namespace,
-// service account, share), not per pod. Pods are matched on the client, by their csi volumes'
-// attributes; nothing is written, no object is created per pod.
+// printed: one LIST of pods (every namespace the caller may list, by pages), a LIST of the driver's
+// events by each reason that shows a share's files or takes them away, the shares, and one
+// SubjectAccessReview per distinct (namespace, service account, share), not per pod. Pods are
+// matched on the client, by their csi volumes' attributes; nothing is written, no object is created
+// per pod.
 
 import (
 	"context"
@@ -113,7 +114,7 @@ func runWhoUses(ctx context.Context, a *adminClient, o *adminOptions, target str
 	// The driver's events on pods, by pod UID, oldest first; an error leaves them unknown.
 	events := map[types.UID][]corev1.Event{}
 	evErr := error(nil)
-	for _, reason := range []string{shareapi.ReasonRefreshed, shareapi.ReasonRevoked, shareapi.ReasonRestored} {
+	for _, reason := range whoUsesEventReasons() {
 		evs, err := a.listEvents(ctx, "", "reason="+reason)
 		if err != nil {
 			evErr = err
@@ -159,24 +160,45 @@ func runWhoUses(ctx context.Context, a *adminClient, o *adminOptions, target str
 				}
 				evs := slices.DeleteFunc(slices.Clone(events[p.UID]), func(e corev1.Event) bool { return e.Namespace != p.Namespace })
 				sortEvents(evs)
-				state := "published"
-				switch {
-				case p.Status.Phase == corev1.PodPending && !podHasStarted(p):
-					state = "pending"
-				case evErr != nil:
-					state = "unknown"
-				default:
-					if ev := lastShareEvent(evs, ref, shareapi.ReasonRevoked, shareapi.ReasonRestored); ev != nil && ev.Reason == shareapi.ReasonRevoked {
-						state = "revoked"
-					}
-				}
 				rep.Pods = append(rep.Pods, whoUsesRow{Namespace: p.Namespace, Pod: p.Name, ServiceAccount: k.sa, Node: p.Spec.NodeName,
-					Phase: string(p.Status.Phase), Volume: v.Name, Share: ref.String(), MayUse: may, State: state, LastVersion: lastVersion(evs, ref, evErr)})
+					Phase: string(p.Status.Phase), Volume: v.Name, Share: ref.String(), MayUse: may, State: volumeState(p, evs, ref, evErr),
+					LastVersion: lastVersion(evs, ref, evErr)})
 			}
 		}
 	}
 	rep.CallerLacked, rep.Reads = a.lacked, a.readsSummary()
 	return rep, nil
+}
+
+// whoUsesEventReasons is the reasons of the driver's events who-uses lists: the ones that show a
+// share's files or take them away (shareapi.FilesAfter), and the version a pod last received.
+func whoUsesEventReasons() []string {
+	var out []string
+	for _, r := range shareapi.ShareEventReasons() {
+		if f, _ := shareapi.FilesAfter(r); f != shareapi.FilesAsBefore {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// volumeState is what pod p sees of share ref, from the driver's events on it (evs, oldest first;
+// evErr: they could not be read): pending (not mounted yet), published, revoked or replaced (its
+// files away: the reason of the event that took them), or unknown.
+func volumeState(p *corev1.Pod, evs []corev1.Event, ref shareapi.Ref, evErr error) string {
+	switch {
+	case p.Status.Phase == corev1.PodPending && !podHasStarted(p):
+		return "pending"
+	case evErr != nil:
+		return "unknown"
+	}
+	if away := filesAwayEvent(evs, ref); away != nil {
+		if away.Reason == shareapi.ReasonShareReplaced {
+			return "replaced"
+		}
+		return "revoked"
+	}
+	return "published"
 }
 
 // podHasStarted says whether any container of the pod has run (its volumes were mounted).

@@ -112,10 +112,52 @@ const EventComponent = "shared-resource-csi"
 // The reasons of the driver's events on a pod about one of its shares, which name the share as
 // Ref.String() does.
 const (
-	ReasonRevoked   = "SharedResourceAccessRevoked"
-	ReasonRestored  = "SharedResourceAccessRestored"
-	ReasonRefreshed = "SharedResourceRefreshed"
+	ReasonRevoked        = "SharedResourceAccessRevoked"
+	ReasonRestored       = "SharedResourceAccessRestored"
+	ReasonRefreshed      = "SharedResourceRefreshed"
+	ReasonShareReplaced  = "SharedResourceReplaced"
+	ReasonRefreshFailed  = "SharedResourceRefreshFailed"
+	ReasonRefreshResumed = "SharedResourceRefreshResumed"
+	ReasonKeysChanged    = "SharedResourceKeysChanged"
 )
+
+// Files is whether a pod sees a share's files after an event of the driver on it.
+type Files int
+
+// What an event leaves of a share's files.
+const (
+	// FilesAsBefore: the event does not change whether the files are shown: they are shown
+	// after it if they were before it (the event says why they were not refreshed, or which of
+	// them left with the share's list of keys).
+	FilesAsBefore Files = iota
+	// FilesShown: the pod sees the share's files after the event.
+	FilesShown
+	// FilesAway: the share's files are away from the pod's view after the event.
+	FilesAway
+)
+
+// ShareEventReasons is every reason of the driver's events on a pod about one of its shares.
+func ShareEventReasons() []string {
+	return []string{ReasonRevoked, ReasonShareReplaced, ReasonRestored, ReasonRefreshed, ReasonRefreshResumed,
+		ReasonRefreshFailed, ReasonKeysChanged}
+}
+
+// FilesAfter is what the pod sees of a share's files after the driver's event with this reason
+// on it; ok is false for a reason that is not one of ShareEventReasons. It is the one table both
+// sides judge by: the driver's relist records these events when a share's state changes (its
+// test walks every state and outcome through this table), and the admin's commands read whether
+// a share's files are shown from the newest event naming it that is FilesShown or FilesAway.
+func FilesAfter(reason string) (f Files, ok bool) {
+	switch reason {
+	case ReasonRevoked, ReasonShareReplaced:
+		return FilesAway, true
+	case ReasonRestored, ReasonRefreshed, ReasonRefreshResumed:
+		return FilesShown, true
+	case ReasonRefreshFailed, ReasonKeysChanged:
+		return FilesAsBefore, true
+	}
+	return FilesAsBefore, false
+}
 
 // The share's Ready condition, which the status controller writes, and the reasons of it the
 // admin's diagnose acts on.
