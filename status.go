@@ -425,24 +425,3 @@ func unboundedReadyCondition(sh shareSpec, uid string, getErr error, account dri
 	}
 	return c
 }
-
-// shareConditions reads status.conditions.
-func shareConditions(u *unstructured.Unstructured) ([]metav1.Condition, error) {
-	items, found, err := unstructured.NestedSlice(u.Object, "status", "conditions")
-	if err != nil || !found {
-		return nil, err
-	}
-	out := make([]metav1.Condition, 0, len(items))
-	for _, it := range items {
-		m, ok := it.(map[string]any)
-		if !ok {
-			return nil, fmt.Errorf("status.conditions holds a %T", it)
-		}
-		var c metav1.Condition
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &c); err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, nil
-}
