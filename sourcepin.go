@@ -15,23 +15,24 @@ package main
 // that follows has its pin moved to the new object by the status writer.
 //
 // The first pin is trusted only with an object that is the share's first: one that existed when
-// the share was made, or its spec was last edited while no object was ever read for it
-// (specSince; within firstPinGrace of it), or
-// one created after the status writer's first check of the share's current spec found that no
-// source existed (Ready False, SourceNotFound, and no object read since: a share made before its
-// source). One way: once an object was read for the spec, pinned or refused, the status records
-// it (SourceObserved), and a source deleted later does not make the next object the first. Any
+// the share was made (within firstPinGrace of its creation: a share and its source applied
+// together), or one created after the status writer found that the share's source did not exist
+// (Ready False, SourceNotFound) while no object was ever read for the share (sawNoSource: a share
+// made before its source, or whose ref named nothing until an edit corrected it). One way: once an
+// object was read for the share, pinned or refused, the status records it (SourceObserved), and
+// neither a source deleted later nor an edit of the share makes the next object the first. Any
 // other object created after the share may be one created again while the pin was missing (the
 // status writer down, lagging or not allowed to read the source): running volumes then hold to
 // the object their files came from (sourcePin.orRecorded), and a first pin taking the new object
 // would move them to it. So it is not pinned: the share's Ready condition is False with reason
 // SourceReplaced, saying so and what accepts the object, and the pin is left to an admin (or to
-// a share that follows). What this cannot tell apart: a status writer that never read the first
-// object in its whole life, and first ran while no source existed, pins the next one.
+// a share that follows). What this cannot tell apart: a source deleted and created again within
+// firstPinGrace of the share, before the status writer read the first; and a status writer that
+// never read the first object in its whole life, and first ran while no source existed, pins the
+// next one.
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -107,8 +108,8 @@ type sourceNewerThanShareError struct {
 func (e *sourceNewerThanShareError) Error() string {
 	sh := e.share
 	return fmt.Sprintf("%s %s/%s (UID %s) was created at %s, after %s %q (%s): the driver does not pin an object newer than the share on its own "+
-		"(the share's status never said its source did not exist), as it may have been deleted and created again by someone else; "+
-		"running volumes keep the object their files came from. "+
+		"(an object was read for the share before, or its status never said its source did not exist), as it may have been deleted and created again by someone else; "+
+		"running volumes keep the object their files came from, and new volumes mount the object that exists. "+
 		"If this object is the one to share, run: "+
 		"kubectl patch %s %s --subresource=status --type=merge -p '{\"status\":{\"%s\":\"%s\"}}' "+
 		"(or set spec.%s: %s on the share to follow re-creations)",
@@ -116,32 +117,10 @@ func (e *sourceNewerThanShareError) Error() string {
 		e.shareCreated.UTC().Format(time.RFC3339), sh.Kind.shareResource(), sh.Name, pinField, e.uid, recreationField, recreationFollow)
 }
 
-// firstPinGrace is how much later than its share (specSince) an object may be created and still
+// firstPinGrace is how much later than its share an object may be created and still
 // count as made with it: a share and its source applied together (kubectl apply of a directory,
 // a chart) are created seconds apart, in either order, often before the status controller runs.
 const firstPinGrace = 10 * time.Second
-
-// specSince is when the share u's current spec was set, for the first pin: its creation, or, when
-// its spec was edited since (generation over 1) and no object was ever read for it
-// (SourceObserved, of any generation: an edit must not make a refused object the first), the
-// last time a writer of the share's spec wrote the share (its managedFields; none: its
-// creation). An object that existed when the spec naming it was set is its first, as one that
-// existed when the share was made is.
-func specSince(u *unstructured.Unstructured) time.Time {
-	since := u.GetCreationTimestamp().Time
-	if u.GetGeneration() <= 1 {
-		return since
-	}
-	if conds, err := shareConditions(u); err != nil || meta.FindStatusCondition(conds, conditionSourceObserved) != nil || pinOf(u).UID != "" {
-		return since
-	}
-	for _, f := range u.GetManagedFields() {
-		if f.Subresource == "" && f.Time != nil && f.FieldsV1 != nil && strings.Contains(f.FieldsV1.GetRawString(), `"f:spec"`) && f.Time.After(since) {
-			since = f.Time.Time
-		}
-	}
-	return since
-}
 
 // firstPinRefusal says whether a first pin of share sh, created at shareCreated, may take the
 // object uid, created at created: nil when it may (the share has a pin or follows, so no first
@@ -154,18 +133,19 @@ func firstPinRefusal(sh shareSpec, shareCreated time.Time, sawNoSource bool, uid
 	return &sourceNewerThanShareError{share: sh, uid: uid, created: created, shareCreated: shareCreated}
 }
 
-// sawNoSource says whether the share's status says that the first check of its current spec found
-// no source (Ready False, SourceNotFound, and no object read for this spec since): an object found
-// after that is the share's first. One way: once an object was read for the spec (pinned or
-// refused: SourceObserved), a source deleted later does not make the next object the first.
+// sawNoSource says whether the share's status says that its source did not exist (Ready False,
+// SourceNotFound) while no object was ever read for the share (no SourceObserved, of any
+// generation, and so no pin): an object found after that is the share's first, as for a share
+// made before its source, or one whose ref named nothing until an edit corrected it. One way: once
+// an object was read for the share (pinned or refused: SourceObserved), neither a source deleted
+// later nor an edit of the share's spec makes the next object its first.
 func sawNoSource(u *unstructured.Unstructured) bool {
 	conds, err := shareConditions(u)
 	if err != nil {
 		return false
 	}
-	gen := u.GetGeneration()
 	c := meta.FindStatusCondition(conds, conditionReady)
-	return c != nil && c.Reason == reasonSourceNotFound && c.ObservedGeneration == gen && !observedForSpec(conds, gen)
+	return c != nil && c.Reason == reasonSourceNotFound && meta.FindStatusCondition(conds, conditionSourceObserved) == nil
 }
 
 // observedForSpec says whether conds record that an object was read for the share's spec of

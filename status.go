@@ -290,7 +290,7 @@ func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstruct
 		seen = uid
 		// Judged whatever else is wrong with the object (a key its list names missing): pinned
 		// now, an object the pin may not take would feed running volumes once the key is added.
-		if refusal := firstPinRefusal(sh, specSince(u), sawNoSource(u), uid, created); refusal != nil {
+		if refusal := firstPinRefusal(sh, u.GetCreationTimestamp().Time, sawNoSource(u), uid, created); refusal != nil {
 			problem = refusal
 		}
 		cond = readyCondition(sh, uid, problem, w.cfg.Account)

@@ -140,24 +140,33 @@ func TestFirstPinTakesOnlyTheSharesFirstObject(t *testing.T) {
 	}
 }
 
-// The status says no source existed only for the share's current spec: a SourceNotFound written
-// for an earlier generation (another ref) does not count.
-func TestSawNoSourceIsForTheCurrentSpec(t *testing.T) {
-	share := func(generation, observed int64, reason string) *unstructured.Unstructured {
+// The status says no source existed for the first pin only while no object was ever read for the
+// share: a SourceNotFound of an earlier spec counts (a ref that named nothing, corrected), one
+// after an object was read (SourceObserved, of any generation) does not.
+func TestSawNoSourceOnlyWhileNoObjectWasEverRead(t *testing.T) {
+	share := func(generation, observed int64, reason string, observedObject bool) *unstructured.Unstructured {
+		conds := []any{map[string]any{
+			"type": conditionReady, "status": "False", "reason": reason, "message": "m",
+			"observedGeneration": observed, "lastTransitionTime": "2026-11-01T12:00:00Z"}}
+		if observedObject {
+			conds = append(conds, map[string]any{"type": conditionSourceObserved, "status": "True", "reason": reasonObjectRead,
+				"message": "m", "observedGeneration": int64(1), "lastTransitionTime": "2026-11-01T12:00:00Z"})
+		}
 		return &unstructured.Unstructured{Object: map[string]any{
 			"metadata": map[string]any{"name": "s", "generation": generation},
-			"status": map[string]any{"conditions": []any{map[string]any{
-				"type": conditionReady, "status": "False", "reason": reason, "message": "m",
-				"observedGeneration": observed, "lastTransitionTime": "2026-11-01T12:00:00Z"}}},
+			"status":   map[string]any{"conditions": conds},
 		}}
 	}
-	if !sawNoSource(share(2, 2, reasonSourceNotFound)) {
+	if !sawNoSource(share(2, 2, reasonSourceNotFound, false)) {
 		t.Error("SourceNotFound for the current spec: not seen")
 	}
-	if sawNoSource(share(3, 2, reasonSourceNotFound)) {
-		t.Error("SourceNotFound for an earlier spec: seen")
+	if !sawNoSource(share(3, 2, reasonSourceNotFound, false)) {
+		t.Error("SourceNotFound for an earlier spec, no object ever read: not seen")
 	}
-	if sawNoSource(share(2, 2, reasonSourceForbidden)) {
+	if sawNoSource(share(2, 2, reasonSourceNotFound, true)) {
+		t.Error("SourceNotFound after an object was read for an earlier spec: seen")
+	}
+	if sawNoSource(share(2, 2, reasonSourceForbidden, false)) {
 		t.Error("SourceForbidden: seen as no source")
 	}
 }
@@ -264,6 +273,19 @@ func TestNoSourceAfterARefusalDoesNotReopenTheFirstPin(t *testing.T) {
 		t.Errorf("refused, then no source, then a new object: pin %q, %s; want no pin, SourceReplaced", pin, c.Reason)
 	}
 
+	// The same, with an edit of the share between (its description: a new generation, the ref
+	// unchanged) while the source is gone: the edit does not make the next object the first.
+	u, _, _ = checkAndWrite(t, share(nil), source("uid-2", made.Add(time.Hour)))
+	u, _, _ = checkAndWrite(t, u, sourceGone{})
+	u.SetGeneration(2)
+	u, c, _ = checkAndWrite(t, u, sourceGone{})
+	if c.Reason != reasonSourceNotFound {
+		t.Fatalf("edited, the source still gone: %s, want SourceNotFound", c.Reason)
+	}
+	if _, c, pin = checkAndWrite(t, u, source("uid-3", made.Add(2*time.Hour))); pin != "" || c.Reason != reasonSourceReplaced {
+		t.Errorf("refused, no source, the share edited, then a new object: pin %q, %s; want no pin, SourceReplaced", pin, c.Reason)
+	}
+
 	// A status written before SourceObserved existed: its Ready condition says an object was read.
 	old := share(map[string]any{"conditions": []any{map[string]any{"type": conditionReady, "status": "False", "reason": reasonSourceReplaced,
 		"message": "m", "observedGeneration": int64(1), "lastTransitionTime": made.Add(time.Hour).Format(time.RFC3339)}}})
@@ -281,27 +303,17 @@ func TestNoSourceAfterARefusalDoesNotReopenTheFirstPin(t *testing.T) {
 }
 
 // No false SourceReplaced where nothing was replaced: a source created seconds after its share
-// (applied together, the status controller not running yet), or one that existed when the
-// share's spec was edited to name it, is the share's first. One created after the edit is not,
-// nor, once an object was read for the share, one that existed at an edit.
-func TestFirstPinTakesAnObjectMadeWithTheShareOrItsEdit(t *testing.T) {
+// (applied together, the status controller not running yet) is the share's first, and so is the
+// first object found for a share whose ref named nothing until an edit corrected it. One created
+// later than that, or found after an object was read for the share, is not.
+func TestFirstPinTakesAnObjectMadeWithTheShare(t *testing.T) {
 	made := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
-	edited := made.Add(2 * time.Hour)
 	share := func(generation int64, conditions ...any) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{Object: map[string]any{
 			"metadata": map[string]any{"name": "corp-ca", "generation": generation, "creationTimestamp": made.Format(time.RFC3339)},
 			"spec": map[string]any{"secretRef": map[string]any{"namespace": "platform", "name": "ca-bundle"},
 				"items": []any{map[string]any{"key": "ca.crt"}}},
 		}}
-		u.SetManagedFields([]metav1.ManagedFieldsEntry{
-			{Manager: "kubectl-client-side-apply", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: made},
-				FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:secretRef":{}}}`)},
-			{Manager: "kubectl-edit", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: edited},
-				FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:items":{}}}`)},
-			// The status controller's writes, later, are not the spec's.
-			{Manager: statusFieldManager, Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: edited.Add(time.Hour)},
-				Subresource: "status", FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:status":{}}`)},
-		})
 		if len(conditions) > 0 {
 			u.Object["status"] = map[string]any{"conditions": conditions}
 		}
@@ -319,9 +331,8 @@ func TestFirstPinTakesAnObjectMadeWithTheShareOrItsEdit(t *testing.T) {
 	}{
 		{"created 5s after the share, nothing checked yet", share(1), made.Add(5 * time.Second), true},
 		{"created a minute after the share, nothing checked yet", share(1), made.Add(time.Minute), false},
-		{"existing when the spec was edited, after no source for the old spec", share(2, notFound), made.Add(time.Hour), true},
-		{"created after the edit, unchecked since", share(2, notFound), edited.Add(time.Minute), false},
-		{"existing at the edit, an object read before it", share(2, notFound, observed), made.Add(time.Hour), false},
+		{"the ref corrected by an edit after it named nothing", share(2, notFound), made.Add(time.Hour), true},
+		{"the ref edited after an object was read for it", share(2, notFound, observed), made.Add(time.Hour), false},
 	} {
 		_, c, pin := checkAndWrite(t, tc.u, sourceAt{sourceData{UID: "uid-1", Created: tc.created, Files: map[string][]byte{"ca.crt": []byte("CA")}}})
 		if got := pin == "uid-1"; got != tc.pinned || (tc.pinned && c.Reason != reasonSourceAvailable) || (!tc.pinned && c.Reason != reasonSourceReplaced) {
