@@ -143,14 +143,9 @@ func writeEnvFileFromShare(o *envFileOptions) (link string, names, omitted []str
 		return "", nil, nil, err
 	}
 	if len(files) == 0 {
-		// The revoked share's values leave the env file too, as its files left the volume. (A
-		// view that lost only some keys fails to render below, and leaves the file as it was:
-		// the init container fails, so no app starts from it.)
-		what := "the env file now holds no variable"
-		if err := writeEnvFileAtomically(o.out, nil); err != nil {
-			what = fmt.Sprintf("emptying the env file failed: %v", err)
-		}
-		return "", nil, nil, fmt.Errorf("%s is empty: the pod's service account may no longer use the share, or the share was deleted (see the pod's SharedResourceAccessRevoked event); %s", o.dir, what)
+		// The revoked share's values leave the env file too, as its files left the volume.
+		return "", nil, nil, fmt.Errorf("%s is empty: the pod's service account may no longer use the share, or the share was deleted (see the pod's SharedResourceAccessRevoked event); %s",
+			o.dir, emptyEnvFile(o.out))
 	}
 	data := make(map[string][]byte, len(files))
 	for p, f := range files {
@@ -158,12 +153,27 @@ func writeEnvFileFromShare(o *envFileOptions) (link string, names, omitted []str
 	}
 	body, names, omitted, err := renderEnvFile(data, o.keys, o.prefix)
 	if err != nil {
-		return "", nil, omitted, err
+		// A refusal empties the file as well: a key asked for with --key that left the view
+		// (one share of several revoked, or the key no longer shared) must not leave its last
+		// value in the env file for a container that starts from it anyway.
+		return "", nil, omitted, fmt.Errorf("%w; %s", err, emptyEnvFile(o.out))
 	}
 	if err := writeEnvFileAtomically(o.out, body); err != nil {
 		return "", nil, omitted, err
 	}
 	return link, names, omitted, nil
+}
+
+// emptyEnvFile empties the env file at out (where there is one to empty) and says so, or why it
+// could not.
+func emptyEnvFile(out string) string {
+	if _, err := os.Lstat(out); errors.Is(err, os.ErrNotExist) {
+		return "no env file was written"
+	}
+	if err := writeEnvFileAtomically(out, nil); err != nil {
+		return fmt.Sprintf("emptying the env file failed: %v", err)
+	}
+	return "the env file now holds no variable"
 }
 
 // renderEnvFile renders the selected keys of files as an env file, each variable named

@@ -324,6 +324,24 @@ func TestEnvFileCommand(t *testing.T) {
 		}
 	}
 
+	// A key asked for with --key leaves the view (one share of several revoked, or the key no
+	// longer shared): refused, and the env file written before is emptied, so its last value is
+	// not read by a container that starts from it anyway.
+	if code := runEnvFileCommand([]string{"--dir", share, "--out", out + "/keyed.env", "--key", "PASSWORD"}, &stderr); code != 0 {
+		t.Fatalf("--key PASSWORD: exit %d: %s", code, stderr.String())
+	}
+	if err := (atomicwriter.Writer{Dir: share, GID: -1}).Write(map[string]atomicwriter.File{"USER": {Data: []byte("alice"), Mode: 0o644}}); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	if code := runEnvFileCommand([]string{"--dir", share, "--out", out + "/keyed.env", "--key", "PASSWORD"}, &stderr); code != 1 ||
+		!strings.Contains(stderr.String(), "PASSWORD") || !strings.Contains(stderr.String(), "now holds no variable") {
+		t.Errorf("a key asked for that left the view: exit %d %q, want 1 naming it and the emptied file", code, stderr.String())
+	}
+	if b2, err := os.ReadFile(out + "/keyed.env"); err != nil || len(b2) != 0 {
+		t.Errorf("after a key asked for left the view the env file holds %q (%v), want nothing", b2, err)
+	}
+
 	// Revoked: the driver swaps in an empty view.
 	if err := (atomicwriter.Writer{Dir: share, GID: -1}).Write(map[string]atomicwriter.File{}); err != nil {
 		t.Fatal(err)
