@@ -75,9 +75,6 @@ func TestPluginNameDispatchesAdminCommands(t *testing.T) {
 	}
 }
 
-// Messages written by others reach an admin's terminal without its control characters: an
-// event cannot recolour, move the cursor or retitle the terminal, nor start a line. Each such
-// character, a character that reorders text, and a byte that is not UTF-8 show as their escapes.
 // The admin's commands check --driver-service-accounts as the driver checks --service-account
 // (adminDriver hands them parseDriverAccount), naming their own flag.
 func TestAdminCommandsCheckAccountsAsTheDriver(t *testing.T) {

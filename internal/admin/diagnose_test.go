@@ -58,6 +58,9 @@ func TestEventsNameTheirShareExactly(t *testing.T) {
 	}
 }
 
+// Messages written by others reach an admin's terminal without its control characters: an
+// event cannot recolour, move the cursor or retitle the terminal, nor start a line. Each such
+// character, a character that reorders text, and a byte that is not UTF-8 show as their escapes.
 func TestMessagesArePrintedWithoutControlCharacters(t *testing.T) {
 	for in, want := range map[string]string{
 		"ok\x1b[2J\x1b]0;owned\x07\nnext": `ok\x1b[2J\x1b]0;owned\a\nnext`,
