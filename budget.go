@@ -13,7 +13,7 @@ package main
 // What is counted is what the kernel charges for the files: each file's bytes rounded up to
 // whole pages, each share's copy once (the pod's view hard-links it), the record's pages, and
 // every entry: each file, directory and link of a copy and of the view costs an inode and a
-// dentry (entryBytes) whatever its size, so a volume of many empty files or deep directories
+// dentry (volume.EntryBytes) whatever its size, so a volume of many empty files or deep directories
 // is charged what it holds, not nothing. How many entries a volume may have is capped
 // (maxVolumeEntries, and the tmpfs's nr_inodes: tmpfs.go).
 // By default the budget is derived from the container's memory limit (its cgroup), less the
@@ -24,16 +24,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
-	"path"
-	"slices"
-	"strings"
 	"sync"
 
-	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
-
-const pageSize = 4096
 
 // volumeBudget counts the bytes of the node's volumes against a limit. Zero limit: no budget.
 // It is the one place that knows what each volume is charged and what is reserved.
@@ -214,7 +208,7 @@ type volumeRewrite struct {
 	b    *volumeBudget
 	room *reservation
 	rec  volumeRecord // the record saved when the reconcile started
-	// written are the bytes of the copies rewritten (chargedBytes), replaced those their shares
+	// written are the bytes of the copies rewritten (volume.ChargedBytes), replaced those their shares
 	// were charged before: what the volume holds that rec does not say, until the next is saved.
 	written, replaced int64
 	rewrote           bool
@@ -228,7 +222,7 @@ type volumeRewrite struct {
 // newVolumeRewrite starts the account of a reconcile of the volume rec; release it when the
 // reconcile ends.
 func newVolumeRewrite(b *volumeBudget, rec volumeRecord) *volumeRewrite {
-	return &volumeRewrite{b: b, room: b.reservation(), rec: rec, previousView: entryBytes}
+	return &volumeRewrite{b: b, room: b.reservation(), rec: rec, previousView: volume.EntryBytes}
 }
 
 // release gives back the room the reconcile held: saved, the record charges what it holds.
@@ -288,113 +282,9 @@ func (w *volumeRewrite) unsaved(held int64, err error) {
 	w.b.chargeUnsaved(w.rec.VolumeID, n)
 }
 
-// entryBytes is what the kernel keeps for one entry of a tmpfs (a file, a directory, a symbolic
-// link, or a hard link: tmpfs counts each link as an inode, shmem_link, as its dentry cannot be
-// reclaimed): an inode (shmem_inode_cache: 744 bytes on Linux 6.18, x86_64) and a dentry (192),
-// rounded up to 1 KiB, which is also what tmpfs reserves per inode (BOGO_INODE_SIZE,
-// mm/shmem.c). What an entry's name and a link's target cost besides is entryNameBytes and
-// linkTargetBytes: a pod chooses the names (its items), so they are charged by their length.
-const entryBytes = 1024
-
-// What the kernel allocates for a name or a link's target beyond the entry (Linux, 64-bit).
-const (
-	// dnameInlineLen: a name shorter than this lives inside its dentry (DNAME_INLINE_LEN, 32
-	// bytes, or 40 on newer kernels: 32 is the bound that charges more); a longer one takes an
-	// allocation of its own (struct external_name: a 16-byte header, the name, its NUL).
-	dnameInlineLen     = 32
-	externalNameHeader = 16
-	// shortSymlinkLen: a symbolic link whose target is shorter than this keeps a kmalloc'd copy
-	// of it; a longer target takes a page of the tmpfs of its own (SHORT_SYMLINK_LEN,
-	// mm/shmem.c). A top-level link points at "..data/<first segment>", so a segment of 121
-	// bytes or more costs a page in the copy and another in the view.
-	shortSymlinkLen = 128
-)
-
-// kmallocBytes is what an allocation of n bytes takes from the kernel's kmalloc caches, at most:
-// n rounded up to a power of two, 8 at least.
-func kmallocBytes(n int) int64 {
-	s := int64(8)
-	for s < int64(n) {
-		s *= 2
-	}
-	return s
-}
-
-// entryNameBytes is what an entry's name costs beside its dentry: nothing when it fits inside,
-// else its own allocation.
-func entryNameBytes(name string) int64 {
-	if len(name) < dnameInlineLen {
-		return 0
-	}
-	return kmallocBytes(externalNameHeader + len(name) + 1)
-}
-
-// maxEntryNameBytes is what the longest name a tmpfs takes (255 bytes) costs (entryNameBytes:
-// kmalloc-512): the charge of a removed file's name, which can no longer be measured.
-const maxEntryNameBytes = 512
-
-// linkTargetBytes is what a symbolic link's target costs: a page when long, else its copy.
-func linkTargetBytes(target string) int64 {
-	if len(target) >= shortSymlinkLen {
-		return pageSize
-	}
-	return kmallocBytes(len(target) + 1)
-}
-
-// pages is n bytes rounded up to whole pages.
-func pages(n int64) int64 { return (n + pageSize - 1) / pageSize * pageSize }
-
-// treeBytes is what the entries cost that files make in a directory the atomic writer fills
-// (internal/atomicwriter's layout), their data aside: each file and each directory of their paths
-// (by its name), a link per first segment (by its name and target), and the directory itself,
-// its payload dir and its ..data link (at the longest payload dir name).
-func treeBytes(files map[string]atomicwriter.File) int64 {
-	payload := strings.Repeat("x", atomicwriter.MaxPayloadDirName)
-	n := 3*entryBytes + entryNameBytes(payload) + entryNameBytes("..data") + linkTargetBytes(payload)
-	tops, dirs := map[string]bool{}, map[string]bool{}
-	for p := range files {
-		top, _, _ := strings.Cut(p, "/")
-		tops[top] = true
-		for d := range atomicwriter.ParentDirs(p) {
-			dirs[d] = true
-		}
-		n += entryBytes + entryNameBytes(path.Base(p))
-	}
-	for d := range dirs {
-		n += entryBytes + entryNameBytes(path.Base(d))
-	}
-	for top := range tops {
-		n += entryBytes + entryNameBytes(top) + linkTargetBytes(atomicwriter.TopLinkTarget(top))
-	}
-	return n
-}
-
-// pathEntries is how many files and directories paths make: each path a file, and each distinct
-// directory they need. What maxVolumeEntries caps.
-func pathEntries(paths []string) int {
-	dirs := map[string]bool{}
-	for _, p := range paths {
-		for d := range atomicwriter.ParentDirs(p) {
-			dirs[d] = true
-		}
-	}
-	return len(paths) + len(dirs)
-}
-
-// chargedBytes is what one share's files cost: their bytes in whole pages, and the entries of
-// the share's copy and of the view's hard links to it (which share the copy's pages, but not
-// their names, links and dentries), names and link targets by their length.
-func chargedBytes(files map[string]atomicwriter.File) int64 {
-	var n int64
-	for _, f := range files {
-		n += pages(int64(len(f.Data)))
-	}
-	return n + 2*treeBytes(files)
-}
-
 // keptViewBytes bounds what a share whose copy was not rewritten costs in a view kept after a
 // refresh: the kept payload dir's links to its files, by their names. The share is charged its
-// pages and two trees, the copy's and the view's (chargedBytes), so half its charge is at least
+// pages and two trees, the copy's and the view's (volume.ChargedBytes), so half its charge is at least
 // one tree, long names included.
 func keptViewBytes(s shareState) int64 { return (s.Bytes + 1) / 2 }
 
@@ -412,11 +302,11 @@ func volumeBytes(rec volumeRecord) int64 {
 // volumeBytesSized is volumeBytes for a record just written, whose encoding has size bytes: the
 // store charges a saved record this way, without encoding it again.
 func volumeBytesSized(rec volumeRecord, size int64) int64 {
-	return volumeBytesOnPages(rec, pages(size))
+	return volumeBytesOnPages(rec, volume.Pages(size))
 }
 
 func volumeBytesOnPages(rec volumeRecord, recordOnDisk int64) int64 {
-	n := recordOnDisk + recordHeapBytes(rec) + volumeEntries*entryBytes + rec.KeptBytes
+	n := recordOnDisk + recordHeapBytes(rec) + volumeEntries*volume.EntryBytes + rec.KeptBytes
 	for _, s := range rec.Shares {
 		n += s.Bytes
 	}
@@ -490,14 +380,9 @@ func encodeRecord(rec volumeRecord) ([]byte, error) { return json.Marshal(rec) }
 func recordPages(rec volumeRecord) int64 {
 	b, err := encodeRecord(rec)
 	if err != nil {
-		return pageSize // cannot happen: a record is plain data
+		return volume.PageSize // cannot happen: a record is plain data
 	}
-	return pages(int64(len(b)))
-}
-
-// filesEntries is how many files and directories files make (pathEntries).
-func filesEntries(files map[string]atomicwriter.File) int {
-	return pathEntries(slices.Collect(maps.Keys(files)))
+	return volume.Pages(int64(len(b)))
 }
 
 // volumeEntryCount is how many files and directories the copies of shares hold, against

@@ -28,6 +28,8 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // budgetWorld is a fake node with three volume slots over the SharedSecret "share" (Secret p/src),
@@ -281,9 +283,9 @@ func (w *budgetWorld) onDiskBytes() int64 {
 			if err != nil {
 				return err
 			}
-			sum += entryBytes
+			sum += volume.EntryBytes
 			if p != root {
-				sum += entryNameBytes(fi.Name())
+				sum += volume.EntryNameBytes(fi.Name())
 			}
 			switch {
 			case fi.Mode()&os.ModeSymlink != 0:
@@ -291,11 +293,11 @@ func (w *budgetWorld) onDiskBytes() int64 {
 				if err != nil {
 					return err
 				}
-				sum += linkTargetBytes(target)
+				sum += volume.LinkTargetBytes(target)
 			case fi.Mode().IsRegular():
 				if ino := fi.Sys().(*syscall.Stat_t).Ino; !inodes[ino] {
 					inodes[ino] = true
-					sum += pages(fi.Size())
+					sum += volume.Pages(fi.Size())
 				}
 			}
 			return nil

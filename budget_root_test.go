@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // inodeKernelBytes is what one inode of a volume's tmpfs costs the kernel at most, names of 253
@@ -74,7 +75,7 @@ func TestLongNamedVolumesAreChargedWhatTheirTmpfsHolds(t *testing.T) {
 				files[p] = atomicwriter.File{Data: []byte("x"), Mode: 0o444}
 				rec.Items = append(rec.Items, item{Key: "k", Path: p})
 			}
-			rec.Shares[0].Bytes = chargedBytes(files)
+			rec.Shares[0].Bytes = volume.ChargedBytes(files)
 			vd := volumeDir{dir: dir, gid: -1}
 			if err := vd.populate(composeView(rec.refs(), []map[string]atomicwriter.File{files})); err != nil {
 				t.Fatal(err)
@@ -129,7 +130,7 @@ func TestFilesKeptOpenAfterARefreshAreCharged(t *testing.T) {
 			version := func(v string) map[string]string { return map[string]string{"ca.crt": strings.Repeat(v, size)} }
 			// Version a, removed: its pages, and two inodes, its own and the payload dir's it was
 			// in (the open file's dentry holds its parent's, and with it the inode).
-			kept := int64(size) + 2*(entryBytes+maxEntryNameBytes)
+			kept := int64(size) + 2*(volume.EntryBytes+volume.MaxEntryNameBytes)
 			charged := func(d *driver, when string, want int64) {
 				t.Helper()
 				saved := volumeBytes(savedRecord(t, d, "vol"))
@@ -216,7 +217,7 @@ func TestKernelCountIsTheVolumesOwnTmpfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Its root and the file: two inodes, two pages.
-	if u, ok := (volumeDir{dir: inner}).kernelUsage(); !ok || u != (tmpfsUsage{pageBytes: 2 * pageSize, inodeSpace: 2 * inodeSpaceBytes}) {
+	if u, ok := (volumeDir{dir: inner}).kernelUsage(); !ok || u != (tmpfsUsage{pageBytes: 2 * volume.PageSize, inodeSpace: 2 * inodeSpaceBytes}) {
 		t.Errorf("a tmpfs holding one 8 KiB file counted %+v (%v), want two pages and two inodes", u, ok)
 	}
 }

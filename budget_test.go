@@ -24,23 +24,8 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
-
-// A share's files cost their bytes in whole pages, and every entry of its copy and of the view's
-// links to it: each file, each directory of their paths, a link per first segment and the
-// copy's three (entryBytes each, twice), with what short names and link targets take besides:
-// ..data's target and the payload dir's name (up to 32 bytes: 64 each), each top-level link's
-// target ("..data/a": 16).
-func TestChargedBytesArePagesAndEntries(t *testing.T) {
-	files := map[string]atomicwriter.File{"a": {Data: []byte("x")}, "b": {Data: make([]byte, 4096)}, "c": {Data: make([]byte, 4097)}, "d": {}}
-	if got, want := chargedBytes(files), int64(4096+4096+8192)+2*((4+4+3)*entryBytes+2*64+4*16); got != want {
-		t.Errorf("chargedBytes = %d, want %d", got, want)
-	}
-	// An empty file is not free, nor is a directory.
-	if got, want := chargedBytes(map[string]atomicwriter.File{"x/y/z": {}}), int64(2*((1+2+1+3)*entryBytes+2*64+16)); got != want {
-		t.Errorf("chargedBytes of one empty file two directories deep = %d, want %d", got, want)
-	}
-}
 
 // The review's volume of long names: a pod's items name 300 files of 253 bytes each (one key of
 // a byte, under 300 names). On a real tmpfs it held 3,692 KiB of tmpfs pages (its 300 pages of
@@ -59,10 +44,10 @@ func TestLongNamesAreChargedWhatTheKernelHolds(t *testing.T) {
 		files[name] = atomicwriter.File{Data: []byte("x")}
 		rec.Items = append(rec.Items, item{Key: "k", Path: name})
 	}
-	rec.Shares[0].Bytes = chargedBytes(files)
+	rec.Shares[0].Bytes = volume.ChargedBytes(files)
 	charged := volumeBytes(rec)
-	pagesHeld := int64(n)*pageSize + 2*n*pageSize + recordPages(rec) // data, link targets, record
-	slabHeld := int64(4*n) * (512 + 936)                             // the files and links, in the copy and the view
+	pagesHeld := int64(n)*volume.PageSize + 2*n*volume.PageSize + recordPages(rec) // data, link targets, record
+	slabHeld := int64(4*n) * (512 + 936)                                           // the files and links, in the copy and the view
 	if held := pagesHeld + slabHeld; charged < held {
 		t.Errorf("300 items of 253-byte names charged %d KiB, the kernel holds %d KiB (%d KiB of tmpfs pages, %d KiB of slab)",
 			charged>>10, held>>10, pagesHeld>>10, slabHeld>>10)
@@ -84,7 +69,7 @@ func TestRecordsAreChargedWhatTheHeapHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	onTmpfs := recordPages(rec) + volumeEntries*entryBytes // what the tmpfs holds for the record and the volume
+	onTmpfs := recordPages(rec) + volumeEntries*volume.EntryBytes // what the tmpfs holds for the record and the volume
 	charged := volumeBytes(rec) - onTmpfs
 	held := make([]volumeRecord, volumes)
 	var before, after runtime.MemStats
@@ -106,41 +91,17 @@ func TestRecordsAreChargedWhatTheHeapHolds(t *testing.T) {
 	t.Logf("a record of %d items of 253-byte names: %d KiB of heap per decoded copy, charged %d KiB beyond its tmpfs", maxItems, perCopy>>10, charged>>10)
 }
 
-// The review's volumes, charged what they hold: a thousand files sixteen segments deep, of 4 KiB
-// each, used some 40 MiB of kernel memory and were charged 4 MiB; a Secret of empty values was
-// charged nothing however many keys it had.
-func TestManyEntriesAreChargedWhatTheKernelHolds(t *testing.T) {
-	deep := map[string]atomicwriter.File{}
-	for i := range 1000 {
-		p := fmt.Sprintf("d%d", i)
-		for s := range 15 {
-			p += fmt.Sprintf("/s%d", s)
-		}
-		deep[p] = atomicwriter.File{Data: make([]byte, 4096)}
-	}
-	if got := chargedBytes(deep); got < 36<<20 {
-		t.Errorf("1000 files 16 segments deep charged %d bytes (%.1f MiB), want at least 36 MiB (4 MiB of pages and 32000 entries)", got, float64(got)/(1<<20))
-	}
-	empty := map[string]atomicwriter.File{}
-	for i := range 4000 {
-		empty[fmt.Sprintf("k%d", i)] = atomicwriter.File{}
-	}
-	if got := chargedBytes(empty); got < 4000*4*entryBytes {
-		t.Errorf("4000 empty files charged %d bytes, want at least %d (a file and its top link, in the copy and the view)", got, 4000*4*entryBytes)
-	}
-}
-
 // A volume costs its record's pages, as saved, and its own six entries, besides its shares.
 func TestVolumeBytesCountTheRecordAsSaved(t *testing.T) {
 	rec := volumeRecord{VolumeID: "vol-1", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "s"}, Bytes: 10000}}}
-	if got, want := volumeBytes(rec), int64(pageSize+volumeEntries*entryBytes+10000)+recordHeapBytes(rec); got != want {
+	if got, want := volumeBytes(rec), int64(volume.PageSize+volumeEntries*volume.EntryBytes+10000)+recordHeapBytes(rec); got != want {
 		t.Errorf("volumeBytes of a small record = %d, want %d", got, want)
 	}
 	for i := range 200 { // a long list of items makes a record of several pages
 		rec.Items = append(rec.Items, item{Key: fmt.Sprintf("key-%d", i), Path: fmt.Sprintf("some/where/file-%d", i)})
 	}
 	b, _ := encodeRecord(rec)
-	if got, want := volumeBytes(rec), pages(int64(len(b)))+volumeEntries*entryBytes+10000+recordHeapBytes(rec); got != want || want < 4*pageSize {
+	if got, want := volumeBytes(rec), volume.Pages(int64(len(b)))+volumeEntries*volume.EntryBytes+10000+recordHeapBytes(rec); got != want || want < 4*volume.PageSize {
 		t.Errorf("volumeBytes of a record of %d bytes = %d, want %d", len(b), got, want)
 	}
 }
@@ -150,7 +111,7 @@ func TestPublishBeyondTheBudgetIsRefusedUntilThereIsRoom(t *testing.T) {
 	ns := &nodeServer{d: d}
 	ctx := context.Background()
 	// One volume of the share costs a page for ca.crt and one for its record, and its entries.
-	one := int64(pageSize) + chargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA")}}) + volumeEntries*entryBytes
+	one := int64(volume.PageSize) + volume.ChargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA")}}) + volumeEntries*volume.EntryBytes
 	d.budget.limit = one + one/2
 	first := publishRequest(t, d, "vol-1")
 	if _, err := ns.NodePublishVolume(ctx, first); err != nil {
@@ -183,7 +144,7 @@ func TestRefreshBeyondTheBudgetKeepsTheLastFiles(t *testing.T) {
 	d, client, events := publishedVolumeOfOneKey(t)
 	ctx := context.Background()
 	one := d.budget.inUse()
-	newCopy := chargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: make([]byte, 5000)}})
+	newCopy := volume.ChargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: make([]byte, 5000)}})
 	d.budget.limit = one + newCopy - 1 // the new copy does not fit beside the old one
 	if _, err := client.CoreV1().Secrets("p").Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "2"},
 		Data: map[string][]byte{"ca.crt": make([]byte, 5000)}}, metav1.UpdateOptions{}); err != nil {
@@ -212,7 +173,7 @@ func TestRefreshBeyondTheBudgetKeepsTheLastFiles(t *testing.T) {
 	files, _ := atomicwriter.ReadFiles(view)
 	// The view the refresh replaced is kept for readers still on it, and charged: the old copy's
 	// bytes, and its payload dir.
-	kept := rec.Shares[0].Bytes + entryBytes
+	kept := rec.Shares[0].Bytes + volume.EntryBytes
 	if want := one - rec.Shares[0].Bytes + newCopy + kept; len(files["ca.crt"].Data) != 5000 || d.budget.inUse() != want {
 		t.Fatalf("after room was made: %d bytes of ca.crt, %d in use; want the new 5000 bytes and %d", len(files["ca.crt"].Data), d.budget.inUse(), want)
 	}
@@ -311,12 +272,5 @@ func TestAVolumeIsChargedItsRecordOrMeasureAndItsUnlinkedFiles(t *testing.T) {
 	step("counted once forgotten", func() { b.chargeUnlinked("v", 500) }, 0)
 	if got := b.chargedFor("other"); got != 1000 {
 		t.Errorf("the other volume is charged %d, want 1000", got)
-	}
-}
-
-// A removed file's name is charged as the longest a tmpfs takes.
-func TestMaxEntryNameBytesIsTheLongestNamesCost(t *testing.T) {
-	if got := entryNameBytes(strings.Repeat("n", 255)); got != maxEntryNameBytes {
-		t.Errorf("a 255-byte name costs %d, maxEntryNameBytes is %d", got, maxEntryNameBytes)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // narrowWorld is a fake API server with Secret p/tls (UID tls-1: ca.crt, tls.crt) and the
@@ -148,7 +149,7 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyDoesNotFit(t *testing.T) {
 	// saved records' sum: tls.crt's page and entries are given back, and its entry of the list the
 	// record holds in the heap.
 	rec, _ := d.store.get("vol-1")
-	if want := chargedBytes(files); rec.Shares[0].Bytes != want || rec.Shares[0].Bytes >= old.Shares[0].Bytes ||
+	if want := volume.ChargedBytes(files); rec.Shares[0].Bytes != want || rec.Shares[0].Bytes >= old.Shares[0].Bytes ||
 		d.budget.inUse() != before-(old.Shares[0].Bytes-want)-(recordHeapBytes(old)-recordHeapBytes(rec)) {
 		t.Fatalf("%d bytes in use (%d before), the share counts %d (%d before): want %d, tls.crt's page and entries given back",
 			d.budget.inUse(), before, rec.Shares[0].Bytes, old.Shares[0].Bytes, want)

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // viewPayloads are the payload dirs of volume id's view.
@@ -221,8 +222,8 @@ func TestAKeptViewFitsTheBudgetOrIsNotKept(t *testing.T) {
 	c := newFakeCluster(t)
 	d, _ := c.node()
 	publishVolume(t, d, "vol-1")
-	newCopy := chargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA2")}})
-	d.budget.limit = d.budget.inUse() + newCopy + entryBytes/2
+	newCopy := volume.ChargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA2")}})
+	d.budget.limit = d.budget.inUse() + newCopy + volume.EntryBytes/2
 	c.setSource(map[string]string{"ca.crt": "CA2"})
 	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "CA2") {
 		t.Fatalf("refresh: %v, the pod sees %v", err, podView(t, d, "vol-1"))

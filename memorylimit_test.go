@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // A volume of nine shares each exposing 256 keys of 253 bytes under paths of 253 bytes (the
@@ -120,7 +121,7 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 
 // chargedBytesOfOneSmallFile is what a share's copy of one file of a few bytes is charged.
 func chargedBytesOfOneSmallFile() int64 {
-	return chargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA")}})
+	return volume.ChargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA")}})
 }
 
 // The Go runtime gets the container's limit less what the volumes hold outside its heap, never

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // reservedBytes is tmpfs room kept for the record and directory entries.
@@ -94,7 +95,7 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 			}
 			return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", ref.Kind, sh.SourceNamespace, sh.SourceName, err)
 		}
-		rec.Shares[i].Bytes, rec.Shares[i].Entries = chargedBytes(perShare[i]), filesEntries(perShare[i])
+		rec.Shares[i].Bytes, rec.Shares[i].Entries = volume.ChargedBytes(perShare[i]), volume.FilesEntries(perShare[i])
 		size += src.Size
 	}
 	if n := volumeEntryCount(rec.Shares); n > maxVolumeEntries {

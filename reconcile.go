@@ -32,6 +32,7 @@ import (
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 	"github.com/shared-resource/csi-driver/internal/shareapi"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // Event reasons recorded on consuming pods.
@@ -243,7 +244,7 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 	// they stop counting.
 	for i, st := range w.next.Shares {
 		if w.next.Refresh && st.Told.hidden() {
-			w.next.Shares[i].Bytes, w.next.Shares[i].Entries = chargedBytes(nil), 0
+			w.next.Shares[i].Bytes, w.next.Shares[i].Entries = volume.ChargedBytes(nil), 0
 		}
 	}
 	return w
@@ -257,7 +258,7 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 // maxVolumeEntries, beside the others (the files and directories of the volume's other shares). On
 // an error the share is as it was.
 func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, rw *volumeRewrite, others int, listGrowth int64) (shareVerdict, error) {
-	newBytes, newEntries := chargedBytes(v.files), filesEntries(v.files)
+	newBytes, newEntries := volume.ChargedBytes(v.files), volume.FilesEntries(v.files)
 	var refused string
 	if n := others + newEntries; n > maxVolumeEntries {
 		refused = fmt.Sprintf("its new files do not fit in the volume: they would make %d files and directories in it, and a volume holds at most %d "+
@@ -342,7 +343,7 @@ func (d *driver) narrowUnwritten(vol volumeDir, rec volumeRecord, i int, want, g
 		klog.ErrorS(v.err, "Dropping the keys a share no longer lists failed", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
 		return got
 	}
-	v.state.Bytes, v.state.Entries = chargedBytes(v.files), filesEntries(v.files)
+	v.state.Bytes, v.state.Entries = volume.ChargedBytes(v.files), volume.FilesEntries(v.files)
 	why := exposureSummary(want.state.Exposed) + "; files no longer shared were removed"
 	if got.change != nil {
 		why += ", and its new files are not shown: " + got.change.why

@@ -22,6 +22,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // volumeRecord is what the driver must remember about a published volume.
@@ -63,9 +65,9 @@ type shareState struct {
 	// reconcile.
 	ShareUID  string `json:"shareUID,omitempty"`
 	SourceUID string `json:"sourceUID,omitempty"`
-	// Bytes is what the share's copy costs in memory (chargedBytes), counted in the budget.
+	// Bytes is what the share's copy costs in memory (volume.ChargedBytes), counted in the budget.
 	Bytes int64 `json:"bytes,omitempty"`
-	// Entries is how many files and directories the share's copy holds (pathEntries), counted
+	// Entries is how many files and directories the share's copy holds (volume.PathEntries), counted
 	// against maxVolumeEntries. Absent (records written before it): not counted.
 	Entries int `json:"entries,omitempty"`
 	// Exposed is the share's list of keys (spec.items) the files were made through; absent: every
@@ -412,7 +414,7 @@ func (s *volumeStore) forget(id string) {
 func (s *volumeStore) remember(rec volumeRecord) {
 	n := volumeBytes(rec)
 	if fi, err := os.Stat(s.recordPath(rec.VolumeID)); err == nil {
-		n += max(0, pages(fi.Size())-recordPages(rec))
+		n += max(0, volume.Pages(fi.Size())-recordPages(rec))
 	}
 	s.keepCharging(rec, n)
 	vol := s.dirOf(rec)

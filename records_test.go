@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // A record's shares change in the store only by save: what get and list hand out, and what
@@ -69,7 +71,7 @@ func TestARecordFoundAtStartIsChargedWhatItsFileHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pages(int64(len(indented))) <= recordPages(rec) {
+	if volume.Pages(int64(len(indented))) <= recordPages(rec) {
 		t.Fatalf("the indented record (%d bytes) takes no more pages than the compact one: the test shows nothing", len(indented))
 	}
 	if err := os.MkdirAll(s.mountPoint(rec.VolumeID), 0o700); err != nil {
@@ -79,7 +81,7 @@ func TestARecordFoundAtStartIsChargedWhatItsFileHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.remember(rec)
-	if got, want := budget.inUse(), volumeBytes(rec)-recordPages(rec)+pages(int64(len(indented))); got != want {
+	if got, want := budget.inUse(), volumeBytes(rec)-recordPages(rec)+volume.Pages(int64(len(indented))); got != want {
 		t.Fatalf("resumed: charged %d bytes, want %d (the record's file as it is on disk)", got, want)
 	}
 	if err := s.save(rec); err != nil {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // Volume attributes a pod author may set (API-compatible with OpenShift's driver), besides each
@@ -40,8 +41,8 @@ const maxShares = 16
 const maxItems = 1000
 
 // maxVolumeEntries bounds the files plus directories of one volume: each share's files and the
-// directories of their paths, summed over the shares (pathEntries). Every one costs kernel memory
-// whatever its size (budget.go's entryBytes), charged to the driver: without a bound, empty files
+// directories of their paths, summed over the shares (volume.PathEntries). Every one costs kernel memory
+// whatever its size (volume.EntryBytes), charged to the driver: without a bound, empty files
 // or deep paths held tens of times the tmpfs's size. 4096 is four times about the largest list items
 // allows, and more keys than a Secret or ConfigMap of ordinary use has (its 1 MiB holds 4096
 // keys of 256 bytes); a volume at the bound is charged about 16 MiB of budget.
@@ -443,7 +444,7 @@ func parseItems(s string, shares []shareRef) ([]item, error) {
 	}
 	n := 0
 	for _, p := range perShare {
-		n += pathEntries(p)
+		n += volume.PathEntries(p)
 	}
 	if n > maxVolumeEntries {
 		return nil, fmt.Errorf("its paths make %d files and directories; a volume holds at most %d: list fewer keys, or use shallower paths", n, maxVolumeEntries)

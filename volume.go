@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // createVolume makes a fetched volume on the node, in these steps:
@@ -248,7 +249,7 @@ func (d *driver) countRecovered(rec *volumeRecord) {
 	vol := d.store.dirOf(*rec)
 	for i := range rec.Shares {
 		if files, err := atomicwriter.ReadFiles(vol.shareDir(i)); err == nil {
-			rec.Shares[i].Bytes, rec.Shares[i].Entries = chargedBytes(files), filesEntries(files)
+			rec.Shares[i].Bytes, rec.Shares[i].Entries = volume.ChargedBytes(files), volume.FilesEntries(files)
 		}
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 const (
@@ -212,7 +213,7 @@ func (vd volumeDir) measure() (volumeMeasure, error) {
 	rootXattrs := xattrSpace(func(b []byte) (int, error) { return unix.Flistxattr(fd, b) },
 		func(name string) (int, error) { return unix.Fgetxattr(fd, name, nil) })
 	top.Close()
-	m := volumeMeasure{held: entryBytes, seen: tmpfsUsage{inodeSpace: inodeSpaceBytes + rootXattrs}}
+	m := volumeMeasure{held: volume.EntryBytes, seen: tmpfsUsage{inodeSpace: inodeSpaceBytes + rootXattrs}}
 	err = m.addUnder(root, map[uint64]bool{}, int64(os.Getpagesize()))
 	m.seen.inodeSpace = (m.seen.inodeSpace + inodeSpaceBytes - 1) / inodeSpaceBytes * inodeSpaceBytes
 	return m, err
@@ -222,7 +223,7 @@ func (vd volumeDir) measure() (volumeMeasure, error) {
 // is ever joined, so a pod's path of up to 4096 bytes (validate.go) under the volume's directory
 // cannot make a system call fail with ENAMETOOLONG (an entry's extended attributes are read
 // through /proc/self/fd/<dir>/<name>). files holds the inodes whose pages are counted;
-// kernelPage is the kernel's page size (the budget's pages are 4 KiB: pageSize).
+// kernelPage is the kernel's page size (the budget's pages are 4 KiB: volume.PageSize).
 func (m *volumeMeasure) addUnder(dir *os.Root, files map[uint64]bool, kernelPage int64) error {
 	d, err := dir.Open(".")
 	if err != nil {
@@ -235,7 +236,7 @@ func (m *volumeMeasure) addUnder(dir *os.Root, files map[uint64]bool, kernelPage
 	}
 	viaFD := "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/"
 	for _, e := range entries {
-		m.held += entryBytes + entryNameBytes(e.Name())
+		m.held += volume.EntryBytes + volume.EntryNameBytes(e.Name())
 		m.seen.inodeSpace += inodeSpaceBytes // a hard link too (shmem_link)
 		var fi fs.FileInfo
 		if e.Type().IsRegular() {
@@ -256,8 +257,8 @@ func (m *volumeMeasure) addUnder(dir *os.Root, files map[uint64]bool, kernelPage
 			if err != nil {
 				return err
 			}
-			m.held += linkTargetBytes(target)
-			if len(target) >= shortSymlinkLen {
+			m.held += volume.LinkTargetBytes(target)
+			if len(target) >= volume.ShortSymlinkLen {
 				m.seen.pageBytes += kernelPage
 			}
 		case e.IsDir():
@@ -271,7 +272,7 @@ func (m *volumeMeasure) addUnder(dir *os.Root, files map[uint64]bool, kernelPage
 				return err
 			}
 		case fi != nil:
-			m.held += pages(fi.Size())
+			m.held += volume.Pages(fi.Size())
 			m.seen.pageBytes += (fi.Size() + kernelPage - 1) / kernelPage * kernelPage
 		}
 	}
@@ -329,10 +330,10 @@ type tmpfsUsage struct {
 // beyond is what u holds that seen does not: the pages and inodes of files removed while a reader
 // keeps them open (and whatever else the kernel holds there that a walk cannot see: a node that
 // forces huge pages on every tmpfs gives each file one), charged in the budget's units, each
-// inode's share of the space with its dentry (entryBytes) and a name of the longest length
-// (maxEntryNameBytes), since the name is no longer there to measure.
+// inode's share of the space with its dentry (volume.EntryBytes) and a name of the longest length
+// (volume.MaxEntryNameBytes), since the name is no longer there to measure.
 func (u tmpfsUsage) beyond(seen tmpfsUsage) int64 {
-	return max(0, u.pageBytes-seen.pageBytes) + max(0, u.inodeSpace-seen.inodeSpace)/inodeSpaceBytes*(entryBytes+maxEntryNameBytes)
+	return max(0, u.pageBytes-seen.pageBytes) + max(0, u.inodeSpace-seen.inodeSpace)/inodeSpaceBytes*(volume.EntryBytes+volume.MaxEntryNameBytes)
 }
 
 // diskState is what two cheap reads tell of a volume's tmpfs: the kernel's count (kernelUsage),

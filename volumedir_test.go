@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 func TestMeasureCountsEachFilesPagesOnce(t *testing.T) {
@@ -29,7 +31,7 @@ func TestMeasureCountsEachFilesPagesOnce(t *testing.T) {
 			t.Fatal(step)
 		}
 	}
-	if err := os.Symlink(strings.Repeat("t", shortSymlinkLen), filepath.Join(dir, "e")); err != nil {
+	if err := os.Symlink(strings.Repeat("t", volume.ShortSymlinkLen), filepath.Join(dir, "e")); err != nil {
 		t.Fatal(err)
 	}
 	m, err := volumeDir{dir: dir, gid: -1}.measure()
@@ -38,7 +40,7 @@ func TestMeasureCountsEachFilesPagesOnce(t *testing.T) {
 	}
 	// The root, a, b, c, the long name, d and e: seven entries; a's two pages once and the long
 	// name's file's one; the long name beyond its dentry; c's target, and e's page.
-	want := 7*entryBytes + 3*pageSize + entryNameBytes(long) + linkTargetBytes("a") + pageSize
+	want := 7*volume.EntryBytes + 3*volume.PageSize + volume.EntryNameBytes(long) + volume.LinkTargetBytes("a") + volume.PageSize
 	if m.held != want {
 		t.Errorf("held = %d, want %d", m.held, want)
 	}
@@ -49,7 +51,7 @@ func TestMeasureCountsEachFilesPagesOnce(t *testing.T) {
 		space += xattrSpaceAt(filepath.Join(dir, p))
 	}
 	space = (space + inodeSpaceBytes - 1) / inodeSpaceBytes * inodeSpaceBytes
-	if want := (tmpfsUsage{pageBytes: 4 * pageSize, inodeSpace: space}); m.seen != want {
+	if want := (tmpfsUsage{pageBytes: 4 * volume.PageSize, inodeSpace: space}); m.seen != want {
 		t.Errorf("seen = %+v, want %+v", m.seen, want)
 	}
 }
@@ -87,7 +89,7 @@ func TestMeasureWalksPathsLongerThanTheKernelTakes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := (depth+2)*entryBytes + (depth+1)*entryNameBytes(segment) + pageSize // the root, the dirs, the file and its page
+	want := (depth+2)*volume.EntryBytes + (depth+1)*volume.EntryNameBytes(segment) + volume.PageSize // the root, the dirs, the file and its page
 	if m.held != want {
 		t.Fatalf("held = %d, want %d", m.held, want)
 	}
