@@ -68,7 +68,7 @@ type volumeCharge struct {
 	saved   int64 // its saved record's bytes
 	unsaved int64 // what its tmpfs holds that its saved record does not describe; 0: none
 	// unlinked is what its tmpfs holds of files removed while a reader keeps them open, by the
-	// kernel's count at the volume's last reconcile or its recovery (tmpfsUsage.beyond); 0: none,
+	// kernel's count at the volume's last reconcile or its recovery (volume.Usage.beyond); 0: none,
 	// or none known (not a tmpfs; its last count kept while a walk fails).
 	// A save keeps it until the next count: a save frees no page a reader keeps open.
 	unlinked int64
@@ -213,7 +213,7 @@ type volumeRewrite struct {
 	written, replaced int64
 	rewrote           bool
 	dropped           bool // a share's new copy lacks a file of its old one (pathDropped)
-	// previousView is what the view before this reconcile costs if it is kept (volumedir.go): its
+	// previousView is what the view before this reconcile costs if it is kept (internal/volume): its
 	// payload dir, the old copies' charges of the shares rewritten (whose pages only it then
 	// holds), and the entries of the other shown shares' files in it (keptViewBytes).
 	previousView int64
@@ -252,7 +252,7 @@ func (w *volumeRewrite) shown(old shareState) { w.previousView += keptViewBytes(
 func (w *volumeRewrite) anyRewritten() bool { return w.rewrote }
 
 // keepsView reserves room to keep the view the reconcile replaces for readers still on it
-// (volumedir.go), beside what is in use: the old copies it alone then holds, and its links to the
+// (internal/volume), beside what is in use: the old copies it alone then holds, and its links to the
 // other shares' files. False: a share's copy lost a file (pathDropped), or it does not fit, and
 // the view is not kept.
 func (w *volumeRewrite) keepsView() bool {
@@ -268,7 +268,7 @@ func (w *volumeRewrite) keptViewCost() int64 { return w.previousView }
 
 // unsaved charges the volume what its tmpfs holds once its record no longer describes it: the
 // view could not be rebuilt from the new copies, or the record naming them could not be saved.
-// held is that, measured (volumeDir.measure), not counted from what the reconcile wrote: the
+// held is that, measured (volume.Dir.Measure), not counted from what the reconcile wrote: the
 // copies a failed cycle wrote are replaced by the next cycle's, an older copy may stay linked from
 // the view alone, and a view kept for readers links whatever the view showed; so a reconcile that
 // fails the same way every cycle is charged the same. Should measuring have failed (err), the

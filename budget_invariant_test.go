@@ -147,14 +147,14 @@ func (w *budgetWorld) breakView(id string) {
 	if !ok {
 		return
 	}
-	if err := os.MkdirAll(filepath.Join(w.d.store.dirOf(rec).dataDir(), "..data_tmp", "full"), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(w.d.store.dirOf(rec).ViewPath(), "..data_tmp", "full"), 0o700); err != nil {
 		w.t.Fatal(err)
 	}
 }
 
 func (w *budgetWorld) fixView(id string) {
 	if rec, ok := w.d.store.get(id); ok {
-		if err := os.RemoveAll(filepath.Join(w.d.store.dirOf(rec).dataDir(), "..data_tmp")); err != nil {
+		if err := os.RemoveAll(filepath.Join(w.d.store.dirOf(rec).ViewPath(), "..data_tmp")); err != nil {
 			w.t.Fatal(err)
 		}
 	}
@@ -383,7 +383,7 @@ func TestFailedSaveChargesWhatIsOnDiskOnce(t *testing.T) {
 	}
 	w.setData(64 << 10)
 	w.breakSave("vol-0")
-	// The first relist swaps in the new copy and keeps the view it replaced (volumedir.go); the
+	// The first relist swaps in the new copy and keeps the view it replaced (internal/volume); the
 	// next, a change again (the record still names the old version), drops that view before it
 	// writes: from then on the budget must not move.
 	w.d.relistCycle(ctx, 0)

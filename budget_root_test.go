@@ -76,15 +76,15 @@ func TestLongNamedVolumesAreChargedWhatTheirTmpfsHolds(t *testing.T) {
 				rec.Items = append(rec.Items, item{Key: "k", Path: p})
 			}
 			rec.Shares[0].Bytes = volume.ChargedBytes(files)
-			vd := volumeDir{dir: dir, gid: -1}
-			if err := vd.populate(composeView(rec.refs(), []map[string]atomicwriter.File{files})); err != nil {
+			vd := volume.Dir{Path: dir, GID: -1}
+			if err := vd.Populate(volume.ComposeView([]map[string]atomicwriter.File{files})); err != nil {
 				t.Fatal(err)
 			}
 			b, err := encodeRecord(rec)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(filepath.Join(dir, recordFile), b, 0o600); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, volume.RecordFile), b, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			var after unix.Statfs_t
@@ -102,10 +102,10 @@ func TestLongNamedVolumesAreChargedWhatTheirTmpfsHolds(t *testing.T) {
 			}
 			// With no file kept open, the walk finds every page and inode the kernel counts:
 			// nothing is charged as removed but kept open.
-			usage, ok := vd.kernelUsage()
-			m, err := vd.measure()
-			if err != nil || !ok || usage != m.seen {
-				t.Errorf("the kernel counts %+v (%v) in the tmpfs, the walk finds %+v (%v)", usage, ok, m.seen, err)
+			usage, ok := vd.KernelUsage()
+			m, err := vd.Measure()
+			if err != nil || !ok || usage != m.Seen {
+				t.Errorf("the kernel counts %+v (%v) in the tmpfs, the walk finds %+v (%v)", usage, ok, m.Seen, err)
 			}
 		})
 	}
@@ -198,7 +198,7 @@ func TestKernelCountIsTheVolumesOwnTmpfs(t *testing.T) {
 	if err := os.Mkdir(plain, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if u, ok := (volumeDir{dir: plain}).kernelUsage(); ok {
+	if u, ok := (volume.Dir{Path: plain}).KernelUsage(); ok {
 		t.Errorf("a plain directory on a tmpfs was counted %+v: the tmpfs's, not a volume's", u)
 	}
 	inner := filepath.Join(outer, "inner")
@@ -217,7 +217,7 @@ func TestKernelCountIsTheVolumesOwnTmpfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Its root and the file: two inodes, two pages.
-	if u, ok := (volumeDir{dir: inner}).kernelUsage(); !ok || u != (tmpfsUsage{pageBytes: 2 * volume.PageSize, inodeSpace: 2 * inodeSpaceBytes}) {
+	if u, ok := (volume.Dir{Path: inner}).KernelUsage(); !ok || u != (volume.Usage{PageBytes: 2 * volume.PageSize, InodeSpace: 2 * volume.InodeSpaceBytes}) {
 		t.Errorf("a tmpfs holding one 8 KiB file counted %+v (%v), want two pages and two inodes", u, ok)
 	}
 }
@@ -242,16 +242,16 @@ func TestKernelCountOfExtendedAttributesIsTheWalks(t *testing.T) {
 			t.Fatalf("setting a user xattr on a tmpfs (Linux 6.6 or later, which also counts xattrs in a tmpfs's inode space): %v", err)
 		}
 	}
-	vd := volumeDir{dir: dir}
-	usage, ok := vd.kernelUsage()
-	m, err := vd.measure()
+	vd := volume.Dir{Path: dir}
+	usage, ok := vd.KernelUsage()
+	m, err := vd.Measure()
 	if err != nil || !ok {
 		t.Fatal(err, ok)
 	}
-	if usage != m.seen {
-		t.Errorf("the kernel counts %+v, the walk %+v", usage, m.seen)
+	if usage != m.Seen {
+		t.Errorf("the kernel counts %+v, the walk %+v", usage, m.Seen)
 	}
-	if b := usage.beyond(m.seen); b != 0 {
+	if b := usage.Beyond(m.Seen); b != 0 {
 		t.Errorf("%d bytes charged as kept open, with nothing open", b)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 func TestTheDriversStory(t *testing.T) {
@@ -37,7 +39,7 @@ func TestTheDriversStory(t *testing.T) {
 		}
 		seesOnly(t, "ca.crt", "CA")
 		bind, ok := d.mounter.(*fakeMounter).at(req.TargetPath)
-		if !ok || bind.source != filepath.Join(d.store.mountPoint(id), dataDir) || !hasOption(bind.entry.Options, "ro") {
+		if !ok || bind.source != filepath.Join(d.store.mountPoint(id), volume.ViewDir) || !hasOption(bind.entry.Options, "ro") {
 			t.Fatalf("the target's mount: %+v; want a read-only bind of the volume's view", bind)
 		}
 	})

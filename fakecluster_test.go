@@ -26,6 +26,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // errOutage is what an API server that cannot be reached answers.
@@ -98,7 +99,7 @@ func (c *fakeCluster) deleteSource() {
 // the volume has no view.
 func podView(t *testing.T, d *driver, id string) map[string]string {
 	t.Helper()
-	files, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint(id), dataDir))
+	files, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint(id), volume.ViewDir))
 	if err != nil {
 		return nil
 	}

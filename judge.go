@@ -304,7 +304,7 @@ func (d *driver) narrowed(rec volumeRecord, i int, exposed exposure, v shareVerd
 		klog.ErrorS(v.err, "Checking a share failed; keeping only what its new list still shares", "volumeID", rec.VolumeID, "share", v.state.String())
 		v.err = nil
 	}
-	held, err := atomicwriter.ReadFiles(d.store.dirOf(rec).shareDir(i))
+	held, err := atomicwriter.ReadFiles(d.store.dirOf(rec).CopyPath(i))
 	if err != nil {
 		err = fmt.Errorf("reading the copy of %s to drop keys no longer shared: %w", v.state.shareRef, err)
 		if v.state.Told.hidden() {

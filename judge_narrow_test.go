@@ -73,7 +73,7 @@ func (w *narrowWorld) judge(t *testing.T, refresh bool) shareVerdict {
 		Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "tls", ResourceVersion: "9",
 			ShareUID: "share-1", SourceUID: "tls-1",
 			Exposed: exposure{{"ca.crt", "ca.crt"}, {"tls.crt", "tls.crt"}}}}}
-	if err := w.d.store.dirOf(rec).writeCopy(0, map[string]atomicwriter.File{
+	if err := w.d.store.dirOf(rec).WriteCopy(0, map[string]atomicwriter.File{
 		"ca.crt": {Data: []byte("CA"), Mode: 0o644}, "tls.crt": {Data: []byte("LEAF"), Mode: 0o644}}); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyCannotBeWritten(t *testing.T) {
 	d, setItems := publishedThroughTheList(t, client, entry("ca.crt"), entry("tls.crt"))
 	ctx := context.Background()
 	rec, _ := d.store.get("vol-1")
-	if err := os.WriteFile(filepath.Join(d.store.dirOf(rec).shareDir(0), "extra.crt"), []byte("in the way"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(d.store.dirOf(rec).CopyPath(0), "extra.crt"), []byte("in the way"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	setItems(entry("ca.crt"), entry("extra.crt"))
@@ -242,7 +242,7 @@ func TestRevocationStandsWhenTheNodeIsFull(t *testing.T) {
 	if len(seen) != 0 || rec.Shares[0].Told != toldRevoked {
 		t.Errorf("after the denial the pod sees %q, told %q; want nothing, told %q", slices.Sorted(maps.Keys(seen)), rec.Shares[0].Told, toldRevoked)
 	}
-	kept, err := atomicwriter.ReadFiles(d.store.dirOf(rec).shareDir(0))
+	kept, err := atomicwriter.ReadFiles(d.store.dirOf(rec).CopyPath(0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -132,7 +132,7 @@ func TestJudgeShareFollowsTheSharesListOfKeys(t *testing.T) {
 		for k, v := range held {
 			files[k] = atomicwriter.File{Data: []byte(v), Mode: 0o644}
 		}
-		if err := w.d.store.dirOf(rec).writeCopy(0, files); err != nil {
+		if err := w.d.store.dirOf(rec).WriteCopy(0, files); err != nil {
 			t.Fatal(err)
 		}
 		return rec

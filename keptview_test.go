@@ -1,6 +1,6 @@
 package main
 
-// Specification of the view a refresh keeps (volumedir.go): an app that resolved the view's
+// Specification of the view a refresh keeps (internal/volume): an app that resolved the view's
 // ..data just before a refresh swapped it, and then opens the files one after another, finds
 // every file of the version it started on; a volume holds at most two versions, the kept one
 // charged in the budget; a revocation, a restart's recovery and an unpublish leave none behind.
@@ -25,7 +25,7 @@ import (
 // viewPayloads are the payload dirs of volume id's view.
 func viewPayloads(t *testing.T, d *driver, id string) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(d.store.mountPoint(id), dataDir))
+	entries, err := os.ReadDir(filepath.Join(d.store.mountPoint(id), volume.ViewDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestARefreshNeverMakesAFileMissingForAReaderOnTheOldVersion(t *testing.T) {
 	c.setSource(map[string]string{"k1": "v0", "k2": "v0"})
 	d, _ := c.node()
 	publishVolume(t, d, "vol-1")
-	view := filepath.Join(d.store.mountPoint("vol-1"), dataDir)
+	view := filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir)
 	const refreshes = 20
 	missing := 0
 	for i := 1; i <= refreshes; i++ {
@@ -120,7 +120,7 @@ func TestARevocationKeepsNoPreviousView(t *testing.T) {
 		t.Errorf("after a revocation: %d versions in the view, want 1 (the empty one)", n)
 	}
 	found := 0
-	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint("vol-1"), dataDir), func(_ string, e fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir), func(_ string, e fs.DirEntry, err error) error {
 		if err == nil && e.Type().IsRegular() {
 			found++
 		}
@@ -168,7 +168,7 @@ func TestRecoveryAndUnpublishLeaveNoKeptView(t *testing.T) {
 // included.
 func filesNamed(t *testing.T, d *driver, id, name string) (found int) {
 	t.Helper()
-	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint(id), dataDir), func(_ string, e fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint(id), volume.ViewDir), func(_ string, e fs.DirEntry, err error) error {
 		if err == nil && e.Type().IsRegular() && e.Name() == name {
 			found++
 		}
@@ -269,7 +269,7 @@ func TestAKeyTheSourceDroppedIsNotKeptWhereAnotherShareHasItsPath(t *testing.T) 
 		t.Fatalf("share's source drops tls.key: %v, the pod sees %v", err, podView(t, d, "vol-1"))
 	}
 	var left []string
-	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint("vol-1"), dataDir), func(p string, e fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir), func(p string, e fs.DirEntry, err error) error {
 		if err == nil && e.Type().IsRegular() {
 			if b, _ := os.ReadFile(p); string(b) == "DROPPED" {
 				left = append(left, p)

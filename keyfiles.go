@@ -1,14 +1,12 @@
 package main
 
-// Keys to files: how each share's source keys become files (the volume's items and modes), and how
-// the shares' files are composed into the one directory the pod sees. The same code runs at
-// publish, at every refresh and on restore, from what the record remembers. A share with a list
-// of keys (sharekeys.go) hands projection only the names it exposes: the pod's items pick among
-// those.
+// Keys to files: how each share's source keys become files (the volume's items and modes), which
+// internal/volume composes into the one directory the pod sees. The same code runs at publish, at
+// every refresh and on restore, from what the record remembers. A share with a list of keys
+// (sharekeys.go) hands projection only the names it exposes: the pod's items pick among those.
 
 import (
 	"fmt"
-	"iter"
 	"os"
 	"sort"
 	"strings"
@@ -139,59 +137,4 @@ func keepShared(held map[string]atomicwriter.File, items []item, share int, was,
 		}
 	}
 	return kept
-}
-
-// pathConflict is one path that two shares both produce.
-type pathConflict struct {
-	Path          string
-	Kept, Dropped shareRef
-}
-
-// composeFiles merges the shares' files in the volume's order. A path produced by two shares (or
-// a file of one that is a directory of another) goes to the earlier share, as in a projected
-// volume the first source listed wins; the conflicts are returned so they can be reported.
-func composeFiles(refs []shareRef, perShare []map[string]atomicwriter.File) (map[string]atomicwriter.File, []pathConflict) {
-	out := map[string]atomicwriter.File{}
-	owner := map[string]int{} // path -> share index, including the directories of each file
-	var conflicts []pathConflict
-	for i, files := range perShare {
-		if files == nil {
-			continue // revoked: contributes nothing
-		}
-		paths := make([]string, 0, len(files))
-		for p := range files {
-			paths = append(paths, p)
-		}
-		sort.Strings(paths)
-	next:
-		for _, p := range paths {
-			// Taken: the path itself (a file or a directory of the earlier share), or any of
-			// its parent directories that is a file of an earlier share.
-			for q := range pathAndParents(p) {
-				if j, taken := owner[q]; taken && j != i && (q == p || isFile(out, q)) {
-					conflicts = append(conflicts, pathConflict{Path: p, Kept: refs[j], Dropped: refs[i]})
-					continue next
-				}
-			}
-			out[p] = files[p]
-			for q := range pathAndParents(p) {
-				owner[q] = i
-			}
-		}
-	}
-	return out, conflicts
-}
-
-func isFile(files map[string]atomicwriter.File, p string) bool {
-	_, ok := files[p]
-	return ok
-}
-
-// pathAndParents yields p, then its parent directories, nearest first.
-func pathAndParents(p string) iter.Seq[string] {
-	return func(yield func(string) bool) {
-		if yield(p) {
-			atomicwriter.ParentDirs(p)(yield)
-		}
-	}
 }

@@ -72,51 +72,51 @@ func (d *driver) publishNew(ctx context.Context, v *volumeRequest) error {
 		return err
 	}
 	klog.V(2).InfoS("Published volume", "volumeID", v.VolumeID, "shares", rec.describe(),
-		"pod", klog.KRef(v.PodNamespace, v.PodName), "files", len(view.files))
+		"pod", klog.KRef(v.PodNamespace, v.PodName), "files", view.FileCount())
 	return nil
 }
 
 // fetchVolume checks and fetches every share of v and composes the pod's view. It writes nothing.
-func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecord, volumeView, error) {
+func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecord, volume.View, error) {
 	rec := newVolumeRecord(v)
 	perShare := make([]map[string]atomicwriter.File, len(v.Shares))
 	var size int64
 	for i, ref := range v.Shares {
 		sh, src, err := d.admitShare(ctx, v, ref)
 		if err != nil {
-			return volumeRecord{}, volumeView{}, err
+			return volumeRecord{}, volume.View{}, err
 		}
 		rec.Shares = append(rec.Shares, shareState{shareRef: ref,
 			SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion, Exposed: sh.Exposed,
 			ShareUID: sh.UID, SourceUID: src.UID})
 		if perShare[i], err = sharedFiles(rec, i, sh, src); err != nil {
 			if errors.As(err, new(*notSharedError)) {
-				return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %q: %v", ref.Kind.shareTypeName(), ref.Name, err)
+				return volumeRecord{}, volume.View{}, status.Errorf(codes.FailedPrecondition, "%s %q: %v", ref.Kind.shareTypeName(), ref.Name, err)
 			}
-			return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", ref.Kind, sh.SourceNamespace, sh.SourceName, err)
+			return volumeRecord{}, volume.View{}, status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", ref.Kind, sh.SourceNamespace, sh.SourceName, err)
 		}
 		rec.Shares[i].Bytes, rec.Shares[i].Entries = volume.ChargedBytes(perShare[i]), volume.FilesEntries(perShare[i])
 		size += src.Size
 	}
 	if n := volumeEntryCount(rec.Shares); n > maxVolumeEntries {
-		return volumeRecord{}, volumeView{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s make %d files and directories; a volume holds at most %d "+
+		return volumeRecord{}, volume.View{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s make %d files and directories; a volume holds at most %d "+
 			"(each costs the node memory whatever its size): select fewer keys with the volumeAttribute %s, or mount fewer shares", v.VolumeID, n, maxVolumeEntries, attrItems)
 	}
-	view := composeView(v.Shares, perShare)
-	if len(view.conflicts) > 0 {
-		c := view.conflicts[0]
-		return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s and %s both provide the file %q: select and rename keys with the volumeAttribute %s",
-			c.Kept, c.Dropped, c.Path, attrItems)
+	view := volume.ComposeView(perShare)
+	if len(view.Conflicts) > 0 {
+		c := view.Conflicts[0]
+		return volumeRecord{}, volume.View{}, status.Errorf(codes.FailedPrecondition, "%s and %s both provide the file %q: select and rename keys with the volumeAttribute %s",
+			v.Shares[c.Kept], v.Shares[c.Dropped], c.Path, attrItems)
 	}
 	// Twice: each share's copy, and during an update the new copy beside the old one, which the
 	// pod's view still shows until it is swapped (after a refresh, the view it replaced is kept
 	// beside the new one, and dropped before the next update writes anything: twice still). The view itself costs nothing: its files are
-	// hard links to the copies' (volumeDir.writeView). Should linking ever fail, the files are
+	// hard links to the copies' (internal/volume). Should linking ever fail, the files are
 	// written, and an update that then runs out of room fails and leaves the volume as it was.
 	// The record is kept room for too, twice (its new version is written beside the old one):
 	// it holds the pod's items, which may make it larger than reservedBytes.
 	if spare := reservedBytes + 2*recordPages(rec); 2*size+spare > d.tmpfsSize {
-		return volumeRecord{}, volumeView{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s hold %d bytes; a volume needs twice that plus %d bytes for its record and directories, more than the tmpfs size limit of %d bytes (raise --tmpfs-size)",
+		return volumeRecord{}, volume.View{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s hold %d bytes; a volume needs twice that plus %d bytes for its record and directories, more than the tmpfs size limit of %d bytes (raise --tmpfs-size)",
 			v.VolumeID, size, spare, d.tmpfsSize)
 	}
 	return rec, view, nil

@@ -137,7 +137,7 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 	// A state that changed without a reported change (a UID adopted, a list noted, a kept view
 	// dropped) is saved too.
 	if len(w.changes) == 0 && view == viewUnchanged && reflect.DeepEqual(w.next.Shares, rec.Shares) && w.next.KeptBytes == rec.KeptBytes {
-		vol.dropRevokedCopies(rec)
+		dropRevokedCopies(vol, rec)
 		return errors.Join(w.errs...)
 	}
 	conflicts, err := d.saveReconciled(vol, w.next, view, rw)
@@ -147,7 +147,7 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 	if len(w.changes) > 0 {
 		d.crash.reached(stepReconcileRecord)
 	}
-	vol.dropRevokedCopies(w.next)
+	dropRevokedCopies(vol, w.next)
 	d.reportChanges(w.next, w.changes, conflicts)
 	return errors.Join(w.errs...)
 }
@@ -180,14 +180,14 @@ func reconciledView(w copiesWritten, rw *volumeRewrite, unverified func() bool) 
 }
 
 // writeCopies writes the new copies the verdicts on rec's shares bring, noting their bytes in rw.
-func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVerdict, rw *volumeRewrite) (w copiesWritten) {
+func (d *driver) writeCopies(vol volume.Dir, rec volumeRecord, verdicts []shareVerdict, rw *volumeRewrite) (w copiesWritten) {
 	w.next = rec.clone()
 	// A change drops the view the last refresh kept before writing anything, so that a volume
 	// holds at most two sets of files (the tmpfs's size allows for two), and no longer counts it;
 	// so does the volume's next reconcile without a change: the readers it was kept for were on
 	// it for an instant, and the old version does not stay readable under a hidden name.
 	if rec.KeptBytes > 0 || slices.ContainsFunc(verdicts, func(v shareVerdict) bool { return v.err == nil && v.files != nil }) {
-		if err := vol.dropPreviousView(); err != nil {
+		if err := vol.DropPreviousView(); err != nil {
 			klog.ErrorS(err, "Dropping the view kept for readers failed", "volumeID", rec.VolumeID)
 		} else if rec.KeptBytes > 0 {
 			rw.keptViewDropped()
@@ -257,7 +257,7 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 // (overBudget, judge.go); so is one that would make the volume hold more files and directories than
 // maxVolumeEntries, beside the others (the files and directories of the volume's other shares). On
 // an error the share is as it was.
-func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, rw *volumeRewrite, others int, listGrowth int64) (shareVerdict, error) {
+func writeNewCopy(vol volume.Dir, old shareState, i int, v shareVerdict, rw *volumeRewrite, others int, listGrowth int64) (shareVerdict, error) {
 	newBytes, newEntries := volume.ChargedBytes(v.files), volume.FilesEntries(v.files)
 	var refused string
 	if n := others + newEntries; n > maxVolumeEntries {
@@ -277,10 +277,10 @@ func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, rw *volu
 	// A file the old copy has and the new one lacks must leave the pod at once, also where
 	// another share provides its path (a kept view would show it under its hidden name). The old
 	// copy unreadable: assumed so.
-	if held, err := atomicwriter.ReadFiles(vol.shareDir(i)); err != nil || dropsFile(held, v.files) {
+	if held, err := atomicwriter.ReadFiles(vol.CopyPath(i)); err != nil || volume.DropsFile(held, v.files) {
 		rw.pathDropped()
 	}
-	if err := vol.writeCopy(i, v.files); err != nil {
+	if err := vol.WriteCopy(i, v.files); err != nil {
 		return v, err
 	}
 	v.state.Bytes, v.state.Entries = newBytes, newEntries
@@ -331,13 +331,13 @@ func listWithinBudget(volumeID string, old shareState, v shareVerdict, rw *volum
 // its smaller copy written at once. Narrowing only drops files, so it needs no reservation; the
 // volume store charges the smaller copy when the record naming it is saved (budget.go). Should
 // even that fail, got stands (logged).
-func (d *driver) narrowUnwritten(vol volumeDir, rec volumeRecord, i int, want, got shareVerdict) shareVerdict {
+func (d *driver) narrowUnwritten(vol volume.Dir, rec volumeRecord, i int, want, got shareVerdict) shareVerdict {
 	v := d.narrowed(rec, i, want.state.Exposed, got)
 	if v.err == nil && v.files == nil {
 		return v // nothing to drop; the record notes the new list
 	}
 	if v.err == nil {
-		v.err = vol.writeCopy(i, v.files)
+		v.err = vol.WriteCopy(i, v.files)
 	}
 	if v.err != nil {
 		klog.ErrorS(v.err, "Dropping the keys a share no longer lists failed", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
@@ -358,8 +358,8 @@ func (d *driver) narrowUnwritten(vol volumeDir, rec volumeRecord, i int, want, g
 // volume charged what its tmpfs holds and its view marked as one the record may not describe
 // (volumeStore.rewriteUnsaved). It returns the paths two shares both provide, for the caller to
 // report.
-func (d *driver) saveReconciled(vol volumeDir, next volumeRecord, view viewChange, rw *volumeRewrite) ([]pathConflict, error) {
-	var conflicts []pathConflict
+func (d *driver) saveReconciled(vol volume.Dir, next volumeRecord, view viewChange, rw *volumeRewrite) ([]volume.Conflict, error) {
+	var conflicts []volume.Conflict
 	if view != viewUnchanged {
 		// The crash points are a change's steps (test/e2e/api/crash_test.go); a rebuild that
 		// changes nothing has none.
@@ -368,7 +368,7 @@ func (d *driver) saveReconciled(vol volumeDir, next volumeRecord, view viewChang
 		}
 		var kept bool
 		var err error
-		if conflicts, kept, err = vol.rebuildView(next.Shares, view); err != nil {
+		if conflicts, kept, err = vol.RebuildView(next.shown(), view == viewReplacedKept); err != nil {
 			d.store.rewriteUnsaved(next, rw) // the old view still links the old copies' files, beside the new copies
 			return nil, err
 		}
@@ -388,7 +388,7 @@ func (d *driver) saveReconciled(vol volumeDir, next volumeRecord, view viewChang
 }
 
 // keepsPreviousView says whether a reconcile that made these changes keeps the view it replaces
-// for readers still on it (volumedir.go): when it refreshed files, and took none away from the
+// for readers still on it (internal/volume): when it refreshed files, and took none away from the
 // pod. A revocation, a share replaced or keys no longer shared must take the files away at
 // once: a kept view would still show them under its hidden name.
 func keepsPreviousView(changes []shareChange) bool {
@@ -406,7 +406,7 @@ func keepsPreviousView(changes []shareChange) bool {
 }
 
 // reportChanges counts a reconcile's changes and tells the pod about them.
-func (d *driver) reportChanges(rec volumeRecord, changes []shareChange, conflicts []pathConflict) {
+func (d *driver) reportChanges(rec volumeRecord, changes []shareChange, conflicts []volume.Conflict) {
 	for _, c := range changes {
 		if c.kind.changesFiles() {
 			d.metrics.volumeChanged(c.kind)
@@ -430,7 +430,8 @@ func (d *driver) reportChanges(rec volumeRecord, changes []shareChange, conflict
 		klog.InfoS("Volume changed", "volumeID", rec.VolumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName), "share", c.share.String(), "change", c.kind)
 	}
 	for _, c := range conflicts {
-		d.event(rec, corev1.EventTypeWarning, reasonConflict, "%s and %s both provide the file %q; %s keeps it (the first share listed wins)", c.Kept, c.Dropped, c.Path, c.Kept)
+		kept, dropped := rec.Shares[c.Kept].shareRef, rec.Shares[c.Dropped].shareRef
+		d.event(rec, corev1.EventTypeWarning, reasonConflict, "%s and %s both provide the file %q; %s keeps it (the first share listed wins)", kept, dropped, c.Path, kept)
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // expectEvents fails unless the events recorded since the last look have exactly these reasons.
@@ -58,7 +59,7 @@ func TestReconcileRevokesAndRestoresARefreshingVolume(t *testing.T) {
 	}
 	expectEvents(t, events, "denied", reasonRevoked)
 	rec := savedRecord(t, d, "vol-1")
-	copyLeft, _ := atomicwriter.ReadFiles(d.store.dirOf(rec).shareDir(0))
+	copyLeft, _ := atomicwriter.ReadFiles(d.store.dirOf(rec).CopyPath(0))
 	if !rec.Shares[0].Told.hidden() || len(copyLeft) != 0 || rec.Shares[0].Entries != 0 {
 		t.Fatalf("record %+v, copy %v: want the share revoked and its copy dropped (a restore fetches anew)", rec.Shares[0], copyLeft)
 	}
@@ -99,13 +100,13 @@ func TestReconcileRefreshesOnlyANewVersion(t *testing.T) {
 	d, events := c.node()
 	publishVolume(t, d, "vol-1")
 	before, _ := os.ReadFile(d.store.recordPath("vol-1"))
-	viewDir, _ := os.Readlink(filepath.Join(d.store.mountPoint("vol-1"), dataDir, "..data"))
+	viewDir, _ := os.Readlink(filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir, "..data"))
 
 	if err := reconcileVolume(t, d, "vol-1"); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := os.ReadFile(d.store.recordPath("vol-1"))
-	sameView, _ := os.Readlink(filepath.Join(d.store.mountPoint("vol-1"), dataDir, "..data"))
+	sameView, _ := os.Readlink(filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir, "..data"))
 	if string(before) != string(after) || viewDir != sameView {
 		t.Fatalf("the version shown: the record or the view was rewritten (%q, then %q)", viewDir, sameView)
 	}

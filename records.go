@@ -45,7 +45,7 @@ type volumeRecord struct {
 	GID          int         `json:"gid"`
 	MountContext string      `json:"mountContext,omitempty"`
 	// KeptBytes is what the view a refresh kept for readers still on it costs in memory
-	// (volumedir.go), counted in the budget until the next change drops it.
+	// (internal/volume), counted in the budget until the next change drops it.
 	KeptBytes int64 `json:"keptBytes,omitempty"`
 }
 
@@ -190,6 +190,15 @@ func (r *volumeRecord) refs() []shareRef {
 	return out
 }
 
+// shown is, for each of the volume's shares, whether the pod sees its files.
+func (r *volumeRecord) shown() []bool {
+	out := make([]bool, len(r.Shares))
+	for i, s := range r.Shares {
+		out[i] = !s.Told.hidden()
+	}
+	return out
+}
+
 // describe names the volume's shares for logs and messages.
 func (r *volumeRecord) describe() string {
 	names := make([]string, len(r.Shares))
@@ -242,20 +251,20 @@ type volumeStore struct {
 	// counted is, per volume, the disk's state read just before its last walk for files removed
 	// but kept open (chargeUnlinkedFiles; remember at start); dropped by a save, or a rewrite
 	// left unsaved, which change the disk, and by forget.
-	counted map[string]diskState
+	counted map[string]volume.DiskState
 }
 
 func newVolumeStore(stateDir string, budget *volumeBudget) *volumeStore {
 	return &volumeStore{dir: filepath.Join(stateDir, "volumes"), budget: budget,
-		vols: map[string]volumeRecord{}, unverified: map[string]bool{}, counted: map[string]diskState{}}
+		vols: map[string]volumeRecord{}, unverified: map[string]bool{}, counted: map[string]volume.DiskState{}}
 }
 
 // mountPoint is where the volume's tmpfs is mounted. id has passed validateVolumeID.
 func (s *volumeStore) mountPoint(id string) string { return filepath.Join(s.dir, id) }
 
 // dirOf is rec's volume directory, writing files with rec's group.
-func (s *volumeStore) dirOf(rec volumeRecord) volumeDir {
-	return volumeDir{dir: s.mountPoint(rec.VolumeID), gid: rec.GID}
+func (s *volumeStore) dirOf(rec volumeRecord) volume.Dir {
+	return volume.Dir{Path: s.mountPoint(rec.VolumeID), GID: rec.GID}
 }
 
 // clone copies the record with a Shares slice of its own. The store hands out and keeps only
@@ -336,11 +345,11 @@ func (s *volumeStore) saveRewritten(next volumeRecord, view viewChange, rw *volu
 // failed rebuild may have swapped ..data before failing), so the next reconcile rebuilds it even
 // if its verdict is "as it is", and keeps no view for readers until then (viewUnsaved).
 func (s *volumeStore) rewriteUnsaved(next volumeRecord, rw *volumeRewrite) {
-	m, err := s.dirOf(next).measure()
+	m, err := s.dirOf(next).Measure()
 	if err != nil {
 		klog.ErrorS(err, "Measuring a volume's tmpfs failed; it is charged its new copies on top of its last charge", "volumeID", next.VolumeID)
 	}
-	rw.unsaved(m.held, err)
+	rw.unsaved(m.Held, err)
 	s.viewUnsaved(next.VolumeID)
 	s.mu.Lock()
 	delete(s.counted, next.VolumeID) // the disk changed without a save: the next count walks it
@@ -349,15 +358,15 @@ func (s *volumeStore) rewriteUnsaved(next volumeRecord, rw *volumeRewrite) {
 
 // chargeUnlinkedFiles charges volume rec, on top of its record, what its tmpfs holds of files
 // removed while a reader keeps them open, until the next count: no record names them, and their
-// pages stay until the reader closes them (volumeDir.countUnlinked counts them). The count skips
-// its walk while the disk is as the last walk found it (diskState), and no record was saved, nor
+// pages stay until the reader closes them (volume.Dir.CountUnlinked counts them). The count skips
+// its walk while the disk is as the last walk found it (volume.DiskState), and no record was saved, nor
 // a rewrite left unsaved, since. Where the kernel cannot say (not a tmpfs), or the walk fails
 // (logged), the charge stays as it is.
 func (s *volumeStore) chargeUnlinkedFiles(rec volumeRecord) {
 	s.mu.Lock()
 	last := s.counted[rec.VolumeID]
 	s.mu.Unlock()
-	now, unlinked, counted, err := s.dirOf(rec).countUnlinked(len(rec.Shares), last)
+	now, unlinked, counted, err := s.dirOf(rec).CountUnlinked(len(rec.Shares), last)
 	if err != nil {
 		klog.ErrorS(err, "Measuring a volume's tmpfs failed; files removed while kept open are charged as last counted", "volumeID", rec.VolumeID)
 		return
@@ -367,9 +376,9 @@ func (s *volumeStore) chargeUnlinkedFiles(rec volumeRecord) {
 	}
 }
 
-// chargeUnlinked charges volume id unlinked bytes (tmpfsUsage.beyond), counted on the disk in
+// chargeUnlinked charges volume id unlinked bytes (volume.Usage.beyond), counted on the disk in
 // state now, and remembers that state as walked.
-func (s *volumeStore) chargeUnlinked(id string, now diskState, unlinked int64) {
+func (s *volumeStore) chargeUnlinked(id string, now volume.DiskState, unlinked int64) {
 	s.mu.Lock()
 	s.counted[id] = now
 	s.mu.Unlock()
@@ -388,7 +397,7 @@ const (
 	// viewReplaced: files changed; the view is rebuilt, and the one it replaces dropped.
 	viewReplaced
 	// viewReplacedKept: files changed by refreshes alone; the view is rebuilt, and the one it
-	// replaces kept for readers still on it (volumedir.go), charged in the record.
+	// replaces kept for readers still on it (internal/volume), charged in the record.
 	viewReplacedKept
 )
 
@@ -418,15 +427,15 @@ func (s *volumeStore) remember(rec volumeRecord) {
 	}
 	s.keepCharging(rec, n)
 	vol := s.dirOf(rec)
-	disk, counted := vol.state(len(rec.Shares))
-	if m, err := vol.measure(); err != nil {
+	disk, counted := vol.State(len(rec.Shares))
+	if m, err := vol.Measure(); err != nil {
 		klog.ErrorS(err, "Measuring a volume's tmpfs failed; it is charged what its record says", "volumeID", rec.VolumeID)
 	} else {
-		s.budget.chargeUnsaved(rec.VolumeID, m.held+recordHeapBytes(rec))
+		s.budget.chargeUnsaved(rec.VolumeID, m.Held+recordHeapBytes(rec))
 		// Files a reader kept open across the restart are still held: charged now, before the
 		// first relist reaches the volume and before any publish is admitted.
 		if counted {
-			s.chargeUnlinked(rec.VolumeID, disk, disk.usage.beyond(m.seen))
+			s.chargeUnlinked(rec.VolumeID, disk, disk.Usage.Beyond(m.Seen))
 		}
 	}
 	s.mu.Lock()
@@ -501,7 +510,7 @@ func (s *volumeStore) volumeIDsOnDisk() ([]string, error) {
 
 // recordPath is where volume id's record lives: inside its tmpfs.
 func (s *volumeStore) recordPath(id string) string {
-	return filepath.Join(s.mountPoint(id), recordFile)
+	return filepath.Join(s.mountPoint(id), volume.RecordFile)
 }
 
 // writeRecord replaces rec's record.json atomically: a crash leaves the old record or the new one.

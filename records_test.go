@@ -99,8 +99,8 @@ func TestARecordFoundAtStartIsChargedWhatItsFileHolds(t *testing.T) {
 // file.
 func TestARecordIsSavedThroughItsTemporaryFile(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, recordFile)
-	tmp := filepath.Join(dir, "."+recordFile+".tmp")
+	path := filepath.Join(dir, volume.RecordFile)
+	tmp := filepath.Join(dir, "."+volume.RecordFile+".tmp")
 	const saved = `{"volumeID":"vol-1"}`
 	unchanged := func(what, p, want string) {
 		t.Helper()

@@ -19,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // crashStates says, for each step of an operation, what the test does to a node to make the state
@@ -49,8 +50,8 @@ var publishUndo = crashStates{
 	stepPublishTarget: func(t *testing.T, _ *driver, target string) { must(t, os.Remove(target)) },
 	stepPublishRecord: func(t *testing.T, d *driver, _ string) { must(t, os.Remove(d.store.recordPath("vol-1"))) },
 	stepPublishData: func(t *testing.T, d *driver, _ string) {
-		must(t, os.RemoveAll(filepath.Join(d.store.mountPoint("vol-1"), sharesDir)))
-		must(t, os.RemoveAll(filepath.Join(d.store.mountPoint("vol-1"), dataDir)))
+		must(t, os.RemoveAll(filepath.Join(d.store.mountPoint("vol-1"), volume.CopiesDir)))
+		must(t, os.RemoveAll(filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir)))
 	},
 	stepPublishTmpfs: func(t *testing.T, d *driver, _ string) { must(t, d.mounter.unmount(d.store.mountPoint("vol-1"))) },
 	stepPublishDir:   func(t *testing.T, d *driver, _ string) { must(t, os.Remove(d.store.mountPoint("vol-1"))) },
@@ -137,10 +138,10 @@ func TestRecoverFromACrashAfterEachReconcileStep(t *testing.T) {
 					must(t, os.WriteFile(d.store.recordPath("vol-1"), old.record, 0o600))
 				},
 				stepReconcileData: func(t *testing.T, d *driver, _ string) {
-					must(t, atomicwriter.Writer{Dir: filepath.Join(d.store.mountPoint("vol-1"), dataDir), GID: -1}.Write(old.view))
+					must(t, atomicwriter.Writer{Dir: filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir), GID: -1}.Write(old.view))
 				},
 				stepReconcileCopies: func(t *testing.T, d *driver, _ string) {
-					must(t, d.store.dirOf(volumeRecord{VolumeID: "vol-1", GID: -1}).writeCopy(0, old.copied))
+					must(t, d.store.dirOf(volumeRecord{VolumeID: "vol-1", GID: -1}).WriteCopy(0, old.copied))
 				},
 			}
 			forEachStep(t, reconcileSteps, undo, func(t *testing.T, at crashStep) {
@@ -149,8 +150,8 @@ func TestRecoverFromACrashAfterEachReconcileStep(t *testing.T) {
 				publishVolume(t, d, "vol-1")
 				vol := d.store.dirOf(volumeRecord{VolumeID: "vol-1", GID: -1})
 				old.record, _ = os.ReadFile(d.store.recordPath("vol-1"))
-				old.copied, _ = atomicwriter.ReadFiles(vol.shareDir(0))
-				old.view, _ = atomicwriter.ReadFiles(vol.dataDir())
+				old.copied, _ = atomicwriter.ReadFiles(vol.CopyPath(0))
+				old.view, _ = atomicwriter.ReadFiles(vol.ViewPath())
 				want := []string{"ca.crt", "CA2"} // what the pod sees once the change is done
 				if change == "revoke" {
 					c.allowed, want = false, nil

@@ -104,7 +104,7 @@ const tmpfsHugeOption = "huge=within_size"
 // A volume holds at most maxVolumeEntries files and directories over its shares' copies (N);
 // the atomic writer adds at most a link per file and three entries per directory it fills, and
 // the view links every file again: 4N steady, 5N with the view a refresh keeps for readers
-// (volumedir.go). An update drops that kept view first, then writes a new copy or a new view (at
+// (internal/volume). An update drops that kept view first, then writes a new copy or a new view (at
 // most 2N) beside the old one: 6N. Since Linux 6.6 an inode's security label
 // (SELinux) is counted against the same space, about a tenth of an inode more each: 8N, and 128
 // for the record (twice while it is saved), the volume's own directories and the entries of up

@@ -3,7 +3,7 @@ package main
 // Specification of how a NodePublishVolume request is read and checked (validate.go): what a
 // kubelet sends is accepted, anything else refused with the field named; target paths, items,
 // modes, mount flags, fsGroup and the shares attribute; and how shares become files
-// (keyfiles.go): items select and rename keys, the first share wins a path.
+// (keyfiles.go): items select and rename keys (the first share wins a path: internal/volume).
 
 import (
 	"errors"
@@ -14,8 +14,6 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-
-	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 )
 
 const testRoot = "/var/lib/kubelet"
@@ -275,30 +273,6 @@ func TestParseSharesListsSeveralSharesAndItemsNameThem(t *testing.T) {
 		}
 		if _, err := parsePublishRequest(r, testRoot); err == nil {
 			t.Errorf("%v accepted", bad)
-		}
-	}
-}
-
-func TestComposeFilesFirstShareWinsAndReportsConflicts(t *testing.T) {
-	specs := []shareRef{{Kind: kindSecret, Name: "a"}, {Kind: kindConfigMap, Name: "b"}, {Kind: kindSecret, Name: "c"}}
-	f := func(s string) atomicwriter.File { return atomicwriter.File{Data: []byte(s), Mode: 0o644} }
-	files, conflicts := composeFiles(specs, []map[string]atomicwriter.File{
-		{"ca.crt": f("a"), "dir/x": f("a")},
-		{"ca.crt": f("b"), "dir/y": f("b"), "dir": f("b-file")},
-		nil, // revoked
-	})
-	if string(files["ca.crt"].Data) != "a" || string(files["dir/x"].Data) != "a" || string(files["dir/y"].Data) != "b" {
-		t.Errorf("files %v", files)
-	}
-	if _, ok := files["dir"]; ok {
-		t.Error("a file of the second share shadows a directory of the first")
-	}
-	if len(conflicts) != 2 {
-		t.Fatalf("conflicts %+v, want ca.crt and dir", conflicts)
-	}
-	for _, c := range conflicts {
-		if c.Kept != specs[0] || c.Dropped != specs[1] {
-			t.Errorf("conflict %+v", c)
 		}
 	}
 }

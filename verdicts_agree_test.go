@@ -20,6 +20,7 @@ import (
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 	"github.com/shared-resource/csi-driver/internal/shareapi"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 var allOutcomes = []outcome{outcomeDenied, outcomeShareReplaced, outcomeAdopted, outcomeGranted, outcomeReadForbidden,
@@ -52,13 +53,13 @@ func relistChanges(t *testing.T, d *driver, st shareState, o outcome) []*shareCh
 		// A copy with more files than a volume holds, beside the others, and one the node's budget
 		// refuses: both refused before anything is written, so no volume dir is needed.
 		files := map[string]atomicwriter.File{"k": {Data: []byte("v"), Mode: 0o644}}
-		tooMany, err := writeNewCopy(volumeDir{}, st, 0, shareVerdict{state: st, files: files}, nil, maxVolumeEntries, 0)
+		tooMany, err := writeNewCopy(volume.Dir{}, st, 0, shareVerdict{state: st, files: files}, nil, maxVolumeEntries, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		full := newVolumeRewrite(&volumeBudget{limit: 1}, rec)
 		defer full.release()
-		tooLarge, err := writeNewCopy(volumeDir{}, st, 0, shareVerdict{state: st, files: files}, full, 0, 0)
+		tooLarge, err := writeNewCopy(volume.Dir{}, st, 0, shareVerdict{state: st, files: files}, full, 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

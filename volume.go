@@ -8,7 +8,7 @@ package main
 // time work on a volume (volumeLocks). Below it: the checks of the volume's target and the
 // recognition of its bind (target.go), its record in the store (records.go, which charges the
 // node's budget: budget.go),
-// its directory's layout, copies and view (volumedir.go), and the mounts (tmpfs.go). Every step
+// its directory's layout, copies and view (internal/volume), and the mounts (tmpfs.go). Every step
 // acts only on what the driver made: its own bind (checked by device and inode), its own target
 // dir, its own tmpfs.
 
@@ -43,7 +43,7 @@ import (
 //
 // Each step registers its undo; if a later step fails, the undos run in reverse and the node is
 // as before. A crash test kills the driver after each step (crashsteps.go).
-func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
+func (d *driver) createVolume(rec volumeRecord, view volume.View) error {
 	var undo []func()
 	succeeded := false
 	defer func() {
@@ -62,22 +62,22 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 	}
 	vol := d.store.dirOf(rec)
 	// (1)
-	if err := d.prepareVolumeDir(vol.dir); err != nil {
+	if err := d.prepareVolumeDir(vol.Path); err != nil {
 		return status.Errorf(codes.Internal, "creating volume dir: %v", err)
 	}
-	undo = append(undo, func() { removeDirLogged(vol.dir) })
+	undo = append(undo, func() { removeDirLogged(vol.Path) })
 	d.crash.reached(stepPublishDir)
 	// (2)
-	if err := d.mounter.mountTmpfs(vol.dir, d.tmpfsSize, rec.MountContext); err != nil {
+	if err := d.mounter.mountTmpfs(vol.Path, d.tmpfsSize, rec.MountContext); err != nil {
 		if rec.MountContext != "" {
 			return status.Errorf(codes.FailedPrecondition, "mounting tmpfs for volume %s with the SELinux option %s failed (is SELinux enabled on this node?): %v", rec.VolumeID, rec.MountContext, err)
 		}
 		return status.Errorf(codes.Internal, "mounting tmpfs for volume %s: %v", rec.VolumeID, err)
 	}
-	undo = append(undo, func() { d.unmountLogged(vol.dir) })
+	undo = append(undo, func() { d.unmountLogged(vol.Path) })
 	d.crash.reached(stepPublishTmpfs)
 	// (3)
-	if err := vol.populate(view); err != nil {
+	if err := vol.Populate(view); err != nil {
 		return writeError(rec.VolumeID, d.tmpfsSize, err)
 	}
 	d.crash.reached(stepPublishData)
@@ -101,7 +101,7 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 	}
 	d.crash.reached(stepPublishTarget)
 	// (6)
-	if err := d.mounter.bindReadOnly(vol.dataDir(), rec.TargetPath); err != nil {
+	if err := d.mounter.bindReadOnly(vol.ViewPath(), rec.TargetPath); err != nil {
 		return status.Errorf(codes.Internal, "bind-mounting volume %s onto %s: %v", rec.VolumeID, rec.TargetPath, err)
 	}
 	succeeded = true
@@ -150,7 +150,7 @@ func (d *driver) ensureBind(rec volumeRecord) error {
 			return err
 		}
 	}
-	if err := d.mounter.bindReadOnly(vol.dataDir(), rec.TargetPath); err != nil {
+	if err := d.mounter.bindReadOnly(vol.ViewPath(), rec.TargetPath); err != nil {
 		return status.Errorf(codes.Internal, "bind-mounting volume %s onto %s: %v", rec.VolumeID, rec.TargetPath, err)
 	}
 	return nil
@@ -204,12 +204,12 @@ func (d *driver) teardown(rec volumeRecord) error {
 		}
 	}
 	d.crash.reached(stepUnpublishTarget)
-	if err := d.mounter.unmount(vol.dir); err != nil {
-		return fmt.Errorf("unmounting tmpfs %s: %w", vol.dir, err)
+	if err := d.mounter.unmount(vol.Path); err != nil {
+		return fmt.Errorf("unmounting tmpfs %s: %w", vol.Path, err)
 	}
 	d.crash.reached(stepUnpublishTmpfs)
-	if err := os.Remove(vol.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("removing %s: %w", vol.dir, err)
+	if err := os.Remove(vol.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing %s: %w", vol.Path, err)
 	}
 	d.crash.reached(stepUnpublishDir)
 	d.store.forget(rec.VolumeID) // and its bytes (none for a volume cleaned at recovery: not yet counted)
@@ -248,7 +248,7 @@ func (d *driver) cleanOrphan(volDir string) {
 func (d *driver) countRecovered(rec *volumeRecord) {
 	vol := d.store.dirOf(*rec)
 	for i := range rec.Shares {
-		if files, err := atomicwriter.ReadFiles(vol.shareDir(i)); err == nil {
+		if files, err := atomicwriter.ReadFiles(vol.CopyPath(i)); err == nil {
 			rec.Shares[i].Bytes, rec.Shares[i].Entries = volume.ChargedBytes(files), volume.FilesEntries(files)
 		}
 	}
@@ -263,6 +263,23 @@ func (d *driver) unmountLogged(p string) {
 func removeDirLogged(p string) {
 	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 		klog.ErrorS(err, "Removing dir failed", "path", p)
+	}
+}
+
+// dropRevokedCopies empties the copies of the revoked shares of a refreshing volume: a restore
+// fetches fresh data anyway, so revoked bytes are not kept. (A refreshResource=false share keeps
+// its copy: it is exactly what comes back.) Call it only with a record already saved, so that a
+// crash never leaves a granted share with an empty copy.
+func dropRevokedCopies(vd volume.Dir, rec volumeRecord) {
+	if !rec.Refresh {
+		return
+	}
+	for i, st := range rec.Shares {
+		if st.Told.hidden() {
+			if err := vd.WriteCopy(i, nil); err != nil {
+				klog.ErrorS(err, "Emptying a revoked share's copy failed", "volumeID", rec.VolumeID)
+			}
+		}
 	}
 }
 

@@ -25,18 +25,18 @@ const PageSize = 4096
 // LinkTargetBytes: a pod chooses the names (its items), so they are charged by their length.
 const EntryBytes = 1024
 
-// What the kernel allocates for a name or a link's target beyond the entry (Linux, 64-bit).
+// What the kernel allocates for a name or a link's target Beyond the entry (Linux, 64-bit).
 const (
 	// dnameInlineLen: a name shorter than this lives inside its dentry (DNAME_INLINE_LEN, 32
 	// bytes, or 40 on newer kernels: 32 is the bound that charges more); a longer one takes an
 	// allocation of its own (struct external_name: a 16-byte header, the name, its NUL).
 	dnameInlineLen     = 32
 	externalNameHeader = 16
-	// ShortSymlinkLen: a symbolic link whose target is shorter than this keeps a kmalloc'd copy
+	// shortSymlinkLen: a symbolic link whose target is shorter than this keeps a kmalloc'd copy
 	// of it; a longer target takes a page of the tmpfs of its own (SHORT_SYMLINK_LEN,
 	// mm/shmem.c). A top-level link points at "..data/<first segment>", so a segment of 121
 	// bytes or more costs a page in the copy and another in the view.
-	ShortSymlinkLen = 128
+	shortSymlinkLen = 128
 )
 
 // kmallocBytes is what an allocation of n bytes takes from the kernel's kmalloc caches, at most:
@@ -64,7 +64,7 @@ const MaxEntryNameBytes = 512
 
 // LinkTargetBytes is what a symbolic link's target costs: a page when long, else its copy.
 func LinkTargetBytes(target string) int64 {
-	if len(target) >= ShortSymlinkLen {
+	if len(target) >= shortSymlinkLen {
 		return PageSize
 	}
 	return kmallocBytes(len(target) + 1)
