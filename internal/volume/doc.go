@@ -1,10 +1,11 @@
 // Package volume is a volume's storage on the node: its directory, the copies of its shares and
-// the pod's view of them, what its tmpfs holds, and what its files cost the node's memory in the
-// units the node's budget charges.
+// the pod's view of them, its record's file, what its tmpfs holds, and what its files cost the
+// node's memory in the units the node's budget charges.
 //
 // A volume's directory (Dir) is the tmpfs mounted at <state dir>/volumes/<volume id>:
 //
-//	record.json   the volume's record (RecordFile), written by its owner: names and flags, never data
+//	record.json   the volume's record (RecordFile): names and flags, never data; WriteRecord
+//	              replaces it whole, through .record.json.tmp beside it
 //	shares/<i>/   share i's copy: its files as last fetched, out of the pod's view (CopyPath)
 //	data/         the pod's view, bound read-only onto the target (ViewPath)
 //
@@ -43,6 +44,7 @@
 // every write to one volume (the driver's per-volume lock), and calls Measure and CountUnlinked
 // with that lock held. Nothing here mounts, unmounts or removes a volume's directory: the caller
 // owns the tmpfs. The package knows a volume's shares only by their position in the volume's
-// order; it knows nothing of Kubernetes, of shares' names or of the driver's record, and imports
-// nothing of the driver's but internal/atomicwriter. The root imports it.
+// order, and a record as the bytes its owner encoded; it knows nothing of Kubernetes, of shares'
+// names or of what a record says, and imports nothing of the driver's but internal/atomicwriter.
+// The root imports it.
 package volume
