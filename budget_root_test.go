@@ -134,7 +134,7 @@ func TestFilesKeptOpenAfterARefreshAreCharged(t *testing.T) {
 			charged := func(d *driver, when string, want int64) {
 				t.Helper()
 				saved := volumeBytes(savedRecord(t, d, "vol"))
-				if got := d.budget.chargedFor("vol"); got != saved+want {
+				if got := d.budget.Charge("vol").Bytes(); got != saved+want {
 					t.Errorf("%s: charged %d bytes, want the record's %d and %d more", when, got, saved, want)
 				}
 			}
@@ -173,7 +173,7 @@ func TestFilesKeptOpenAfterARefreshAreCharged(t *testing.T) {
 			// Restarted while the file is open: charged as it resumes the volume (at least: the
 			// record as found may count more), then by its first reconcile.
 			n, _ := c.restart(d)
-			if got, saved := n.budget.chargedFor("vol"), volumeBytes(savedRecord(t, n, "vol")); got < saved+kept {
+			if got, saved := n.budget.Charge("vol").Bytes(), volumeBytes(savedRecord(t, n, "vol")); got < saved+kept {
 				t.Errorf("resumed: charged %d bytes, want at least the record's %d and %d for version a", got, saved, kept)
 			}
 			reconcile(n)

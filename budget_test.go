@@ -112,12 +112,12 @@ func TestPublishBeyondTheBudgetIsRefusedUntilThereIsRoom(t *testing.T) {
 	ctx := context.Background()
 	// One volume of the share costs a page for ca.crt and one for its record, and its entries.
 	one := int64(volume.PageSize) + volume.ChargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA")}}) + volumeEntries*volume.EntryBytes
-	d.budget.limit = one + one/2
+	d.budget.Limit = one + one/2
 	first := publishRequest(t, d, "vol-1")
 	if _, err := ns.NodePublishVolume(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	if got := d.budget.inUse(); got != one {
+	if got := d.budget.InUse(); got != one {
 		t.Fatalf("in use after one volume: %d, want %d", got, one)
 	}
 	second := publishRequest(t, d, "vol-2")
@@ -126,26 +126,26 @@ func TestPublishBeyondTheBudgetIsRefusedUntilThereIsRoom(t *testing.T) {
 	_, err := ns.NodePublishVolume(ctx, second)
 	st, _ := status.FromError(err)
 	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "--volume-bytes-budget") ||
-		!strings.Contains(st.Message(), fmt.Sprintf("already use %d of the driver's budget of %d bytes", one, d.budget.limit)) {
+		!strings.Contains(st.Message(), fmt.Sprintf("already use %d of the driver's budget of %d bytes", one, d.budget.Limit)) {
 		t.Fatalf("publish beyond the budget: %v; want ResourceExhausted naming the bytes in use, the budget and the flag", err)
 	}
-	if d.budget.inUse() != one || exists(d.store.mountPoint("vol-2")) {
-		t.Fatalf("the refused publish left %d bytes charged or its volume dir", d.budget.inUse())
+	if d.budget.InUse() != one || exists(d.store.mountPoint("vol-2")) {
+		t.Fatalf("the refused publish left %d bytes charged or its volume dir", d.budget.InUse())
 	}
 	if _, err := ns.NodeUnpublishVolume(ctx, unpublishRequest(first)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ns.NodePublishVolume(ctx, second); err != nil || d.budget.inUse() != one {
-		t.Fatalf("publish once the first volume is gone: %v, %d bytes in use", err, d.budget.inUse())
+	if _, err := ns.NodePublishVolume(ctx, second); err != nil || d.budget.InUse() != one {
+		t.Fatalf("publish once the first volume is gone: %v, %d bytes in use", err, d.budget.InUse())
 	}
 }
 
 func TestRefreshBeyondTheBudgetKeepsTheLastFiles(t *testing.T) {
 	d, client, events := publishedVolumeOfOneKey(t)
 	ctx := context.Background()
-	one := d.budget.inUse()
+	one := d.budget.InUse()
 	newCopy := volume.ChargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: make([]byte, 5000)}})
-	d.budget.limit = one + newCopy - 1 // the new copy does not fit beside the old one
+	d.budget.Limit = one + newCopy - 1 // the new copy does not fit beside the old one
 	if _, err := client.CoreV1().Secrets("p").Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "2"},
 		Data: map[string][]byte{"ca.crt": make([]byte, 5000)}}, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -165,17 +165,17 @@ func TestRefreshBeyondTheBudgetKeepsTheLastFiles(t *testing.T) {
 		t.Fatalf("event %q, want %s saying the new files do not fit", e, reasonRefreshFailed)
 	}
 	rec, _ := d.store.get("vol-1")
-	if rec.Shares[0].Told != toldOverBudget || d.budget.inUse() != one {
-		t.Fatalf("record %+v, %d bytes in use; want the share over budget and its old copy counted", rec.Shares[0], d.budget.inUse())
+	if rec.Shares[0].Told != toldOverBudget || d.budget.InUse() != one {
+		t.Fatalf("record %+v, %d bytes in use; want the share over budget and its old copy counted", rec.Shares[0], d.budget.InUse())
 	}
-	d.budget.limit = 0 // room made
+	d.budget.Limit = 0 // room made
 	d.relistCycle(ctx, 0)
 	files, _ := atomicwriter.ReadFiles(view)
 	// The view the refresh replaced is kept for readers still on it, and charged: the old copy's
 	// bytes, and its payload dir.
 	kept := rec.Shares[0].Bytes + volume.EntryBytes
-	if want := one - rec.Shares[0].Bytes + newCopy + kept; len(files["ca.crt"].Data) != 5000 || d.budget.inUse() != want {
-		t.Fatalf("after room was made: %d bytes of ca.crt, %d in use; want the new 5000 bytes and %d", len(files["ca.crt"].Data), d.budget.inUse(), want)
+	if want := one - rec.Shares[0].Bytes + newCopy + kept; len(files["ca.crt"].Data) != 5000 || d.budget.InUse() != want {
+		t.Fatalf("after room was made: %d bytes of ca.crt, %d in use; want the new 5000 bytes and %d", len(files["ca.crt"].Data), d.budget.InUse(), want)
 	}
 }
 
@@ -200,8 +200,8 @@ func TestPublishOfMoreFilesThanAVolumeHoldsIsRefused(t *testing.T) {
 		!strings.Contains(st.Message(), attrItems) {
 		t.Fatalf("publish of %d empty keys: %v; want ResourceExhausted naming the count, the bound and %s", maxVolumeEntries+1, err, attrItems)
 	}
-	if m.count() != 0 || d.store.count() != 0 || d.budget.inUse() != 0 {
-		t.Fatalf("the refused publish left %d mounts, %d records, %d bytes charged", m.count(), d.store.count(), d.budget.inUse())
+	if m.count() != 0 || d.store.count() != 0 || d.budget.InUse() != 0 {
+		t.Fatalf("the refused publish left %d mounts, %d records, %d bytes charged", m.count(), d.store.count(), d.budget.InUse())
 	}
 }
 
@@ -210,7 +210,7 @@ func TestPublishOfMoreFilesThanAVolumeHoldsIsRefused(t *testing.T) {
 func TestRefreshToMoreFilesThanAVolumeHoldsKeepsTheLastFiles(t *testing.T) {
 	d, client, events := publishedVolumeOfOneKey(t)
 	ctx := context.Background()
-	before := d.budget.inUse()
+	before := d.budget.InUse()
 	if _, err := client.CoreV1().Secrets("p").Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "2"},
 		Data: emptyKeys(maxVolumeEntries + 1)}, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -228,8 +228,8 @@ func TestRefreshToMoreFilesThanAVolumeHoldsKeepsTheLastFiles(t *testing.T) {
 	if e := <-events; !strings.Contains(e, reasonRefreshFailed) || !strings.Contains(e, fmt.Sprintf("a volume holds at most %d", maxVolumeEntries)) {
 		t.Fatalf("event %q, want %s naming the bound", e, reasonRefreshFailed)
 	}
-	if d.budget.inUse() != before {
-		t.Fatalf("%d bytes in use, want %d as before", d.budget.inUse(), before)
+	if d.budget.InUse() != before {
+		t.Fatalf("%d bytes in use, want %d as before", d.budget.InUse(), before)
 	}
 }
 
@@ -246,31 +246,4 @@ func publishedVolumeOfOneKey(t *testing.T) (*driver, *fake.Clientset, chan strin
 		t.Fatal(err)
 	}
 	return d, client, events
-}
-
-// A volume is charged the larger of what its record says and what a failed reconcile measured,
-// and what its tmpfs holds of files removed but kept open on top; a save replaces the first two,
-// not the third (a save frees no page a reader keeps open), and only forgetting the volume frees
-// it all.
-func TestAVolumeIsChargedItsRecordOrMeasureAndItsUnlinkedFiles(t *testing.T) {
-	b := &volumeBudget{limit: 1 << 20}
-	b.chargeSaved("other", 1000, 0) // another volume, charged throughout
-	step := func(what string, change func(), want int64) {
-		t.Helper()
-		change()
-		if got, total := b.chargedFor("v"), b.inUse(); got != want || total != want+1000 {
-			t.Errorf("%s: the volume is charged %d, %d in all; want %d, and %d", what, got, total, want, want+1000)
-		}
-	}
-	step("saved", func() { b.chargeSaved("v", 100, 0) }, 100)
-	step("files kept open", func() { b.chargeUnlinked("v", 30) }, 130)
-	step("a failed reconcile measured more", func() { b.chargeUnsaved("v", 200) }, 230)
-	step("saved again", func() { b.chargeSaved("v", 150, 0) }, 180)
-	step("closed", func() { b.chargeUnlinked("v", 0) }, 150)
-	step("a failed reconcile measured less", func() { b.chargeUnsaved("v", 120) }, 150)
-	step("forgotten", func() { b.chargeSaved("v", 0, 0) }, 0)
-	step("counted once forgotten", func() { b.chargeUnlinked("v", 500) }, 0)
-	if got := b.chargedFor("other"); got != 1000 {
-		t.Errorf("the other volume is charged %d, want 1000", got)
-	}
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/shared-resource/csi-driver/internal/shareapi"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 const driverName = shareapi.DriverName
@@ -34,7 +35,7 @@ type driver struct {
 	nodeID      string
 	kubeletRoot string
 	tmpfsSize   int64
-	budget      *volumeBudget // the bytes of all volumes on the node
+	budget      *volume.Budget // the bytes of all volumes on the node
 	// account is the driver's own service account, named in what an admin must run when the
 	// driver may not read a source.
 	account driverAccount
@@ -102,7 +103,7 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 	broadcaster.StartRecordingToSink(eventSink{c: kube.core})
 
 	shareEvents := newShareEventQueue(newRelistSchedule(o.relistInterval, o.relistSpread))
-	nodeBudget := &volumeBudget{limit: budget}
+	nodeBudget := &volume.Budget{Limit: budget}
 	d := &driver{
 		version:     version,
 		nodeID:      o.nodeID,
@@ -130,8 +131,8 @@ func (d *driver) gauges() driverGauges {
 		ready:       d.ready,
 		volumes:     d.store.count,
 		mounts:      d.countMounts,
-		volumeBytes: d.budget.inUse,
-		budget:      func() int64 { return d.budget.limit },
+		volumeBytes: d.budget.InUse,
+		budget:      func() int64 { return d.budget.Limit },
 		sources:     d.sources.snapshot,
 	}
 }

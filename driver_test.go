@@ -81,12 +81,12 @@ func TestTheDriversStory(t *testing.T) {
 	})
 
 	step("restart: a new driver over the same node resumes the volume, and its relist", func(t *testing.T) { // recover_test.go
-		charged := d.budget.inUse()
+		charged := d.budget.InUse()
 		d, events = c.restart(d)
 		rec, ok := d.store.get(id)
-		if !ok || rec.TargetPath != req.TargetPath || d.budget.inUse() != charged || d.mounter.(*fakeMounter).count() != 2 {
+		if !ok || rec.TargetPath != req.TargetPath || d.budget.InUse() != charged || d.mounter.(*fakeMounter).count() != 2 {
 			t.Fatalf("resumed %v at %q, %d bytes charged (%d before the restart), %d mounts; want the volume as it was, bound",
-				ok, rec.TargetPath, d.budget.inUse(), charged, d.mounter.(*fakeMounter).count())
+				ok, rec.TargetPath, d.budget.InUse(), charged, d.mounter.(*fakeMounter).count())
 		}
 		seesOnly(t, "ca.crt", "CA3")
 		if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, req); err != nil || d.mounter.(*fakeMounter).count() != 2 {

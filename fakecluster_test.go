@@ -178,7 +178,7 @@ func (c *fakeCluster) restart(d *driver) (*driver, chan string) {
 	c.t.Helper()
 	n, events := c.node()
 	n.kubeletRoot, n.mounter = d.kubeletRoot, d.mounter
-	n.budget.limit = d.budget.limit
+	n.budget.Limit = d.budget.Limit
 	n.store = newVolumeStore(filepath.Dir(d.store.dir), n.budget)
 	if err := n.recoverVolumes(); err != nil {
 		c.t.Fatalf("recover: %v", err)

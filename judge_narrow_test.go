@@ -127,9 +127,9 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyDoesNotFit(t *testing.T) {
 		Data: map[string][]byte{"ca.crt": []byte("CA"), "tls.crt": []byte("LEAF")}})
 	d, setItems := publishedThroughTheList(t, client, entry("ca.crt"), entry("tls.crt"))
 	ctx := context.Background()
-	before := d.budget.inUse()
+	before := d.budget.InUse()
 	old, _ := d.store.get("vol-1")
-	d.budget.limit = before // nothing more fits
+	d.budget.Limit = before // nothing more fits
 	setItems(entry("ca.crt"))
 	if _, err := client.CoreV1().Secrets("p").Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "2"},
 		Data: map[string][]byte{"ca.crt": make([]byte, 5000), "tls.crt": []byte("LEAF")}}, metav1.UpdateOptions{}); err != nil {
@@ -141,7 +141,7 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyDoesNotFit(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := slices.Sorted(maps.Keys(files))
-	t.Logf("the pod sees %q; %d bytes in use, %d before", got, d.budget.inUse(), before)
+	t.Logf("the pod sees %q; %d bytes in use, %d before", got, d.budget.InUse(), before)
 	if !slices.Equal(got, []string{"ca.crt"}) || string(files["ca.crt"].Data) != "CA" {
 		t.Fatalf("the pod sees %q, want only the last ca.crt", got)
 	}
@@ -150,9 +150,9 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyDoesNotFit(t *testing.T) {
 	// record holds in the heap.
 	rec, _ := d.store.get("vol-1")
 	if want := volume.ChargedBytes(files); rec.Shares[0].Bytes != want || rec.Shares[0].Bytes >= old.Shares[0].Bytes ||
-		d.budget.inUse() != before-(old.Shares[0].Bytes-want)-(recordHeapBytes(old)-recordHeapBytes(rec)) {
+		d.budget.InUse() != before-(old.Shares[0].Bytes-want)-(recordHeapBytes(old)-recordHeapBytes(rec)) {
 		t.Fatalf("%d bytes in use (%d before), the share counts %d (%d before): want %d, tls.crt's page and entries given back",
-			d.budget.inUse(), before, rec.Shares[0].Bytes, old.Shares[0].Bytes, want)
+			d.budget.InUse(), before, rec.Shares[0].Bytes, old.Shares[0].Bytes, want)
 	}
 }
 
@@ -230,7 +230,7 @@ func TestRevocationStandsWhenTheNodeIsFull(t *testing.T) {
 	if _, err := (&nodeServer{d: d}).NodePublishVolume(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
-	d.budget.limit = d.budget.inUse() // the node is full (other pods' volumes)
+	d.budget.Limit = d.budget.InUse() // the node is full (other pods' volumes)
 	allowed = false
 	setItems(entry("ca.crt"))
 	d.relistCycle(context.Background(), 0)

@@ -9,6 +9,8 @@ import (
 	"os"
 	"slices"
 	"testing"
+
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 var (
@@ -113,7 +115,7 @@ func TestRecordsWithTheFlagsResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Read as the driver reads a record at start, from the volume's dir.
-	s := newVolumeStore(t.TempDir(), &volumeBudget{})
+	s := newVolumeStore(t.TempDir(), &volume.Budget{})
 	const id = "csi-0123456789abcdef"
 	if err := os.MkdirAll(s.mountPoint(id), 0o700); err != nil {
 		t.Fatal(err)

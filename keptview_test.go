@@ -79,8 +79,8 @@ func TestARefreshNeverMakesAFileMissingForAReaderOnTheOldVersion(t *testing.T) {
 	}
 	// The kept version is charged: the budget counts the saved record's bytes, which say so.
 	rec := savedRecord(t, d, "vol-1")
-	if rec.KeptBytes <= 0 || d.budget.inUse() != volumeBytes(rec) {
-		t.Errorf("kept view charged %d, budget in use %d, the record's bytes %d: want the kept view counted", rec.KeptBytes, d.budget.inUse(), volumeBytes(rec))
+	if rec.KeptBytes <= 0 || d.budget.InUse() != volumeBytes(rec) {
+		t.Errorf("kept view charged %d, budget in use %d, the record's bytes %d: want the kept view counted", rec.KeptBytes, d.budget.InUse(), volumeBytes(rec))
 	}
 }
 
@@ -95,7 +95,7 @@ func TestARefreshOfTheSameBytesKeepsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := savedRecord(t, d, "vol-1")
-	if n := len(viewPayloads(t, d, "vol-1")); n != 1 || rec.KeptBytes != 0 || d.budget.inUse() != volumeBytes(rec) {
+	if n := len(viewPayloads(t, d, "vol-1")); n != 1 || rec.KeptBytes != 0 || d.budget.InUse() != volumeBytes(rec) {
 		t.Errorf("after a new version of the same bytes: %d versions in the view, %d bytes charged for a kept view; want 1 and none", n, rec.KeptBytes)
 	}
 }
@@ -126,8 +126,8 @@ func TestARevocationKeepsNoPreviousView(t *testing.T) {
 		}
 		return nil
 	})
-	if rec := savedRecord(t, d, "vol-1"); found != 0 || rec.KeptBytes != 0 || d.budget.inUse() != volumeBytes(rec) {
-		t.Errorf("after a revocation: %d files left in the view, %d bytes charged for a kept view, budget %d for %d; want none", found, rec.KeptBytes, d.budget.inUse(), volumeBytes(rec))
+	if rec := savedRecord(t, d, "vol-1"); found != 0 || rec.KeptBytes != 0 || d.budget.InUse() != volumeBytes(rec) {
+		t.Errorf("after a revocation: %d files left in the view, %d bytes charged for a kept view, budget %d for %d; want none", found, rec.KeptBytes, d.budget.InUse(), volumeBytes(rec))
 	}
 }
 
@@ -148,9 +148,9 @@ func TestRecoveryAndUnpublishLeaveNoKeptView(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := savedRecord(t, n, "vol-1")
-	if got := len(viewPayloads(t, n, "vol-1")); got != 1 || rec.KeptBytes != 0 || n.budget.inUse() != volumeBytes(rec) {
+	if got := len(viewPayloads(t, n, "vol-1")); got != 1 || rec.KeptBytes != 0 || n.budget.InUse() != volumeBytes(rec) {
 		t.Errorf("after a restart's first reconcile: %d versions, %d bytes charged for a kept view, budget %d for %d; want 1 and nothing kept",
-			got, rec.KeptBytes, n.budget.inUse(), volumeBytes(rec))
+			got, rec.KeptBytes, n.budget.InUse(), volumeBytes(rec))
 	}
 	c.setSource(map[string]string{"ca.crt": "CA3"})
 	if err := reconcileVolume(t, n, "vol-1"); err != nil {
@@ -159,8 +159,8 @@ func TestRecoveryAndUnpublishLeaveNoKeptView(t *testing.T) {
 	if _, err := (&nodeServer{d: n}).NodeUnpublishVolume(context.Background(), unpublishRequest(req)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Lstat(n.store.mountPoint("vol-1")); !errors.Is(err, fs.ErrNotExist) || n.budget.inUse() != 0 {
-		t.Errorf("after unpublish: the volume's dir %v, budget %d; want gone and 0", err, n.budget.inUse())
+	if _, err := os.Lstat(n.store.mountPoint("vol-1")); !errors.Is(err, fs.ErrNotExist) || n.budget.InUse() != 0 {
+		t.Errorf("after unpublish: the volume's dir %v, budget %d; want gone and 0", err, n.budget.InUse())
 	}
 }
 
@@ -211,8 +211,8 @@ func TestAKeptViewGoesAtTheNextReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := savedRecord(t, d, "vol-1")
-	if n := len(viewPayloads(t, d, "vol-1")); n != 1 || rec.KeptBytes != 0 || d.budget.inUse() != volumeBytes(rec) {
-		t.Errorf("after the next reconcile: %d versions in the view, %d bytes charged for a kept view, budget %d for %d; want 1 and none", n, rec.KeptBytes, d.budget.inUse(), volumeBytes(rec))
+	if n := len(viewPayloads(t, d, "vol-1")); n != 1 || rec.KeptBytes != 0 || d.budget.InUse() != volumeBytes(rec) {
+		t.Errorf("after the next reconcile: %d versions in the view, %d bytes charged for a kept view, budget %d for %d; want 1 and none", n, rec.KeptBytes, d.budget.InUse(), volumeBytes(rec))
 	}
 }
 
@@ -223,15 +223,15 @@ func TestAKeptViewFitsTheBudgetOrIsNotKept(t *testing.T) {
 	d, _ := c.node()
 	publishVolume(t, d, "vol-1")
 	newCopy := volume.ChargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA2")}})
-	d.budget.limit = d.budget.inUse() + newCopy + volume.EntryBytes/2
+	d.budget.Limit = d.budget.InUse() + newCopy + volume.EntryBytes/2
 	c.setSource(map[string]string{"ca.crt": "CA2"})
 	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "CA2") {
 		t.Fatalf("refresh: %v, the pod sees %v", err, podView(t, d, "vol-1"))
 	}
 	rec := savedRecord(t, d, "vol-1")
-	if used := d.budget.inUse(); used > d.budget.limit || rec.KeptBytes != 0 || len(viewPayloads(t, d, "vol-1")) != 1 {
+	if used := d.budget.InUse(); used > d.budget.Limit || rec.KeptBytes != 0 || len(viewPayloads(t, d, "vol-1")) != 1 {
 		t.Errorf("budget %d in use of %d, %d bytes charged for a kept view, %d versions; want within the limit, nothing kept",
-			used, d.budget.limit, rec.KeptBytes, len(viewPayloads(t, d, "vol-1")))
+			used, d.budget.Limit, rec.KeptBytes, len(viewPayloads(t, d, "vol-1")))
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 	"strings"
 
 	"k8s.io/klog/v2"
+
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // driverMemoryMargin is what the driver keeps for itself out of its memory limit, besides the
@@ -46,7 +48,7 @@ func defaultVolumeBudget(cacheBytes int64) (int64, error) {
 // which is the runtime's own memory: a fixed limit of the container's less the whole budget would
 // sit below the heap the budget admits when volumes hold mostly lists, and the collector would
 // run without end while the heap passed the limit all the same. So the limit follows the
-// budget's charges (volumeBudget.followed).
+// budget's charges (volume.Budget.FollowedBy).
 type runtimeMemory struct {
 	container int64 // the container's memory limit
 	// floor is what the runtime needs besides the volumes' heap, whatever they hold: the source
@@ -65,10 +67,10 @@ func goMemoryLimit(container, floor, outside, heap int64) int64 {
 	return max(container-outside, floor+heap)
 }
 
-// follow sets the limit for volumes holding outside bytes outside the heap and heap in it, when
+// Follow sets the limit for volumes holding outside bytes outside the heap and heap in it, when
 // it moves by a MiB or more (debug.SetMemoryLimit is cheap, but this runs on every charge). A
 // nil runtimeMemory keeps no limit.
-func (m *runtimeMemory) follow(outside, heap int64) {
+func (m *runtimeMemory) Follow(outside, heap int64) {
 	if m == nil {
 		return
 	}
@@ -80,27 +82,12 @@ func (m *runtimeMemory) follow(outside, heap int64) {
 	m.apply(n)
 }
 
-// followed tells the Go runtime's memory limit, if one follows the budget, what the volumes hold
-// now outside the heap and in it. Reservations are counted outside: room for what an operation
-// writes. Called with b.mu held.
-func (b *volumeBudget) followed() {
-	b.memory.follow(b.charged+b.reserved-b.heap, b.heap)
-}
-
-// followedBy makes the Go runtime's memory limit follow the budget (memorylimit.go), from now.
-func (b *volumeBudget) followedBy(m *runtimeMemory) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.memory = m
-	b.followed()
-}
-
 // limitRuntimeMemory makes the Go runtime's soft memory limit follow the volume budget b
 // (runtimeMemory), from before any volume is recovered: the container's memory limit less what
 // the volumes hold outside the heap, never below the source cache's bound (cacheBytes),
 // driverMemoryMargin and the volumes' heap. A GOMEMLIMIT in the environment is the admin's
 // choice, and wins; without a container limit, the runtime keeps its default.
-func limitRuntimeMemory(b *volumeBudget, cacheBytes int64) {
+func limitRuntimeMemory(b *volume.Budget, cacheBytes int64) {
 	if v := os.Getenv("GOMEMLIMIT"); v != "" {
 		klog.InfoS("Go runtime memory limit from the environment", "GOMEMLIMIT", v)
 		return
@@ -111,9 +98,9 @@ func limitRuntimeMemory(b *volumeBudget, cacheBytes int64) {
 		return
 	}
 	m := &runtimeMemory{container: containerLimit, floor: cacheBytes + driverMemoryMargin, apply: debug.SetMemoryLimit}
-	b.followedBy(m)
+	b.FollowedBy(m)
 	klog.InfoS("Go runtime memory limit: the container's memory limit less what volumes hold outside the heap, as that changes",
-		"bytes", goMemoryLimit(m.container, m.floor, 0, 0), "containerLimit", containerLimit, "floor", m.floor, "volumeBudget", b.limit)
+		"bytes", goMemoryLimit(m.container, m.floor, 0, 0), "containerLimit", containerLimit, "floor", m.floor, "volumeBudget", b.Limit)
 }
 
 // cgroupMemoryLimit reads the memory limit of the driver's cgroup: cgroup v2's memory.max, or

@@ -43,13 +43,13 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 
 	// Published up to the budget, as createVolume admits them: room reserved, then saved.
 	stateDir := t.TempDir()
-	published := newVolumeStore(stateDir, &volumeBudget{limit: budget})
+	published := newVolumeStore(stateDir, &volume.Budget{Limit: budget})
 	var ids []string
 	for i := 0; ; i++ {
 		rec := record(fmt.Sprintf("vol-%03d", i))
-		room, err := published.budget.reserve(volumeBytes(rec))
+		room, err := published.budget.Reserve(volumeBytes(rec))
 		if err != nil {
-			room.release()
+			room.Release()
 			break
 		}
 		if err := os.MkdirAll(published.mountPoint(rec.VolumeID), 0o700); err != nil {
@@ -58,7 +58,7 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 		if err := published.save(rec); err != nil {
 			t.Fatal(err)
 		}
-		room.release()
+		room.Release()
 		ids = append(ids, rec.VolumeID)
 	}
 	if len(ids) < 2 {
@@ -71,9 +71,9 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	limit := int64(budget + driverMemoryMargin + 64<<20) // the container's limit with the default cache bound
-	restarted := newVolumeStore(stateDir, &volumeBudget{limit: budget})
+	restarted := newVolumeStore(stateDir, &volume.Budget{Limit: budget})
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
-	restarted.budget.followedBy(&runtimeMemory{container: limit, floor: 64<<20 + driverMemoryMargin, apply: debug.SetMemoryLimit})
+	restarted.budget.FollowedBy(&runtimeMemory{container: limit, floor: 64<<20 + driverMemoryMargin, apply: debug.SetMemoryLimit})
 	for _, id := range ids {
 		rec, err := restarted.readRecord(id)
 		if err != nil {
@@ -86,7 +86,7 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	goLimit := debug.SetMemoryLimit(-1) // as the volumes' charges set it
 
-	charged := restarted.budget.inUse()
+	charged := restarted.budget.InUse()
 	var heapCharged int64
 	for _, rec := range restarted.list() {
 		heapCharged += recordHeapBytes(rec)
@@ -148,12 +148,12 @@ func TestGoMemoryLimitFollowsWhatVolumesHoldOutsideTheHeap(t *testing.T) {
 
 	// The budget tells it every change; it sets the runtime's limit when that moves by a MiB.
 	var set []int64
-	b := &volumeBudget{limit: 128 << 20}
-	b.followedBy(&runtimeMemory{container: limit, floor: floor, apply: func(n int64) int64 { set = append(set, n); return 0 }})
-	b.chargeSaved("v", 40<<20, 30<<20)
-	room, _ := b.reserve(512 << 10)
-	room.release()
-	b.chargeSaved("v", 0, 0)
+	b := &volume.Budget{Limit: 128 << 20}
+	b.FollowedBy(&runtimeMemory{container: limit, floor: floor, apply: func(n int64) int64 { set = append(set, n); return 0 }})
+	b.ChargeSaved("v", 40<<20, 30<<20)
+	room, _ := b.Reserve(512 << 10)
+	room.Release()
+	b.ChargeSaved("v", 0, 0)
 	if want := []int64{256 << 20, 246 << 20, 256 << 20}; !slices.Equal(set, want) {
 		t.Errorf("limits set %v, want %v", set, want)
 	}
@@ -170,7 +170,7 @@ func TestAListLengthenedAfterPublishStaysWithinTheBudget(t *testing.T) {
 	d, events := c.node()
 	setShareItems(t, d, entry("ca.crt"))
 	publishVolume(t, d, "vol-00")
-	perVolume := d.budget.inUse()
+	perVolume := d.budget.InUse()
 	long := []map[string]any{entry("ca.crt")}
 	longList := exposure{{Key: "ca.crt", Path: "ca.crt"}}
 	for i := 1; i < maxSharedItems; i++ {
@@ -178,12 +178,12 @@ func TestAListLengthenedAfterPublishStaysWithinTheBudget(t *testing.T) {
 		long, longList = append(long, entry(k, p)), append(longList, exposedKey{Key: k, Path: p})
 	}
 	const volumes = 40
-	d.budget.limit = volumes*perVolume + exposureBytes(longList)*10 // room for the volumes, and for some of the lists' growth
+	d.budget.Limit = volumes*perVolume + exposureBytes(longList)*10 // room for the volumes, and for some of the lists' growth
 	for i := 1; i < volumes; i++ {
 		publishVolume(t, d, fmt.Sprintf("vol-%02d", i))
 	}
 	reasons(events)
-	chargedBefore := d.budget.inUse()
+	chargedBefore := d.budget.InUse()
 	heapBefore, _ := restartedHeap(t, d, volumes)
 
 	setShareItems(t, d, long...)
@@ -192,7 +192,7 @@ func TestAListLengthenedAfterPublishStaysWithinTheBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	charged := d.budget.inUse()
+	charged := d.budget.InUse()
 	told := reasons(events)
 	var noted int
 	for i := range volumes {
@@ -207,16 +207,16 @@ func TestAListLengthenedAfterPublishStaysWithinTheBudget(t *testing.T) {
 	heapGrowth := heapAfter - heapBefore
 	t.Logf("%d volumes of %d KiB, the budget %d KiB; after the list grew: %d noting it, charged %d KiB (%+d KiB), %d pods told %s; "+
 		"records decoded again: heap %+d KiB (%d KiB before the edit, %d KiB after), charged %d KiB",
-		volumes, perVolume>>10, d.budget.limit>>10, noted, charged>>10, (charged-chargedBefore)>>10, len(told), reasonRefreshFailed,
+		volumes, perVolume>>10, d.budget.Limit>>10, noted, charged>>10, (charged-chargedBefore)>>10, len(told), reasonRefreshFailed,
 		heapGrowth>>10, heapBefore>>10, heapAfter>>10, restarted>>10)
 	if heapGrowth > charged-chargedBefore {
 		t.Errorf("the edit grew the heap of the records decoded again by %d KiB; their charge grew by %d KiB", heapGrowth>>10, (charged-chargedBefore)>>10)
 	}
-	if restarted > d.budget.limit {
-		t.Errorf("after a restart the volumes are charged %d KiB, over the budget of %d KiB", restarted>>10, d.budget.limit>>10)
+	if restarted > d.budget.Limit {
+		t.Errorf("after a restart the volumes are charged %d KiB, over the budget of %d KiB", restarted>>10, d.budget.Limit>>10)
 	}
-	if charged > d.budget.limit {
-		t.Errorf("after the share's list grew, the volumes are charged %d KiB, over the budget of %d KiB", charged>>10, d.budget.limit>>10)
+	if charged > d.budget.Limit {
+		t.Errorf("after the share's list grew, the volumes are charged %d KiB, over the budget of %d KiB", charged>>10, d.budget.Limit>>10)
 	}
 	if noted == volumes || !slices.Contains(told, reasonRefreshFailed) {
 		t.Errorf("%d of %d volumes note the new list, and the pods were told %v: want the ones that do not fit told %s", noted, volumes, told, reasonRefreshFailed)
@@ -231,7 +231,7 @@ func restartedHeap(t *testing.T, d *driver, volumes int) (heap, charged int64) {
 	runtime.GC()
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	restarted := newVolumeStore(filepath.Dir(d.store.dir), &volumeBudget{limit: d.budget.limit})
+	restarted := newVolumeStore(filepath.Dir(d.store.dir), &volume.Budget{Limit: d.budget.Limit})
 	for i := range volumes {
 		rec, err := restarted.readRecord(fmt.Sprintf("vol-%02d", i))
 		if err != nil {
@@ -242,5 +242,5 @@ func restartedHeap(t *testing.T, d *driver, volumes int) (heap, charged int64) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	runtime.KeepAlive(restarted)
-	return int64(after.HeapAlloc) - int64(before.HeapAlloc), restarted.budget.inUse()
+	return int64(after.HeapAlloc) - int64(before.HeapAlloc), restarted.budget.InUse()
 }

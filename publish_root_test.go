@@ -30,6 +30,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // grantAll is a review that lets every pod use every share, at once.
@@ -73,7 +75,7 @@ func BenchmarkPublishOnNode(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			budget := &volumeBudget{limit: 1 << 30}
+			budget := &volume.Budget{Limit: 1 << 30}
 			d := &driver{version: "bench", nodeID: "node", kubeletRoot: root, tmpfsSize: 4 << 20, budget: budget,
 				account: testDriverAccount, mounter: kernelMounter{},
 				store: newVolumeStore(filepath.Join(root, "plugins", driverName), budget), locks: newVolumeLocks(),

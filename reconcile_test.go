@@ -326,9 +326,9 @@ func TestReconcileTearsDownAVolumeWhosePodIsGone(t *testing.T) {
 	if err := reconcileVolume(t, d, "vol-1"); err != nil {
 		t.Fatal(err)
 	}
-	if m := d.mounter.(*fakeMounter); m.count() != 0 || exists(d.store.mountPoint("vol-1")) || d.store.count() != 0 || d.budget.inUse() != 0 {
+	if m := d.mounter.(*fakeMounter); m.count() != 0 || exists(d.store.mountPoint("vol-1")) || d.store.count() != 0 || d.budget.InUse() != 0 {
 		t.Fatalf("%d mounts, volume dir there %v, %d records, %d bytes charged; want nothing", m.count(),
-			exists(d.store.mountPoint("vol-1")), d.store.count(), d.budget.inUse())
+			exists(d.store.mountPoint("vol-1")), d.store.count(), d.budget.InUse())
 	}
 }
 

@@ -238,7 +238,7 @@ func (r *volumeRecord) accessKey(i int) accessKey {
 // (chargeUnlinkedFiles).
 type volumeStore struct {
 	dir    string // <state dir>/volumes
-	budget *volumeBudget
+	budget *volume.Budget
 	mu     sync.Mutex
 	vols   map[string]volumeRecord
 	// unverified are the volumes recovered at start whose pod's view has not been rebuilt
@@ -253,7 +253,7 @@ type volumeStore struct {
 	counted map[string]volume.DiskState
 }
 
-func newVolumeStore(stateDir string, budget *volumeBudget) *volumeStore {
+func newVolumeStore(stateDir string, budget *volume.Budget) *volumeStore {
 	return &volumeStore{dir: filepath.Join(stateDir, "volumes"), budget: budget,
 		vols: map[string]volumeRecord{}, unverified: map[string]bool{}, counted: map[string]volume.DiskState{}}
 }
@@ -320,7 +320,7 @@ func (s *volumeStore) keepCharging(rec volumeRecord, n int64) {
 	defer s.mu.Unlock()
 	s.vols[rec.VolumeID] = rec.clone()
 	delete(s.counted, rec.VolumeID) // a save changed the disk: the next count walks it again
-	s.budget.chargeSaved(rec.VolumeID, n, recordHeapBytes(rec))
+	s.budget.ChargeSaved(rec.VolumeID, n, recordHeapBytes(rec))
 }
 
 // saveRewritten saves a reconciled volume's record, next, and keeps the store's account of its
@@ -381,7 +381,7 @@ func (s *volumeStore) chargeUnlinked(id string, now volume.DiskState, unlinked i
 	s.mu.Lock()
 	s.counted[id] = now
 	s.mu.Unlock()
-	s.budget.chargeUnlinked(id, unlinked)
+	s.budget.ChargeUnlinked(id, unlinked)
 }
 
 // viewChange is what a reconcile does to the pod's view.
@@ -408,7 +408,7 @@ func (v viewChange) changesFiles() bool { return v >= viewReplaced }
 func (s *volumeStore) forget(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.budget.chargeSaved(id, 0, 0)
+	s.budget.ChargeSaved(id, 0, 0)
 	delete(s.vols, id)
 	delete(s.unverified, id)
 	delete(s.counted, id)
@@ -430,7 +430,7 @@ func (s *volumeStore) remember(rec volumeRecord) {
 	if m, err := vol.Measure(); err != nil {
 		klog.ErrorS(err, "Measuring a volume's tmpfs failed; it is charged what its record says", "volumeID", rec.VolumeID)
 	} else {
-		s.budget.chargeUnsaved(rec.VolumeID, m.Held+recordHeapBytes(rec))
+		s.budget.ChargeUnsaved(rec.VolumeID, m.Held+recordHeapBytes(rec))
 		// Files a reader kept open across the restart are still held: charged now, before the
 		// first relist reaches the volume and before any publish is admitted.
 		if counted {

@@ -16,7 +16,7 @@ import (
 // save was given, are copies. A reconcile judges shares on its copy; when it fails before
 // saving, the next cycle must find the shares as they were and try again.
 func TestVolumeStoreChangesOnlyBySave(t *testing.T) {
-	s := newVolumeStore(t.TempDir(), &volumeBudget{})
+	s := newVolumeStore(t.TempDir(), &volume.Budget{})
 	rec := volumeRecord{VolumeID: "vol-1", PodUID: "uid", TargetPath: "/target", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "ca"}, ResourceVersion: "1"}}}
 	if err := os.MkdirAll(s.mountPoint(rec.VolumeID), 0o700); err != nil {
 		t.Fatal(err)
@@ -58,7 +58,7 @@ func TestVolumeStoreChangesOnlyBySave(t *testing.T) {
 // A record written by an earlier version (indented JSON, larger than this version writes it) is
 // charged as its file is on disk when it is resumed, and as this version writes it once saved.
 func TestARecordFoundAtStartIsChargedWhatItsFileHolds(t *testing.T) {
-	budget := &volumeBudget{}
+	budget := &volume.Budget{}
 	s := newVolumeStore(t.TempDir(), budget)
 	rec := volumeRecord{VolumeID: "vol-1", PodUID: "uid", TargetPath: "/target", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "ca"}, ResourceVersion: "1"}}}
 	for i := range 300 {
@@ -78,13 +78,13 @@ func TestARecordFoundAtStartIsChargedWhatItsFileHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.remember(rec)
-	if got, want := budget.inUse(), volumeBytes(rec)-recordPages(rec)+volume.Pages(int64(len(indented))); got != want {
+	if got, want := budget.InUse(), volumeBytes(rec)-recordPages(rec)+volume.Pages(int64(len(indented))); got != want {
 		t.Fatalf("resumed: charged %d bytes, want %d (the record's file as it is on disk)", got, want)
 	}
 	if err := s.save(rec); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := budget.inUse(), volumeBytes(rec); got != want {
+	if got, want := budget.InUse(), volumeBytes(rec); got != want {
 		t.Fatalf("saved again: charged %d bytes, want %d (the record as this version writes it)", got, want)
 	}
 }

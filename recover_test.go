@@ -177,8 +177,8 @@ func TestRecoverFromACrashAfterEachReconcileStep(t *testing.T) {
 					change == "refresh" && rec.Shares[0].ResourceVersion != "2" {
 					t.Fatalf("after the next relist the pod sees %v, record %+v; want %q", podView(t, d, "vol-1"), rec.Shares[0], want)
 				}
-				if d.budget.inUse() != volumeBytes(rec) {
-					t.Fatalf("%d bytes charged, the saved record says %d", d.budget.inUse(), volumeBytes(rec))
+				if d.budget.InUse() != volumeBytes(rec) {
+					t.Fatalf("%d bytes charged, the saved record says %d", d.budget.InUse(), volumeBytes(rec))
 				}
 			})
 		})

@@ -14,6 +14,8 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // testDriverAccount is the driver's own service account in unit tests.
@@ -28,7 +30,7 @@ func newTestDriver(t *testing.T, sar sarCreator, src sourceGetter) *driver {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	budget := &volumeBudget{}
+	budget := &volume.Budget{}
 	return &driver{
 		version:     "test",
 		nodeID:      "node",

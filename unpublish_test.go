@@ -28,8 +28,8 @@ func nothingLeft(t *testing.T, d *driver, step string) {
 	t.Helper()
 	m := d.mounter.(*fakeMounter)
 	ids, _ := d.store.volumeIDsOnDisk()
-	if m.count() != 0 || len(ids) != 0 || d.store.count() != 0 || d.budget.inUse() != 0 {
-		t.Fatalf("%s: %d mounts, volume dirs %v, %d records, %d bytes charged; want nothing", step, m.count(), ids, d.store.count(), d.budget.inUse())
+	if m.count() != 0 || len(ids) != 0 || d.store.count() != 0 || d.budget.InUse() != 0 {
+		t.Fatalf("%s: %d mounts, volume dirs %v, %d records, %d bytes charged; want nothing", step, m.count(), ids, d.store.count(), d.budget.InUse())
 	}
 }
 

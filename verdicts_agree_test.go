@@ -57,7 +57,7 @@ func relistChanges(t *testing.T, d *driver, st shareState, o outcome) []*shareCh
 		if err != nil {
 			t.Fatal(err)
 		}
-		full := newVolumeRewrite(&volumeBudget{limit: 1}, rec)
+		full := newVolumeRewrite(&volume.Budget{Limit: 1}, rec)
 		defer full.release()
 		tooLarge, err := writeNewCopy(volume.Dir{}, st, 0, shareVerdict{state: st, files: files}, full, 0, 0)
 		if err != nil {

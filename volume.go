@@ -55,8 +55,8 @@ func (d *driver) createVolume(rec volumeRecord, view volume.View) error {
 	}()
 
 	// (0)
-	room, err := d.budget.reserve(volumeBytes(rec))
-	defer room.release()
+	room, err := d.budget.Reserve(volumeBytes(rec))
+	defer room.Release()
 	if err != nil {
 		return status.Errorf(codes.ResourceExhausted, "volume %s cannot be published on this node: %v", rec.VolumeID, err)
 	}

@@ -1,6 +1,6 @@
 // Package volume is a volume's storage on the node: its directory, the copies of its shares and
-// the pod's view of them, its record's file, what its tmpfs holds, and what its files cost the
-// node's memory in the units the node's budget charges.
+// the pod's view of them, its record's file, what its tmpfs holds, what its files cost the node's
+// memory, and the node's budget that charges every volume (Budget).
 //
 // A volume's directory (Dir) is the tmpfs mounted at <state dir>/volumes/<volume id>:
 //
@@ -40,9 +40,9 @@
 //	(4) swap the new view in, in one step (the writer's ..data rename)
 //	(5) say whether a view was kept: one was only if the swap changed ..data
 //
-// The contract: a Dir is not safe for concurrent use on the same volume; its caller serializes
-// every write to one volume (the driver's per-volume lock), and calls Measure and CountUnlinked
-// with that lock held. Nothing here mounts, unmounts or removes a volume's directory: the caller
+// The contract: a Budget is safe for concurrent use; a Reservation belongs to one operation. A
+// Dir is not safe for concurrent use on the same volume: its caller serializes every write to one
+// volume (the driver's per-volume lock), and calls Measure and CountUnlinked with that lock held. Nothing here mounts, unmounts or removes a volume's directory: the caller
 // owns the tmpfs. The package knows a volume's shares only by their position in the volume's
 // order, and a record as the bytes its owner encoded; it knows nothing of Kubernetes, of shares'
 // names or of what a record says, and imports nothing of the driver's but internal/atomicwriter.
