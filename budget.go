@@ -8,6 +8,7 @@ package main
 import (
 	"encoding/json"
 
+	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
@@ -129,7 +130,7 @@ func volumeBytesOnPages(rec volumeRecord, recordOnDisk int64) int64 {
 // the pod's items, and each share's list of the keys it exposes (shareState.Exposed). A pod
 // chooses its items (up to maxItems keys and paths; a path may have 4096 bytes), kept decoded by
 // the store and copied by an operation on the volume while it runs, so each item is charged
-// twice (the store's copy and one in flight). A share's list (up to maxSharedItems keys and
+// twice (the store's copy and one in flight). A share's list (up to share.MaxItems keys and
 // paths of up to 253 bytes, for each of up to maxShares shares) is the share owner's
 // choice, and each volume holds a copy of its own once its record was decoded (at every start)
 // or built from an edited share: charged once per volume (an operation in flight shares the
@@ -150,7 +151,7 @@ func recordHeapBytes(rec volumeRecord) int64 {
 }
 
 // exposureHeapBytes is what a share's list of keys costs in a record decoded in the heap.
-func exposureHeapBytes(e exposure) int64 {
+func exposureHeapBytes(e share.Exposure) int64 {
 	var n int64
 	for _, k := range e {
 		n += exposedKeySlotBytes + heapStringBytes(k.Key) + heapStringBytes(k.Path)
@@ -169,7 +170,7 @@ func heapStringBytes(s string) int64 {
 // exposureBytes is what a share's list of keys adds to its volume's charge: its copy in the heap
 // and its entries in the record's file (`{"key":"…","path":"…"},`; keys and paths need no
 // escaping).
-func exposureBytes(e exposure) int64 {
+func exposureBytes(e share.Exposure) int64 {
 	n := exposureHeapBytes(e)
 	for _, k := range e {
 		n += int64(len(`{"key":"","path":""},`) + len(k.Key) + len(k.Path))
@@ -205,4 +206,13 @@ func volumeEntryCount(shares []shareState) int {
 		n += s.Entries
 	}
 	return n
+}
+
+// listGrowth is what a share's list of keys, changed from old to now (an edit of its spec.items),
+// adds to its volume's record, in the heap and on disk (exposureBytes); 0 when it does not grow.
+func listGrowth(old, now share.Exposure) int64 {
+	if old.Same(now) {
+		return 0
+	}
+	return max(0, exposureBytes(now)-exposureBytes(old))
 }

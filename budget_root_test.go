@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
@@ -69,7 +70,7 @@ func TestLongNamedVolumesAreChargedWhatTheirTmpfsHolds(t *testing.T) {
 			if err := unix.Statfs(dir, &before); err != nil {
 				t.Fatal(err)
 			}
-			rec := volumeRecord{VolumeID: "vol-long", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "s"}}}, GID: -1}
+			rec := volumeRecord{VolumeID: "vol-long", Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}}}, GID: -1}
 			files := map[string]atomicwriter.File{}
 			for _, p := range c.paths() {
 				files[p] = atomicwriter.File{Data: []byte("x"), Mode: 0o444}

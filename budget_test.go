@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
@@ -37,7 +38,7 @@ import (
 // inode and a dentry (936 bytes). A real tmpfs is measured in tmpfs_root_test.go.
 func TestLongNamesAreChargedWhatTheKernelHolds(t *testing.T) {
 	const n, nameLen = 300, 253
-	rec := volumeRecord{VolumeID: "vol-long", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "s"}}}}
+	rec := volumeRecord{VolumeID: "vol-long", Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}}}}
 	files := map[string]atomicwriter.File{}
 	for i := range n {
 		name := fmt.Sprintf("%03d", i) + strings.Repeat("n", nameLen-3)
@@ -61,7 +62,7 @@ func TestLongNamesAreChargedWhatTheKernelHolds(t *testing.T) {
 // an operation in progress holds). Measured: records decoded as the store loads them.
 func TestRecordsAreChargedWhatTheHeapHolds(t *testing.T) {
 	const volumes = 20
-	rec := volumeRecord{VolumeID: "vol-heap", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "s"}}}}
+	rec := volumeRecord{VolumeID: "vol-heap", Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}}}}
 	for i := range maxItems {
 		rec.Items = append(rec.Items, item{Key: fmt.Sprintf("%04d", i) + strings.Repeat("k", 249), Path: fmt.Sprintf("%04d", i) + strings.Repeat("p", 249), Mode: 0o440})
 	}
@@ -93,7 +94,7 @@ func TestRecordsAreChargedWhatTheHeapHolds(t *testing.T) {
 
 // A volume costs its record's pages, as saved, and its own six entries, besides its shares.
 func TestVolumeBytesCountTheRecordAsSaved(t *testing.T) {
-	rec := volumeRecord{VolumeID: "vol-1", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "s"}, Bytes: 10000}}}
+	rec := volumeRecord{VolumeID: "vol-1", Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}, Bytes: 10000}}}
 	if got, want := volumeBytes(rec), int64(volume.PageSize+volumeEntries*volume.EntryBytes+10000)+recordHeapBytes(rec); got != want {
 		t.Errorf("volumeBytes of a small record = %d, want %d", got, want)
 	}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/shareapi"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
@@ -43,7 +44,7 @@ type driver struct {
 	mounter mounter // kernelMounter; a fake in unit tests
 	store   *volumeStore
 	locks   *volumeLocks
-	shares  *shareIndex
+	shares  *share.Index
 	sources *sourceCache
 	authz   *authorizer
 	events  record.EventRecorder // a record.FakeRecorder in unit tests
@@ -119,7 +120,7 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 		metrics:     m,
 		crash:       newCrashPoints(),
 		events:      broadcaster.NewRecorder(kube.scheme, corev1.EventSource{Component: driverEventComponent, Host: o.nodeID}),
-		shares:      newShareIndex(kube.dyn, shareEvents.add),
+		shares:      share.NewIndex(kube.dyn, shareEvents.add),
 	}
 	m.registerDriverGauges(d.gauges())
 	return &wiring{d: d, kube: kube, broadcaster: broadcaster, shareEvents: shareEvents, sockPath: sockPath}, nil

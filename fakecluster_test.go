@@ -69,7 +69,7 @@ func (c *fakeCluster) node() (*driver, chan string) {
 	putSecretShare(c.t, d, "share", "share-1", "p", "src")
 	events := make(chan string, 100)
 	d.events = &record.FakeRecorder{Events: events}
-	d.shares.dyn.(*dynamicfake.FakeDynamicClient).PrependReactor("get", "*", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+	d.shares.Dyn.(*dynamicfake.FakeDynamicClient).PrependReactor("get", "*", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
 		return c.shareErr != nil, nil, c.shareErr
 	})
 	return d, events

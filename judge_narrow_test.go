@@ -27,6 +27,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
@@ -64,15 +65,15 @@ func (w *narrowWorld) judge(t *testing.T, refresh bool) shareVerdict {
 	}}
 	u.SetUID("share-1")
 	if w.pin != "" {
-		u.Object["status"] = map[string]any{pinField: w.pin}
+		u.Object["status"] = map[string]any{share.PinField: w.pin}
 	}
-	if err := w.d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+	if err := w.d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
 		t.Fatal(err)
 	}
 	rec := volumeRecord{VolumeID: "v", PodNamespace: "team", PodName: "app", ServiceAccount: "app", Refresh: refresh, GID: -1, DefaultMode: 0o644,
-		Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "tls", ResourceVersion: "9",
+		Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "tls", ResourceVersion: "9",
 			ShareUID: "share-1", SourceUID: "tls-1",
-			Exposed: exposure{{"ca.crt", "ca.crt"}, {"tls.crt", "tls.crt"}}}}}
+			Exposed: share.Exposure{{Key: "ca.crt", Path: "ca.crt"}, {Key: "tls.crt", Path: "tls.crt"}}}}}
 	if err := w.d.store.dirOf(rec).WriteCopy(0, map[string]atomicwriter.File{
 		"ca.crt": {Data: []byte("CA"), Mode: 0o644}, "tls.crt": {Data: []byte("LEAF"), Mode: 0o644}}); err != nil {
 		t.Fatal(err)
@@ -111,7 +112,7 @@ func TestKeysNoLongerSharedLeaveOnEveryPath(t *testing.T) {
 				if v.change == nil || v.change.kind != path.want {
 					t.Fatalf("change %+v, want %s", v.change, path.want)
 				}
-				if !v.state.Exposed.same(exposure{{"ca.crt", "ca.crt"}}) || !path.state(v.state) {
+				if !v.state.Exposed.Same(share.Exposure{{Key: "ca.crt", Path: "ca.crt"}}) || !path.state(v.state) {
 					t.Fatalf("state %+v: want the new list noted and nothing else changed", v.state)
 				}
 			})
@@ -188,7 +189,7 @@ func publishedThroughTheList(t *testing.T, client *fake.Clientset, items ...map[
 	t.Helper()
 	d, _ := nodeWorldWith(t, client)
 	setItems := func(items ...map[string]any) {
-		if err := d.shares.informers[kindSecret].GetStore().Update(&unstructured.Unstructured{Object: map[string]any{
+		if err := d.shares.Informers[share.KindSecret].GetStore().Update(&unstructured.Unstructured{Object: map[string]any{
 			"metadata": map[string]any{"name": "share"},
 			"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "items": list(items...)},
 		}}); err != nil {
@@ -220,7 +221,7 @@ func TestRevocationStandsWhenTheNodeIsFull(t *testing.T) {
 			"metadata": map[string]any{"name": "share"},
 			"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "items": list(items...)},
 		}
-		if err := d.shares.informers[kindSecret].GetStore().Update(&unstructured.Unstructured{Object: u}); err != nil {
+		if err := d.shares.Informers[share.KindSecret].GetStore().Update(&unstructured.Unstructured{Object: u}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -249,4 +250,20 @@ func TestRevocationStandsWhenTheNodeIsFull(t *testing.T) {
 	if got := slices.Sorted(maps.Keys(kept)); !slices.Equal(got, []string{"ca.crt"}) {
 		t.Errorf("the copy kept for when access comes back holds %q; want only what the share still lists, [ca.crt]", got)
 	}
+}
+
+func entry(key string, path ...string) map[string]any {
+	m := map[string]any{"key": key}
+	if len(path) > 0 {
+		m["path"] = path[0]
+	}
+	return m
+}
+
+func list(entries ...map[string]any) []any {
+	out := make([]any, len(entries))
+	for i, e := range entries {
+		out[i] = e
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
@@ -166,7 +167,7 @@ func TestRecordsKeepRevokedForTheReleaseBefore(t *testing.T) {
 		Revoked bool   `json:"revoked"`
 	}
 	for _, s := range allTold {
-		b, err := json.Marshal(shareState{shareRef: shareRef{Kind: kindSecret, Name: "s"}, Told: s})
+		b, err := json.Marshal(shareState{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}, Told: s})
 		if err != nil {
 			t.Fatal(err)
 		}

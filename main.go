@@ -280,8 +280,8 @@ func (w *wiring) serve(ctx context.Context, o *options) error {
 		defer ps.Close()
 	}
 
-	d.shares.start(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), d.shares.synced) {
+	d.shares.Start(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), d.shares.Synced) {
 		return ctx.Err()
 	}
 	klog.InfoS("Share caches synced")

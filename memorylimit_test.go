@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
@@ -28,14 +29,14 @@ import (
 func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 	const budget = 128 << 20 // the default: a 256 MiB limit less the default cache bound and margin
 	const sharesPerVolume = 9
-	list := make(exposure, maxSharedItems)
+	list := make(share.Exposure, share.MaxItems)
 	for i := range list {
-		list[i] = exposedKey{Key: fmt.Sprintf("%03dk", i) + strings.Repeat("k", 249), Path: fmt.Sprintf("%03dp", i) + strings.Repeat("p", 249)}
+		list[i] = share.ExposedKey{Key: fmt.Sprintf("%03dk", i) + strings.Repeat("k", 249), Path: fmt.Sprintf("%03dp", i) + strings.Repeat("p", 249)}
 	}
 	record := func(id string) volumeRecord {
 		rec := volumeRecord{VolumeID: id, PodUID: "uid", TargetPath: "/target/" + id}
 		for j := range sharesPerVolume {
-			rec.Shares = append(rec.Shares, shareState{shareRef: shareRef{Kind: kindSecret, Name: fmt.Sprintf("share-%d", j)},
+			rec.Shares = append(rec.Shares, shareState{Ref: share.Ref{Kind: share.KindSecret, Name: fmt.Sprintf("share-%d", j)},
 				ResourceVersion: "1", Bytes: chargedBytesOfOneSmallFile(), Entries: 1, Exposed: list})
 		}
 		return rec
@@ -95,7 +96,7 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 	held := charged - heapCharged + heap // tmpfs pages and entries as charged, and the heap as measured
 	t.Logf("%d volumes of %d shares listing %d keys of 253 bytes: charged %d KiB (%d KiB of it for the heap); heap after a restart +%d KiB (%d KiB per volume); "+
 		"tmpfs and heap %d KiB of the budget's %d KiB; Go runtime limit %d MiB of the container's %d MiB, the whole live heap %d MiB",
-		len(ids), sharesPerVolume, maxSharedItems, charged>>10, heapCharged>>10, heap>>10, heap/int64(len(ids))>>10, held>>10, budget>>10, goLimit>>20, limit>>20, after.HeapAlloc>>20)
+		len(ids), sharesPerVolume, share.MaxItems, charged>>10, heapCharged>>10, heap>>10, heap/int64(len(ids))>>10, held>>10, budget>>10, goLimit>>20, limit>>20, after.HeapAlloc>>20)
 	if heap > heapCharged {
 		t.Errorf("after a restart the records hold %d KiB of heap; their volumes are charged %d KiB for it", heap>>10, heapCharged>>10)
 	}
@@ -172,10 +173,10 @@ func TestAListLengthenedAfterPublishStaysWithinTheBudget(t *testing.T) {
 	publishVolume(t, d, "vol-00")
 	perVolume := d.budget.InUse()
 	long := []map[string]any{entry("ca.crt")}
-	longList := exposure{{Key: "ca.crt", Path: "ca.crt"}}
-	for i := 1; i < maxSharedItems; i++ {
+	longList := share.Exposure{{Key: "ca.crt", Path: "ca.crt"}}
+	for i := 1; i < share.MaxItems; i++ {
 		k, p := fmt.Sprintf("%03dk", i)+strings.Repeat("k", 249), fmt.Sprintf("%03dp", i)+strings.Repeat("p", 249)
-		long, longList = append(long, entry(k, p)), append(longList, exposedKey{Key: k, Path: p})
+		long, longList = append(long, entry(k, p)), append(longList, share.ExposedKey{Key: k, Path: p})
 	}
 	const volumes = 40
 	d.budget.Limit = volumes*perVolume + exposureBytes(longList)*10 // room for the volumes, and for some of the lists' growth
@@ -196,10 +197,10 @@ func TestAListLengthenedAfterPublishStaysWithinTheBudget(t *testing.T) {
 	told := reasons(events)
 	var noted int
 	for i := range volumes {
-		if rec := savedRecord(t, d, fmt.Sprintf("vol-%02d", i)); len(rec.Shares[0].Exposed) == maxSharedItems {
+		if rec := savedRecord(t, d, fmt.Sprintf("vol-%02d", i)); len(rec.Shares[0].Exposed) == share.MaxItems {
 			noted++
-		} else if !rec.Shares[0].Exposed.same(exposure{{Key: "ca.crt", Path: "ca.crt"}}) {
-			t.Errorf("vol-%02d notes the list %v, want the new one or ca.crt alone", i, rec.Shares[0].Exposed.names())
+		} else if !rec.Shares[0].Exposed.Same(share.Exposure{{Key: "ca.crt", Path: "ca.crt"}}) {
+			t.Errorf("vol-%02d notes the list %v, want the new one or ca.crt alone", i, rec.Shares[0].Exposed.Names())
 		}
 	}
 

@@ -31,6 +31,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/shareapi"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
@@ -74,7 +75,7 @@ func (k changeKind) changesFiles() bool { return slices.Contains(fileChangeKinds
 
 // shareChange is one share's change in a reconcile, for events and metrics.
 type shareChange struct {
-	share  shareRef
+	share  share.Ref
 	kind   changeKind
 	why    string
 	reason string // the event's reason, when not the kind's own (a share replaced: shareidentity.go)
@@ -220,7 +221,7 @@ func (d *driver) writeCopies(vol volume.Dir, rec volumeRecord, verdicts []shareV
 				st.Exposed, st.Bytes, st.Entries = old.Exposed, old.Bytes, old.Entries
 				v = shareVerdict{state: st, change: want.change}
 			}
-			if v.files == nil && !old.Exposed.same(want.state.Exposed) {
+			if v.files == nil && !old.Exposed.Same(want.state.Exposed) {
 				v = d.narrowUnwritten(vol, rec, i, want, v) // keys no longer shared still go
 			}
 			if err != nil && v.files == nil && !v.state.Told.hidden() {
@@ -271,7 +272,7 @@ func writeNewCopy(vol volume.Dir, old shareState, i int, v shareVerdict, rw *vol
 		if old.Told, tell = old.Told.after(outcomeOverBudget); !tell {
 			return shareVerdict{state: old}, nil
 		}
-		return shareVerdict{state: old, change: &shareChange{share: old.shareRef, kind: changeRefreshFailed,
+		return shareVerdict{state: old, change: &shareChange{share: old.Ref, kind: changeRefreshFailed,
 			why: "changed, but keeps its last files: " + refused}}, nil
 	}
 	// A file the old copy has and the new one lacks must leave the pod at once, also where
@@ -306,7 +307,7 @@ func listWithinBudget(volumeID string, old shareState, v shareVerdict, rw *volum
 	klog.V(2).InfoS("A share's new list of keys does not fit in the volume budget; its volume keeps noting the old one", "volumeID", volumeID,
 		"share", old.String(), "err", err)
 	// An empty list would be saved as none (every key): the old list then.
-	if both := old.Exposed.alsoIn(v.state.Exposed); !old.Exposed.all() && len(both) > 0 {
+	if both := old.Exposed.AlsoIn(v.state.Exposed); !old.Exposed.All() && len(both) > 0 {
 		v.state.Exposed = both
 	} else {
 		v.state.Exposed = old.Exposed
@@ -320,7 +321,7 @@ func listWithinBudget(volumeID string, old shareState, v shareVerdict, rw *volum
 	case v.change != nil:
 		v.change.why += "; " + why
 	case tell:
-		v.change = &shareChange{share: old.shareRef, kind: changeRefreshFailed, why: "changed, but keeps its last files: " + why}
+		v.change = &shareChange{share: old.Ref, kind: changeRefreshFailed, why: "changed, but keeps its last files: " + why}
 	}
 	return v
 }
@@ -348,7 +349,7 @@ func (d *driver) narrowUnwritten(vol volume.Dir, rec volumeRecord, i int, want, 
 	if got.change != nil {
 		why += ", and its new files are not shown: " + got.change.why
 	}
-	v.change = &shareChange{share: rec.Shares[i].shareRef, kind: changeKeys, why: why}
+	v.change = &shareChange{share: rec.Shares[i].Ref, kind: changeKeys, why: why}
 	return v
 }
 
@@ -430,7 +431,7 @@ func (d *driver) reportChanges(rec volumeRecord, changes []shareChange, conflict
 		klog.InfoS("Volume changed", "volumeID", rec.VolumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName), "share", c.share.String(), "change", c.kind)
 	}
 	for _, c := range conflicts {
-		kept, dropped := rec.Shares[c.Kept].shareRef, rec.Shares[c.Dropped].shareRef
+		kept, dropped := rec.Shares[c.Kept].Ref, rec.Shares[c.Dropped].Ref
 		d.event(rec, corev1.EventTypeWarning, reasonConflict, "%s and %s both provide the file %q; %s keeps it (the first share listed wins)", kept, dropped, c.Path, kept)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
@@ -189,7 +190,7 @@ func TestReconcileOnAnAPIErrorLeavesTheVolumeAsItIs(t *testing.T) {
 	}
 }
 
-// The share's pin (sourcepin.go) refuses the source re-created as another object: the volume
+// The share's pin (internal/share/pin.go) refuses the source re-created as another object: the volume
 // keeps its last files, and the pod is told once what accepts the new object.
 func TestReconcileKeepsTheLastFilesOfASourceThePinRefuses(t *testing.T) {
 	c := newFakeCluster(t)
@@ -198,9 +199,9 @@ func TestReconcileKeepsTheLastFilesOfASourceThePinRefuses(t *testing.T) {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"name": "share", "uid": "share-1"},
 		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}},
-		"status":   map[string]any{pinField: "src-0"}, // made for an object since deleted
+		"status":   map[string]any{share.PinField: "src-0"}, // made for an object since deleted
 	}}
-	if err := d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+	if err := d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
 		t.Fatal(err)
 	}
 	c.setSource(map[string]string{"ca.crt": "NOT-THE-SAME-OBJECT"})
@@ -256,9 +257,9 @@ func TestReconcileWithoutAPinOnTheShareKeepsTheVolumesSource(t *testing.T) {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"name": "share", "uid": "share-1"},
 		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}},
-		"status":   map[string]any{pinField: "src-2"},
+		"status":   map[string]any{share.PinField: "src-2"},
 	}}
-	if err := d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+	if err := d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
 		t.Fatal(err)
 	}
 	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "RE-CREATOR-CA") {
@@ -276,9 +277,9 @@ func TestReconcileOfAShareThatFollowsTakesARecreatedSource(t *testing.T) {
 	publishVolume(t, d, "vol-1")
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"name": "share", "uid": "share-1"},
-		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, recreationField: recreationFollow},
+		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, share.RecreationField: share.RecreationFollow},
 	}}
-	if err := d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+	if err := d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
 		t.Fatal(err)
 	}
 	c.recreateSource("src-2", map[string]string{"ca.crt": "CA2"})
@@ -309,7 +310,7 @@ func setShareItems(t *testing.T, d *driver, items ...map[string]any) {
 		"metadata": map[string]any{"name": "share", "uid": "share-1"},
 		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "items": list(items...)},
 	}}
-	if err := d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+	if err := d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"os"
 	"reflect"
 	"testing"
+
+	"github.com/shared-resource/csi-driver/internal/share"
 )
 
 func everyFieldRecord() volumeRecord {
@@ -25,12 +27,12 @@ func everyFieldRecord() volumeRecord {
 	}
 	for i, t := range allTold {
 		rec.Shares = append(rec.Shares, shareState{
-			shareRef:        shareRef{Kind: []shareKind{kindSecret, kindConfigMap}[i%2], Name: "share-" + string(rune('a'+i))},
+			Ref:             share.Ref{Kind: []share.Kind{share.KindSecret, share.KindConfigMap}[i%2], Name: "share-" + string(rune('a'+i))},
 			SourceNamespace: "src", SourceName: "source", ResourceVersion: "42",
 			Told: t, ShareUID: "uid-share", SourceUID: "uid-source", Bytes: 12288, Entries: 3,
 		})
 	}
-	rec.Shares[0].Exposed = exposure{{Key: "tls.crt", Path: "tls.crt"}, {Key: "ca", Path: "ca.crt"}}
+	rec.Shares[0].Exposed = share.Exposure{{Key: "tls.crt", Path: "tls.crt"}, {Key: "ca", Path: "ca.crt"}}
 	return rec
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
@@ -271,7 +272,7 @@ func (s *volumeStore) readRecord(id string) (volumeRecord, error) {
 		return rec, errors.New("corrupt record: missing fields")
 	}
 	for _, sh := range rec.Shares {
-		if !sh.Kind.known() || !validName(sh.Name) {
+		if !sh.Kind.Known() || !share.ValidName(sh.Name) {
 			return rec, errors.New("corrupt record: invalid share")
 		}
 	}

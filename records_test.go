@@ -9,6 +9,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
@@ -17,7 +18,7 @@ import (
 // saving, the next cycle must find the shares as they were and try again.
 func TestVolumeStoreChangesOnlyBySave(t *testing.T) {
 	s := newVolumeStore(t.TempDir(), &volume.Budget{})
-	rec := volumeRecord{VolumeID: "vol-1", PodUID: "uid", TargetPath: "/target", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "ca"}, ResourceVersion: "1"}}}
+	rec := volumeRecord{VolumeID: "vol-1", PodUID: "uid", TargetPath: "/target", Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "ca"}, ResourceVersion: "1"}}}
 	if err := os.MkdirAll(s.mountPoint(rec.VolumeID), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestVolumeStoreChangesOnlyBySave(t *testing.T) {
 func TestARecordFoundAtStartIsChargedWhatItsFileHolds(t *testing.T) {
 	budget := &volume.Budget{}
 	s := newVolumeStore(t.TempDir(), budget)
-	rec := volumeRecord{VolumeID: "vol-1", PodUID: "uid", TargetPath: "/target", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "ca"}, ResourceVersion: "1"}}}
+	rec := volumeRecord{VolumeID: "vol-1", PodUID: "uid", TargetPath: "/target", Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "ca"}, ResourceVersion: "1"}}}
 	for i := range 300 {
 		rec.Items = append(rec.Items, item{Key: fmt.Sprintf("key-%d", i), Path: fmt.Sprintf("dir/file-%d", i)})
 	}

@@ -19,11 +19,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // Volume attributes a pod author may set (API-compatible with OpenShift's driver), besides each
-// share kind's own (sharedSecret, sharedConfigMap: shareKindTable).
+// share kind's own (sharedSecret, sharedConfigMap: share.Kinds).
 const (
 	attrRefreshResource = "refreshResource"
 	attrDefaultMode     = "defaultMode"
@@ -67,7 +68,7 @@ const (
 type volumeRequest struct {
 	VolumeID       string
 	TargetPath     string
-	Shares         []shareRef // one, or several (attribute shares), in the order given
+	Shares         []share.Ref // one, or several (attribute shares), in the order given
 	Refresh        bool
 	PodNamespace   string
 	PodName        string
@@ -111,18 +112,11 @@ func toStatus(err error) error {
 }
 
 var (
-	// RFC 1123 subdomain: the API server's rule for object names (shares, Secrets, ConfigMaps).
-	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-	// RFC 1123 label: namespaces and service accounts' namespaces.
-	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	// Volume ids become a directory name under the state dir, so they must be one safe segment.
 	// The kubelet's ids for inline volumes look like "csi-<sha256 hex>".
 	volumeIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 	podUIDPattern   = regexp.MustCompile(`^[a-f0-9-]{1,64}$`)
 )
-
-func validName(s string) bool  { return len(s) <= 253 && dnsSubdomain.MatchString(s) }
-func validLabel(s string) bool { return len(s) <= 63 && dnsLabel.MatchString(s) }
 
 // validateVolumeID accepts only ids that are a single, harmless path segment: the id names
 // the volume's directory, and "..", "/" or a leading dot would let a caller escape or collide
@@ -176,7 +170,7 @@ func validateTargetPath(kubeletRoot, target, podUID string) error {
 		return invalidf("target_path %q has an invalid pod uid segment %q", target, rest[1])
 	}
 	// The kubelet names the directory after the pod's volume, a DNS label.
-	if !validLabel(rest[4]) {
+	if !share.ValidLabel(rest[4]) {
 		return invalidf("target_path %q has an invalid volume name segment %q", target, rest[4])
 	}
 	if podUID != "" && rest[1] != podUID {
@@ -235,7 +229,7 @@ func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) 
 	if v.PodNamespace == "" || v.PodName == "" || v.PodUID == "" || v.ServiceAccount == "" {
 		return nil, invalidf("pod information is missing from the volume context: the CSIDriver object must set podInfoOnMount: true")
 	}
-	if !validLabel(v.PodNamespace) || !validName(v.PodName) || !validName(v.ServiceAccount) || !podUIDPattern.MatchString(v.PodUID) {
+	if !share.ValidLabel(v.PodNamespace) || !share.ValidName(v.PodName) || !share.ValidName(v.ServiceAccount) || !podUIDPattern.MatchString(v.PodUID) {
 		return nil, invalidf("pod information in the volume context is malformed (namespace %q, name %q, uid %q, service account %q)", v.PodNamespace, v.PodName, v.PodUID, v.ServiceAccount)
 	}
 	if err := validateTargetPath(kubeletRoot, v.TargetPath, v.PodUID); err != nil {
@@ -307,7 +301,7 @@ func parseVolumeAttributes(vc map[string]string, v *volumeRequest) error {
 		}
 		v.Items = items
 	}
-	supported := append(shareAttributes(), attrShares, attrRefreshResource, attrDefaultMode, attrItems)
+	supported := append(share.Attributes(), attrShares, attrRefreshResource, attrDefaultMode, attrItems)
 	for k := range vc {
 		if slices.Contains(supported, k) {
 			continue
@@ -324,24 +318,24 @@ func parseVolumeAttributes(vc map[string]string, v *volumeRequest) error {
 
 // parseShareAttributes reads which shares a volume mounts: exactly one of sharedSecret: NAME,
 // sharedConfigMap: NAME (OpenShift's attributes) or shares: "secret/NAME, configmap/NAME, ...".
-func parseShareAttributes(vc map[string]string) ([]shareRef, error) {
-	var shares []shareRef
-	for _, row := range shareKindTable {
-		if name, ok := vc[row.attribute]; ok {
-			shares = append(shares, shareRef{Kind: row.kind, Name: name})
+func parseShareAttributes(vc map[string]string) ([]share.Ref, error) {
+	var shares []share.Ref
+	for _, row := range share.Kinds {
+		if name, ok := vc[row.Attribute]; ok {
+			shares = append(shares, share.Ref{Kind: row.Kind, Name: name})
 		}
 	}
 	list, hasList := vc[attrShares]
 	switch {
 	case len(shares)+btoi(hasList) > 1:
-		return nil, invalidf("set exactly one of volumeAttributes %s, not several", wordList(append(shareAttributes(), attrShares), "and"))
+		return nil, invalidf("set exactly one of volumeAttributes %s, not several", wordList(append(share.Attributes(), attrShares), "and"))
 	case hasList:
 		for _, entry := range strings.Split(list, ",") {
 			entry = strings.TrimSpace(entry)
 			kind, name, ok := strings.Cut(entry, "/")
-			s := shareRef{Kind: kindOfListName(kind), Name: name}
+			s := share.Ref{Kind: share.KindOfListName(kind), Name: name}
 			if !ok || s.Kind == "" {
-				return nil, invalidf("volumeAttribute %s: entry %q is not %s", attrShares, entry, wordList(shareListForms(), "or"))
+				return nil, invalidf("volumeAttribute %s: entry %q is not %s", attrShares, entry, wordList(share.ListForms(), "or"))
 			}
 			if slices.Contains(shares, s) {
 				return nil, invalidf("volumeAttribute %s: %q is listed twice", attrShares, s.String())
@@ -352,11 +346,11 @@ func parseShareAttributes(vc map[string]string) ([]shareRef, error) {
 			return nil, invalidf("volumeAttribute %s lists %d shares; at most %d", attrShares, len(shares), maxShares)
 		}
 	case len(shares) == 0:
-		return nil, invalidf("set one of volumeAttributes %s to the name of a share (or %s to a list of them)", wordList(shareAttributes(), "or"), attrShares)
+		return nil, invalidf("set one of volumeAttributes %s to the name of a share (or %s to a list of them)", wordList(share.Attributes(), "or"), attrShares)
 	}
 	for _, s := range shares {
-		if !validName(s.Name) {
-			return nil, invalidf("%s name %q is not a valid object name (lowercase RFC 1123 subdomain)", s.Kind.shareTypeName(), s.Name)
+		if !share.ValidName(s.Name) {
+			return nil, invalidf("%s name %q is not a valid object name (lowercase RFC 1123 subdomain)", s.Kind.TypeName(), s.Name)
 		}
 	}
 	return shares, nil
@@ -382,7 +376,7 @@ func parseMode(s string) (os.FileMode, error) {
 // "ca.crt, tls.key=keys/tls.key:0400". PATH is relative, checked segment by segment; MODE is
 // octal. Two entries may not produce the same path, nor a path that is another's directory.
 // In a volume of several shares, KEY names its share: secret/NAME/KEY or configmap/NAME/KEY.
-func parseItems(s string, shares []shareRef) ([]item, error) {
+func parseItems(s string, shares []share.Ref) ([]item, error) {
 	var items []item
 	paths := map[string]bool{}
 	entries := strings.Split(s, ",")
@@ -408,7 +402,7 @@ func parseItems(s string, shares []shareRef) ([]item, error) {
 		}
 		it.Key, it.Path, _ = strings.Cut(rest, "=")
 		if i := strings.LastIndex(it.Key, "/"); i >= 0 {
-			it.Share = slices.IndexFunc(shares, func(s shareRef) bool { return s.String() == it.Key[:i] })
+			it.Share = slices.IndexFunc(shares, func(s share.Ref) bool { return s.String() == it.Key[:i] })
 			if it.Share < 0 {
 				return nil, fmt.Errorf("entry %q: %q is not one of the volume's shares", entry, it.Key[:i])
 			}

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/shared-resource/csi-driver/internal/share"
 )
 
 const testRoot = "/var/lib/kubelet"
@@ -41,7 +42,7 @@ func TestParsePublishRequestAcceptsAKubeletRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := volumeRequest{VolumeID: "csi-0123abcd", TargetPath: goodTarget, Shares: []shareRef{{Kind: kindSecret, Name: "corp-ca"}}, Refresh: true,
+	want := volumeRequest{VolumeID: "csi-0123abcd", TargetPath: goodTarget, Shares: []share.Ref{{Kind: share.KindSecret, Name: "corp-ca"}}, Refresh: true,
 		PodNamespace: "team-a", PodName: "web-1", PodUID: testUID, ServiceAccount: "app", DefaultMode: 0o644, GID: -1}
 	if !reflect.DeepEqual(*v, want) {
 		t.Errorf("got %+v\nwant %+v", *v, want)
@@ -237,7 +238,7 @@ func TestProjectFilesFollowsItemsAndReportsMissingKeys(t *testing.T) {
 	}
 }
 
-var oneShare = []shareRef{{Kind: kindSecret, Name: "corp-ca"}}
+var oneShare = []share.Ref{{Kind: share.KindSecret, Name: "corp-ca"}}
 
 func TestParseSharesListsSeveralSharesAndItemsNameThem(t *testing.T) {
 	r := goodPublishRequest()
@@ -248,7 +249,7 @@ func TestParseSharesListsSeveralSharesAndItemsNameThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantShares := []shareRef{{Kind: kindSecret, Name: "corp-ca"}, {Kind: kindConfigMap, Name: "proxy"}}
+	wantShares := []share.Ref{{Kind: share.KindSecret, Name: "corp-ca"}, {Kind: share.KindConfigMap, Name: "proxy"}}
 	if !reflect.DeepEqual(v.Shares, wantShares) {
 		t.Errorf("shares %+v", v.Shares)
 	}

@@ -12,6 +12,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/shared-resource/csi-driver/internal/share"
 )
 
 // volumeRecord is what the driver must remember about a published volume.
@@ -39,7 +41,7 @@ type volumeRecord struct {
 
 // shareState is what the volume shows of one of its shares.
 type shareState struct {
-	shareRef
+	share.Ref
 	// The source object whose files the share contributes, and its resourceVersion.
 	SourceNamespace string `json:"sourceNamespace"`
 	SourceName      string `json:"sourceName"`
@@ -61,7 +63,7 @@ type shareState struct {
 	// Exposed is the share's list of keys (spec.items) the files were made through; absent: every
 	// key (as in records written before shares had lists). A list change is applied when it
 	// differs from the share's.
-	Exposed exposure `json:"exposed,omitempty"`
+	Exposed share.Exposure `json:"exposed,omitempty"`
 }
 
 // told is the state of a share of a volume: what the pod was last told of it, and with it
@@ -170,10 +172,10 @@ func toldFromFlags(j shareStateJSON) told {
 	return toldCurrent
 }
 
-func (r *volumeRecord) refs() []shareRef {
-	out := make([]shareRef, len(r.Shares))
+func (r *volumeRecord) refs() []share.Ref {
+	out := make([]share.Ref, len(r.Shares))
 	for i, s := range r.Shares {
-		out[i] = s.shareRef
+		out[i] = s.Ref
 	}
 	return out
 }
