@@ -22,7 +22,7 @@ func adminDriver() admin.Driver {
 			return apiRefs(refs), err
 		},
 		Refreshes: func(attrs map[string]string) (bool, error) {
-			v := volumeRequest{Refresh: true} // as a publish reads them (validate.go)
+			v := volumeRequest{Refresh: true} // as a publish reads them (attributes.go)
 			err := parseVolumeAttributes(attrs, &v)
 			return v.Refresh, err
 		},
