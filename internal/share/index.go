@@ -176,6 +176,7 @@ func (si *Index) Start(ctx context.Context) {
 	}
 }
 
+// Synced says whether every informer has synced its cache.
 func (si *Index) Synced() bool {
 	for _, inf := range si.Informers {
 		if !inf.HasSynced() {

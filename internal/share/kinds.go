@@ -25,6 +25,7 @@ const Group = shareapi.Group
 // the values never change.
 type Kind string
 
+// The two kinds: a SharedSecret shares a Secret, a SharedConfigMap a ConfigMap.
 const (
 	KindSecret    = Kind(shareapi.KindSecret)
 	KindConfigMap = Kind(shareapi.KindConfigMap)
@@ -85,6 +86,7 @@ func (k Kind) Info() (info KindInfo, ok bool) {
 	return KindInfo{}, false
 }
 
+// Known says whether the kind is in the table.
 func (k Kind) Known() bool {
 	_, ok := k.Info()
 	return ok

@@ -9,5 +9,8 @@ var (
 	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 )
 
-func ValidName(s string) bool  { return len(s) <= 253 && dnsSubdomain.MatchString(s) }
+// ValidName says whether s is an object name the API server accepts (shares, Secrets, ConfigMaps).
+func ValidName(s string) bool { return len(s) <= 253 && dnsSubdomain.MatchString(s) }
+
+// ValidLabel says whether s is a namespace name the API server accepts.
 func ValidLabel(s string) bool { return len(s) <= 63 && dnsLabel.MatchString(s) }

@@ -42,7 +42,8 @@ const (
 	// PinField is where the pin lives: status.sourceUID.
 	PinField = "sourceUID"
 	// RecreationField is spec.sourceRecreation: Pin (or absent) or Follow.
-	RecreationField  = "sourceRecreation"
+	RecreationField = "sourceRecreation"
+	// RecreationFollow is the value of spec.sourceRecreation of a share that follows re-creations.
 	RecreationFollow = "Follow"
 )
 
@@ -52,6 +53,7 @@ type Pin struct {
 	Follow bool   // spec.sourceRecreation: Follow
 }
 
+// PinOf reads a share's pin from its object: status.sourceUID and spec.sourceRecreation.
 func PinOf(u *unstructured.Unstructured) Pin {
 	uid, _, _ := unstructured.NestedString(u.Object, "status", PinField)
 	mode, _, _ := unstructured.NestedString(u.Object, "spec", RecreationField)
