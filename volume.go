@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/mountinfo"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
@@ -118,7 +119,7 @@ func (d *driver) ensureBind(rec volumeRecord) error {
 	}
 	vol := d.store.dirOf(rec)
 	if isOurBind(mounts, vol, rec.TargetPath) {
-		if e, _ := mountAt(mounts, rec.TargetPath); hasOption(e.Options, "ro") {
+		if e, _ := mountinfo.At(mounts, rec.TargetPath); hasOption(e.Options, "ro") {
 			return nil
 		}
 		// A writable bind of ours (made by a version that bound, then remounted read-only: the
@@ -132,7 +133,7 @@ func (d *driver) ensureBind(rec volumeRecord) error {
 			return status.Errorf(codes.Internal, "%v", err)
 		}
 	}
-	if e, ok := mountAt(mounts, rec.TargetPath); ok {
+	if e, ok := mountinfo.At(mounts, rec.TargetPath); ok {
 		return status.Errorf(codes.FailedPrecondition, "target_path %q already has another mount (%s %s)", rec.TargetPath, e.FSType, e.Source)
 	}
 	exists, err := checkTarget(d.kubeletRoot, rec.TargetPath)
@@ -224,7 +225,7 @@ func (d *driver) cleanOrphan(volDir string) {
 		klog.ErrorS(err, "Cannot read mounts; leaving orphan volume dir", "dir", volDir)
 		return
 	}
-	if tm, ok := mountAt(mounts, volDir); ok {
+	if tm, ok := mountinfo.At(mounts, volDir); ok {
 		podsDir := filepath.Join(d.kubeletRoot, "pods") + "/"
 		for _, m := range mounts {
 			if m.MajorMinor == tm.MajorMinor && isDataRoot(m.Root) && strings.HasPrefix(m.MountPoint, podsDir) &&
