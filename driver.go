@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/shared-resource/csi-driver/internal/crashpoint"
 	"github.com/shared-resource/csi-driver/internal/shareapi"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
@@ -48,7 +49,7 @@ type driver struct {
 	authz   *authorizer
 	events  record.EventRecorder // a record.FakeRecorder in unit tests
 	metrics *metrics
-	crash   crashPoints // a no-op but in the crash tests' build (crashsteps.go)
+	crash   crashpoint.Points // a no-op but in the crash tests' build (internal/crashpoint)
 }
 
 // wiring is the driver built from the options, and what serving it needs besides.
@@ -117,7 +118,7 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 		sources:     sources,
 		authz:       newAuthorizer(sarClient{C: kube.authz}, kube.rbacLoading, o.authzTTL, o.relistInterval),
 		metrics:     m,
-		crash:       newCrashPoints(),
+		crash:       crashpoint.New(),
 		events:      broadcaster.NewRecorder(kube.scheme, corev1.EventSource{Component: driverEventComponent, Host: o.nodeID}),
 		shares:      newShareIndex(kube.dyn, shareEvents.add),
 	}
