@@ -101,7 +101,7 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 	}
 	// One event broadcaster for the process.
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(eventSink{c: kube.core})
+	broadcaster.StartRecordingToSink(eventSink{c: kube.Core})
 
 	shareEvents := newShareEventQueue(newRelistSchedule(o.relistInterval, o.relistSpread))
 	nodeBudget := &volume.Budget{Limit: budget}
@@ -116,11 +116,11 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 		store:       newVolumeStore(o.stateDir, nodeBudget), // the budget's owner
 		locks:       newVolumeLocks(),
 		sources:     sources,
-		authz:       newAuthorizer(sarClient{C: kube.authz}, kube.rbacLoading, o.authzTTL, o.relistInterval),
+		authz:       newAuthorizer(sarClient{C: kube.Authz}, kube.rbacLoading, o.authzTTL, o.relistInterval),
 		metrics:     m,
 		crash:       crashpoint.New(),
-		events:      broadcaster.NewRecorder(kube.scheme, corev1.EventSource{Component: driverEventComponent, Host: o.nodeID}),
-		shares:      newShareIndex(kube.dyn, shareEvents.add),
+		events:      broadcaster.NewRecorder(kube.Scheme, corev1.EventSource{Component: driverEventComponent, Host: o.nodeID}),
+		shares:      newShareIndex(kube.Dyn, shareEvents.add),
 	}
 	m.registerDriverGauges(d.gauges())
 	return &wiring{d: d, kube: kube, broadcaster: broadcaster, shareEvents: shareEvents, sockPath: sockPath}, nil

@@ -198,7 +198,7 @@ func (k *kubeClient) getSource(ctx context.Context, key sourceKey, opts metav1.G
 		return nil, fmt.Errorf("unknown kind %q", key.Kind)
 	}
 	obj := kind.newSource()
-	req := k.core.Get().Namespace(key.Namespace).Resource(kind.source.Resource).Name(key.Name).
+	req := k.Core.Get().Namespace(key.Namespace).Resource(kind.source.Resource).Name(key.Name).
 		VersionedParams(&opts, metav1.ParameterCodec)
 	if err := k.getInto(ctx, req, string(key.Kind), obj); err != nil {
 		return nil, err
