@@ -166,7 +166,7 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 // default derived from the container's memory limit (none, with a warning, when there is none).
 func parseVolumeBudget(s string, cacheBytes int64) (int64, error) {
 	if s == "" {
-		budget, err := defaultVolumeBudget(cacheBytes)
+		budget, err := volume.DefaultBudget(cacheBytes)
 		if err != nil {
 			klog.InfoS("No volume budget: volumes may grow until the container's memory limit; set --volume-bytes-budget", "reason", err.Error())
 			return 0, nil
