@@ -137,7 +137,7 @@ func volumeBytesOnPages(rec volumeRecord, recordOnDisk int64) int64 {
 // store's copy, or the share informer's). Each entry is charged its struct and slice slot, and
 // its strings rounded up to the allocator's size classes (an eighth more, and 16 bytes, at
 // most). What else a record holds is bounded and small, within the driver's own margin
-// (driverMemoryMargin).
+// (volume.DriverMemoryMargin).
 func recordHeapBytes(rec volumeRecord) int64 {
 	var items int64
 	for _, it := range rec.Items {

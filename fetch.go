@@ -190,7 +190,7 @@ func (k *kubeClient) getSource(ctx context.Context, key share.SourceKey, opts me
 		return nil, fmt.Errorf("unknown kind %q", key.Kind)
 	}
 	obj := kind.NewSource()
-	req := k.core.Get().Namespace(key.Namespace).Resource(kind.Source.Resource).Name(key.Name).
+	req := k.Core.Get().Namespace(key.Namespace).Resource(kind.Source.Resource).Name(key.Name).
 		VersionedParams(&opts, metav1.ParameterCodec)
 	if err := k.getInto(ctx, req, string(key.Kind), obj); err != nil {
 		return nil, err

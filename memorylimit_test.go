@@ -1,11 +1,12 @@
 package main
 
-// Specification of how the container's memory limit is divided (memorylimit.go) and of what a
-// volume's record holds in the heap (budget.go's recordHeapBytes): with volumes published up to
-// the budget, each listing the longest keys its shares expose, and the driver restarted (every
-// record decoded on its own), what the volumes hold in tmpfs pages and what their records hold in
-// the heap stay within the budget, and the Go runtime's memory limit, which follows what the
-// volumes hold outside the heap, leaves the runtime its own share beside the volumes' heap.
+// Specification of how the container's memory limit is divided (internal/volume's
+// memorylimit.go) and of what a volume's record holds in the heap (budget.go's recordHeapBytes):
+// with volumes published up to the budget, each listing the longest keys its shares expose, and
+// the driver restarted (every record decoded on its own), what the volumes hold in tmpfs pages and
+// what their records hold in the heap stay within the budget, and the Go runtime's memory limit,
+// which follows what the volumes hold outside the heap, leaves the runtime its own share beside
+// the volumes' heap.
 
 import (
 	"fmt"
@@ -71,10 +72,10 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	limit := int64(budget + driverMemoryMargin + 64<<20) // the container's limit with the default cache bound
+	limit := int64(budget + volume.DriverMemoryMargin + 64<<20) // the container's limit with the default cache bound
 	restarted := newVolumeStore(stateDir, &volume.Budget{Limit: budget})
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
-	restarted.budget.FollowedBy(&runtimeMemory{container: limit, floor: 64<<20 + driverMemoryMargin, apply: debug.SetMemoryLimit})
+	restarted.budget.FollowedBy(volume.NewRuntimeMemory(limit, 64<<20))
 	for _, id := range ids {
 		rec, err := restarted.readRecord(id)
 		if err != nil {
@@ -123,41 +124,6 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 // chargedBytesOfOneSmallFile is what a share's copy of one file of a few bytes is charged.
 func chargedBytesOfOneSmallFile() int64 {
 	return volume.ChargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA")}})
-}
-
-// The Go runtime gets the container's limit less what the volumes hold outside its heap, never
-// less than its own share (the source cache's bound and the driver's margin) beside the volumes'
-// heap: volumes holding their whole budget in tmpfs leave it the limit less the budget; volumes
-// holding it in their records' lists leave it nearly the whole limit; a budget set larger than
-// the limit allows, or volumes over it, leave it its floor and the volumes' heap.
-func TestGoMemoryLimitFollowsWhatVolumesHoldOutsideTheHeap(t *testing.T) {
-	const limit, floor = 256 << 20, 128 << 20
-	for _, c := range []struct {
-		name                string
-		outside, heap, want int64
-	}{
-		{"no volumes", 0, 0, 256 << 20},
-		{"the budget in tmpfs", 128 << 20, 0, 128 << 20},
-		{"the budget in lists", 4 << 20, 124 << 20, 252 << 20},
-		{"a budget by hand over the limit, in tmpfs", 300 << 20, 0, 128 << 20},
-		{"a budget by hand over the limit, half in lists", 150 << 20, 150 << 20, 278 << 20},
-	} {
-		if got := goMemoryLimit(limit, floor, c.outside, c.heap); got != c.want {
-			t.Errorf("%s: %d MiB, want %d MiB", c.name, got>>20, c.want>>20)
-		}
-	}
-
-	// The budget tells it every change; it sets the runtime's limit when that moves by a MiB.
-	var set []int64
-	b := &volume.Budget{Limit: 128 << 20}
-	b.FollowedBy(&runtimeMemory{container: limit, floor: floor, apply: func(n int64) int64 { set = append(set, n); return 0 }})
-	b.ChargeSaved("v", 40<<20, 30<<20)
-	room, _ := b.Reserve(512 << 10)
-	room.Release()
-	b.ChargeSaved("v", 0, 0)
-	if want := []int64{256 << 20, 246 << 20, 256 << 20}; !slices.Equal(set, want) {
-		t.Errorf("limits set %v, want %v", set, want)
-	}
 }
 
 // A share's list of keys edited after its volumes were published, to the longest list a share may

@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/shared-resource/csi-driver/internal/crashpoint"
 	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
@@ -82,7 +83,7 @@ func BenchmarkPublishOnNode(b *testing.B) {
 				store: newVolumeStore(filepath.Join(root, "plugins", driverName), budget), locks: newVolumeLocks(),
 				shares:  share.NewIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), func(share.Kind, string) {}),
 				sources: sources, authz: newAuthorizer(grantAll{}, notLoading, time.Hour, time.Minute), events: &record.FakeRecorder{},
-				metrics: newMetrics(), crash: newCrashPoints()}
+				metrics: newMetrics(), crash: crashpoint.New()}
 			u := &unstructured.Unstructured{Object: map[string]any{
 				"metadata": map[string]any{"name": "share", "uid": "share-1"},
 				"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}},

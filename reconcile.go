@@ -31,6 +31,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/crashpoint"
 	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/shareapi"
 	"github.com/shared-resource/csi-driver/internal/volume"
@@ -146,7 +147,7 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 		return errors.Join(append(w.errs, err)...)
 	}
 	if len(w.changes) > 0 {
-		d.crash.reached(stepReconcileRecord)
+		crashpoint.Reached(d.crash, crashpoint.ReconcileRecord)
 	}
 	dropRevokedCopies(vol, w.next)
 	d.reportChanges(w.next, w.changes, conflicts)
@@ -365,7 +366,7 @@ func (d *driver) saveReconciled(vol volume.Dir, next volumeRecord, view viewChan
 		// The crash points are a change's steps (test/e2e/api/crash_test.go); a rebuild that
 		// changes nothing has none.
 		if view.changesFiles() {
-			d.crash.reached(stepReconcileCopies)
+			crashpoint.Reached(d.crash, crashpoint.ReconcileCopies)
 		}
 		var kept bool
 		var err error
@@ -374,7 +375,7 @@ func (d *driver) saveReconciled(vol volume.Dir, next volumeRecord, view viewChan
 			return nil, err
 		}
 		if view.changesFiles() {
-			d.crash.reached(stepReconcileData)
+			crashpoint.Reached(d.crash, crashpoint.ReconcileData)
 		}
 		// The view replaced is kept for readers still on it, or gone (with any kept before).
 		next.KeptBytes = 0

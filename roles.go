@@ -78,7 +78,7 @@ func runStatusController(ctx context.Context, o *options) error {
 	}
 	// No reaction of its own to share events: the status writer registers its handlers for as
 	// long as it leads.
-	shares := share.NewStatusIndex(kube.dyn)
+	shares := share.NewStatusIndex(kube.Dyn)
 
 	errs := make(chan error, 3)
 	if o.healthAddr != "" {
@@ -113,7 +113,7 @@ func runStatusController(ctx context.Context, o *options) error {
 	go func() {
 		defer close(done)
 		if err := runStatusWriter(wctx, statusConfig{
-			Leases: leaseClient{c: kube.coord, namespace: o.statusLeaseNS}, Dyn: kube.dyn, Meta: kube.meta, Sources: kube, Shares: shares,
+			Leases: leaseClient{c: kube.Coord, namespace: o.statusLeaseNS}, Dyn: kube.Dyn, Meta: kube.Meta, Sources: kube, Shares: shares,
 			Holder: holder, LeaseNamespace: o.statusLeaseNS, LeaseDuration: o.statusLease, Interval: o.relistInterval, Account: account,
 		}); err != nil {
 			errs <- err

@@ -69,7 +69,7 @@ func (k *kubeClient) getInto(ctx context.Context, req *rest.Request, kind string
 	if done, err := decodeProtobufDirect(buf.Bytes(), kind, obj); done {
 		return err
 	}
-	out, _, err := k.decoder.Decode(buf.Bytes(), nil, obj)
+	out, _, err := k.Decoder.Decode(buf.Bytes(), nil, obj)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/shared-resource/csi-driver/internal/mountinfo"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
@@ -100,12 +101,12 @@ func createTarget(target string) error {
 
 // isOurBind says whether the topmost mount at target is the read-only bind of this volume's data:
 // same file system (device) as the volume's tmpfs, rooted at its data dir.
-func isOurBind(mounts []mountEntry, vol volume.Dir, target string) bool {
-	tm, ok := mountAt(mounts, vol.Path)
+func isOurBind(mounts []mountinfo.Entry, vol volume.Dir, target string) bool {
+	tm, ok := mountinfo.At(mounts, vol.Path)
 	if !ok {
 		return false
 	}
-	b, ok := mountAt(mounts, target)
+	b, ok := mountinfo.At(mounts, target)
 	return ok && b.MajorMinor == tm.MajorMinor && isDataRoot(b.Root)
 }
 

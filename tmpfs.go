@@ -4,7 +4,7 @@ package main
 // onto the pod's target, and the exact unmount of either. The driver reaches them through the
 // mounter interface, so that publish and unpublish can be unit-tested without root against a
 // fake (fakemounter_test.go); kernelMounter is the real one. Nothing here knows about
-// Kubernetes objects: callers hand in plain paths. (Reading the mount table: mountinfo.go.)
+// Kubernetes objects: callers hand in plain paths. (Reading the mount table: internal/mountinfo.)
 
 import (
 	"errors"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shared-resource/csi-driver/internal/mountinfo"
 )
 
 // mounter makes, finds and removes mounts.
@@ -28,7 +30,7 @@ type mounter interface {
 	// missing: false). An error that wraps fs.ErrNotExist: source itself is gone.
 	isBindOf(source, target string) (bool, error)
 	// mounts reads the mount table.
-	mounts() ([]mountEntry, error)
+	mounts() ([]mountinfo.Entry, error)
 }
 
 // kernelMounter is the driver's mounter: the system calls below.
@@ -41,7 +43,7 @@ func (kernelMounter) mountTmpfs(dir string, sizeBytes int64, options string) err
 }
 func (kernelMounter) bindReadOnly(source, target string) error { return bindReadOnly(source, target) }
 func (kernelMounter) unmount(path string) error                { return unmountExact(path) }
-func (kernelMounter) mounts() ([]mountEntry, error)            { return readMountInfo() }
+func (kernelMounter) mounts() ([]mountinfo.Entry, error)       { return mountinfo.Read() }
 
 // isBindOf compares two stat(2)s: lstat of a mount point shows the mounted directory, so target
 // is a bind of source exactly when it is the very inode of source on the same device. Reading

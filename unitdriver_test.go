@@ -15,6 +15,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/shared-resource/csi-driver/internal/crashpoint"
 	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
@@ -47,7 +48,7 @@ func newTestDriver(t *testing.T, sar sarCreator, src sourceGetter) *driver {
 		authz:       newAuthorizer(sar, notLoading, time.Minute, time.Minute),
 		events:      &record.FakeRecorder{},
 		metrics:     newMetrics(),
-		crash:       newCrashPoints(),
+		crash:       crashpoint.New(),
 	}
 }
 

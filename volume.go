@@ -26,6 +26,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/crashpoint"
+	"github.com/shared-resource/csi-driver/internal/mountinfo"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
@@ -42,7 +44,7 @@ import (
 //	(6) the read-only bind of the view onto the target.
 //
 // Each step registers its undo; if a later step fails, the undos run in reverse and the node is
-// as before. A crash test kills the driver after each step (crashsteps.go).
+// as before. A crash test kills the driver after each step (internal/crashpoint).
 func (d *driver) createVolume(rec volumeRecord, view volume.View) error {
 	var undo []func()
 	succeeded := false
@@ -66,7 +68,7 @@ func (d *driver) createVolume(rec volumeRecord, view volume.View) error {
 		return status.Errorf(codes.Internal, "creating volume dir: %v", err)
 	}
 	undo = append(undo, func() { removeDirLogged(vol.Path) })
-	d.crash.reached(stepPublishDir)
+	crashpoint.Reached(d.crash, crashpoint.PublishDir)
 	// (2)
 	if err := d.mounter.mountTmpfs(vol.Path, d.tmpfsSize, rec.MountContext); err != nil {
 		if rec.MountContext != "" {
@@ -75,12 +77,12 @@ func (d *driver) createVolume(rec volumeRecord, view volume.View) error {
 		return status.Errorf(codes.Internal, "mounting tmpfs for volume %s: %v", rec.VolumeID, err)
 	}
 	undo = append(undo, func() { d.unmountLogged(vol.Path) })
-	d.crash.reached(stepPublishTmpfs)
+	crashpoint.Reached(d.crash, crashpoint.PublishTmpfs)
 	// (3)
 	if err := vol.Populate(view); err != nil {
 		return writeError(rec.VolumeID, d.tmpfsSize, err)
 	}
-	d.crash.reached(stepPublishData)
+	crashpoint.Reached(d.crash, crashpoint.PublishData)
 	// (4)
 	exists, err := checkTarget(d.kubeletRoot, rec.TargetPath)
 	if err != nil {
@@ -91,7 +93,7 @@ func (d *driver) createVolume(rec volumeRecord, view volume.View) error {
 		return status.Errorf(codes.Internal, "%v", err)
 	}
 	undo = append(undo, func() { d.store.forget(rec.VolumeID) }) // and its bytes
-	d.crash.reached(stepPublishRecord)
+	crashpoint.Reached(d.crash, crashpoint.PublishRecord)
 	// (5)
 	if !exists {
 		if err := createTarget(rec.TargetPath); err != nil {
@@ -99,13 +101,13 @@ func (d *driver) createVolume(rec volumeRecord, view volume.View) error {
 		}
 		undo = append(undo, func() { removeDirLogged(rec.TargetPath) })
 	}
-	d.crash.reached(stepPublishTarget)
+	crashpoint.Reached(d.crash, crashpoint.PublishTarget)
 	// (6)
 	if err := d.mounter.bindReadOnly(vol.ViewPath(), rec.TargetPath); err != nil {
 		return status.Errorf(codes.Internal, "bind-mounting volume %s onto %s: %v", rec.VolumeID, rec.TargetPath, err)
 	}
 	succeeded = true
-	d.crash.reached(stepPublishBind)
+	crashpoint.Reached(d.crash, crashpoint.PublishBind)
 	return nil
 }
 
@@ -118,7 +120,7 @@ func (d *driver) ensureBind(rec volumeRecord) error {
 	}
 	vol := d.store.dirOf(rec)
 	if isOurBind(mounts, vol, rec.TargetPath) {
-		if e, _ := mountAt(mounts, rec.TargetPath); hasOption(e.Options, "ro") {
+		if e, _ := mountinfo.At(mounts, rec.TargetPath); hasOption(e.Options, "ro") {
 			return nil
 		}
 		// A writable bind of ours (made by a version that bound, then remounted read-only: the
@@ -132,7 +134,7 @@ func (d *driver) ensureBind(rec volumeRecord) error {
 			return status.Errorf(codes.Internal, "%v", err)
 		}
 	}
-	if e, ok := mountAt(mounts, rec.TargetPath); ok {
+	if e, ok := mountinfo.At(mounts, rec.TargetPath); ok {
 		return status.Errorf(codes.FailedPrecondition, "target_path %q already has another mount (%s %s)", rec.TargetPath, e.FSType, e.Source)
 	}
 	exists, err := checkTarget(d.kubeletRoot, rec.TargetPath)
@@ -197,21 +199,21 @@ func (d *driver) teardown(rec volumeRecord) error {
 			return fmt.Errorf("unmounting %s: %w", rec.TargetPath, err)
 		}
 	}
-	d.crash.reached(stepUnpublishBind)
+	crashpoint.Reached(d.crash, crashpoint.UnpublishBind)
 	if rec.CreatedTarget {
 		if err := os.Remove(rec.TargetPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("removing target dir: %w", err)
 		}
 	}
-	d.crash.reached(stepUnpublishTarget)
+	crashpoint.Reached(d.crash, crashpoint.UnpublishTarget)
 	if err := d.mounter.unmount(vol.Path); err != nil {
 		return fmt.Errorf("unmounting tmpfs %s: %w", vol.Path, err)
 	}
-	d.crash.reached(stepUnpublishTmpfs)
+	crashpoint.Reached(d.crash, crashpoint.UnpublishTmpfs)
 	if err := os.Remove(vol.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("removing %s: %w", vol.Path, err)
 	}
-	d.crash.reached(stepUnpublishDir)
+	crashpoint.Reached(d.crash, crashpoint.UnpublishDir)
 	d.store.forget(rec.VolumeID) // and its bytes (none for a volume cleaned at recovery: not yet counted)
 	return nil
 }
@@ -224,7 +226,7 @@ func (d *driver) cleanOrphan(volDir string) {
 		klog.ErrorS(err, "Cannot read mounts; leaving orphan volume dir", "dir", volDir)
 		return
 	}
-	if tm, ok := mountAt(mounts, volDir); ok {
+	if tm, ok := mountinfo.At(mounts, volDir); ok {
 		podsDir := filepath.Join(d.kubeletRoot, "pods") + "/"
 		for _, m := range mounts {
 			if m.MajorMinor == tm.MajorMinor && isDataRoot(m.Root) && strings.HasPrefix(m.MountPoint, podsDir) &&

@@ -1,6 +1,8 @@
 // Package volume is a volume's storage on the node: its directory, the copies of its shares and
 // the pod's view of them, its record's file, what its tmpfs holds, what its files cost the node's
-// memory, and the node's budget that charges every volume (Budget).
+// memory, the node's budget that charges every volume (Budget), the budget's default from the
+// container's memory limit (DefaultBudget) and the Go runtime's memory limit that follows what
+// the volumes hold (LimitRuntimeMemory).
 //
 // A volume's directory (Dir) is the tmpfs mounted at <state dir>/volumes/<volume id>:
 //
