@@ -114,10 +114,13 @@ cosign:
 	hack/build-tools.sh cosign
 ## krew: krew (kubectl-krew) and its manifest validation alone, into _output/bin (the release
 ## tests install the krew plugin with them).
-.PHONY: krew govulncheck
+.PHONY: krew kubectl govulncheck
 krew:
 	hack/build-tools.sh krew
-tools-test: krew
+## kubectl: the newest minor's kubectl alone, into _output/bin/k8s-1.NN (`make tools-test`).
+kubectl:
+	hack/build-tools.sh kubectl
+tools-test: krew kubectl
 ## kube-next: the next Kubernetes minor before it ships (hack/kube-next.sh): the driver built and
 ## unit-tested against its pre-release client libraries, and env-file's output read by its
 ## kubelet's parser, each from a scratch copy of go.mod. Needs the Go module proxy. In `make test`.
