@@ -42,7 +42,7 @@ func TestChargedBytesArePagesAndEntries(t *testing.T) {
 	}
 }
 
-// The review's volume of long names: a pod's items name 300 files of 253 bytes each (one key of
+// A volume of long names: a pod's items name 300 files of 253 bytes each (one key of
 // a byte, under 300 names). On a real tmpfs it held 3,692 KiB of tmpfs pages (its 300 pages of
 // data, a page for each top-level link's target, in the copy and the view, and its record) and
 // some 1 MiB of slab (a name allocation for each of the 1,200 names), and it was charged 2,504
@@ -106,7 +106,7 @@ func TestRecordsAreChargedWhatTheHeapHolds(t *testing.T) {
 	t.Logf("a record of %d items of 253-byte names: %d KiB of heap per decoded copy, charged %d KiB beyond its tmpfs", maxItems, perCopy>>10, charged>>10)
 }
 
-// The review's volumes, charged what they hold: a thousand files sixteen segments deep, of 4 KiB
+// Volumes charged what they hold: a thousand files sixteen segments deep, of 4 KiB
 // each, used some 40 MiB of kernel memory and were charged 4 MiB; a Secret of empty values was
 // charged nothing however many keys it had.
 func TestManyEntriesAreChargedWhatTheKernelHolds(t *testing.T) {
