@@ -57,7 +57,8 @@ lint: deps-lint actionlint golangci-lint
 
 ## check-workflows: every action .github/workflows uses is pinned by a full commit SHA with a
 ## `# vX.Y.Z` comment (a tag can be moved to other code); hack/pinnedactions. And the release
-## signs in a job of its own that runs none of the repository's code; hack/releasejobs.
+## signs in a job of its own that runs none of the repository's code, and builds from no cache
+## with no token left in its checkout; hack/releasejobs.
 check-workflows:
 	go test -count=1 ./hack/pinnedactions ./hack/releasejobs
 

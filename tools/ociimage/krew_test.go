@@ -1,7 +1,7 @@
 package main
 
 // Specification of the kubectl plugin `make release` ships: an archive per platform and krew's
-// manifest of them (krew/shared-resource.yaml), checked by krew itself, built from the Go module
+// manifest of them (shared-resource.yaml), checked by krew itself, built from the Go module
 // proxy (hack/build-tools.sh krew): its manifest validation (validate-krew-manifest) accepts the
 // manifest, and `kubectl krew install --manifest --archive` installs the host platform's archive,
 // after checking it against the manifest's sha256; a real kubectl (the local cluster's, built by
@@ -60,7 +60,7 @@ func TestMakeReleaseWritesAKrewPluginThatKrewInstalls(t *testing.T) {
 		other = "amd64"
 	}
 	out := makeRelease(t, "PLATFORMS=linux/"+runtime.GOARCH+" linux/"+other+" linux/s390x")
-	manifest := filepath.Join(out, "krew", "shared-resource.yaml")
+	manifest := filepath.Join(out, "shared-resource.yaml")
 
 	b, err := os.ReadFile(manifest)
 	if err != nil {
