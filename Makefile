@@ -57,7 +57,8 @@ lint: deps-lint actionlint golangci-lint
 
 ## check-workflows: every action .github/workflows uses is pinned by a full commit SHA with a
 ## `# vX.Y.Z` comment (a tag can be moved to other code); hack/pinnedactions. And the release
-## signs in a job of its own that runs none of the repository's code; hack/releasejobs.
+## signs in a job of its own that runs none of the repository's code, and builds from no cache
+## with no token left in its checkout; hack/releasejobs.
 check-workflows:
 	go test -count=1 ./hack/pinnedactions ./hack/releasejobs
 
@@ -114,10 +115,13 @@ cosign:
 	hack/build-tools.sh cosign
 ## krew: krew (kubectl-krew) and its manifest validation alone, into _output/bin (the release
 ## tests install the krew plugin with them).
-.PHONY: krew govulncheck
+.PHONY: krew kubectl govulncheck
 krew:
 	hack/build-tools.sh krew
-tools-test: krew
+## kubectl: the newest minor's kubectl alone, into _output/bin/k8s-1.NN (`make tools-test`).
+kubectl:
+	hack/build-tools.sh kubectl
+tools-test: krew kubectl
 ## kube-next: the next Kubernetes minor before it ships (hack/kube-next.sh): the driver built and
 ## unit-tested against its pre-release client libraries, and env-file's output read by its
 ## kubelet's parser, each from a scratch copy of go.mod. Needs the Go module proxy. In `make test`.

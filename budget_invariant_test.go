@@ -345,8 +345,7 @@ func TestBudgetInUseIsTheSumOfTheSavedRecords(t *testing.T) {
 }
 
 func FuzzBudgetFollowsSavedRecords(f *testing.F) {
-	// The review's reproduction: a volume whose record cannot be saved, refreshed cycle after
-	// cycle, then unpublished.
+	// A volume whose record cannot be saved, refreshed cycle after cycle, then unpublished.
 	f.Add([]byte{0, 0, 5, 42, 5, 45, 5, 48, 1, 0})
 	// A copy that shrinks while its record cannot be saved, then a restart.
 	f.Add([]byte{0, 1, 2, 200, 5, 1, 6, 0, 1, 1})
@@ -368,7 +367,7 @@ func FuzzBudgetFollowsSavedRecords(f *testing.F) {
 	})
 }
 
-// The review's figure: a refresh whose record cannot be saved, repeated every relist, must not
+// A refresh whose record cannot be saved, repeated every relist, must not
 // move the budget cycle after cycle (it used to: +4 MiB a cycle), nor leave uncounted the new
 // copy it wrote and swapped in (it did, once the charge was the saved record's alone: 60 KiB of a
 // 64 KiB copy uncounted here); and no byte stays counted once the volume is gone.

@@ -28,7 +28,7 @@ import (
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
-// The review's volume of long names: a pod's items name 300 files of 253 bytes each (one key of
+// A volume of long names: a pod's items name 300 files of 253 bytes each (one key of
 // a byte, under 300 names). On a real tmpfs it held 3,692 KiB of tmpfs pages (its 300 pages of
 // data, a page for each top-level link's target, in the copy and the view, and its record) and
 // some 1 MiB of slab (a name allocation for each of the 1,200 names), and it was charged 2,504

@@ -37,6 +37,8 @@
 #   hack/build-tools.sh api      only what `make test-api` runs: the control plane of the minor
 #                                KUBE_VERSION picks (kube-apiserver, kube-controller-manager,
 #                                kubectl, etcd) and helm
+#   hack/build-tools.sh kubectl  the newest minor's kubectl alone (`make tools-test`: the krew test
+#                                runs the plugin through it)
 #   hack/build-tools.sh helm     helm alone (`make manifests`, `make release`)
 #   hack/build-tools.sh actionlint  actionlint alone (`make vet`)
 #   hack/build-tools.sh golangci-lint  golangci-lint alone (`make vet`; ~2 min cold on 2 cores)
@@ -55,6 +57,7 @@ all | main) groups=" kube etcd registry helm actionlint golangci-lint mkimage pa
 older) groups=" kube etcd " ;;
 cluster) groups=" kube etcd mkimage pause node " ;;
 api) groups=" kube etcd helm " ;;
+kubectl) groups=" kube " ;;
 helm) groups=" helm " ;;
 actionlint) groups=" actionlint " ;;
 golangci-lint) groups=" golangci-lint " ;;
@@ -62,7 +65,7 @@ cosign) groups=" cosign " ;;
 krew) groups=" kubectl-krew validate-krew-manifest " ;;
 govulncheck) groups=" govulncheck " ;;
 registry) groups=" registry " ;;
-*) echo "usage: $0 [all|main|older|cluster|api|helm|actionlint|golangci-lint|cosign|krew|govulncheck|registry]" >&2; exit 2 ;;
+*) echo "usage: $0 [all|main|older|cluster|api|kubectl|helm|actionlint|golangci-lint|cosign|krew|govulncheck|registry]" >&2; exit 2 ;;
 esac
 # want GROUP: true when this run builds GROUP.
 want() { [[ $groups == *" $1 "* ]]; }
@@ -294,6 +297,7 @@ build_pause() {
 # The Kubernetes commands: a control plane alone (`api`: no scheduler, no kubelet) or every one.
 kube_cmds="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl"
 [[ $scope != api ]] || kube_cmds="kube-apiserver kube-controller-manager kubectl"
+[[ $scope != kubectl ]] || kube_cmds="kubectl"
 # The largest builds first, so the small ones fill the gaps beside them.
 # The minors: every supported one for `all`, the older ones for `older` (the matrix of make test),
 # else KUBE_VERSION's.

@@ -17,6 +17,11 @@ source hack/lib/versions.sh
 # shellcheck source=hack/lib/goenv.sh
 source hack/lib/goenv.sh
 export GOTOOLCHAIN=$KUBE_NEXT_GO GOWORK=off
+# What it downloads is checked against the checksum database, whatever the caller's settings:
+# no go env file, no module exempted from the check, no plain HTTP, and none of the caller's
+# GOFLAGS (-mod=mod would let a build add a module it finds missing).
+export GOENV=off GOSUMDB=sum.golang.org GONOSUMDB='' GONOSUMCHECK='' GOPRIVATE='' GOINSECURE='' \
+	GOFLAGS="-buildvcs=false -trimpath -gcflags=all=-dwarf=false"
 [[ $KUBE_NEXT =~ ^v1\.([0-9]+)\. ]] || { echo "KUBE_NEXT=$KUBE_NEXT: want v1.NN.x" >&2; exit 2; }
 staging=v0.${KUBE_NEXT#v1.}
 out=$ROOT/_output/kube-next
@@ -31,11 +36,16 @@ standins() {
 	for s in "${KUBE_NEXT_STANDINS[@]}"; do
 		mod=${s%@*}
 		wanted=$(go list -modfile="$modfile" -m -f '{{.Version}}' "$mod" 2>/dev/null) || continue
-		if go mod download "$mod@$wanted" >/dev/null 2>&1; then
-			echo "$mod@$wanted is served now: remove its stand-in from hack/lib/versions.sh"
-		else
-			echo "$mod@$wanted is not served by the module proxy: ${s#*@} stands in for it"
+		# Only a version the proxy says it does not have is stood in for; any other failure (a
+		# checksum mismatch, the proxy or the checksum database unreachable) fails the run.
+		if err=$(go mod download -modfile="$modfile" "$mod@$wanted" 2>&1 >/dev/null); then
+			echo "the stand-in $s is not needed: $mod@$wanted is served now (remove it from hack/lib/versions.sh)"
+		elif grep -qE '(403 Forbidden|404 Not Found|410 Gone|not available|unknown revision)' <<<"$err"; then
+			echo "the stand-in $s replaces $mod@$wanted, which the module proxy does not serve"
 			go mod edit -replace="$mod=$s" "$modfile"
+		else
+			echo "downloading $mod@$wanted failed: $err" >&2
+			return 1
 		fi
 	done
 }
@@ -53,15 +63,20 @@ standins "$out/driver.mod"
 # the driver's packages and tests do not, or the build below fails.
 go mod tidy -e -modfile="$out/driver.mod" 2>"$out/driver-tidy.log" || { cat "$out/driver-tidy.log" >&2; exit 1; }
 go list -modfile="$out/driver.mod" -m "${libs[@]%@*}" "${KUBE_NEXT_STANDINS[@]%@*}"
-GOGC=$BUILD_GOGC go build -modfile="$out/driver.mod" -o "$out/shared-resource-csi" .
+# Tidy may raise what the libraries require; the libraries themselves stay at the pre-release.
+for l in "${libs[@]}"; do
+	got=$(go list -modfile="$out/driver.mod" -m -f '{{.Version}}' "${l%@*}")
+	[[ $got == "$staging" ]] || { echo "${l%@*} is at $got after tidy, not $staging" >&2; exit 1; }
+done
+GOGC=$BUILD_GOGC go build -mod=readonly -modfile="$out/driver.mod" -o "$out/shared-resource-csi" .
 echo "built the driver against $staging in $(($(date +%s) - start)) s"
-GOGC=$BUILD_GOGC go vet -modfile="$out/driver.mod" . ./internal/...
-GOGC=$BUILD_GOGC go test -modfile="$out/driver.mod" -exec "$GO_TEST_EXEC" -count=1 -timeout 30m . ./internal/...
+GOGC=$BUILD_GOGC go vet -mod=readonly -modfile="$out/driver.mod" . ./internal/...
+GOGC=$BUILD_GOGC go test -mod=readonly -modfile="$out/driver.mod" -exec "$GO_TEST_EXEC" -count=1 -timeout 30m . ./internal/...
 echo "the driver's unit tests against $staging passed after $(($(date +%s) - start)) s"
 
 # 2. The kubelet's env file parser of the pre-release, reading what the driver just built writes.
 tools_module=$(go -C tools mod edit -json | sed -n 's/^\t\t"Path": "\(.*\)"$/\1/p' | head -1)
 printf 'module %s\n\ngo 1.26.0\n' "$tools_module" >"$out/tools.mod"
 go -C tools get -modfile="$out/tools.mod" "k8s.io/kubernetes@$KUBE_NEXT"
-DRIVER_BINARY=$out/shared-resource-csi go -C tools test -modfile="$out/tools.mod" -exec "$GO_TEST_EXEC" -count=1 -v ./kubeletenv
+DRIVER_BINARY=$out/shared-resource-csi go -C tools test -mod=readonly -modfile="$out/tools.mod" -exec "$GO_TEST_EXEC" -count=1 -v ./kubeletenv
 echo "the next minor ($KUBE_NEXT) passed in $(($(date +%s) - start)) s"

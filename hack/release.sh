@@ -1,29 +1,36 @@
 #!/usr/bin/env bash
 # `make release VERSION=vX.Y.Z [REGISTRY=host/path]`: everything a release ships, without Docker.
 #
-#   OUT/oci/                         OCI image layout: one index: PLATFORMS (all four by default)
-#                                    (tools/ociimage; the same commit gives the same index digest)
-#   OUT/index-digest                 that index's digest
-#   OUT/sbom/*.spdx.json             an SPDX SBOM per image (the Go modules of its binary)
+# The release's assets, the files its GitHub release attaches, each at OUT's top level under the
+# name it has there (a GitHub release's assets have names, no directories):
 #   OUT/deploy.yaml                  the chart rendered, its image pinned: REGISTRY/shared-resource-csi:VERSION@sha256:...
 #   OUT/cluster-wide-read.yaml       the opt-in cluster-wide read binding
 #   OUT/shared-resource-csi-X.Y.Z.tgz  the chart (helm package), stamped and pinned the same way,
 #                                    with Artifact Hub's list of changes from the release notes
+#   OUT/shared-resource-csi-linux-ARCH.spdx.json  an SPDX SBOM per image (the Go modules of its binary)
 #   OUT/kubectl-shared_resource-linux-ARCH.tar.gz  the kubectl plugin per platform: the binary as
 #                                    kubectl-shared_resource, and LICENSE
-#   OUT/krew/shared-resource.yaml    krew's manifest of the plugin: the archives of the platforms
-#                                    krew runs on (not s390x) where the GitHub release of VERSION
-#                                    attaches them, with their sha256
-#   OUT/RELEASE_NOTES.md             CHANGELOG.md's section for VERSION ([Unreleased] for a
-#                                    pre-release without one)
-#   OUT/chart-digest                 with PUSH=1: the pushed chart's digest
-#   OUT/SHA256SUMS                   of every file above
+#   OUT/shared-resource.yaml         krew's manifest of the plugin (krew wants it named for the
+#                                    plugin): the archives of the platforms krew runs on (not
+#                                    s390x) where the GitHub release of VERSION attaches them, with
+#                                    their sha256
 #   with COSIGN_KEY (a cosign key pair's private key; COSIGN_PASSWORD its password):
 #   OUT/cosign.pub                   the public key
 #   OUT/index.sig                    signature of the image index (its manifest blob, whose digest
-#                                    is the index digest), listed in SHA256SUMS
-#   OUT/shared-resource-csi-X.Y.Z.tgz.sig  signature of the packaged chart, likewise
-#   OUT/SHA256SUMS.sig               signature of SHA256SUMS
+#                                    is the index digest)
+#   OUT/shared-resource-csi-X.Y.Z.tgz.sig  signature of the packaged chart
+# Their checksums:
+#   OUT/SHA256SUMS                   the sha256 of each asset above, by its name, and of nothing
+#                                    else: `sha256sum --check SHA256SUMS` passes in a directory of
+#                                    the downloaded assets
+#   OUT/SHA256SUMS.sig               with COSIGN_KEY: signature of SHA256SUMS
+# And what makes the release, not attached to it:
+#   OUT/oci/                         OCI image layout: one index: PLATFORMS (all four by default)
+#                                    (tools/ociimage; the same commit gives the same index digest)
+#   OUT/index-digest                 that index's digest
+#   OUT/RELEASE_NOTES.md             CHANGELOG.md's section for VERSION ([Unreleased] for a
+#                                    pre-release without one): the GitHub release's text
+#   OUT/chart-digest                 with PUSH=1: the pushed chart's digest
 #
 # PUSH=1 (make sets it when REGISTRY is given on its command line): also push the index to
 # REGISTRY/shared-resource-csi:VERSION and the chart to oci://REGISTRY/charts (credentials from
@@ -107,7 +114,6 @@ done
 # supports as the GitHub release attaches them, each with its sha256.
 plugin=kubectl-shared_resource
 project_url=${SOURCE_URL:-https://github.com/shared-resource/csi-driver}
-mkdir -p "$OUT/krew"
 {
 	cat <<EOF
 apiVersion: krew.googlecontainertools.github.com/v1alpha2
@@ -151,7 +157,7 @@ EOF
       to: .
 EOF
 	done
-} >"$OUT/krew/shared-resource.yaml"
+} >"$OUT/shared-resource.yaml"
 
 image=$REGISTRY/$BINARY
 push=()
@@ -160,7 +166,7 @@ if [[ $PUSH == 1 ]]; then
 	[[ ${REGISTRY_INSECURE:-0} == 1 ]] && push+=(-insecure)
 	[[ -n ${REGISTRY_CA_FILE:-} ]] && push+=(-ca-file "$REGISTRY_CA_FILE")
 fi
-"$OCIIMAGE" -out "$OUT/oci" -sbom-dir "$OUT/sbom" -digest-file "$OUT/index-digest" -name "$BINARY" \
+"$OCIIMAGE" -out "$OUT/oci" -sbom-dir "$OUT" -digest-file "$OUT/index-digest" -name "$BINARY" \
 	-version "$VERSION" -revision "$commit" ${SOURCE_URL:+-source "$SOURCE_URL"} "${binflags[@]}" "${push[@]}"
 digest=$(<"$OUT/index-digest")
 
@@ -248,7 +254,17 @@ if [[ -n ${COSIGN_KEY:-} ]]; then
 	done
 fi
 
-sums=$(cd "$OUT" && find . -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum)
+# The assets by name, each a file at OUT's top level, so each line of SHA256SUMS names the asset
+# as a user downloads it. A name that is missing fails sha256sum, and the release.
+sums=$(
+	cd "$OUT" || exit
+	assets=(deploy.yaml cluster-wide-read.yaml "$BINARY"-*.tgz shared-resource.yaml)
+	for arch in "${ARCHES[@]}"; do
+		assets+=("$BINARY-linux-$arch.spdx.json" "$plugin-linux-$arch.tar.gz")
+	done
+	[[ -n ${COSIGN_KEY:-} ]] && assets+=(cosign.pub index.sig "$BINARY"-*.tgz.sig)
+	printf '%s\n' "${assets[@]}" | LC_ALL=C sort | xargs sha256sum --
+)
 printf '%s\n' "$sums" >"$OUT/SHA256SUMS"
 if [[ -n ${COSIGN_KEY:-} ]]; then
 	"$COSIGN" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false --use-signing-config=false --new-bundle-format=false \

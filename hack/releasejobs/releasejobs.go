@@ -1,8 +1,9 @@
 // Package releasejobs checks that the release workflow builds and signs in separate jobs: the
 // job that may sign (id-token: write) runs no code of the repository or of its dependencies, and
 // no job that runs that code may sign. Whoever controls what the build runs (a dependency, a
-// tool, a test helper) would otherwise hold the identity that signs the release; `go test ./...`
-// runs the check on .github/workflows/release.yaml.
+// tool, a test helper) would otherwise hold the identity that signs the release. And that no job
+// builds from a cache or leaves its checkout's token behind (buildjob.go). `go test ./...` runs
+// the check on .github/workflows/release.yaml.
 package releasejobs
 
 import (
@@ -27,11 +28,12 @@ func (s step) attests() bool { return strings.HasPrefix(s.Uses, "actions/attest-
 var buildCommand = regexp.MustCompile(`(^|[\s;&|(])(make|go|bash|sh|hack/|_output/|\./)(\s|/|$)|\bhack/|\b_output/bin/`)
 
 type step struct {
-	Name            string `json:"name"`
-	Uses            string `json:"uses"`
-	Run             string `json:"run"`
-	If              any    `json:"if"`
-	ContinueOnError any    `json:"continue-on-error"`
+	Name            string         `json:"name"`
+	Uses            string         `json:"uses"`
+	With            map[string]any `json:"with"`
+	Run             string         `json:"run"`
+	If              any            `json:"if"`
+	ContinueOnError any            `json:"continue-on-error"`
 }
 
 // reviewGate says whether s is the step that refuses to sign unless the environment release has
@@ -50,6 +52,14 @@ func (s step) reviewGate() bool {
 		}
 	}
 	return s.If == nil && s.ContinueOnError == nil
+}
+
+// label names the i-th step (from 0) of its job in a problem: its name, else its position.
+func (s step) label(i int) string {
+	if s.Name != "" {
+		return s.Name
+	}
+	return fmt.Sprintf("step %d", i+1)
 }
 
 type job struct {
@@ -103,6 +113,7 @@ func Check(content []byte) ([]string, error) {
 	signing := 0
 	for _, n := range names {
 		j := w.Jobs[n]
+		problems = append(problems, buildFromSourceOnly(n, j)...)
 		if !signs(j.Permissions) {
 			continue
 		}
@@ -112,10 +123,7 @@ func Check(content []byte) ([]string, error) {
 		}
 		checked := false
 		for i, s := range j.Steps {
-			what := s.Name
-			if what == "" {
-				what = fmt.Sprintf("step %d", i+1)
-			}
+			what := s.label(i)
 			if s.Uses != "" && !signingUses.MatchString(s.Uses) {
 				problems = append(problems, fmt.Sprintf("job %s may sign (id-token: write) but uses %s (%s): the signing job checks out and sets up nothing, only cosign and the build's artifacts", n, s.Uses, what))
 			}

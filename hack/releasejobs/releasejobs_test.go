@@ -1,8 +1,9 @@
 package releasejobs
 
-// Specification of the release's split between building and signing: the workflow keeps it
-// (TestReleaseWorkflowSignsApartFromBuilding), and the check refuses the shapes it must
-// (TestCheckRefusesSigningWhereCodeRuns).
+// Specification of the release's split between building and signing, and of a build from the
+// checkout alone: the workflow keeps both (TestReleaseWorkflowSignsApartFromBuilding), and the
+// check refuses the shapes it must (TestCheckRefusesSigningWhereCodeRuns,
+// TestCheckRefusesABuildFromACacheOrWithItsToken).
 
 import (
 	"os"
@@ -45,6 +46,7 @@ func TestCheckRefusesSigningWhereCodeRuns(t *testing.T) {
     permissions: {contents: read, packages: write}
     steps:
       - uses: actions/checkout@x
+        with: {persist-credentials: false}
       - run: make release
   sign:
     environment: release
@@ -121,6 +123,76 @@ func TestCheckRefusesSigningWhereCodeRuns(t *testing.T) {
     steps:` + gate, "2 jobs may sign"},
 	} {
 		problems, err := Check([]byte("permissions: {}\njobs:" + tc.jobs + "\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got := strings.Join(problems, "\n")
+		switch {
+		case tc.want == "" && got != "":
+			t.Errorf("%s: refused: %s", tc.name, got)
+		case tc.want != "" && !strings.Contains(got, tc.want):
+			t.Errorf("%s: problems %q, want one with %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestCheckRefusesABuildFromACacheOrWithItsToken(t *testing.T) {
+	// A signing job the check accepts, so that each case's problems are its build job's.
+	const sign = `
+  sign:
+    environment: release
+    permissions: {id-token: write}
+    steps:
+      - run: gh api "repos/$GITHUB_REPOSITORY/environments/release" --jq '"\([.protection_rules[] | select(.type == "required_reviewers")] | length) \(any(.protection_rules[]; .prevent_self_review)) \(.can_admins_bypass)"'
+      - run: cosign sign --yes x`
+	const checkout = `
+      - uses: actions/checkout@x
+        with: {persist-credentials: false}`
+	const setupGo = `
+      - uses: actions/setup-go@x
+        with: {go-version-file: go.mod, cache: false}`
+	const build = `
+  build:
+    permissions: {contents: read, packages: write}
+    steps:`
+	const release = `
+      - run: make release`
+	for _, tc := range []struct {
+		name, steps string
+		want        string // in a problem; empty: none
+	}{
+		{"from the checkout alone", checkout + setupGo + release, ""},
+		{"the inputs as strings", `
+      - uses: actions/checkout@x
+        with: {persist-credentials: "false"}
+      - uses: actions/setup-go@x
+        with: {cache: "false"}` + release, ""},
+		{"the runner's Go", checkout + release, ""},
+		{"a checkout that keeps its token", `
+      - uses: actions/checkout@x` + setupGo + release, "job build checks out (actions/checkout@x, step 1) without persist-credentials: false"},
+		{"persist-credentials true", `
+      - name: checkout
+        uses: actions/checkout@x
+        with: {persist-credentials: true}` + setupGo + release, "checks out (actions/checkout@x, checkout) without persist-credentials: false"},
+		{"persist-credentials from an expression", `
+      - uses: actions/checkout@x
+        with: {persist-credentials: "${{ inputs.keep }}"}` + setupGo + release, "without persist-credentials: false"},
+		{"setup-go with its default cache", checkout + `
+      - uses: actions/setup-go@x
+        with: {go-version-file: go.mod}` + release, "job build sets up Go (actions/setup-go@x, step 2) without cache: false"},
+		{"setup-go without inputs", checkout + `
+      - uses: actions/setup-go@x` + release, "without cache: false"},
+		{"setup-go cache true", checkout + `
+      - uses: actions/setup-go@x
+        with: {cache: true}` + release, "without cache: false"},
+		{"actions/cache", checkout + setupGo + `
+      - uses: actions/cache@x
+        with: {path: ~/go/pkg/mod, key: go}` + release, "job build uses actions/cache@x (step 3): a release workflow restores and saves no cache"},
+		{"actions/cache/restore", checkout + setupGo + `
+      - uses: actions/cache/restore@x
+        with: {path: ~/.cache/go-build, key: go}` + release, "uses actions/cache/restore@x"},
+	} {
+		problems, err := Check([]byte("permissions: {}\njobs:" + build + tc.steps + sign + "\n"))
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}

@@ -1,7 +1,7 @@
 package main
 
 // Specification of the kubectl plugin `make release` ships: an archive per platform and krew's
-// manifest of them (krew/shared-resource.yaml), checked by krew itself, built from the Go module
+// manifest of them (shared-resource.yaml), checked by krew itself, built from the Go module
 // proxy (hack/build-tools.sh krew): its manifest validation (validate-krew-manifest) accepts the
 // manifest, and `kubectl krew install --manifest --archive` installs the host platform's archive,
 // after checking it against the manifest's sha256; a real kubectl (the local cluster's, built by
@@ -60,7 +60,7 @@ func TestMakeReleaseWritesAKrewPluginThatKrewInstalls(t *testing.T) {
 		other = "amd64"
 	}
 	out := makeRelease(t, "PLATFORMS=linux/"+runtime.GOARCH+" linux/"+other+" linux/s390x")
-	manifest := filepath.Join(out, "krew", "shared-resource.yaml")
+	manifest := filepath.Join(out, "shared-resource.yaml")
 
 	b, err := os.ReadFile(manifest)
 	if err != nil {
@@ -95,7 +95,9 @@ func TestMakeReleaseWritesAKrewPluginThatKrewInstalls(t *testing.T) {
 
 	// krew installs the host's archive from the manifest into a krew root of the test's own.
 	root := t.TempDir()
-	env := append(os.Environ(), "KREW_ROOT="+root, "KREW_NO_UPGRADE_CHECK=1", "HOME="+t.TempDir())
+	// An environment of its own, nothing of the caller's: krew, kubectl and the plugin read
+	// settings from their environment (kubectl a KUBERC of aliases and default flags).
+	env := []string{"KREW_ROOT=" + root, "KREW_NO_UPGRADE_CHECK=1", "HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH"), "KUBECTL_KUBERC=false"}
 	install := exec.Command(krew, "install", "--manifest="+manifest,
 		"--archive="+filepath.Join(out, "kubectl-shared_resource-linux-"+runtime.GOARCH+".tar.gz"))
 	install.Env = env
@@ -104,14 +106,14 @@ func TestMakeReleaseWritesAKrewPluginThatKrewInstalls(t *testing.T) {
 	}
 	// Another platform's archive does not match the host's sha256: krew refuses it.
 	wrong := exec.Command(krew, "install", "--manifest="+manifest, "--archive="+filepath.Join(out, "kubectl-shared_resource-linux-"+other+".tar.gz"))
-	wrong.Env = append(env, "KREW_ROOT="+t.TempDir())
+	wrong.Env = slices.Concat(env, []string{"KREW_ROOT=" + t.TempDir()})
 	if b, err := wrong.CombinedOutput(); err == nil {
 		t.Errorf("kubectl krew install took the %s archive for %s:\n%s", other, runtime.GOARCH, b)
 	}
 	// kubectl runs a plugin as kubectl-<name, - as _> found on $PATH, with the words after it:
 	// with krew's bin dir alone on $PATH, the plugin kubectl finds is the one krew installed.
 	bin := filepath.Join(root, "bin")
-	kubectlEnv := append(env, "PATH="+bin, "KUBECONFIG="+filepath.Join(t.TempDir(), "none"))
+	kubectlEnv := slices.Concat(env, []string{"PATH=" + bin, "KUBECONFIG=" + filepath.Join(t.TempDir(), "none")})
 	run := func(args ...string) (string, error) {
 		cmd := exec.Command(kubectl, args...)
 		cmd.Env = kubectlEnv

@@ -8,7 +8,7 @@
 //	SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) ociimage -out _output/release/oci \
 //	  -binary linux/amd64=_output/bin/linux-amd64/shared-resource-csi \
 //	  -binary linux/arm64=_output/bin/linux-arm64/shared-resource-csi \
-//	  -sbom-dir _output/release/sbom -version v0.1.0 -revision $(git rev-parse HEAD) \
+//	  -sbom-dir _output/release -version v0.1.0 -revision $(git rev-parse HEAD) \
 //	  [-push ghcr.io/owner/shared-resource-csi:v0.1.0 [-insecure] [-ca-file ca.pem]]
 package main
 

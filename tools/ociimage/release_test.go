@@ -2,8 +2,9 @@ package main
 
 // Specification of `make release VERSION=v0.1.0` without REGISTRY (hack/release.sh), run from
 // the repository's root into a temporary RELEASE_OUT: the release directory is complete, its
-// manifests and chart pin the image by the layout's index digest, the SBOMs and SHA256SUMS match
-// the files, the release notes are the version's section of the changelog (testdata/CHANGELOG.md:
+// manifests and chart pin the image by the layout's index digest, the SBOMs match the images,
+// SHA256SUMS lists exactly the release's assets by the names a GitHub release gives them (so
+// `sha256sum --check SHA256SUMS` passes in a directory of the downloaded assets), the release notes are the version's section of the changelog (testdata/CHANGELOG.md:
 // the tests' own) and the chart's Artifact Hub changes, and the host platform's image binary says
 // it is v0.1.0; with COSIGN_KEY the index and SHA256SUMS are signed. Skipped with -short: it
 // cross-compiles the driver four times (minutes cold, seconds from Go's build cache).
@@ -34,13 +35,13 @@ func TestMakeReleaseWritesACompleteRelease(t *testing.T) {
 	out := makeRelease(t)
 
 	for _, f := range []string{"oci/oci-layout", "oci/index.json", "index-digest", "deploy.yaml", "cluster-wide-read.yaml",
-		"shared-resource-csi-0.1.0.tgz", "RELEASE_NOTES.md", "SHA256SUMS", "krew/shared-resource.yaml"} {
+		"shared-resource-csi-0.1.0.tgz", "RELEASE_NOTES.md", "SHA256SUMS", "shared-resource.yaml"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Errorf("release lacks %s: %v", f, err)
 		}
 	}
 	for _, p := range platforms {
-		if _, err := os.Stat(filepath.Join(out, "sbom", sbomFileName("shared-resource-csi", p))); err != nil {
+		if _, err := os.Stat(filepath.Join(out, sbomFileName("shared-resource-csi", p))); err != nil {
 			t.Errorf("release lacks the SBOM of %s: %v", p, err)
 		}
 		if _, err := os.Stat(filepath.Join(out, "kubectl-shared_resource-"+strings.ReplaceAll(p, "/", "-")+".tar.gz")); err != nil {
@@ -115,44 +116,7 @@ func TestMakeReleaseWritesACompleteRelease(t *testing.T) {
 		t.Errorf("RELEASE_NOTES.md is not testdata/CHANGELOG.md's 0.1.0 section:\n%s", b)
 	}
 
-	// SHA256SUMS lists every other file, with its sum.
-	sums, err := os.ReadFile(filepath.Join(out, "SHA256SUMS"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	listed := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(string(sums)), "\n") {
-		sum, name, ok := strings.Cut(line, "  ")
-		if !ok {
-			t.Fatalf("SHA256SUMS line %q", line)
-		}
-		listed[name] = sum
-	}
-	err = filepath.Walk(out, func(path string, fi os.FileInfo, err error) error {
-		if err != nil || fi.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(out, path)
-		if rel == "SHA256SUMS" {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		h := sha256.Sum256(b)
-		if listed[rel] != hex.EncodeToString(h[:]) {
-			t.Errorf("SHA256SUMS: %s listed %q, is %x", rel, listed[rel], h)
-		}
-		delete(listed, rel)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(listed) > 0 {
-		t.Errorf("SHA256SUMS lists files the release lacks: %v", listed)
-	}
+	checkSums(t, out, releaseAssets(nil))
 
 	// The host's image runs: its binary prints the release's version.
 	if runtime.GOOS != "linux" {
@@ -196,6 +160,81 @@ func TestMakeReleaseWritesACompleteRelease(t *testing.T) {
 		if err != nil || !strings.HasPrefix(string(v), "shared-resource-csi v0.1.0\n") {
 			t.Errorf("the %s image's binary --version: %q, %v", runtime.GOARCH, v, err)
 		}
+	}
+}
+
+// releaseAssets is what a GitHub release of v0.1.0 (all platforms) attaches besides SHA256SUMS
+// and its signature, by name: the files hack/release.sh writes at the top of the release
+// directory for it, and extra.
+func releaseAssets(extra []string) []string {
+	assets := []string{"deploy.yaml", "cluster-wide-read.yaml", "shared-resource-csi-0.1.0.tgz", "shared-resource.yaml"}
+	for _, p := range platforms {
+		assets = append(assets, sbomFileName("shared-resource-csi", p), "kubectl-shared_resource-"+strings.ReplaceAll(p, "/", "-")+".tar.gz")
+	}
+	return append(assets, extra...)
+}
+
+// checkSums checks that out's SHA256SUMS lists each of assets, by that name, with its file's sum,
+// and nothing else; and that `sha256sum --check SHA256SUMS`, with no flag to skip what is missing, passes
+// in a directory holding only those files and SHA256SUMS, as a user who downloaded the release's
+// assets has them (a GitHub release's assets have names, no directories).
+func checkSums(t *testing.T, out string, assets []string) {
+	t.Helper()
+	sums, err := os.ReadFile(filepath.Join(out, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for _, a := range assets {
+		if want[a] {
+			t.Fatalf("two of the release's assets are named %s", a)
+		}
+		want[a] = true
+	}
+	listed := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSuffix(string(sums), "\n"), "\n") {
+		sum, name, ok := strings.Cut(line, "  ")
+		if !ok {
+			t.Fatalf("SHA256SUMS line %q is not \"SUM  NAME\"", line)
+		}
+		switch {
+		case listed[name]:
+			t.Errorf("SHA256SUMS lists %s twice", name)
+		case strings.Contains(name, "/"):
+			t.Errorf("SHA256SUMS lists %s, a path no release asset has (assets have names, no directories)", name)
+		case !want[name]:
+			t.Errorf("SHA256SUMS lists %s, which is not one of the release's assets", name)
+		default:
+			b, err := os.ReadFile(filepath.Join(out, name))
+			if err != nil {
+				t.Errorf("SHA256SUMS lists %s: %v", name, err)
+			} else if h := sha256.Sum256(b); sum != hex.EncodeToString(h[:]) {
+				t.Errorf("SHA256SUMS lists %s as %s, it is %x", name, sum, h)
+			}
+		}
+		listed[name] = true
+	}
+	for _, a := range assets {
+		if !listed[a] {
+			t.Errorf("SHA256SUMS does not list the asset %s", a)
+		}
+	}
+
+	// The downloaded assets, flat, and sha256sum itself.
+	downloads := t.TempDir()
+	for _, name := range append(assets, "SHA256SUMS") {
+		b, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(downloads, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := exec.Command("sha256sum", "--check", "SHA256SUMS")
+	check.Dir = downloads
+	if b, err := check.CombinedOutput(); err != nil {
+		t.Errorf("sha256sum --check SHA256SUMS in a directory of the downloaded assets: %v\n%s", err, b)
 	}
 }
 
@@ -275,6 +314,8 @@ func TestMakeReleaseSignsWithAKeyPair(t *testing.T) {
 	if err := verify("index.sig", filepath.Join(out, "SHA256SUMS")); err == nil {
 		t.Error("index.sig verified SHA256SUMS too")
 	}
+	// The signatures are assets too: SHA256SUMS lists them (not its own).
+	checkSums(t, out, releaseAssets([]string{"cosign.pub", "index.sig", "shared-resource-csi-0.1.0.tgz.sig"}))
 	pub, err := os.ReadFile(filepath.Join(keys, "cosign.pub"))
 	if err != nil {
 		t.Fatal(err)

@@ -99,8 +99,11 @@ func TestShareCachesHoldOnlyWhatTheDriverReads(t *testing.T) {
 		grew := after - before[proc]
 		t.Logf("%s: heap in use %.1f MiB before %d shares holding %.1f MiB, %.1f MiB after (grew %.1f MiB)",
 			proc, before[proc]/(1<<20), shares, float64(held)/(1<<20), after/(1<<20), grew/(1<<20))
-		if grew > float64(held)/5 {
-			t.Errorf("%s: the heap grew %.1f MiB with %d shares holding %.1f MiB it does not read; want it flat (under a fifth of that)",
+		// Trimmed, the heap grows by what the informers keep per share whatever its size (measured
+		// 1.3 to 2.0 MiB for the forty, on a quiet machine); untrimmed, by the whole 9.9 MiB. A
+		// third of what the writers put in separates the two with room for the collector's timing.
+		if grew > float64(held)/3 {
+			t.Errorf("%s: the heap grew %.1f MiB with %d shares holding %.1f MiB it does not read; want it flat (under a third of that)",
 				proc, grew/(1<<20), shares, float64(held)/(1<<20))
 		}
 	}

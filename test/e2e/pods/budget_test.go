@@ -161,7 +161,7 @@ func TestPodsVolumeBudgetKeepsTheDriverAlive(t *testing.T) {
 	}
 }
 
-// The review's volumes of many entries, with real pods on the small driver: a thousand items
+// Volumes of many entries, with real pods on the small driver: a thousand items
 // sixteen segments deep (16,000 files and directories, about 40 MiB of kernel memory, which
 // were charged 4 MiB) and a share of 20,000 empty values (no data pages: it was charged a page,
 // and unbounded) are refused with messages naming the bound, before anything is written. A
@@ -234,7 +234,7 @@ func assertNotOOMKilled(t *testing.T, p *corev1.Pod) {
 	}
 }
 
-// The review's long names, with real pods on the small driver: a pod's items name 300 files of
+// Long names, with real pods on the small driver: a pod's items name 300 files of
 // 253 bytes each (one key of a byte), so each volume holds a page for every top-level link's
 // target (in the copy and the view) and a name allocation for every entry: some 3.6 MiB of tmpfs
 // pages and 1.7 MiB of kernel memory, which were charged 2.5 MiB. Pods of such volumes fill the

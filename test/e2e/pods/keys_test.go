@@ -43,6 +43,37 @@ func tlsSecret() map[string][]byte {
 	}
 }
 
+// describeVolumes logs, for each volume holding one of paths, what its ..data links point at, its
+// directories' entries and its record (names and states, never data): what a failure needs to
+// be understood.
+func describeVolumes(t *testing.T, volumes string, paths []string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, p := range paths {
+		rel, err := filepath.Rel(volumes, p)
+		if err != nil {
+			continue
+		}
+		vol := filepath.Join(volumes, strings.SplitN(rel, string(filepath.Separator), 2)[0])
+		if seen[vol] {
+			continue
+		}
+		seen[vol] = true
+		for _, d := range []string{filepath.Join(vol, "data"), filepath.Join(vol, "shares", "0")} {
+			target, _ := os.Readlink(filepath.Join(d, "..data"))
+			var names []string
+			if entries, err := os.ReadDir(d); err == nil {
+				for _, e := range entries {
+					names = append(names, e.Name())
+				}
+			}
+			t.Logf("%s: ..data -> %s; entries %v", d, target, names)
+		}
+		record, err := os.ReadFile(filepath.Join(vol, "record.json"))
+		t.Logf("%s/record.json (%v): %s", vol, err, record)
+	}
+}
+
 // filesHolding lists the regular files under dir (skipping those that vanish meanwhile) whose
 // bytes contain needle.
 func filesHolding(t *testing.T, dir string, needle []byte) []string {
@@ -184,6 +215,7 @@ func TestPodsFollowTheShareListWidenedThenNarrowed(t *testing.T) {
 	volumes := filepath.Join(s.Kubelet, "plugins", framework.DriverName, "volumes")
 	if got := filesHolding(t, volumes, data["tls.crt"]); len(got) > 0 {
 		t.Errorf("tls.crt, no longer shared, is still on the node: %v", got)
+		describeVolumes(t, volumes, got)
 	}
 }
 
