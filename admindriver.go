@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/shared-resource/csi-driver/internal/admin"
+	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/shareapi"
 )
 
@@ -21,26 +22,26 @@ func adminDriver() admin.Driver {
 			return apiRefs(refs), err
 		},
 		Refreshes: func(attrs map[string]string) (bool, error) {
-			v := volumeRequest{Refresh: true} // as a publish reads them (validate.go)
+			v := volumeRequest{Refresh: true} // as a publish reads them (attributes.go)
 			err := parseVolumeAttributes(attrs, &v)
 			return v.Refresh, err
 		},
 		Share: func(k shareapi.Kind, u *unstructured.Unstructured) (admin.Share, error) {
-			sh, err := shareFromObject(shareKind(k), u)
-			return admin.Share{Name: sh.Name, Source: apiSourceKey(sh.sourceKey()), PinUID: sh.Pin.UID, RefusesSource: sh.Pin.refuses}, err
+			sh, err := share.FromObject(share.Kind(k), u)
+			return admin.Share{Name: sh.Name, Source: apiSourceKey(sh.SourceKey()), PinUID: sh.Pin.UID, RefusesSource: sh.Pin.Refuses}, err
 		},
-		Conditions: func(u *unstructured.Unstructured) ([]metav1.Condition, error) { return shareConditions(u) },
+		Conditions: func(u *unstructured.Unstructured) ([]metav1.Condition, error) { return share.Conditions(u) },
 		CheckAccounts: func(accounts string) error {
 			_, err := parseDriverAccount(accounts)
 			return err
 		},
 		GrantReadHint: func(accounts string, key shareapi.SourceKey) string {
-			return driverAccount(accounts).grantReadHint(sourceKey{Kind: shareKind(key.Kind), Namespace: key.Namespace, Name: key.Name})
+			return driverAccount(accounts).grantReadHint(share.SourceKey{Kind: share.Kind(key.Kind), Namespace: key.Namespace, Name: key.Name})
 		},
 	}
 }
 
-func apiRefs(refs []shareRef) []shareapi.Ref {
+func apiRefs(refs []share.Ref) []shareapi.Ref {
 	if refs == nil {
 		return nil
 	}
@@ -51,6 +52,6 @@ func apiRefs(refs []shareRef) []shareapi.Ref {
 	return out
 }
 
-func apiSourceKey(k sourceKey) shareapi.SourceKey {
+func apiSourceKey(k share.SourceKey) shareapi.SourceKey {
 	return shareapi.SourceKey{Kind: shareapi.Kind(k.Kind), Namespace: k.Namespace, Name: k.Name}
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shared-resource/csi-driver/internal/share"
 	"golang.org/x/sync/singleflight"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,7 +21,7 @@ import (
 type accessKey struct {
 	Namespace      string
 	ServiceAccount string
-	Kind           shareKind
+	Kind           share.Kind
 	Share          string
 }
 
@@ -170,7 +171,7 @@ func (a *authorizer) confirmDenial(ctx context.Context, key accessKey, denied de
 	}
 	return decision{}, fmt.Errorf("SubjectAccessReview for service account %s/%s on %s %q denied access, but the API server says it is still loading "+
 		"its RBAC caches (its readiness check informer-sync fails, as while it starts), so the denial is held back, until %v after the first one held; "+
-		"will ask again", key.Namespace, key.ServiceAccount, key.Kind.shareTypeName(), key.Share, a.grace)
+		"will ask again", key.Namespace, key.ServiceAccount, key.Kind.TypeName(), key.Share, a.grace)
 }
 
 // endHold ends key's hold, if it has one.
@@ -225,15 +226,15 @@ func (a *authorizer) ask(ctx context.Context, key accessKey) (decision, error) {
 			ResourceAttributes: &authorizationv1.ResourceAttributes{
 				Namespace: key.Namespace,
 				Verb:      "use",
-				Group:     shareGroup,
-				Resource:  key.Kind.shareResource(),
+				Group:     share.Group,
+				Resource:  key.Kind.Resource(),
 				Name:      key.Share,
 			},
 		},
 	}
 	res, err := a.sar.Create(ctx, sar, metav1.CreateOptions{})
 	if err != nil {
-		return decision{}, fmt.Errorf("SubjectAccessReview for service account %s/%s on %s %q: %w", key.Namespace, key.ServiceAccount, key.Kind.shareTypeName(), key.Share, err)
+		return decision{}, fmt.Errorf("SubjectAccessReview for service account %s/%s on %s %q: %w", key.Namespace, key.ServiceAccount, key.Kind.TypeName(), key.Share, err)
 	}
 	reason := res.Status.Reason
 	if res.Status.EvaluationError != "" {
@@ -247,8 +248,8 @@ func deniedMessage(key accessKey, reason string) string {
 	msg := fmt.Sprintf("service account %s/%s may not use %s %q: grant the verb \"use\" with a Role in namespace %s (or a ClusterRole) "+
 		"with the rule {apiGroups: [%s], resources: [%s], resourceNames: [%s], verbs: [use]}, bound to ServiceAccount %s in namespace %s "+
 		"(or to the group system:serviceaccounts:%s)",
-		key.Namespace, key.ServiceAccount, key.Kind.shareTypeName(), key.Share, key.Namespace,
-		shareGroup, key.Kind.shareResource(), key.Share, key.ServiceAccount, key.Namespace, key.Namespace)
+		key.Namespace, key.ServiceAccount, key.Kind.TypeName(), key.Share, key.Namespace,
+		share.Group, key.Kind.Resource(), key.Share, key.ServiceAccount, key.Namespace, key.Namespace)
 	if reason != "" {
 		msg += "; authorizer said: " + reason
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shared-resource/csi-driver/internal/share"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,7 +25,7 @@ func TestAuthorizerCachesGrantsNotDenialsNorErrors(t *testing.T) {
 	answer, answerErr := true, error(nil)
 	client, sars := fakeSARClient(func() (bool, error) { return answer, answerErr })
 	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), notLoading, time.Minute, time.Minute)
-	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
+	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: share.KindSecret, Share: "corp-ca"}
 	for i := 0; i < 1000; i++ {
 		d, err := a.check(context.Background(), key)
 		if err != nil || !d.Allowed {
@@ -62,7 +63,7 @@ func TestAuthorizerCachesGrantsNotDenialsNorErrors(t *testing.T) {
 // answer stands, whichever it is (the first may have come just before the caches were loaded).
 // A publish's denial is believed as it comes: it revokes nothing.
 func TestRelistBelievesADenialOnlyOnceRBACIsLoaded(t *testing.T) {
-	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
+	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: share.KindSecret, Share: "corp-ca"}
 	for _, c := range []struct {
 		name        string
 		publish     bool          // check (a publish) instead of recheck (the relist)
@@ -129,8 +130,8 @@ func TestRelistHoldsAKeysDenialsBackForTheGraceOnly(t *testing.T) {
 	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) bool { return loading }, time.Minute, time.Minute)
 	now := time.Now()
 	a.now = func() time.Time { return now }
-	keyA := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
-	keyB := accessKey{Namespace: "team-b", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
+	keyA := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: share.KindSecret, Share: "corp-ca"}
+	keyB := accessKey{Namespace: "team-b", ServiceAccount: "app", Kind: share.KindSecret, Share: "corp-ca"}
 	t0 := now
 	for step, c := range []struct {
 		at      time.Duration // since the first look
@@ -195,7 +196,7 @@ func TestAGrantAskedBeforeADenialIsNotCached(t *testing.T) {
 		}
 		return true
 	}), notLoading, time.Minute, time.Minute)
-	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
+	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: share.KindSecret, Share: "corp-ca"}
 	type answered struct {
 		d   decision
 		err error
@@ -244,7 +245,7 @@ func TestADenialHeldBackStillDropsTheCachedGrant(t *testing.T) {
 	answer := true
 	client, sars := fakeSARClient(func() (bool, error) { return answer, nil })
 	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), func(context.Context) bool { return true }, time.Minute, time.Minute)
-	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindSecret, Share: "corp-ca"}
+	key := accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: share.KindSecret, Share: "corp-ca"}
 	if d, err := a.check(context.Background(), key); err != nil || !d.Allowed {
 		t.Fatalf("grant: %v %v", d, err)
 	}
@@ -278,7 +279,7 @@ func TestAuthorizerSendsTheServiceAccountIdentity(t *testing.T) {
 		return true, got, nil
 	})
 	a := newAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), notLoading, time.Minute, time.Minute)
-	if _, err := a.check(context.Background(), accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: kindConfigMap, Share: "cfg"}); err != nil {
+	if _, err := a.check(context.Background(), accessKey{Namespace: "team-a", ServiceAccount: "app", Kind: share.KindConfigMap, Share: "cfg"}); err != nil {
 		t.Fatal(err)
 	}
 	s := got.Spec
@@ -293,7 +294,7 @@ func TestAuthorizerSendsTheServiceAccountIdentity(t *testing.T) {
 		t.Errorf("groups %v miss %v", s.Groups, wantGroups)
 	}
 	ra := s.ResourceAttributes
-	if ra.Verb != "use" || ra.Group != shareGroup || ra.Resource != "sharedconfigmaps" || ra.Name != "cfg" || ra.Namespace != "team-a" {
+	if ra.Verb != "use" || ra.Group != share.Group || ra.Resource != "sharedconfigmaps" || ra.Name != "cfg" || ra.Namespace != "team-a" {
 		t.Errorf("resource attributes %+v", ra)
 	}
 }

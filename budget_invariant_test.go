@@ -28,6 +28,8 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // budgetWorld is a fake node with three volume slots over the SharedSecret "share" (Secret p/src),
@@ -65,7 +67,7 @@ func newBudgetWorld(t *testing.T) *budgetWorld {
 		return true, &authorizationv1.SubjectAccessReview{Status: authorizationv1.SubjectAccessReviewStatus{Allowed: allowed}}, nil
 	})
 	w.d = newTestDriver(t, w.client.AuthorizationV1().SubjectAccessReviews(), fakeSources{w.client})
-	w.d.budget.limit = 1 << 30 // counted, never refusing: the invariant is about the count
+	w.d.budget.Limit = 1 << 30 // counted, never refusing: the invariant is about the count
 	addSecretShare(t, w.d, "share", "p", "src")
 	addSecretShare(t, w.d, "share2", "p", "src2")
 	return w
@@ -145,14 +147,14 @@ func (w *budgetWorld) breakView(id string) {
 	if !ok {
 		return
 	}
-	if err := os.MkdirAll(filepath.Join(w.d.store.dirOf(rec).dataDir(), "..data_tmp", "full"), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(w.d.store.dirOf(rec).ViewPath(), "..data_tmp", "full"), 0o700); err != nil {
 		w.t.Fatal(err)
 	}
 }
 
 func (w *budgetWorld) fixView(id string) {
 	if rec, ok := w.d.store.get(id); ok {
-		if err := os.RemoveAll(filepath.Join(w.d.store.dirOf(rec).dataDir(), "..data_tmp")); err != nil {
+		if err := os.RemoveAll(filepath.Join(w.d.store.dirOf(rec).ViewPath(), "..data_tmp")); err != nil {
 			w.t.Fatal(err)
 		}
 	}
@@ -172,7 +174,7 @@ func (w *budgetWorld) refreshBroken(n int, breakIt, fix func()) {
 // restart is a new driver process over the same node: a fresh store and budget, recovering.
 func (w *budgetWorld) restart() {
 	n := *w.d
-	n.budget = &volumeBudget{limit: w.d.budget.limit}
+	n.budget = &volume.Budget{Limit: w.d.budget.Limit}
 	n.store = newVolumeStore(filepath.Dir(w.d.store.dir), n.budget)
 	n.locks = newVolumeLocks()
 	w.d = &n
@@ -254,9 +256,7 @@ func (w *budgetWorld) chargedBytes() int64 {
 		if _, err := w.d.store.readRecord(rec.VolumeID); err != nil {
 			w.t.Fatalf("volume %s is in the store but its record cannot be read: %v", rec.VolumeID, err)
 		}
-		w.d.budget.mu.Lock()
-		unsaved := w.d.budget.charges[rec.VolumeID].unsaved
-		w.d.budget.mu.Unlock()
+		unsaved := w.d.budget.Charge(rec.VolumeID).Unsaved
 		sum += max(volumeBytes(rec), unsaved)
 	}
 	return sum
@@ -281,9 +281,9 @@ func (w *budgetWorld) onDiskBytes() int64 {
 			if err != nil {
 				return err
 			}
-			sum += entryBytes
+			sum += volume.EntryBytes
 			if p != root {
-				sum += entryNameBytes(fi.Name())
+				sum += volume.EntryNameBytes(fi.Name())
 			}
 			switch {
 			case fi.Mode()&os.ModeSymlink != 0:
@@ -291,11 +291,11 @@ func (w *budgetWorld) onDiskBytes() int64 {
 				if err != nil {
 					return err
 				}
-				sum += linkTargetBytes(target)
+				sum += volume.LinkTargetBytes(target)
 			case fi.Mode().IsRegular():
 				if ino := fi.Sys().(*syscall.Stat_t).Ino; !inodes[ino] {
 					inodes[ino] = true
-					sum += pages(fi.Size())
+					sum += volume.Pages(fi.Size())
 				}
 			}
 			return nil
@@ -313,11 +313,11 @@ func runBudgetSequence(t *testing.T, ops []byte) {
 	var done []string
 	for i := 0; i+1 < len(ops); i += 2 {
 		done = append(done, w.step(ops[i], ops[i+1]))
-		if used, charged := w.d.budget.inUse(), w.chargedBytes(); used != charged {
+		if used, charged := w.d.budget.InUse(), w.chargedBytes(); used != charged {
 			t.Fatalf("budget in use %d bytes, but the saved records (and unsaved charges) sum to %d (%d volumes), after:\n%s",
 				used, charged, w.d.store.count(), joinLines(done))
 		}
-		if used, held := w.d.budget.inUse(), w.onDiskBytes(); used < held {
+		if used, held := w.d.budget.InUse(), w.onDiskBytes(); used < held {
 			t.Fatalf("budget in use %d bytes, but the volumes' tmpfs hold %d (%d uncounted), after:\n%s",
 				used, held, held-used, joinLines(done))
 		}
@@ -380,18 +380,18 @@ func TestFailedSaveChargesWhatIsOnDiskOnce(t *testing.T) {
 	}
 	w.setData(64 << 10)
 	w.breakSave("vol-0")
-	// The first relist swaps in the new copy and keeps the view it replaced (volumedir.go); the
+	// The first relist swaps in the new copy and keeps the view it replaced (internal/volume); the
 	// next, a change again (the record still names the old version), drops that view before it
 	// writes: from then on the budget must not move.
 	w.d.relistCycle(ctx, 0)
 	w.d.relistCycle(ctx, 0)
-	first := w.d.budget.inUse()
+	first := w.d.budget.InUse()
 	for range 4 {
 		w.d.relistCycle(ctx, 0)
 	}
-	drift := w.d.budget.inUse() - first
+	drift := w.d.budget.InUse() - first
 	w.fixSave("vol-0") // the old record back, the new copy on disk: measurable
-	used, held := w.d.budget.inUse(), w.onDiskBytes()
+	used, held := w.d.budget.InUse(), w.onDiskBytes()
 	t.Logf("in use %d bytes, the tmpfs holds %d; %d bytes moved over 4 more relists", used, held, drift)
 	if drift != 0 || used < held {
 		t.Fatalf("4 more relists of a volume whose record cannot be saved moved the budget by %d bytes; it counts %d bytes, "+
@@ -400,7 +400,7 @@ func TestFailedSaveChargesWhatIsOnDiskOnce(t *testing.T) {
 	if _, err := (&nodeServer{d: w.d}).NodeUnpublishVolume(ctx, unpublishRequest(req)); err != nil {
 		t.Fatal(err)
 	}
-	if left := w.d.budget.inUse(); left != 0 {
+	if left := w.d.budget.InUse(); left != 0 {
 		t.Fatalf("with no volume left %d bytes are still counted; want 0", left)
 	}
 }
@@ -420,11 +420,11 @@ func TestFailedViewRebuildChargesWhatIsOnDiskOnce(t *testing.T) {
 	w.setData(16 << 10)
 	w.d.relistCycle(ctx, 0)
 	w.d.relistCycle(ctx, 0) // the view the refresh kept for readers is dropped
-	saved := w.d.budget.inUse()
+	saved := w.d.budget.InUse()
 	w.breakView("vol-0")
 	w.setData(64 << 10)
 	w.d.relistCycle(ctx, 0)
-	first := w.d.budget.inUse()
+	first := w.d.budget.InUse()
 	for i := range 4 {
 		w.setData(64 << 10) // a new version every cycle, of the same size
 		w.d.relistCycle(ctx, 0)
@@ -432,7 +432,7 @@ func TestFailedViewRebuildChargesWhatIsOnDiskOnce(t *testing.T) {
 			w.d.relistCycle(ctx, 0) // and one with none
 		}
 	}
-	drift := w.d.budget.inUse() - first
+	drift := w.d.budget.InUse() - first
 	t.Logf("saved %d bytes; with the view unwritable %d, then %d bytes moved over 5 more relists", saved, first, drift)
 	if held := w.onDiskBytes(); first < held {
 		t.Fatalf("with a new copy of 64 KiB beside the view's old files, the budget counts %d bytes (%d more than the saved record), the tmpfs holds %d; want at least that", first, first-saved, held)
@@ -443,7 +443,7 @@ func TestFailedViewRebuildChargesWhatIsOnDiskOnce(t *testing.T) {
 	w.fixView("vol-0")
 	w.d.relistCycle(ctx, 0)
 	rec, _ := w.d.store.get("vol-0")
-	if used := w.d.budget.inUse(); used != volumeBytes(rec) {
+	if used := w.d.budget.InUse(); used != volumeBytes(rec) {
 		t.Fatalf("once the view is rebuilt and the record saved, the budget counts %d bytes; want the record's %d", used, volumeBytes(rec))
 	}
 }

@@ -20,6 +20,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // inodeKernelBytes is what one inode of a volume's tmpfs costs the kernel at most, names of 253
@@ -68,22 +70,22 @@ func TestLongNamedVolumesAreChargedWhatTheirTmpfsHolds(t *testing.T) {
 			if err := unix.Statfs(dir, &before); err != nil {
 				t.Fatal(err)
 			}
-			rec := volumeRecord{VolumeID: "vol-long", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "s"}}}, GID: -1}
+			rec := volumeRecord{VolumeID: "vol-long", Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}}}, GID: -1}
 			files := map[string]atomicwriter.File{}
 			for _, p := range c.paths() {
 				files[p] = atomicwriter.File{Data: []byte("x"), Mode: 0o444}
 				rec.Items = append(rec.Items, item{Key: "k", Path: p})
 			}
-			rec.Shares[0].Bytes = chargedBytes(files)
-			vd := volumeDir{dir: dir, gid: -1}
-			if err := vd.populate(composeView(rec.refs(), []map[string]atomicwriter.File{files})); err != nil {
+			rec.Shares[0].Bytes = volume.ChargedBytes(files)
+			vd := volume.Dir{Path: dir, GID: -1}
+			if err := vd.Populate(volume.ComposeView([]map[string]atomicwriter.File{files})); err != nil {
 				t.Fatal(err)
 			}
 			b, err := encodeRecord(rec)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(filepath.Join(dir, recordFile), b, 0o600); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, volume.RecordFile), b, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			var after unix.Statfs_t
@@ -101,10 +103,10 @@ func TestLongNamedVolumesAreChargedWhatTheirTmpfsHolds(t *testing.T) {
 			}
 			// With no file kept open, the walk finds every page and inode the kernel counts:
 			// nothing is charged as removed but kept open.
-			usage, ok := vd.kernelUsage()
-			m, err := vd.measure()
-			if err != nil || !ok || usage != m.seen {
-				t.Errorf("the kernel counts %+v (%v) in the tmpfs, the walk finds %+v (%v)", usage, ok, m.seen, err)
+			usage, ok := vd.KernelUsage()
+			m, err := vd.Measure()
+			if err != nil || !ok || usage != m.Seen {
+				t.Errorf("the kernel counts %+v (%v) in the tmpfs, the walk finds %+v (%v)", usage, ok, m.Seen, err)
 			}
 		})
 	}
@@ -129,11 +131,11 @@ func TestFilesKeptOpenAfterARefreshAreCharged(t *testing.T) {
 			version := func(v string) map[string]string { return map[string]string{"ca.crt": strings.Repeat(v, size)} }
 			// Version a, removed: its pages, and two inodes, its own and the payload dir's it was
 			// in (the open file's dentry holds its parent's, and with it the inode).
-			kept := int64(size) + 2*(entryBytes+maxEntryNameBytes)
+			kept := int64(size) + 2*(volume.EntryBytes+volume.MaxEntryNameBytes)
 			charged := func(d *driver, when string, want int64) {
 				t.Helper()
 				saved := volumeBytes(savedRecord(t, d, "vol"))
-				if got := d.budget.chargedFor("vol"); got != saved+want {
+				if got := d.budget.Charge("vol").Bytes(); got != saved+want {
 					t.Errorf("%s: charged %d bytes, want the record's %d and %d more", when, got, saved, want)
 				}
 			}
@@ -172,7 +174,7 @@ func TestFilesKeptOpenAfterARefreshAreCharged(t *testing.T) {
 			// Restarted while the file is open: charged as it resumes the volume (at least: the
 			// record as found may count more), then by its first reconcile.
 			n, _ := c.restart(d)
-			if got, saved := n.budget.chargedFor("vol"), volumeBytes(savedRecord(t, n, "vol")); got < saved+kept {
+			if got, saved := n.budget.Charge("vol").Bytes(), volumeBytes(savedRecord(t, n, "vol")); got < saved+kept {
 				t.Errorf("resumed: charged %d bytes, want at least the record's %d and %d for version a", got, saved, kept)
 			}
 			reconcile(n)
@@ -197,7 +199,7 @@ func TestKernelCountIsTheVolumesOwnTmpfs(t *testing.T) {
 	if err := os.Mkdir(plain, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if u, ok := (volumeDir{dir: plain}).kernelUsage(); ok {
+	if u, ok := (volume.Dir{Path: plain}).KernelUsage(); ok {
 		t.Errorf("a plain directory on a tmpfs was counted %+v: the tmpfs's, not a volume's", u)
 	}
 	inner := filepath.Join(outer, "inner")
@@ -216,7 +218,7 @@ func TestKernelCountIsTheVolumesOwnTmpfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Its root and the file: two inodes, two pages.
-	if u, ok := (volumeDir{dir: inner}).kernelUsage(); !ok || u != (tmpfsUsage{pageBytes: 2 * pageSize, inodeSpace: 2 * inodeSpaceBytes}) {
+	if u, ok := (volume.Dir{Path: inner}).KernelUsage(); !ok || u != (volume.Usage{PageBytes: 2 * volume.PageSize, InodeSpace: 2 * volume.InodeSpaceBytes}) {
 		t.Errorf("a tmpfs holding one 8 KiB file counted %+v (%v), want two pages and two inodes", u, ok)
 	}
 }
@@ -241,16 +243,16 @@ func TestKernelCountOfExtendedAttributesIsTheWalks(t *testing.T) {
 			t.Fatalf("setting a user xattr on a tmpfs (Linux 6.6 or later, which also counts xattrs in a tmpfs's inode space): %v", err)
 		}
 	}
-	vd := volumeDir{dir: dir}
-	usage, ok := vd.kernelUsage()
-	m, err := vd.measure()
+	vd := volume.Dir{Path: dir}
+	usage, ok := vd.KernelUsage()
+	m, err := vd.Measure()
 	if err != nil || !ok {
 		t.Fatal(err, ok)
 	}
-	if usage != m.seen {
-		t.Errorf("the kernel counts %+v, the walk %+v", usage, m.seen)
+	if usage != m.Seen {
+		t.Errorf("the kernel counts %+v, the walk %+v", usage, m.Seen)
 	}
-	if b := usage.beyond(m.seen); b != 0 {
+	if b := usage.Beyond(m.Seen); b != 0 {
 		t.Errorf("%d bytes charged as kept open, with nothing open", b)
 	}
 }

@@ -24,23 +24,9 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
-
-// A share's files cost their bytes in whole pages, and every entry of its copy and of the view's
-// links to it: each file, each directory of their paths, a link per first segment and the
-// copy's three (entryBytes each, twice), with what short names and link targets take besides:
-// ..data's target and the payload dir's name (up to 32 bytes: 64 each), each top-level link's
-// target ("..data/a": 16).
-func TestChargedBytesArePagesAndEntries(t *testing.T) {
-	files := map[string]atomicwriter.File{"a": {Data: []byte("x")}, "b": {Data: make([]byte, 4096)}, "c": {Data: make([]byte, 4097)}, "d": {}}
-	if got, want := chargedBytes(files), int64(4096+4096+8192)+2*((4+4+3)*entryBytes+2*64+4*16); got != want {
-		t.Errorf("chargedBytes = %d, want %d", got, want)
-	}
-	// An empty file is not free, nor is a directory.
-	if got, want := chargedBytes(map[string]atomicwriter.File{"x/y/z": {}}), int64(2*((1+2+1+3)*entryBytes+2*64+16)); got != want {
-		t.Errorf("chargedBytes of one empty file two directories deep = %d, want %d", got, want)
-	}
-}
 
 // A volume of long names: a pod's items name 300 files of 253 bytes each (one key of
 // a byte, under 300 names). On a real tmpfs it held 3,692 KiB of tmpfs pages (its 300 pages of
@@ -52,17 +38,17 @@ func TestChargedBytesArePagesAndEntries(t *testing.T) {
 // inode and a dentry (936 bytes). A real tmpfs is measured in tmpfs_root_test.go.
 func TestLongNamesAreChargedWhatTheKernelHolds(t *testing.T) {
 	const n, nameLen = 300, 253
-	rec := volumeRecord{VolumeID: "vol-long", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "s"}}}}
+	rec := volumeRecord{VolumeID: "vol-long", Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}}}}
 	files := map[string]atomicwriter.File{}
 	for i := range n {
 		name := fmt.Sprintf("%03d", i) + strings.Repeat("n", nameLen-3)
 		files[name] = atomicwriter.File{Data: []byte("x")}
 		rec.Items = append(rec.Items, item{Key: "k", Path: name})
 	}
-	rec.Shares[0].Bytes = chargedBytes(files)
+	rec.Shares[0].Bytes = volume.ChargedBytes(files)
 	charged := volumeBytes(rec)
-	pagesHeld := int64(n)*pageSize + 2*n*pageSize + recordPages(rec) // data, link targets, record
-	slabHeld := int64(4*n) * (512 + 936)                             // the files and links, in the copy and the view
+	pagesHeld := int64(n)*volume.PageSize + 2*n*volume.PageSize + recordPages(rec) // data, link targets, record
+	slabHeld := int64(4*n) * (512 + 936)                                           // the files and links, in the copy and the view
 	if held := pagesHeld + slabHeld; charged < held {
 		t.Errorf("300 items of 253-byte names charged %d KiB, the kernel holds %d KiB (%d KiB of tmpfs pages, %d KiB of slab)",
 			charged>>10, held>>10, pagesHeld>>10, slabHeld>>10)
@@ -76,7 +62,7 @@ func TestLongNamesAreChargedWhatTheKernelHolds(t *testing.T) {
 // an operation in progress holds). Measured: records decoded as the store loads them.
 func TestRecordsAreChargedWhatTheHeapHolds(t *testing.T) {
 	const volumes = 20
-	rec := volumeRecord{VolumeID: "vol-heap", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "s"}}}}
+	rec := volumeRecord{VolumeID: "vol-heap", Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}}}}
 	for i := range maxItems {
 		rec.Items = append(rec.Items, item{Key: fmt.Sprintf("%04d", i) + strings.Repeat("k", 249), Path: fmt.Sprintf("%04d", i) + strings.Repeat("p", 249), Mode: 0o440})
 	}
@@ -84,7 +70,7 @@ func TestRecordsAreChargedWhatTheHeapHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	onTmpfs := recordPages(rec) + volumeEntries*entryBytes // what the tmpfs holds for the record and the volume
+	onTmpfs := recordPages(rec) + volumeEntries*volume.EntryBytes // what the tmpfs holds for the record and the volume
 	charged := volumeBytes(rec) - onTmpfs
 	held := make([]volumeRecord, volumes)
 	var before, after runtime.MemStats
@@ -106,41 +92,17 @@ func TestRecordsAreChargedWhatTheHeapHolds(t *testing.T) {
 	t.Logf("a record of %d items of 253-byte names: %d KiB of heap per decoded copy, charged %d KiB beyond its tmpfs", maxItems, perCopy>>10, charged>>10)
 }
 
-// Volumes charged what they hold: a thousand files sixteen segments deep, of 4 KiB
-// each, used some 40 MiB of kernel memory and were charged 4 MiB; a Secret of empty values was
-// charged nothing however many keys it had.
-func TestManyEntriesAreChargedWhatTheKernelHolds(t *testing.T) {
-	deep := map[string]atomicwriter.File{}
-	for i := range 1000 {
-		p := fmt.Sprintf("d%d", i)
-		for s := range 15 {
-			p += fmt.Sprintf("/s%d", s)
-		}
-		deep[p] = atomicwriter.File{Data: make([]byte, 4096)}
-	}
-	if got := chargedBytes(deep); got < 36<<20 {
-		t.Errorf("1000 files 16 segments deep charged %d bytes (%.1f MiB), want at least 36 MiB (4 MiB of pages and 32000 entries)", got, float64(got)/(1<<20))
-	}
-	empty := map[string]atomicwriter.File{}
-	for i := range 4000 {
-		empty[fmt.Sprintf("k%d", i)] = atomicwriter.File{}
-	}
-	if got := chargedBytes(empty); got < 4000*4*entryBytes {
-		t.Errorf("4000 empty files charged %d bytes, want at least %d (a file and its top link, in the copy and the view)", got, 4000*4*entryBytes)
-	}
-}
-
 // A volume costs its record's pages, as saved, and its own six entries, besides its shares.
 func TestVolumeBytesCountTheRecordAsSaved(t *testing.T) {
-	rec := volumeRecord{VolumeID: "vol-1", Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "s"}, Bytes: 10000}}}
-	if got, want := volumeBytes(rec), int64(pageSize+volumeEntries*entryBytes+10000)+recordHeapBytes(rec); got != want {
+	rec := volumeRecord{VolumeID: "vol-1", Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}, Bytes: 10000}}}
+	if got, want := volumeBytes(rec), int64(volume.PageSize+volumeEntries*volume.EntryBytes+10000)+recordHeapBytes(rec); got != want {
 		t.Errorf("volumeBytes of a small record = %d, want %d", got, want)
 	}
 	for i := range 200 { // a long list of items makes a record of several pages
 		rec.Items = append(rec.Items, item{Key: fmt.Sprintf("key-%d", i), Path: fmt.Sprintf("some/where/file-%d", i)})
 	}
 	b, _ := encodeRecord(rec)
-	if got, want := volumeBytes(rec), pages(int64(len(b)))+volumeEntries*entryBytes+10000+recordHeapBytes(rec); got != want || want < 4*pageSize {
+	if got, want := volumeBytes(rec), volume.Pages(int64(len(b)))+volumeEntries*volume.EntryBytes+10000+recordHeapBytes(rec); got != want || want < 4*volume.PageSize {
 		t.Errorf("volumeBytes of a record of %d bytes = %d, want %d", len(b), got, want)
 	}
 }
@@ -150,13 +112,13 @@ func TestPublishBeyondTheBudgetIsRefusedUntilThereIsRoom(t *testing.T) {
 	ns := &nodeServer{d: d}
 	ctx := context.Background()
 	// One volume of the share costs a page for ca.crt and one for its record, and its entries.
-	one := int64(pageSize) + chargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA")}}) + volumeEntries*entryBytes
-	d.budget.limit = one + one/2
+	one := int64(volume.PageSize) + volume.ChargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA")}}) + volumeEntries*volume.EntryBytes
+	d.budget.Limit = one + one/2
 	first := publishRequest(t, d, "vol-1")
 	if _, err := ns.NodePublishVolume(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	if got := d.budget.inUse(); got != one {
+	if got := d.budget.InUse(); got != one {
 		t.Fatalf("in use after one volume: %d, want %d", got, one)
 	}
 	second := publishRequest(t, d, "vol-2")
@@ -165,26 +127,26 @@ func TestPublishBeyondTheBudgetIsRefusedUntilThereIsRoom(t *testing.T) {
 	_, err := ns.NodePublishVolume(ctx, second)
 	st, _ := status.FromError(err)
 	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "--volume-bytes-budget") ||
-		!strings.Contains(st.Message(), fmt.Sprintf("already use %d of the driver's budget of %d bytes", one, d.budget.limit)) {
+		!strings.Contains(st.Message(), fmt.Sprintf("already use %d of the driver's budget of %d bytes", one, d.budget.Limit)) {
 		t.Fatalf("publish beyond the budget: %v; want ResourceExhausted naming the bytes in use, the budget and the flag", err)
 	}
-	if d.budget.inUse() != one || exists(d.store.mountPoint("vol-2")) {
-		t.Fatalf("the refused publish left %d bytes charged or its volume dir", d.budget.inUse())
+	if d.budget.InUse() != one || exists(d.store.mountPoint("vol-2")) {
+		t.Fatalf("the refused publish left %d bytes charged or its volume dir", d.budget.InUse())
 	}
 	if _, err := ns.NodeUnpublishVolume(ctx, unpublishRequest(first)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ns.NodePublishVolume(ctx, second); err != nil || d.budget.inUse() != one {
-		t.Fatalf("publish once the first volume is gone: %v, %d bytes in use", err, d.budget.inUse())
+	if _, err := ns.NodePublishVolume(ctx, second); err != nil || d.budget.InUse() != one {
+		t.Fatalf("publish once the first volume is gone: %v, %d bytes in use", err, d.budget.InUse())
 	}
 }
 
 func TestRefreshBeyondTheBudgetKeepsTheLastFiles(t *testing.T) {
 	d, client, events := publishedVolumeOfOneKey(t)
 	ctx := context.Background()
-	one := d.budget.inUse()
-	newCopy := chargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: make([]byte, 5000)}})
-	d.budget.limit = one + newCopy - 1 // the new copy does not fit beside the old one
+	one := d.budget.InUse()
+	newCopy := volume.ChargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: make([]byte, 5000)}})
+	d.budget.Limit = one + newCopy - 1 // the new copy does not fit beside the old one
 	if _, err := client.CoreV1().Secrets("p").Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "2"},
 		Data: map[string][]byte{"ca.crt": make([]byte, 5000)}}, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -204,17 +166,17 @@ func TestRefreshBeyondTheBudgetKeepsTheLastFiles(t *testing.T) {
 		t.Fatalf("event %q, want %s saying the new files do not fit", e, reasonRefreshFailed)
 	}
 	rec, _ := d.store.get("vol-1")
-	if rec.Shares[0].Told != toldOverBudget || d.budget.inUse() != one {
-		t.Fatalf("record %+v, %d bytes in use; want the share over budget and its old copy counted", rec.Shares[0], d.budget.inUse())
+	if rec.Shares[0].Told != toldOverBudget || d.budget.InUse() != one {
+		t.Fatalf("record %+v, %d bytes in use; want the share over budget and its old copy counted", rec.Shares[0], d.budget.InUse())
 	}
-	d.budget.limit = 0 // room made
+	d.budget.Limit = 0 // room made
 	d.relistCycle(ctx, 0)
 	files, _ := atomicwriter.ReadFiles(view)
 	// The view the refresh replaced is kept for readers still on it, and charged: the old copy's
 	// bytes, and its payload dir.
-	kept := rec.Shares[0].Bytes + entryBytes
-	if want := one - rec.Shares[0].Bytes + newCopy + kept; len(files["ca.crt"].Data) != 5000 || d.budget.inUse() != want {
-		t.Fatalf("after room was made: %d bytes of ca.crt, %d in use; want the new 5000 bytes and %d", len(files["ca.crt"].Data), d.budget.inUse(), want)
+	kept := rec.Shares[0].Bytes + volume.EntryBytes
+	if want := one - rec.Shares[0].Bytes + newCopy + kept; len(files["ca.crt"].Data) != 5000 || d.budget.InUse() != want {
+		t.Fatalf("after room was made: %d bytes of ca.crt, %d in use; want the new 5000 bytes and %d", len(files["ca.crt"].Data), d.budget.InUse(), want)
 	}
 }
 
@@ -239,8 +201,8 @@ func TestPublishOfMoreFilesThanAVolumeHoldsIsRefused(t *testing.T) {
 		!strings.Contains(st.Message(), attrItems) {
 		t.Fatalf("publish of %d empty keys: %v; want ResourceExhausted naming the count, the bound and %s", maxVolumeEntries+1, err, attrItems)
 	}
-	if m.count() != 0 || d.store.count() != 0 || d.budget.inUse() != 0 {
-		t.Fatalf("the refused publish left %d mounts, %d records, %d bytes charged", m.count(), d.store.count(), d.budget.inUse())
+	if m.count() != 0 || d.store.count() != 0 || d.budget.InUse() != 0 {
+		t.Fatalf("the refused publish left %d mounts, %d records, %d bytes charged", m.count(), d.store.count(), d.budget.InUse())
 	}
 }
 
@@ -249,7 +211,7 @@ func TestPublishOfMoreFilesThanAVolumeHoldsIsRefused(t *testing.T) {
 func TestRefreshToMoreFilesThanAVolumeHoldsKeepsTheLastFiles(t *testing.T) {
 	d, client, events := publishedVolumeOfOneKey(t)
 	ctx := context.Background()
-	before := d.budget.inUse()
+	before := d.budget.InUse()
 	if _, err := client.CoreV1().Secrets("p").Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", ResourceVersion: "2"},
 		Data: emptyKeys(maxVolumeEntries + 1)}, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -267,8 +229,8 @@ func TestRefreshToMoreFilesThanAVolumeHoldsKeepsTheLastFiles(t *testing.T) {
 	if e := <-events; !strings.Contains(e, reasonRefreshFailed) || !strings.Contains(e, fmt.Sprintf("a volume holds at most %d", maxVolumeEntries)) {
 		t.Fatalf("event %q, want %s naming the bound", e, reasonRefreshFailed)
 	}
-	if d.budget.inUse() != before {
-		t.Fatalf("%d bytes in use, want %d as before", d.budget.inUse(), before)
+	if d.budget.InUse() != before {
+		t.Fatalf("%d bytes in use, want %d as before", d.budget.InUse(), before)
 	}
 }
 
@@ -285,38 +247,4 @@ func publishedVolumeOfOneKey(t *testing.T) (*driver, *fake.Clientset, chan strin
 		t.Fatal(err)
 	}
 	return d, client, events
-}
-
-// A volume is charged the larger of what its record says and what a failed reconcile measured,
-// and what its tmpfs holds of files removed but kept open on top; a save replaces the first two,
-// not the third (a save frees no page a reader keeps open), and only forgetting the volume frees
-// it all.
-func TestAVolumeIsChargedItsRecordOrMeasureAndItsUnlinkedFiles(t *testing.T) {
-	b := &volumeBudget{limit: 1 << 20}
-	b.chargeSaved("other", 1000, 0) // another volume, charged throughout
-	step := func(what string, change func(), want int64) {
-		t.Helper()
-		change()
-		if got, total := b.chargedFor("v"), b.inUse(); got != want || total != want+1000 {
-			t.Errorf("%s: the volume is charged %d, %d in all; want %d, and %d", what, got, total, want, want+1000)
-		}
-	}
-	step("saved", func() { b.chargeSaved("v", 100, 0) }, 100)
-	step("files kept open", func() { b.chargeUnlinked("v", 30) }, 130)
-	step("a failed reconcile measured more", func() { b.chargeUnsaved("v", 200) }, 230)
-	step("saved again", func() { b.chargeSaved("v", 150, 0) }, 180)
-	step("closed", func() { b.chargeUnlinked("v", 0) }, 150)
-	step("a failed reconcile measured less", func() { b.chargeUnsaved("v", 120) }, 150)
-	step("forgotten", func() { b.chargeSaved("v", 0, 0) }, 0)
-	step("counted once forgotten", func() { b.chargeUnlinked("v", 500) }, 0)
-	if got := b.chargedFor("other"); got != 1000 {
-		t.Errorf("the other volume is charged %d, want 1000", got)
-	}
-}
-
-// A removed file's name is charged as the longest a tmpfs takes.
-func TestMaxEntryNameBytesIsTheLongestNamesCost(t *testing.T) {
-	if got := entryNameBytes(strings.Repeat("n", 255)); got != maxEntryNameBytes {
-		t.Errorf("a 255-byte name costs %d, maxEntryNameBytes is %d", got, maxEntryNameBytes)
-	}
 }

@@ -54,7 +54,7 @@ func (s *identityServer) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeRe
 	return &csi.ProbeResponse{Ready: wrapperspb.Bool(s.d.ready())}, nil
 }
 
-func (d *driver) ready() bool { return d.shares.synced() }
+func (d *driver) ready() bool { return d.shares.Synced() }
 
 type nodeServer struct {
 	csi.UnimplementedNodeServer

@@ -7,6 +7,8 @@ package main
 
 import (
 	"context"
+
+	"github.com/shared-resource/csi-driver/internal/share"
 )
 
 // cycleMemo remembers, for one pass over volumes, each access decision and each source fetched.
@@ -14,11 +16,11 @@ type cycleMemo struct {
 	d       *driver
 	access  map[accessKey]memoDecision
 	sources map[cacheKey]memoSource
-	shares  map[shareRef]memoShare
+	shares  map[share.Ref]memoShare
 }
 
 type memoShare struct {
-	sh  shareSpec
+	sh  share.Spec
 	err error
 }
 
@@ -33,16 +35,16 @@ type memoSource struct {
 }
 
 func (d *driver) newCycleMemo() *cycleMemo {
-	return &cycleMemo{d: d, access: map[accessKey]memoDecision{}, sources: map[cacheKey]memoSource{}, shares: map[shareRef]memoShare{}}
+	return &cycleMemo{d: d, access: map[accessKey]memoDecision{}, sources: map[cacheKey]memoSource{}, shares: map[share.Ref]memoShare{}}
 }
 
 // share reads the share from the informer, with a live GET when it is not cached, so that a
 // share missing from the cache is confirmed deleted before any volume is revoked for it.
-func (m *cycleMemo) share(ctx context.Context, ref shareRef) (shareSpec, error) {
+func (m *cycleMemo) share(ctx context.Context, ref share.Ref) (share.Spec, error) {
 	if r, ok := m.shares[ref]; ok {
 		return r.sh, r.err
 	}
-	sh, err := m.d.shares.get(ctx, ref.Kind, ref.Name)
+	sh, err := m.d.shares.Get(ctx, ref.Kind, ref.Name)
 	m.shares[ref] = memoShare{sh, err}
 	return sh, err
 }
@@ -57,12 +59,12 @@ func (m *cycleMemo) decision(ctx context.Context, key accessKey) (decision, erro
 }
 
 // source is sh's source as sh exposes it.
-func (m *cycleMemo) source(ctx context.Context, sh shareSpec) (*sourceData, error) {
-	key := cacheKey{sh.sourceKey(), sh.Exposed.fingerprint()}
+func (m *cycleMemo) source(ctx context.Context, sh share.Spec) (*sourceData, error) {
+	key := cacheKey{sh.SourceKey(), sh.Exposed.Fingerprint()}
 	if r, ok := m.sources[key]; ok {
 		return r.data, r.err
 	}
-	data, err := m.d.sources.refresh(ctx, sh.sourceKey(), sh.Exposed)
+	data, err := m.d.sources.refresh(ctx, sh.SourceKey(), sh.Exposed)
 	m.sources[key] = memoSource{data, err}
 	return data, err
 }

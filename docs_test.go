@@ -286,25 +286,29 @@ type funcFacts struct {
 	name, recvT string          // its name, and its receiver's type for a method
 }
 
+// loadErrorSites scans the driver's code whose messages reach the kubelet: the root, and
+// internal/share, whose errors and messages about a share the root returns.
 func loadErrorSites(t *testing.T) *errorSites {
 	t.Helper()
-	pkg, err := build.ImportDir(".", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	fset := token.NewFileSet()
 	s := &errorSites{funcs: map[*ast.FuncDecl]*funcFacts{}}
-	for _, name := range pkg.GoFiles {
-		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+	for _, dir := range []string{".", "internal/share"} {
+		pkg, err := build.ImportDir(dir, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, d := range f.Decls {
-			fn, ok := d.(*ast.FuncDecl)
-			if !ok || fn.Body == nil {
-				continue
+		for _, name := range pkg.GoFiles {
+			f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
 			}
-			s.funcs[fn] = s.scan(fset, fn)
+			for _, d := range f.Decls {
+				fn, ok := d.(*ast.FuncDecl)
+				if !ok || fn.Body == nil {
+					continue
+				}
+				s.funcs[fn] = s.scan(fset, fn)
+			}
 		}
 	}
 	return s

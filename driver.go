@@ -19,7 +19,10 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/shared-resource/csi-driver/internal/crashpoint"
+	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/shareapi"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 const driverName = shareapi.DriverName
@@ -34,7 +37,7 @@ type driver struct {
 	nodeID      string
 	kubeletRoot string
 	tmpfsSize   int64
-	budget      *volumeBudget // the bytes of all volumes on the node
+	budget      *volume.Budget // the bytes of all volumes on the node
 	// account is the driver's own service account, named in what an admin must run when the
 	// driver may not read a source.
 	account driverAccount
@@ -42,12 +45,12 @@ type driver struct {
 	mounter mounter // kernelMounter; a fake in unit tests
 	store   *volumeStore
 	locks   *volumeLocks
-	shares  *shareIndex
+	shares  *share.Index
 	sources *sourceCache
 	authz   *authorizer
 	events  record.EventRecorder // a record.FakeRecorder in unit tests
 	metrics *metrics
-	crash   crashPoints // a no-op but in the crash tests' build (crashsteps.go)
+	crash   crashpoint.Points // a no-op but in the crash tests' build (internal/crashpoint)
 }
 
 // wiring is the driver built from the options, and what serving it needs besides.
@@ -99,10 +102,10 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 	}
 	// One event broadcaster for the process.
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(eventSink{c: kube.core})
+	broadcaster.StartRecordingToSink(eventSink{c: kube.Core})
 
 	shareEvents := newShareEventQueue(newRelistSchedule(o.relistInterval, o.relistSpread))
-	nodeBudget := &volumeBudget{limit: budget}
+	nodeBudget := &volume.Budget{Limit: budget}
 	d := &driver{
 		version:     version,
 		nodeID:      o.nodeID,
@@ -114,11 +117,11 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 		store:       newVolumeStore(o.stateDir, nodeBudget), // the budget's owner
 		locks:       newVolumeLocks(),
 		sources:     sources,
-		authz:       newAuthorizer(sarClient{C: kube.authz}, kube.rbacLoading, o.authzTTL, o.relistInterval),
+		authz:       newAuthorizer(sarClient{C: kube.Authz}, kube.rbacLoading, o.authzTTL, o.relistInterval),
 		metrics:     m,
-		crash:       newCrashPoints(),
-		events:      broadcaster.NewRecorder(kube.scheme, corev1.EventSource{Component: driverEventComponent, Host: o.nodeID}),
-		shares:      newShareIndex(kube.dyn, shareEvents.add),
+		crash:       crashpoint.New(),
+		events:      broadcaster.NewRecorder(kube.Scheme, corev1.EventSource{Component: driverEventComponent, Host: o.nodeID}),
+		shares:      share.NewIndex(kube.Dyn, shareEvents.add),
 	}
 	m.registerDriverGauges(d.gauges())
 	return &wiring{d: d, kube: kube, broadcaster: broadcaster, shareEvents: shareEvents, sockPath: sockPath}, nil
@@ -130,8 +133,8 @@ func (d *driver) gauges() driverGauges {
 		ready:       d.ready,
 		volumes:     d.store.count,
 		mounts:      d.countMounts,
-		volumeBytes: d.budget.inUse,
-		budget:      func() int64 { return d.budget.limit },
+		volumeBytes: d.budget.InUse,
+		budget:      func() int64 { return d.budget.Limit },
 		sources:     d.sources.snapshot,
 	}
 }
@@ -164,7 +167,7 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 // default derived from the container's memory limit (none, with a warning, when there is none).
 func parseVolumeBudget(s string, cacheBytes int64) (int64, error) {
 	if s == "" {
-		budget, err := defaultVolumeBudget(cacheBytes)
+		budget, err := volume.DefaultBudget(cacheBytes)
 		if err != nil {
 			klog.InfoS("No volume budget: volumes may grow until the container's memory limit; set --volume-bytes-budget", "reason", err.Error())
 			return 0, nil

@@ -20,7 +20,7 @@ func boundOnce(t *testing.T, d *driver, rec volumeRecord) {
 	t.Helper()
 	m := d.mounter.(*fakeMounter)
 	top, ok := m.at(rec.TargetPath)
-	if !ok || top.source != d.store.dirOf(rec).dataDir() || !hasOption(top.entry.Options, "ro") || m.count() != 2 {
+	if !ok || top.source != d.store.dirOf(rec).ViewPath() || !hasOption(top.entry.Options, "ro") || m.count() != 2 {
 		t.Fatalf("the target's mount %+v (%v), %d mounts in all; want the volume's read-only bind, once", top, ok, m.count())
 	}
 }

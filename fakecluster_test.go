@@ -26,6 +26,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // errOutage is what an API server that cannot be reached answers.
@@ -68,7 +69,7 @@ func (c *fakeCluster) node() (*driver, chan string) {
 	putSecretShare(c.t, d, "share", "share-1", "p", "src")
 	events := make(chan string, 100)
 	d.events = &record.FakeRecorder{Events: events}
-	d.shares.dyn.(*dynamicfake.FakeDynamicClient).PrependReactor("get", "*", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+	d.shares.Dyn.(*dynamicfake.FakeDynamicClient).PrependReactor("get", "*", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
 		return c.shareErr != nil, nil, c.shareErr
 	})
 	return d, events
@@ -98,7 +99,7 @@ func (c *fakeCluster) deleteSource() {
 // the volume has no view.
 func podView(t *testing.T, d *driver, id string) map[string]string {
 	t.Helper()
-	files, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint(id), dataDir))
+	files, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint(id), volume.ViewDir))
 	if err != nil {
 		return nil
 	}
@@ -177,7 +178,7 @@ func (c *fakeCluster) restart(d *driver) (*driver, chan string) {
 	c.t.Helper()
 	n, events := c.node()
 	n.kubeletRoot, n.mounter = d.kubeletRoot, d.mounter
-	n.budget.limit = d.budget.limit
+	n.budget.Limit = d.budget.Limit
 	n.store = newVolumeStore(filepath.Dir(d.store.dir), n.budget)
 	if err := n.recoverVolumes(); err != nil {
 		c.t.Fatalf("recover: %v", err)

@@ -16,10 +16,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/shared-resource/csi-driver/internal/mountinfo"
 )
 
 type fakeMount struct {
-	entry  mountEntry
+	entry  mountinfo.Entry
 	source string // a bind's source dir; "" for a tmpfs
 	size   int64  // a tmpfs's size limit
 }
@@ -47,7 +49,7 @@ func (f *fakeMounter) mountTmpfs(dir string, sizeBytes int64, options string) er
 		return err
 	}
 	f.nextID++
-	f.table = append(f.table, fakeMount{size: sizeBytes, entry: mountEntry{MajorMinor: fmt.Sprintf("0:%d", f.nextID), Root: "/",
+	f.table = append(f.table, fakeMount{size: sizeBytes, entry: mountinfo.Entry{MajorMinor: fmt.Sprintf("0:%d", f.nextID), Root: "/",
 		MountPoint: filepath.Clean(dir), Options: "rw,nosuid,nodev,noexec", FSType: "tmpfs", Source: "tmpfs", SuperOptions: options}})
 	return nil
 }
@@ -66,7 +68,7 @@ func (f *fakeMounter) bindReadOnly(source, target string) error {
 		return err
 	}
 	// The bind's device is the tmpfs's that holds source, and its root is source's path in it.
-	e := mountEntry{MajorMinor: "0:0", Root: "/", MountPoint: filepath.Clean(target), Options: "ro,nosuid,nodev,noexec", FSType: "none"}
+	e := mountinfo.Entry{MajorMinor: "0:0", Root: "/", MountPoint: filepath.Clean(target), Options: "ro,nosuid,nodev,noexec", FSType: "none"}
 	for _, m := range f.table {
 		if m.source == "" && strings.HasPrefix(source, m.entry.MountPoint+"/") {
 			e.MajorMinor, e.FSType = m.entry.MajorMinor, "tmpfs"
@@ -118,10 +120,10 @@ func (f *fakeMounter) isBindOf(source, target string) (bool, error) {
 	return ok && top.source == filepath.Clean(source), nil
 }
 
-func (f *fakeMounter) mounts() ([]mountEntry, error) {
+func (f *fakeMounter) mounts() ([]mountinfo.Entry, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]mountEntry, len(f.table))
+	out := make([]mountinfo.Entry, len(f.table))
 	for i, m := range f.table {
 		out[i] = m.entry
 	}

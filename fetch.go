@@ -1,11 +1,11 @@
 package main
 
 // The sources: the one Secret or ConfigMap a share points at, fetched with a GET on demand (by
-// its kind's resource, sharekinds.go; decoded by sourcedecode.go) and kept in a bounded LRU.
+// its kind's resource, internal/share/kinds.go; decoded by sourcedecode.go) and kept in a bounded LRU.
 // There is deliberately no informer over Secrets or ConfigMaps: the driver's memory must not
-// grow with the number of Secrets in the cluster. (The shares themselves: shares.go.)
+// grow with the number of Secrets in the cluster. (The shares themselves: internal/share/index.go.)
 //
-// What is cached is a source as one share exposes it (sharekeys.go): the keys outside the
+// What is cached is a source as one share exposes it (internal/share/exposure.go): the keys outside the
 // share's list are dropped right after the decode of the GET, before the object enters the cache,
 // so the cache is keyed by the source and the list.
 
@@ -16,19 +16,11 @@ import (
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/shared-resource/csi-driver/internal/share"
 	"golang.org/x/sync/singleflight"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
-
-// sourceKey names a Secret or ConfigMap.
-type sourceKey struct {
-	Kind      shareKind
-	Namespace string
-	Name      string
-}
-
-func (k sourceKey) String() string { return fmt.Sprintf("%s %s/%s", k.Kind, k.Namespace, k.Name) }
 
 // sourceData is a source object's files, as a share exposes them. It is shared between callers
 // and never modified.
@@ -37,7 +29,7 @@ type sourceData struct {
 	ResourceVersion string
 	UID             string // which object: a deleted and re-created one has another
 	// Created is the object's metadata.creationTimestamp: whether a share's first pin may take
-	// it (sourcepin.go).
+	// it (internal/share/pin.go).
 	Created time.Time
 	Size    int64
 	// Missing are the keys the share lists that the source lacks (sorted): a share in that state
@@ -47,7 +39,7 @@ type sourceData struct {
 
 // cacheKey is a source seen through one share's list (exposure.fingerprint; "" for every key).
 type cacheKey struct {
-	sourceKey
+	share.SourceKey
 	exposed string
 }
 
@@ -89,9 +81,9 @@ func newSourceCache(client sourceGetter, maxEntries int, maxBytes int64, ttl tim
 }
 
 // get returns the source as shared exposes it, from the cache when fresh.
-func (c *sourceCache) get(ctx context.Context, key sourceKey, shared exposure) (*sourceData, error) {
+func (c *sourceCache) get(ctx context.Context, key share.SourceKey, shared share.Exposure) (*sourceData, error) {
 	c.mu.Lock()
-	if e, ok := c.lru.Get(cacheKey{key, shared.fingerprint()}); ok && c.now().Sub(e.fetchedAt) < c.ttl {
+	if e, ok := c.lru.Get(cacheKey{key, shared.Fingerprint()}); ok && c.now().Sub(e.fetchedAt) < c.ttl {
 		c.stats.Hits++
 		c.mu.Unlock()
 		return e.data, nil
@@ -104,14 +96,14 @@ func (c *sourceCache) get(ctx context.Context, key sourceKey, shared exposure) (
 // refresh GETs the source for the relist, from the API server's watch cache (resourceVersion
 // "0"): no quorum read of etcd, possibly a moment stale, which is right for periodic refresh and
 // wrong for a publish. The answer refreshes the cache.
-func (c *sourceCache) refresh(ctx context.Context, key sourceKey, shared exposure) (*sourceData, error) {
+func (c *sourceCache) refresh(ctx context.Context, key share.SourceKey, shared share.Exposure) (*sourceData, error) {
 	return c.fetch(ctx, key, shared, metav1.GetOptions{ResourceVersion: "0"})
 }
 
 // fetch GETs the source with opts, keeps what shared exposes and caches that. Concurrent calls
 // alike share one request.
-func (c *sourceCache) fetch(ctx context.Context, key sourceKey, shared exposure, opts metav1.GetOptions) (*sourceData, error) {
-	ck := cacheKey{key, shared.fingerprint()}
+func (c *sourceCache) fetch(ctx context.Context, key share.SourceKey, shared share.Exposure, opts metav1.GetOptions) (*sourceData, error) {
+	ck := cacheKey{key, shared.Fingerprint()}
 	v, err, _ := c.group.Do(key.String()+"|"+ck.exposed+"|"+opts.ResourceVersion, func() (any, error) {
 		d, err := c.client.getSource(ctx, key, opts)
 		if err != nil {
@@ -135,14 +127,14 @@ func (c *sourceCache) fetch(ctx context.Context, key sourceKey, shared exposure,
 }
 
 // exposeOnly is d as shared exposes it: a new sourceData holding only the shared keys.
-func exposeOnly(d *sourceData, shared exposure) *sourceData {
-	if shared.all() {
+func exposeOnly(d *sourceData, shared share.Exposure) *sourceData {
+	if shared.All() {
 		return d
 	}
 	// A copy of d, so that what says which object this is (its UID, which the share's pin
 	// checks, and its resourceVersion) comes along; only the files and their size change.
 	out := *d
-	out.Files, out.Missing = shared.filter(d.Files)
+	out.Files, out.Missing = shared.Filter(d.Files)
 	out.Size = 0
 	for k, v := range out.Files {
 		out.Size += int64(len(k) + len(v))
@@ -151,11 +143,11 @@ func exposeOnly(d *sourceData, shared exposure) *sourceData {
 }
 
 // forget drops every cached view of the source.
-func (c *sourceCache) forget(key sourceKey) {
+func (c *sourceCache) forget(key share.SourceKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, k := range c.lru.Keys() {
-		if k.sourceKey == key {
+		if k.SourceKey == key {
 			c.lru.Remove(k)
 		}
 	}
@@ -186,19 +178,19 @@ func (c *sourceCache) snapshot() (entries int, bytes int64, stats cacheStats) {
 
 // sourceGetter GETs source objects.
 type sourceGetter interface {
-	getSource(ctx context.Context, key sourceKey, opts metav1.GetOptions) (*sourceData, error)
+	getSource(ctx context.Context, key share.SourceKey, opts metav1.GetOptions) (*sourceData, error)
 }
 
 var _ sourceGetter = (*kubeClient)(nil)
 
 // getSource GETs the object key names, by its kind's resource, and returns its files.
-func (k *kubeClient) getSource(ctx context.Context, key sourceKey, opts metav1.GetOptions) (*sourceData, error) {
-	kind, ok := key.Kind.info()
+func (k *kubeClient) getSource(ctx context.Context, key share.SourceKey, opts metav1.GetOptions) (*sourceData, error) {
+	kind, ok := key.Kind.Info()
 	if !ok {
 		return nil, fmt.Errorf("unknown kind %q", key.Kind)
 	}
-	obj := kind.newSource()
-	req := k.core.Get().Namespace(key.Namespace).Resource(kind.source.Resource).Name(key.Name).
+	obj := kind.NewSource()
+	req := k.Core.Get().Namespace(key.Namespace).Resource(kind.Source.Resource).Name(key.Name).
 		VersionedParams(&opts, metav1.ParameterCodec)
 	if err := k.getInto(ctx, req, string(key.Kind), obj); err != nil {
 		return nil, err
@@ -207,8 +199,8 @@ func (k *kubeClient) getSource(ctx context.Context, key sourceKey, opts metav1.G
 }
 
 // newSourceData is the files of obj, a decoded source of kind.
-func newSourceData(kind shareKindInfo, obj sourceObject) *sourceData {
-	d := &sourceData{Files: kind.files(obj), ResourceVersion: obj.GetResourceVersion(), UID: string(obj.GetUID()), Created: obj.GetCreationTimestamp().Time}
+func newSourceData(kind share.KindInfo, obj share.SourceObject) *sourceData {
+	d := &sourceData{Files: kind.Files(obj), ResourceVersion: obj.GetResourceVersion(), UID: string(obj.GetUID()), Created: obj.GetCreationTimestamp().Time}
 	for k, v := range d.Files {
 		d.Size += int64(len(k) + len(v))
 	}

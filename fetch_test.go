@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shared-resource/csi-driver/internal/share"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,14 +33,14 @@ func secretObj(ns, name string, size int) *corev1.Secret {
 // fakeSources reads Secrets and ConfigMaps from a fake clientset.
 type fakeSources struct{ c *fake.Clientset }
 
-func (f fakeSources) getSource(ctx context.Context, key sourceKey, opts metav1.GetOptions) (*sourceData, error) {
-	kind, _ := key.Kind.info()
-	var obj sourceObject
+func (f fakeSources) getSource(ctx context.Context, key share.SourceKey, opts metav1.GetOptions) (*sourceData, error) {
+	kind, _ := key.Kind.Info()
+	var obj share.SourceObject
 	var err error
 	switch key.Kind {
-	case kindSecret:
+	case share.KindSecret:
 		obj, err = f.c.CoreV1().Secrets(key.Namespace).Get(ctx, key.Name, opts)
-	case kindConfigMap:
+	case share.KindConfigMap:
 		obj, err = f.c.CoreV1().ConfigMaps(key.Namespace).Get(ctx, key.Name, opts)
 	}
 	if err != nil {
@@ -63,7 +64,7 @@ func TestSourceCacheServesRepeatedGetsWithinTTL(t *testing.T) {
 	c, _ := newSourceCache(fakeSources{client}, 10, 1<<20, time.Minute)
 	clock := &fakeClock{t: time.Unix(0, 0)}
 	c.now = clock.now
-	key := sourceKey{Kind: kindSecret, Namespace: "p", Name: "a"}
+	key := share.SourceKey{Kind: share.KindSecret, Namespace: "p", Name: "a"}
 	for i := 0; i < 100; i++ {
 		if _, err := c.get(context.Background(), key, nil); err != nil {
 			t.Fatal(err)
@@ -90,7 +91,7 @@ func TestSourceCacheBoundsEntriesAndBytes(t *testing.T) {
 	// At most 4 entries, at most 350 bytes (three 101-byte entries).
 	c, _ := newSourceCache(fakeSources{client}, 4, 350, time.Minute)
 	for i := 0; i < 10; i++ {
-		if _, err := c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: fmt.Sprint(i)}, nil); err != nil {
+		if _, err := c.get(context.Background(), share.SourceKey{Kind: share.KindSecret, Namespace: "p", Name: fmt.Sprint(i)}, nil); err != nil {
 			t.Fatal(err)
 		}
 		entries, bytes, _ := c.snapshot()
@@ -109,7 +110,7 @@ func TestSourceCacheBoundsEntriesAndBytes(t *testing.T) {
 	if err := client.Tracker().Add(secretObj("p", "huge", 1000)); err != nil {
 		t.Fatal(err)
 	}
-	d, err := c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: "huge"}, nil)
+	d, err := c.get(context.Background(), share.SourceKey{Kind: share.KindSecret, Namespace: "p", Name: "huge"}, nil)
 	if err != nil || len(d.Files["k"]) != 1000 {
 		t.Fatalf("huge object: %v", err)
 	}
@@ -134,7 +135,7 @@ func TestSourceCacheCoalescesConcurrentMisses(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, err := c.get(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: "a"}, nil)
+			d, err := c.get(context.Background(), share.SourceKey{Kind: share.KindSecret, Namespace: "p", Name: "a"}, nil)
 			if err == nil && (d.ResourceVersion != "1" || len(d.Files["k"]) != 10) {
 				err = fmt.Errorf("got %+v", d)
 			}
@@ -179,8 +180,8 @@ func TestSourceCacheKeepsOnlyWhatTheShareExposes(t *testing.T) {
 		Data: map[string][]byte{"ca.crt": []byte("CA"), "tls.key": []byte("PRIVATE")}})
 	gets := countGets(client)
 	c, _ := newSourceCache(fakeSources{client}, 10, 1<<20, time.Minute)
-	key := sourceKey{Kind: kindSecret, Namespace: "p", Name: "tls"}
-	ca := exposure{{"ca.crt", "ca.pem"}}
+	key := share.SourceKey{Kind: share.KindSecret, Namespace: "p", Name: "tls"}
+	ca := share.Exposure{{Key: "ca.crt", Path: "ca.pem"}}
 	d, err := c.get(context.Background(), key, ca)
 	if err != nil || len(d.Files) != 1 || string(d.Files["ca.pem"]) != "CA" || d.Size != int64(len("ca.pem")+2) {
 		t.Fatalf("through the list: %+v, %v", d, err)
@@ -200,8 +201,30 @@ func TestSourceCacheKeepsOnlyWhatTheShareExposes(t *testing.T) {
 	if len(all.Files) != 2 || gets.Load() != 2 {
 		t.Errorf("a share without a list: %d files after %d GETs, want 2 and 2", len(all.Files), gets.Load())
 	}
-	again, _ := c.get(context.Background(), key, exposure{{"ca.crt", "ca.pem"}})
+	again, _ := c.get(context.Background(), key, share.Exposure{{Key: "ca.crt", Path: "ca.pem"}})
 	if again != d || gets.Load() != 2 {
 		t.Errorf("the same list again was not served from its entry (%d GETs)", gets.Load())
+	}
+}
+
+// exposeOnly (fetch.go's step after the decode) recomputes the size from what is kept, so the
+// cache's byte bound counts only shared bytes.
+func TestExposeOnlyCountsSharedBytes(t *testing.T) {
+	d := &sourceData{Files: map[string][]byte{"ca.crt": []byte("CERT"), "tls.key": make([]byte, 1000)}, ResourceVersion: "7", UID: "uid-1", Size: 1013}
+	got := exposeOnly(d, share.Exposure{{Key: "ca.crt", Path: "ca.crt"}})
+	if got.Size != int64(len("ca.crt")+4) || got.ResourceVersion != "7" || len(got.Files) != 1 {
+		t.Errorf("got %+v", got)
+	}
+	// The share's pin checks the UID of what it serves: a list must not lose it (it did, and a
+	// share with a list then served a source deleted and created again).
+	if got.UID != "uid-1" {
+		t.Errorf("UID %q after the filter, want uid-1", got.UID)
+	}
+	pin := share.Pin{UID: "uid-0"}
+	if !pin.Refuses(got.UID) {
+		t.Error("a share pinned to another object must refuse the filtered source")
+	}
+	if exposeOnly(d, nil) != d {
+		t.Error("every key: the data itself is kept")
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
 )
 
 const fuzzKubeletRoot = "/var/lib/kubelet"
@@ -280,16 +281,16 @@ func FuzzParsePublishRequest(f *testing.F) {
 		secretName, hasSecret := vc[attrSharedSecret]
 		cmName, hasCM := vc[attrSharedConfigMap]
 		list, hasList := vc[attrShares]
-		var want []shareRef
+		var want []share.Ref
 		switch {
 		case hasSecret && !hasCM && !hasList:
-			want = []shareRef{{Kind: kindSecret, Name: secretName}}
+			want = []share.Ref{{Kind: share.KindSecret, Name: secretName}}
 		case hasCM && !hasSecret && !hasList:
-			want = []shareRef{{Kind: kindConfigMap, Name: cmName}}
+			want = []share.Ref{{Kind: share.KindConfigMap, Name: cmName}}
 		case hasList && !hasSecret && !hasCM:
 			for _, e := range strings.Split(list, ",") {
 				kind, name, _ := strings.Cut(strings.TrimSpace(e), "/")
-				want = append(want, shareRef{Kind: map[string]shareKind{"secret": kindSecret, "configmap": kindConfigMap}[kind], Name: name})
+				want = append(want, share.Ref{Kind: map[string]share.Kind{"secret": share.KindSecret, "configmap": share.KindConfigMap}[kind], Name: name})
 			}
 		default:
 			t.Fatalf("accepted with sharedSecret=%v, sharedConfigMap=%v, shares=%v", hasSecret, hasCM, hasList)
@@ -298,7 +299,7 @@ func FuzzParsePublishRequest(f *testing.F) {
 			t.Fatalf("shares %q parsed as %v", list, v.Shares)
 		}
 		for i, s := range v.Shares {
-			if s.Kind != kindSecret && s.Kind != kindConfigMap || len(validation.IsDNS1123Subdomain(s.Name)) > 0 {
+			if s.Kind != share.KindSecret && s.Kind != share.KindConfigMap || len(validation.IsDNS1123Subdomain(s.Name)) > 0 {
 				t.Fatalf("accepted share %v", s)
 			}
 			if slices.Contains(v.Shares[:i], s) {

@@ -42,9 +42,10 @@ package main
 //	(7)  access granted; the driver may not read the  readForbidden    shown         readForbidden: the last files stay
 //	     source                                                        away          regrantedReadForbidden
 //	(8)  access granted; the source is another object sourceReplaced   shown         sourceReplaced: the last files stay
-//	     (re-created) than the pin (sourcepin.go;                      away          regrantedSourceReplaced
-//	     while the share has no pin, the volume's
-//	     recorded source is its pin)
+//	     (re-created) than the pin                                     away          regrantedSourceReplaced
+//	     (internal/share/pin.go; while the share has
+//	     no pin, the volume's recorded source is its
+//	     pin)
 //	(9)  access granted; the source at the version    current          shown         current; told (refreshResumed) from
 //	     and through the list the volume shows                                       readForbidden only
 //	(10) access granted; anything else: a new copy    refreshed        any           current; always told (refreshed,
@@ -54,7 +55,7 @@ package main
 //	     the volume (maxVolumeEntries); known only
 //	     when it is written (reconcile.go's writeNewCopy)
 //
-// When the share's list of keys (spec.items, sharekeys.go) is not the one the volume shows, the
+// When the share's list of keys (spec.items, internal/share/exposure.go) is not the one the volume shows, the
 // share is refreshed from the source ((10), keysChanged: it gains and loses keys in one swap).
 // Where it cannot be (refreshResource=false, the source lacks a listed key, the pod's items
 // select a key no longer shared, the source cannot be read or was re-created and the pin refuses
@@ -75,6 +76,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
 )
 
 // shareVerdict is what a reconcile decided for one share.
@@ -146,7 +148,7 @@ func (t told) keeping(shown, away told) told {
 // changes nothing, on disk or in rec.
 func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) shareVerdict {
 	st := rec.Shares[i]
-	if sh, err := memo.share(ctx, st.shareRef); err == nil {
+	if sh, err := memo.share(ctx, st.Ref); err == nil {
 		if !shareIdentity(ctx, st, sh, memo) {
 			return replacedShare(rec, st, sh)
 		}
@@ -167,7 +169,7 @@ func (d *driver) judgeShareObject(ctx context.Context, rec volumeRecord, i int, 
 	st := rec.Shares[i] // a copy: the next state is built on it
 	sh, denied, err := d.judgeAccess(ctx, rec, i, memo)
 	switch {
-	case err != nil && shareRead(ctx, memo, st.shareRef):
+	case err != nil && shareRead(ctx, memo, st.Ref):
 		// The share was read, the review failed: access is judged next cycle, but the share's
 		// list is known now, and what it no longer shares goes now.
 		return d.narrowed(rec, i, sh.Exposed, shareVerdict{state: st, err: err})
@@ -191,11 +193,11 @@ func (d *driver) judgeShareObject(ctx context.Context, rec volumeRecord, i int, 
 
 // judgeAccess says whether the pod may still see share i of rec: denied is why not ("" when it
 // may), and sh is the share as it is now.
-func (d *driver) judgeAccess(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) (sh shareSpec, denied string, err error) {
-	ref := rec.Shares[i].shareRef
+func (d *driver) judgeAccess(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) (sh share.Spec, denied string, err error) {
+	ref := rec.Shares[i].Ref
 	sh, err = memo.share(ctx, ref)
 	if apierrors.IsNotFound(err) {
-		return sh, ref.Kind.shareTypeName() + " " + quote(ref.Name) + " was deleted", nil
+		return sh, ref.Kind.TypeName() + " " + quote(ref.Name) + " was deleted", nil
 	}
 	if err != nil {
 		return sh, "", err
@@ -209,7 +211,7 @@ func (d *driver) judgeAccess(ctx context.Context, rec volumeRecord, i int, memo 
 }
 
 // judgeSource is the verdict on share i of a refreshing volume the pod may see, from its source.
-func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh shareSpec, memo *cycleMemo) shareVerdict {
+func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh share.Spec, memo *cycleMemo) shareVerdict {
 	st := rec.Shares[i]
 	src, err := memo.source(ctx, sh)
 	switch {
@@ -235,14 +237,14 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	sameSource := st.SourceNamespace == sh.SourceNamespace && st.SourceName == sh.SourceName
 	if sameSource {
 		// The object the volume's files came from pins it while the share has no pin.
-		sh.Pin = sh.Pin.orRecorded(st.SourceUID)
+		sh.Pin = sh.Pin.OrRecorded(st.SourceUID)
 	}
-	if sh.Pin.refuses(src.UID) {
+	if sh.Pin.Refuses(src.UID) {
 		// (8) The new object is not shown; the keys the share stopped listing go all the same.
 		return d.narrowed(rec, i, sh.Exposed, sourceReplaced(st, sh, src.UID))
 	}
 	st.SourceUID = cmp.Or(st.SourceUID, src.UID) // a record from before UIDs were kept adopts it
-	sameKeys := st.Exposed.same(sh.Exposed)
+	sameKeys := st.Exposed.Same(sh.Exposed)
 	if !st.Told.hidden() && sameSource && st.ResourceVersion == src.ResourceVersion && sameKeys {
 		return currentShare(st, sh) // (9)
 	}
@@ -263,10 +265,10 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 
 // currentShare is the verdict on a share whose files are the source's now (9): the pod is told
 // when it comes back from readForbidden.
-func currentShare(st shareState, sh shareSpec) shareVerdict {
+func currentShare(st shareState, sh share.Spec) shareVerdict {
 	var tell bool
 	if st.Told, tell = st.Told.after(outcomeCurrent); tell {
-		return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshResumed, why: sh.sourceKey().String()}}
+		return shareVerdict{state: st, change: &shareChange{share: st.Ref, kind: changeRefreshResumed, why: sh.SourceKey().String()}}
 	}
 	return shareVerdict{state: st}
 }
@@ -274,8 +276,8 @@ func currentShare(st shareState, sh shareSpec) shareVerdict {
 // refreshedChange is what a new copy of a share in state st, from the source at version rv,
 // reports (10): restored when its files were away, keysChanged when the share's list changed,
 // refreshed otherwise.
-func refreshedChange(st shareState, sh shareSpec, rv string, sameKeys bool) *shareChange {
-	change := &shareChange{share: st.shareRef, kind: changeRefreshed,
+func refreshedChange(st shareState, sh share.Spec, rv string, sameKeys bool) *shareChange {
+	change := &shareChange{share: st.Ref, kind: changeRefreshed,
 		why: fmt.Sprintf("%s %s/%s (resourceVersion %s)", st.Kind, sh.SourceNamespace, sh.SourceName, rv)}
 	switch {
 	case st.Told.hidden():
@@ -287,7 +289,7 @@ func refreshedChange(st shareState, sh shareSpec, rv string, sameKeys bool) *sha
 }
 
 // narrowed is verdict v on share i of rec narrowed to the share's list of keys now (exposed:
-// spec.items, sharekeys.go), the one narrowing step. Every verdict that brings no copy made
+// spec.items, internal/share/exposure.go), the one narrowing step. Every verdict that brings no copy made
 // through the share's list now goes through it, so keys that stopped being shared never stay,
 // whatever else the verdict says. When exposed is the list the share's copy was made through,
 // v is as it is. Otherwise the copy keeps only the files the new list still shares (under the
@@ -296,17 +298,17 @@ func refreshedChange(st shareState, sh shareSpec, rv string, sameKeys bool) *sha
 // restored, refreshFailed) is kept; a verdict that reported none reports keysChanged when files
 // leave. An error in v (the share was read, what came after failed) is logged and dropped: the
 // share is narrowed, and the rest judged again next cycle.
-func (d *driver) narrowed(rec volumeRecord, i int, exposed exposure, v shareVerdict) shareVerdict {
-	if v.state.Exposed.same(exposed) {
+func (d *driver) narrowed(rec volumeRecord, i int, exposed share.Exposure, v shareVerdict) shareVerdict {
+	if v.state.Exposed.Same(exposed) {
 		return v
 	}
 	if v.err != nil {
 		klog.ErrorS(v.err, "Checking a share failed; keeping only what its new list still shares", "volumeID", rec.VolumeID, "share", v.state.String())
 		v.err = nil
 	}
-	held, err := atomicwriter.ReadFiles(d.store.dirOf(rec).shareDir(i))
+	held, err := atomicwriter.ReadFiles(d.store.dirOf(rec).CopyPath(i))
 	if err != nil {
-		err = fmt.Errorf("reading the copy of %s to drop keys no longer shared: %w", v.state.shareRef, err)
+		err = fmt.Errorf("reading the copy of %s to drop keys no longer shared: %w", v.state.Ref, err)
 		if v.state.Told.hidden() {
 			// A revocation stands: the share leaves the view now. Its copy, kept for when access
 			// comes back, still notes the list it was made through, so it is narrowed before it
@@ -323,25 +325,25 @@ func (d *driver) narrowed(rec volumeRecord, i int, exposed exposure, v shareVerd
 	}
 	v.files = kept
 	if v.change == nil {
-		v.change = &shareChange{share: v.state.shareRef, kind: changeKeys, why: exposureSummary(exposed) + "; files no longer shared were removed"}
+		v.change = &shareChange{share: v.state.Ref, kind: changeKeys, why: exposureSummary(exposed) + "; files no longer shared were removed"}
 	}
 	return v
 }
 
 // shareRead says whether the share was read, and read whole, this cycle (memoized): its list is
 // then known, whatever failed after.
-func shareRead(ctx context.Context, memo *cycleMemo, ref shareRef) bool {
+func shareRead(ctx context.Context, memo *cycleMemo, ref share.Ref) bool {
 	_, err := memo.share(ctx, ref)
 	return err == nil
 }
 
 // exposureSummary says what a share's list exposes, for an event: the names it shares, never
 // others.
-func exposureSummary(e exposure) string {
-	if e.all() {
+func exposureSummary(e share.Exposure) string {
+	if e.All() {
 		return "it shares every key of its source"
 	}
-	return "it shares only " + quoteAll(e.names())
+	return "it shares only " + quoteAll(e.Names())
 }
 
 // revokeShare is the verdict on a share the pod may no longer see: revoked (2).
@@ -350,13 +352,13 @@ func revokeShare(st shareState, why string) shareVerdict {
 	if st.Told, tell = st.Told.after(outcomeDenied); !tell {
 		return shareVerdict{state: st}
 	}
-	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRevoked, why: why}}
+	return shareVerdict{state: st, change: &shareChange{share: st.Ref, kind: changeRevoked, why: why}}
 }
 
 // replacedShare is the verdict on a share whose object was replaced by another under the same
 // name (3): revoked (its files leave the view, if the deletion did not already take them), and the
 // pod told once, with what accepts the new object.
-func replacedShare(rec volumeRecord, st shareState, sh shareSpec) shareVerdict {
+func replacedShare(rec volumeRecord, st shareState, sh share.Spec) shareVerdict {
 	kind := changeRevoked
 	if st.Told.hidden() {
 		kind = changeShareReplaced // no file changes: they are away already
@@ -366,7 +368,7 @@ func replacedShare(rec volumeRecord, st shareState, sh shareSpec) shareVerdict {
 		return shareVerdict{state: st}
 	}
 	why := replacedShareMessage(rec, st, sh)
-	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: kind, why: why, reason: reasonShareReplaced}}
+	return shareVerdict{state: st, change: &shareChange{share: st.Ref, kind: kind, why: why, reason: reasonShareReplaced}}
 }
 
 // restoreShare is the verdict on a share of a volume that does not refresh, which the pod may
@@ -376,22 +378,22 @@ func restoreShare(st shareState) shareVerdict {
 	if st.Told, tell = st.Told.after(outcomeGranted); !tell {
 		return shareVerdict{state: st}
 	}
-	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRestored}}
+	return shareVerdict{state: st, change: &shareChange{share: st.Ref, kind: changeRestored}}
 }
 
 // sourceReplaced is the verdict on a share whose source is another object than the one it was
 // made for (8): its files stay, and the pod is told, with what an admin runs to accept it.
-func sourceReplaced(st shareState, sh shareSpec, uid string) shareVerdict {
+func sourceReplaced(st shareState, sh share.Spec, uid string) shareVerdict {
 	var tell bool
 	if st.Told, tell = st.Told.after(outcomeSourceReplaced); !tell {
 		return shareVerdict{state: st}
 	}
-	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshFailed, why: replacedMessage(sh, uid)}}
+	return shareVerdict{state: st, change: &shareChange{share: st.Ref, kind: changeRefreshFailed, why: share.ReplacedMessage(sh, uid)}}
 }
 
 // readForbidden is the verdict on a share whose source the driver may no longer read (7): its
 // files stay, and the pod is told, with what an admin must run.
-func (d *driver) readForbidden(st shareState, sh shareSpec) shareVerdict {
+func (d *driver) readForbidden(st shareState, sh share.Spec) shareVerdict {
 	var tell bool
 	if st.Told, tell = st.Told.after(outcomeReadForbidden); !tell {
 		return shareVerdict{state: st}
@@ -401,8 +403,8 @@ func (d *driver) readForbidden(st shareState, sh shareSpec) shareVerdict {
 	if st.Told.hidden() {
 		what = "may be used again, but its files stay away until the driver may read its source"
 	}
-	return shareVerdict{state: st, change: &shareChange{share: st.shareRef, kind: changeRefreshFailed,
-		why: fmt.Sprintf("%s: the driver may not read %s; %s", what, sh.sourceKey(), d.account.grantReadHint(sh.sourceKey()))}}
+	return shareVerdict{state: st, change: &shareChange{share: st.Ref, kind: changeRefreshFailed,
+		why: fmt.Sprintf("%s: the driver may not read %s; %s", what, sh.SourceKey(), d.account.grantReadHint(sh.SourceKey()))}}
 }
 
 func quote(s string) string { return "\"" + s + "\"" }

@@ -27,6 +27,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // narrowWorld is a fake API server with Secret p/tls (UID tls-1: ca.crt, tls.crt) and the
@@ -63,16 +65,16 @@ func (w *narrowWorld) judge(t *testing.T, refresh bool) shareVerdict {
 	}}
 	u.SetUID("share-1")
 	if w.pin != "" {
-		u.Object["status"] = map[string]any{pinField: w.pin}
+		u.Object["status"] = map[string]any{share.PinField: w.pin}
 	}
-	if err := w.d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+	if err := w.d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
 		t.Fatal(err)
 	}
 	rec := volumeRecord{VolumeID: "v", PodNamespace: "team", PodName: "app", ServiceAccount: "app", Refresh: refresh, GID: -1, DefaultMode: 0o644,
-		Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "tls", ResourceVersion: "9",
+		Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "tls", ResourceVersion: "9",
 			ShareUID: "share-1", SourceUID: "tls-1",
-			Exposed: exposure{{"ca.crt", "ca.crt"}, {"tls.crt", "tls.crt"}}}}}
-	if err := w.d.store.dirOf(rec).writeCopy(0, map[string]atomicwriter.File{
+			Exposed: share.Exposure{{Key: "ca.crt", Path: "ca.crt"}, {Key: "tls.crt", Path: "tls.crt"}}}}}
+	if err := w.d.store.dirOf(rec).WriteCopy(0, map[string]atomicwriter.File{
 		"ca.crt": {Data: []byte("CA"), Mode: 0o644}, "tls.crt": {Data: []byte("LEAF"), Mode: 0o644}}); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +112,7 @@ func TestKeysNoLongerSharedLeaveOnEveryPath(t *testing.T) {
 				if v.change == nil || v.change.kind != path.want {
 					t.Fatalf("change %+v, want %s", v.change, path.want)
 				}
-				if !v.state.Exposed.same(exposure{{"ca.crt", "ca.crt"}}) || !path.state(v.state) {
+				if !v.state.Exposed.Same(share.Exposure{{Key: "ca.crt", Path: "ca.crt"}}) || !path.state(v.state) {
 					t.Fatalf("state %+v: want the new list noted and nothing else changed", v.state)
 				}
 			})
@@ -126,9 +128,9 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyDoesNotFit(t *testing.T) {
 		Data: map[string][]byte{"ca.crt": []byte("CA"), "tls.crt": []byte("LEAF")}})
 	d, setItems := publishedThroughTheList(t, client, entry("ca.crt"), entry("tls.crt"))
 	ctx := context.Background()
-	before := d.budget.inUse()
+	before := d.budget.InUse()
 	old, _ := d.store.get("vol-1")
-	d.budget.limit = before // nothing more fits
+	d.budget.Limit = before // nothing more fits
 	setItems(entry("ca.crt"))
 	if _, err := client.CoreV1().Secrets("p").Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "2"},
 		Data: map[string][]byte{"ca.crt": make([]byte, 5000), "tls.crt": []byte("LEAF")}}, metav1.UpdateOptions{}); err != nil {
@@ -140,7 +142,7 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyDoesNotFit(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := slices.Sorted(maps.Keys(files))
-	t.Logf("the pod sees %q; %d bytes in use, %d before", got, d.budget.inUse(), before)
+	t.Logf("the pod sees %q; %d bytes in use, %d before", got, d.budget.InUse(), before)
 	if !slices.Equal(got, []string{"ca.crt"}) || string(files["ca.crt"].Data) != "CA" {
 		t.Fatalf("the pod sees %q, want only the last ca.crt", got)
 	}
@@ -148,10 +150,10 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyDoesNotFit(t *testing.T) {
 	// saved records' sum: tls.crt's page and entries are given back, and its entry of the list the
 	// record holds in the heap.
 	rec, _ := d.store.get("vol-1")
-	if want := chargedBytes(files); rec.Shares[0].Bytes != want || rec.Shares[0].Bytes >= old.Shares[0].Bytes ||
-		d.budget.inUse() != before-(old.Shares[0].Bytes-want)-(recordHeapBytes(old)-recordHeapBytes(rec)) {
+	if want := volume.ChargedBytes(files); rec.Shares[0].Bytes != want || rec.Shares[0].Bytes >= old.Shares[0].Bytes ||
+		d.budget.InUse() != before-(old.Shares[0].Bytes-want)-(recordHeapBytes(old)-recordHeapBytes(rec)) {
 		t.Fatalf("%d bytes in use (%d before), the share counts %d (%d before): want %d, tls.crt's page and entries given back",
-			d.budget.inUse(), before, rec.Shares[0].Bytes, old.Shares[0].Bytes, want)
+			d.budget.InUse(), before, rec.Shares[0].Bytes, old.Shares[0].Bytes, want)
 	}
 }
 
@@ -165,7 +167,7 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyCannotBeWritten(t *testing.T) {
 	d, setItems := publishedThroughTheList(t, client, entry("ca.crt"), entry("tls.crt"))
 	ctx := context.Background()
 	rec, _ := d.store.get("vol-1")
-	if err := os.WriteFile(filepath.Join(d.store.dirOf(rec).shareDir(0), "extra.crt"), []byte("in the way"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(d.store.dirOf(rec).CopyPath(0), "extra.crt"), []byte("in the way"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	setItems(entry("ca.crt"), entry("extra.crt"))
@@ -187,7 +189,7 @@ func publishedThroughTheList(t *testing.T, client *fake.Clientset, items ...map[
 	t.Helper()
 	d, _ := nodeWorldWith(t, client)
 	setItems := func(items ...map[string]any) {
-		if err := d.shares.informers[kindSecret].GetStore().Update(&unstructured.Unstructured{Object: map[string]any{
+		if err := d.shares.Informers[share.KindSecret].GetStore().Update(&unstructured.Unstructured{Object: map[string]any{
 			"metadata": map[string]any{"name": "share"},
 			"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "items": list(items...)},
 		}}); err != nil {
@@ -219,7 +221,7 @@ func TestRevocationStandsWhenTheNodeIsFull(t *testing.T) {
 			"metadata": map[string]any{"name": "share"},
 			"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "items": list(items...)},
 		}
-		if err := d.shares.informers[kindSecret].GetStore().Update(&unstructured.Unstructured{Object: u}); err != nil {
+		if err := d.shares.Informers[share.KindSecret].GetStore().Update(&unstructured.Unstructured{Object: u}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -229,7 +231,7 @@ func TestRevocationStandsWhenTheNodeIsFull(t *testing.T) {
 	if _, err := (&nodeServer{d: d}).NodePublishVolume(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
-	d.budget.limit = d.budget.inUse() // the node is full (other pods' volumes)
+	d.budget.Limit = d.budget.InUse() // the node is full (other pods' volumes)
 	allowed = false
 	setItems(entry("ca.crt"))
 	d.relistCycle(context.Background(), 0)
@@ -241,11 +243,27 @@ func TestRevocationStandsWhenTheNodeIsFull(t *testing.T) {
 	if len(seen) != 0 || rec.Shares[0].Told != toldRevoked {
 		t.Errorf("after the denial the pod sees %q, told %q; want nothing, told %q", slices.Sorted(maps.Keys(seen)), rec.Shares[0].Told, toldRevoked)
 	}
-	kept, err := atomicwriter.ReadFiles(d.store.dirOf(rec).shareDir(0))
+	kept, err := atomicwriter.ReadFiles(d.store.dirOf(rec).CopyPath(0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := slices.Sorted(maps.Keys(kept)); !slices.Equal(got, []string{"ca.crt"}) {
 		t.Errorf("the copy kept for when access comes back holds %q; want only what the share still lists, [ca.crt]", got)
 	}
+}
+
+func entry(key string, path ...string) map[string]any {
+	m := map[string]any{"key": key}
+	if len(path) > 0 {
+		m["path"] = path[0]
+	}
+	return m
+}
+
+func list(entries ...map[string]any) []any {
+	out := make([]any, len(entries))
+	for i, e := range entries {
+		out[i] = e
+	}
+	return out
 }

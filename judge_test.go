@@ -25,6 +25,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
 )
 
 // judgeWorld is a fake API server with one SharedSecret "ca" over Secret p/ca, whose answers the
@@ -56,7 +57,7 @@ func newJudgeWorld(t *testing.T) *judgeWorld {
 func TestJudgeShareThroughAccessAndReadChanges(t *testing.T) {
 	w := newJudgeWorld(t)
 	rec := volumeRecord{VolumeID: "v", PodNamespace: "team", ServiceAccount: "app", Refresh: true, GID: -1,
-		Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "ca", ResourceVersion: "7"}}}
+		Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "ca", ResourceVersion: "7"}}}
 	for _, step := range []struct {
 		name            string
 		mayUse, mayRead bool
@@ -119,20 +120,20 @@ func TestJudgeShareFollowsTheSharesListOfKeys(t *testing.T) {
 		if items != nil {
 			spec["items"] = list(items...)
 		}
-		if err := w.d.shares.informers[kindSecret].GetStore().Update(&unstructured.Unstructured{Object: map[string]any{
+		if err := w.d.shares.Informers[share.KindSecret].GetStore().Update(&unstructured.Unstructured{Object: map[string]any{
 			"metadata": map[string]any{"name": "ca"}, "spec": spec}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	newRec := func(refresh bool, held map[string]string) volumeRecord {
 		rec := volumeRecord{VolumeID: "v" + fmt.Sprint(refresh), PodNamespace: "team", ServiceAccount: "app", Refresh: refresh, GID: -1, DefaultMode: 0o644,
-			Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "tls", ResourceVersion: "9",
-				Exposed: exposure{{"ca.crt", "ca.crt"}}}}}
+			Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "tls", ResourceVersion: "9",
+				Exposed: share.Exposure{{Key: "ca.crt", Path: "ca.crt"}}}}}
 		files := map[string]atomicwriter.File{}
 		for k, v := range held {
 			files[k] = atomicwriter.File{Data: []byte(v), Mode: 0o644}
 		}
-		if err := w.d.store.dirOf(rec).writeCopy(0, files); err != nil {
+		if err := w.d.store.dirOf(rec).WriteCopy(0, files); err != nil {
 			t.Fatal(err)
 		}
 		return rec
@@ -169,7 +170,7 @@ func TestJudgeShareFollowsTheSharesListOfKeys(t *testing.T) {
 	setList(entry("ca.crt"), entry("tls.crt"))
 	v := judge(rec)
 	expect("widened", v, changeKeys, []string{"ca.crt", "tls.crt"})
-	if !strings.Contains(v.change.why, `it shares only "ca.crt", "tls.crt"`) || !slices.Equal(v.state.Exposed, exposure{{"ca.crt", "ca.crt"}, {"tls.crt", "tls.crt"}}) {
+	if !strings.Contains(v.change.why, `it shares only "ca.crt", "tls.crt"`) || !slices.Equal(v.state.Exposed, share.Exposure{{Key: "ca.crt", Path: "ca.crt"}, {Key: "tls.crt", Path: "tls.crt"}}) {
 		t.Errorf("widened: %q, state %+v", v.change.why, v.state)
 	}
 	rec.Shares[0] = v.state
@@ -183,14 +184,14 @@ func TestJudgeShareFollowsTheSharesListOfKeys(t *testing.T) {
 	// shared.
 	setList(entry("ca.crt"), entry("absent"))
 	rec2 := rec.clone()
-	rec2.Shares[0].Exposed = exposure{{"ca.crt", "ca.crt"}, {"absent", "absent"}}
+	rec2.Shares[0].Exposed = share.Exposure{{Key: "ca.crt", Path: "ca.crt"}, {Key: "absent", Path: "absent"}}
 	expect("nothing changed", judge(rec2), "", nil)
 	rec2.Shares[0].ResourceVersion = "8" // the source changed since
 	if v := judge(rec2); v.err == nil || !strings.Contains(v.err.Error(), `has no key "absent", which SharedSecret "ca" lists in spec.items`) {
 		t.Errorf("listed key missing: %+v", v)
 	}
 	rec3 := newRec(true, map[string]string{"ca.crt": "CA", "tls.crt": "LEAF"})
-	rec3.Shares[0].Exposed = exposure{{"ca.crt", "ca.crt"}, {"tls.crt", "tls.crt"}}
+	rec3.Shares[0].Exposed = share.Exposure{{Key: "ca.crt", Path: "ca.crt"}, {Key: "tls.crt", Path: "tls.crt"}}
 	v = judge(rec3)
 	expect("narrowed to a list the source cannot fill", v, changeKeys, []string{"ca.crt"})
 
@@ -199,7 +200,7 @@ func TestJudgeShareFollowsTheSharesListOfKeys(t *testing.T) {
 	w.mayReadFile = false
 	setList(entry("ca.crt"))
 	rec4 := newRec(true, map[string]string{"ca.crt": "CA", "tls.crt": "LEAF"})
-	rec4.Shares[0].Exposed = exposure{{"ca.crt", "ca.crt"}, {"tls.crt", "tls.crt"}}
+	rec4.Shares[0].Exposed = share.Exposure{{Key: "ca.crt", Path: "ca.crt"}, {Key: "tls.crt", Path: "tls.crt"}}
 	expect("narrowed while the source is unreadable", judge(rec4), changeRefreshFailed, []string{"ca.crt"})
 	w.mayReadFile = true
 
@@ -208,7 +209,7 @@ func TestJudgeShareFollowsTheSharesListOfKeys(t *testing.T) {
 	norefresh := newRec(false, map[string]string{"ca.crt": "CA"})
 	v = judge(norefresh)
 	expect("widened, refreshResource=false", v, "", nil)
-	if !slices.Equal(v.state.Exposed, exposure{{"ca.crt", "ca.crt"}, {"tls.crt", "tls.crt"}}) {
+	if !slices.Equal(v.state.Exposed, share.Exposure{{Key: "ca.crt", Path: "ca.crt"}, {Key: "tls.crt", Path: "tls.crt"}}) {
 		t.Errorf("the record does not note the new list: %+v", v.state)
 	}
 	setList(entry("tls.crt"))

@@ -9,6 +9,9 @@ import (
 	"os"
 	"slices"
 	"testing"
+
+	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 var (
@@ -113,7 +116,7 @@ func TestRecordsWithTheFlagsResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Read as the driver reads a record at start, from the volume's dir.
-	s := newVolumeStore(t.TempDir(), &volumeBudget{})
+	s := newVolumeStore(t.TempDir(), &volume.Budget{})
 	const id = "csi-0123456789abcdef"
 	if err := os.MkdirAll(s.mountPoint(id), 0o700); err != nil {
 		t.Fatal(err)
@@ -164,7 +167,7 @@ func TestRecordsKeepRevokedForTheReleaseBefore(t *testing.T) {
 		Revoked bool   `json:"revoked"`
 	}
 	for _, s := range allTold {
-		b, err := json.Marshal(shareState{shareRef: shareRef{Kind: kindSecret, Name: "s"}, Told: s})
+		b, err := json.Marshal(shareState{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}, Told: s})
 		if err != nil {
 			t.Fatal(err)
 		}

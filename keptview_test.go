@@ -1,6 +1,6 @@
 package main
 
-// Specification of the view a refresh keeps (volumedir.go): an app that resolved the view's
+// Specification of the view a refresh keeps (internal/volume): an app that resolved the view's
 // ..data just before a refresh swapped it, and then opens the files one after another, finds
 // every file of the version it started on; a volume holds at most two versions, the kept one
 // charged in the budget; a revocation, a restart's recovery and an unpublish leave none behind.
@@ -19,12 +19,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // viewPayloads are the payload dirs of volume id's view.
 func viewPayloads(t *testing.T, d *driver, id string) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(d.store.mountPoint(id), dataDir))
+	entries, err := os.ReadDir(filepath.Join(d.store.mountPoint(id), volume.ViewDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestARefreshNeverMakesAFileMissingForAReaderOnTheOldVersion(t *testing.T) {
 	c.setSource(map[string]string{"k1": "v0", "k2": "v0"})
 	d, _ := c.node()
 	publishVolume(t, d, "vol-1")
-	view := filepath.Join(d.store.mountPoint("vol-1"), dataDir)
+	view := filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir)
 	const refreshes = 20
 	missing := 0
 	for i := 1; i <= refreshes; i++ {
@@ -78,8 +79,8 @@ func TestARefreshNeverMakesAFileMissingForAReaderOnTheOldVersion(t *testing.T) {
 	}
 	// The kept version is charged: the budget counts the saved record's bytes, which say so.
 	rec := savedRecord(t, d, "vol-1")
-	if rec.KeptBytes <= 0 || d.budget.inUse() != volumeBytes(rec) {
-		t.Errorf("kept view charged %d, budget in use %d, the record's bytes %d: want the kept view counted", rec.KeptBytes, d.budget.inUse(), volumeBytes(rec))
+	if rec.KeptBytes <= 0 || d.budget.InUse() != volumeBytes(rec) {
+		t.Errorf("kept view charged %d, budget in use %d, the record's bytes %d: want the kept view counted", rec.KeptBytes, d.budget.InUse(), volumeBytes(rec))
 	}
 }
 
@@ -94,7 +95,7 @@ func TestARefreshOfTheSameBytesKeepsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := savedRecord(t, d, "vol-1")
-	if n := len(viewPayloads(t, d, "vol-1")); n != 1 || rec.KeptBytes != 0 || d.budget.inUse() != volumeBytes(rec) {
+	if n := len(viewPayloads(t, d, "vol-1")); n != 1 || rec.KeptBytes != 0 || d.budget.InUse() != volumeBytes(rec) {
 		t.Errorf("after a new version of the same bytes: %d versions in the view, %d bytes charged for a kept view; want 1 and none", n, rec.KeptBytes)
 	}
 }
@@ -119,14 +120,14 @@ func TestARevocationKeepsNoPreviousView(t *testing.T) {
 		t.Errorf("after a revocation: %d versions in the view, want 1 (the empty one)", n)
 	}
 	found := 0
-	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint("vol-1"), dataDir), func(_ string, e fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir), func(_ string, e fs.DirEntry, err error) error {
 		if err == nil && e.Type().IsRegular() {
 			found++
 		}
 		return nil
 	})
-	if rec := savedRecord(t, d, "vol-1"); found != 0 || rec.KeptBytes != 0 || d.budget.inUse() != volumeBytes(rec) {
-		t.Errorf("after a revocation: %d files left in the view, %d bytes charged for a kept view, budget %d for %d; want none", found, rec.KeptBytes, d.budget.inUse(), volumeBytes(rec))
+	if rec := savedRecord(t, d, "vol-1"); found != 0 || rec.KeptBytes != 0 || d.budget.InUse() != volumeBytes(rec) {
+		t.Errorf("after a revocation: %d files left in the view, %d bytes charged for a kept view, budget %d for %d; want none", found, rec.KeptBytes, d.budget.InUse(), volumeBytes(rec))
 	}
 }
 
@@ -147,9 +148,9 @@ func TestRecoveryAndUnpublishLeaveNoKeptView(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := savedRecord(t, n, "vol-1")
-	if got := len(viewPayloads(t, n, "vol-1")); got != 1 || rec.KeptBytes != 0 || n.budget.inUse() != volumeBytes(rec) {
+	if got := len(viewPayloads(t, n, "vol-1")); got != 1 || rec.KeptBytes != 0 || n.budget.InUse() != volumeBytes(rec) {
 		t.Errorf("after a restart's first reconcile: %d versions, %d bytes charged for a kept view, budget %d for %d; want 1 and nothing kept",
-			got, rec.KeptBytes, n.budget.inUse(), volumeBytes(rec))
+			got, rec.KeptBytes, n.budget.InUse(), volumeBytes(rec))
 	}
 	c.setSource(map[string]string{"ca.crt": "CA3"})
 	if err := reconcileVolume(t, n, "vol-1"); err != nil {
@@ -158,8 +159,8 @@ func TestRecoveryAndUnpublishLeaveNoKeptView(t *testing.T) {
 	if _, err := (&nodeServer{d: n}).NodeUnpublishVolume(context.Background(), unpublishRequest(req)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Lstat(n.store.mountPoint("vol-1")); !errors.Is(err, fs.ErrNotExist) || n.budget.inUse() != 0 {
-		t.Errorf("after unpublish: the volume's dir %v, budget %d; want gone and 0", err, n.budget.inUse())
+	if _, err := os.Lstat(n.store.mountPoint("vol-1")); !errors.Is(err, fs.ErrNotExist) || n.budget.InUse() != 0 {
+		t.Errorf("after unpublish: the volume's dir %v, budget %d; want gone and 0", err, n.budget.InUse())
 	}
 }
 
@@ -167,7 +168,7 @@ func TestRecoveryAndUnpublishLeaveNoKeptView(t *testing.T) {
 // included.
 func filesNamed(t *testing.T, d *driver, id, name string) (found int) {
 	t.Helper()
-	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint(id), dataDir), func(_ string, e fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint(id), volume.ViewDir), func(_ string, e fs.DirEntry, err error) error {
 		if err == nil && e.Type().IsRegular() && e.Name() == name {
 			found++
 		}
@@ -210,8 +211,8 @@ func TestAKeptViewGoesAtTheNextReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := savedRecord(t, d, "vol-1")
-	if n := len(viewPayloads(t, d, "vol-1")); n != 1 || rec.KeptBytes != 0 || d.budget.inUse() != volumeBytes(rec) {
-		t.Errorf("after the next reconcile: %d versions in the view, %d bytes charged for a kept view, budget %d for %d; want 1 and none", n, rec.KeptBytes, d.budget.inUse(), volumeBytes(rec))
+	if n := len(viewPayloads(t, d, "vol-1")); n != 1 || rec.KeptBytes != 0 || d.budget.InUse() != volumeBytes(rec) {
+		t.Errorf("after the next reconcile: %d versions in the view, %d bytes charged for a kept view, budget %d for %d; want 1 and none", n, rec.KeptBytes, d.budget.InUse(), volumeBytes(rec))
 	}
 }
 
@@ -221,16 +222,16 @@ func TestAKeptViewFitsTheBudgetOrIsNotKept(t *testing.T) {
 	c := newFakeCluster(t)
 	d, _ := c.node()
 	publishVolume(t, d, "vol-1")
-	newCopy := chargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA2")}})
-	d.budget.limit = d.budget.inUse() + newCopy + entryBytes/2
+	newCopy := volume.ChargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA2")}})
+	d.budget.Limit = d.budget.InUse() + newCopy + volume.EntryBytes/2
 	c.setSource(map[string]string{"ca.crt": "CA2"})
 	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "CA2") {
 		t.Fatalf("refresh: %v, the pod sees %v", err, podView(t, d, "vol-1"))
 	}
 	rec := savedRecord(t, d, "vol-1")
-	if used := d.budget.inUse(); used > d.budget.limit || rec.KeptBytes != 0 || len(viewPayloads(t, d, "vol-1")) != 1 {
+	if used := d.budget.InUse(); used > d.budget.Limit || rec.KeptBytes != 0 || len(viewPayloads(t, d, "vol-1")) != 1 {
 		t.Errorf("budget %d in use of %d, %d bytes charged for a kept view, %d versions; want within the limit, nothing kept",
-			used, d.budget.limit, rec.KeptBytes, len(viewPayloads(t, d, "vol-1")))
+			used, d.budget.Limit, rec.KeptBytes, len(viewPayloads(t, d, "vol-1")))
 	}
 }
 
@@ -268,7 +269,7 @@ func TestAKeyTheSourceDroppedIsNotKeptWhereAnotherShareHasItsPath(t *testing.T) 
 		t.Fatalf("share's source drops tls.key: %v, the pod sees %v", err, podView(t, d, "vol-1"))
 	}
 	var left []string
-	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint("vol-1"), dataDir), func(p string, e fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir), func(p string, e fs.DirEntry, err error) error {
 		if err == nil && e.Type().IsRegular() {
 			if b, _ := os.ReadFile(p); string(b) == "DROPPED" {
 				left = append(left, p)

@@ -1,24 +1,23 @@
 package main
 
-// Keys to files: how each share's source keys become files (the volume's items and modes), and how
-// the shares' files are composed into the one directory the pod sees. The same code runs at
-// publish, at every refresh and on restore, from what the record remembers. A share with a list
-// of keys (sharekeys.go) hands projection only the names it exposes: the pod's items pick among
-// those.
+// Keys to files: how each share's source keys become files (the volume's items and modes), which
+// internal/volume composes into the one directory the pod sees. The same code runs at publish, at
+// every refresh and on restore, from what the record remembers. A share with a list of keys
+// (internal/share/exposure.go) hands projection only the names it exposes: the pod's items pick among those.
 
 import (
 	"fmt"
-	"iter"
 	"os"
 	"sort"
 	"strings"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
 )
 
 // sharedFiles is the files share i of rec gets from src, the source as sh exposes it: an error
 // when the source lacks a listed key, or the pod's items select a key the share does not expose.
-func sharedFiles(rec volumeRecord, i int, sh shareSpec, src *sourceData) (map[string]atomicwriter.File, error) {
+func sharedFiles(rec volumeRecord, i int, sh share.Spec, src *sourceData) (map[string]atomicwriter.File, error) {
 	if len(src.Missing) > 0 {
 		return nil, &missingSharedKeysError{share: sh, keys: src.Missing}
 	}
@@ -45,18 +44,18 @@ func (e *notSharedError) Error() string {
 		pos[i] = fmt.Sprint(n)
 	}
 	return fmt.Sprintf("entry %s of the volume's items selects a key the share does not expose; it exposes only %s (select among those, or ask the share's owner to add the key to its spec.%s)",
-		strings.Join(pos, ", "), quoteAll(e.shared), sharedItemsField)
+		strings.Join(pos, ", "), quoteAll(e.shared), share.ItemsField)
 }
 
 // missingSharedKeysError says which keys a share lists that its source lacks.
 type missingSharedKeysError struct {
-	share shareSpec
+	share share.Spec
 	keys  []string
 }
 
 func (e *missingSharedKeysError) Error() string {
 	return fmt.Sprintf("%s %s/%s has no key %s, which %s %q lists in spec.%s: add it to the %s, or remove it from the share's list",
-		e.share.Kind, e.share.SourceNamespace, e.share.SourceName, quoteAll(e.keys), e.share.Kind.shareTypeName(), e.share.Name, sharedItemsField, e.share.Kind)
+		e.share.Kind, e.share.SourceNamespace, e.share.SourceName, quoteAll(e.keys), e.share.Kind.TypeName(), e.share.Name, share.ItemsField, e.share.Kind)
 }
 
 // quoteAll is names quoted and comma-separated, for messages.
@@ -72,20 +71,20 @@ func quoteAll(names []string) string {
 // source as the share exposes it (shared). Items that name the share select among the exposed
 // keys; a share no item names contributes every exposed key under its own name. Keys are
 // validated either way before anything is written.
-func projectFiles(src map[string][]byte, items []item, share int, defaultMode os.FileMode, shared exposure) (map[string]atomicwriter.File, error) {
+func projectFiles(src map[string][]byte, items []item, share int, defaultMode os.FileMode, shared share.Exposure) (map[string]atomicwriter.File, error) {
 	out := map[string]atomicwriter.File{}
 	var mine []item
 	var notShared []int
 	for n, it := range items {
 		if it.Share == share {
 			mine = append(mine, it)
-			if _, ok := shared.sourceKeyOf(it.Key); !ok {
+			if _, ok := shared.SourceKeyOf(it.Key); !ok {
 				notShared = append(notShared, n+1)
 			}
 		}
 	}
 	if len(notShared) > 0 {
-		return nil, &notSharedError{entries: notShared, shared: shared.names()}
+		return nil, &notSharedError{entries: notShared, shared: shared.Names()}
 	}
 	if len(mine) == 0 {
 		for k, v := range src {
@@ -119,7 +118,7 @@ func projectFiles(src map[string][]byte, items []item, share int, defaultMode os
 // keepShared is the files of a share's copy (held, made through the list was) that the list
 // now still shares: a file stays when the key it was made from is exposed by now under the same
 // name. A file's name is what the volume's items select (KEY of KEY=PATH), or its path.
-func keepShared(held map[string]atomicwriter.File, items []item, share int, was, now exposure) map[string]atomicwriter.File {
+func keepShared(held map[string]atomicwriter.File, items []item, share int, was, now share.Exposure) map[string]atomicwriter.File {
 	nameOf := map[string]string{} // path -> exposed name, for the share's items
 	for _, it := range items {
 		if it.Share == share {
@@ -134,64 +133,9 @@ func keepShared(held map[string]atomicwriter.File, items []item, share int, was,
 		} else if len(nameOf) > 0 {
 			continue // the items select the share's files: one they do not name is none of its
 		}
-		if key, ok := was.sourceKeyOf(name); ok && now.shares(key, name) {
+		if key, ok := was.SourceKeyOf(name); ok && now.Shares(key, name) {
 			kept[path] = f
 		}
 	}
 	return kept
-}
-
-// pathConflict is one path that two shares both produce.
-type pathConflict struct {
-	Path          string
-	Kept, Dropped shareRef
-}
-
-// composeFiles merges the shares' files in the volume's order. A path produced by two shares (or
-// a file of one that is a directory of another) goes to the earlier share, as in a projected
-// volume the first source listed wins; the conflicts are returned so they can be reported.
-func composeFiles(refs []shareRef, perShare []map[string]atomicwriter.File) (map[string]atomicwriter.File, []pathConflict) {
-	out := map[string]atomicwriter.File{}
-	owner := map[string]int{} // path -> share index, including the directories of each file
-	var conflicts []pathConflict
-	for i, files := range perShare {
-		if files == nil {
-			continue // revoked: contributes nothing
-		}
-		paths := make([]string, 0, len(files))
-		for p := range files {
-			paths = append(paths, p)
-		}
-		sort.Strings(paths)
-	next:
-		for _, p := range paths {
-			// Taken: the path itself (a file or a directory of the earlier share), or any of
-			// its parent directories that is a file of an earlier share.
-			for q := range pathAndParents(p) {
-				if j, taken := owner[q]; taken && j != i && (q == p || isFile(out, q)) {
-					conflicts = append(conflicts, pathConflict{Path: p, Kept: refs[j], Dropped: refs[i]})
-					continue next
-				}
-			}
-			out[p] = files[p]
-			for q := range pathAndParents(p) {
-				owner[q] = i
-			}
-		}
-	}
-	return out, conflicts
-}
-
-func isFile(files map[string]atomicwriter.File, p string) bool {
-	_, ok := files[p]
-	return ok
-}
-
-// pathAndParents yields p, then its parent directories, nearest first.
-func pathAndParents(p string) iter.Seq[string] {
-	return func(yield func(string) bool) {
-		if yield(p) {
-			atomicwriter.ParentDirs(p)(yield)
-		}
-	}
 }

@@ -13,13 +13,14 @@ import (
 	"testing"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
 )
 
 // The CA shared without its key: the share exposes ca.crt as ca.pem.
-var caOnly = exposure{{Key: "ca.crt", Path: "ca.pem"}}
+var caOnly = share.Exposure{{Key: "ca.crt", Path: "ca.pem"}}
 
 func TestPodItemsPickAmongTheSharedNames(t *testing.T) {
-	src, missing := caOnly.filter(map[string][]byte{"ca.crt": []byte("CA"), "tls.key": []byte("PRIVATE")})
+	src, missing := caOnly.Filter(map[string][]byte{"ca.crt": []byte("CA"), "tls.key": []byte("PRIVATE")})
 	if len(missing) != 0 {
 		t.Fatal(missing)
 	}
@@ -60,20 +61,20 @@ func TestPodItemsPickAmongTheSharedNames(t *testing.T) {
 
 func TestKeepSharedKeepsOnlyWhatTheNewListStillShares(t *testing.T) {
 	f := func(s string) atomicwriter.File { return atomicwriter.File{Data: []byte(s), Mode: 0o644} }
-	widened := exposure{{"ca.crt", "ca.pem"}, {"tls.crt", "tls.crt"}}
+	widened := share.Exposure{{Key: "ca.crt", Path: "ca.pem"}, {Key: "tls.crt", Path: "tls.crt"}}
 	for _, tc := range []struct {
 		name     string
 		held     map[string]atomicwriter.File
 		items    []item
-		was, now exposure
+		was, now share.Exposure
 		want     []string
 	}{
 		{"narrowed back", map[string]atomicwriter.File{"ca.pem": f("CA"), "tls.crt": f("LEAF")}, nil, widened, caOnly, []string{"ca.pem"}},
-		{"from every key to a list", map[string]atomicwriter.File{"ca.crt": f("CA"), "tls.key": f("K")}, nil, nil, exposure{{"ca.crt", "ca.crt"}}, []string{"ca.crt"}},
-		{"a list to every key keeps all", map[string]atomicwriter.File{"ca.pem": f("CA")}, nil, exposure{{"ca.pem", "ca.pem"}}, nil, []string{"ca.pem"}},
+		{"from every key to a list", map[string]atomicwriter.File{"ca.crt": f("CA"), "tls.key": f("K")}, nil, nil, share.Exposure{{Key: "ca.crt", Path: "ca.crt"}}, []string{"ca.crt"}},
+		{"a list to every key keeps all", map[string]atomicwriter.File{"ca.pem": f("CA")}, nil, share.Exposure{{Key: "ca.pem", Path: "ca.pem"}}, nil, []string{"ca.pem"}},
 		// The same name from another key is not the same file: it goes.
-		{"name now from another key", map[string]atomicwriter.File{"ca.pem": f("CA")}, nil, caOnly, exposure{{"tls.key", "ca.pem"}}, nil},
-		{"renamed", map[string]atomicwriter.File{"ca.pem": f("CA")}, nil, caOnly, exposure{{"ca.crt", "ca.crt"}}, nil},
+		{"name now from another key", map[string]atomicwriter.File{"ca.pem": f("CA")}, nil, caOnly, share.Exposure{{Key: "tls.key", Path: "ca.pem"}}, nil},
+		{"renamed", map[string]atomicwriter.File{"ca.pem": f("CA")}, nil, caOnly, share.Exposure{{Key: "ca.crt", Path: "ca.crt"}}, nil},
 		{"through the pod's items", map[string]atomicwriter.File{"certs/ca.pem": f("CA"), "certs/leaf": f("LEAF")},
 			[]item{{Key: "ca.pem", Path: "certs/ca.pem"}, {Key: "tls.crt", Path: "certs/leaf"}}, widened, caOnly, []string{"certs/ca.pem"}},
 	} {

@@ -13,28 +13,18 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/shared-resource/csi-driver/internal/kubeclient"
 )
 
-// kubeClient holds one REST client per API group the driver uses, all over one HTTP client (one
-// connection pool) and one rate limiter (so --kube-api-qps bounds the whole driver).
-type kubeClient struct {
-	scheme *runtime.Scheme // core/v1, authorization/v1, coordination/v1 only
-	core   rest.Interface  // /api/v1
-	authz  rest.Interface  // /apis/authorization.k8s.io/v1
-	coord  rest.Interface  // /apis/coordination.k8s.io/v1
-	dyn    dynamic.Interface
-	meta   metadata.Interface
-	// decoder decodes what getInto reads: protobuf or JSON, into the object handed in.
-	decoder runtime.Decoder
-}
+// kubeClient is the driver's clients (kubeclient.Clients: one REST client per API group it uses,
+// all over one HTTP client, one connection pool, and one rate limiter, so --kube-api-qps bounds the
+// whole driver), with the driver's requests through them as methods. Its Decoder decodes what
+// getInto reads.
+type kubeClient struct{ *kubeclient.Clients }
 
 // newKubeClient builds the clients from cfg; cfg's QPS and Burst become one shared rate limiter.
 func newKubeClient(cfg *rest.Config) (*kubeClient, error) {
@@ -42,7 +32,7 @@ func newKubeClient(cfg *rest.Config) (*kubeClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kubeClient{scheme: c.Scheme, core: c.Core, authz: c.Authz, coord: c.Coord, dyn: c.Dyn, meta: c.Meta, decoder: c.Decoder}, nil
+	return &kubeClient{c}, nil
 }
 
 // sarCreator creates SubjectAccessReviews. Its method is the generated client's, so a test can
@@ -63,7 +53,7 @@ var _ sarCreator = sarClient{}
 // they have synced. Anything else (the check passing or not listed, no answer) is not "loading".
 func (k *kubeClient) rbacLoading(ctx context.Context) bool {
 	// DoRaw returns the body of an unready answer (500) too, with its error.
-	body, _ := k.core.Get().AbsPath("/readyz").Param("verbose", "true").DoRaw(ctx)
+	body, _ := k.Core.Get().AbsPath("/readyz").Param("verbose", "true").DoRaw(ctx)
 	for line := range strings.Lines(string(body)) {
 		if strings.HasPrefix(line, "[-]informer-sync ") {
 			return true

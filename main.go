@@ -25,6 +25,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // version and commit are stamped at build time (`make build`: -ldflags "-X main.version=$(git
@@ -235,7 +237,7 @@ func runNode(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	limitRuntimeMemory(w.d.budget, o.cacheBytes)
+	volume.LimitRuntimeMemory(w.d.budget, o.cacheBytes)
 	// Shut down last, once serve has stopped everything that records events.
 	defer w.broadcaster.Shutdown()
 	// Volumes from the previous run first: they must be known before any request is served.
@@ -280,8 +282,8 @@ func (w *wiring) serve(ctx context.Context, o *options) error {
 		defer ps.Close()
 	}
 
-	d.shares.start(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), d.shares.synced) {
+	d.shares.Start(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), d.shares.Synced) {
 		return ctx.Err()
 	}
 	klog.InfoS("Share caches synced")

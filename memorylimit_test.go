@@ -1,11 +1,12 @@
 package main
 
-// Specification of how the container's memory limit is divided (memorylimit.go) and of what a
-// volume's record holds in the heap (budget.go's recordHeapBytes): with volumes published up to
-// the budget, each listing the longest keys its shares expose, and the driver restarted (every
-// record decoded on its own), what the volumes hold in tmpfs pages and what their records hold in
-// the heap stay within the budget, and the Go runtime's memory limit, which follows what the
-// volumes hold outside the heap, leaves the runtime its own share beside the volumes' heap.
+// Specification of how the container's memory limit is divided (internal/volume's
+// memorylimit.go) and of what a volume's record holds in the heap (budget.go's recordHeapBytes):
+// with volumes published up to the budget, each listing the longest keys its shares expose, and
+// the driver restarted (every record decoded on its own), what the volumes hold in tmpfs pages and
+// what their records hold in the heap stay within the budget, and the Go runtime's memory limit,
+// which follows what the volumes hold outside the heap, leaves the runtime its own share beside
+// the volumes' heap.
 
 import (
 	"fmt"
@@ -18,6 +19,8 @@ import (
 	"testing"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // A volume of nine shares each exposing 256 keys of 253 bytes under paths of 253 bytes (the
@@ -27,14 +30,14 @@ import (
 func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 	const budget = 128 << 20 // the default: a 256 MiB limit less the default cache bound and margin
 	const sharesPerVolume = 9
-	list := make(exposure, maxSharedItems)
+	list := make(share.Exposure, share.MaxItems)
 	for i := range list {
-		list[i] = exposedKey{Key: fmt.Sprintf("%03dk", i) + strings.Repeat("k", 249), Path: fmt.Sprintf("%03dp", i) + strings.Repeat("p", 249)}
+		list[i] = share.ExposedKey{Key: fmt.Sprintf("%03dk", i) + strings.Repeat("k", 249), Path: fmt.Sprintf("%03dp", i) + strings.Repeat("p", 249)}
 	}
 	record := func(id string) volumeRecord {
 		rec := volumeRecord{VolumeID: id, PodUID: "uid", TargetPath: "/target/" + id}
 		for j := range sharesPerVolume {
-			rec.Shares = append(rec.Shares, shareState{shareRef: shareRef{Kind: kindSecret, Name: fmt.Sprintf("share-%d", j)},
+			rec.Shares = append(rec.Shares, shareState{Ref: share.Ref{Kind: share.KindSecret, Name: fmt.Sprintf("share-%d", j)},
 				ResourceVersion: "1", Bytes: chargedBytesOfOneSmallFile(), Entries: 1, Exposed: list})
 		}
 		return rec
@@ -42,13 +45,13 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 
 	// Published up to the budget, as createVolume admits them: room reserved, then saved.
 	stateDir := t.TempDir()
-	published := newVolumeStore(stateDir, &volumeBudget{limit: budget})
+	published := newVolumeStore(stateDir, &volume.Budget{Limit: budget})
 	var ids []string
 	for i := 0; ; i++ {
 		rec := record(fmt.Sprintf("vol-%03d", i))
-		room, err := published.budget.reserve(volumeBytes(rec))
+		room, err := published.budget.Reserve(volumeBytes(rec))
 		if err != nil {
-			room.release()
+			room.Release()
 			break
 		}
 		if err := os.MkdirAll(published.mountPoint(rec.VolumeID), 0o700); err != nil {
@@ -57,7 +60,7 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 		if err := published.save(rec); err != nil {
 			t.Fatal(err)
 		}
-		room.release()
+		room.Release()
 		ids = append(ids, rec.VolumeID)
 	}
 	if len(ids) < 2 {
@@ -69,10 +72,10 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	limit := int64(budget + driverMemoryMargin + 64<<20) // the container's limit with the default cache bound
-	restarted := newVolumeStore(stateDir, &volumeBudget{limit: budget})
+	limit := int64(budget + volume.DriverMemoryMargin + 64<<20) // the container's limit with the default cache bound
+	restarted := newVolumeStore(stateDir, &volume.Budget{Limit: budget})
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
-	restarted.budget.followedBy(&runtimeMemory{container: limit, floor: 64<<20 + driverMemoryMargin, apply: debug.SetMemoryLimit})
+	restarted.budget.FollowedBy(volume.NewRuntimeMemory(limit, 64<<20))
 	for _, id := range ids {
 		rec, err := restarted.readRecord(id)
 		if err != nil {
@@ -85,7 +88,7 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	goLimit := debug.SetMemoryLimit(-1) // as the volumes' charges set it
 
-	charged := restarted.budget.inUse()
+	charged := restarted.budget.InUse()
 	var heapCharged int64
 	for _, rec := range restarted.list() {
 		heapCharged += recordHeapBytes(rec)
@@ -94,7 +97,7 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 	held := charged - heapCharged + heap // tmpfs pages and entries as charged, and the heap as measured
 	t.Logf("%d volumes of %d shares listing %d keys of 253 bytes: charged %d KiB (%d KiB of it for the heap); heap after a restart +%d KiB (%d KiB per volume); "+
 		"tmpfs and heap %d KiB of the budget's %d KiB; Go runtime limit %d MiB of the container's %d MiB, the whole live heap %d MiB",
-		len(ids), sharesPerVolume, maxSharedItems, charged>>10, heapCharged>>10, heap>>10, heap/int64(len(ids))>>10, held>>10, budget>>10, goLimit>>20, limit>>20, after.HeapAlloc>>20)
+		len(ids), sharesPerVolume, share.MaxItems, charged>>10, heapCharged>>10, heap>>10, heap/int64(len(ids))>>10, held>>10, budget>>10, goLimit>>20, limit>>20, after.HeapAlloc>>20)
 	if heap > heapCharged {
 		t.Errorf("after a restart the records hold %d KiB of heap; their volumes are charged %d KiB for it", heap>>10, heapCharged>>10)
 	}
@@ -120,42 +123,7 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 
 // chargedBytesOfOneSmallFile is what a share's copy of one file of a few bytes is charged.
 func chargedBytesOfOneSmallFile() int64 {
-	return chargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA")}})
-}
-
-// The Go runtime gets the container's limit less what the volumes hold outside its heap, never
-// less than its own share (the source cache's bound and the driver's margin) beside the volumes'
-// heap: volumes holding their whole budget in tmpfs leave it the limit less the budget; volumes
-// holding it in their records' lists leave it nearly the whole limit; a budget set larger than
-// the limit allows, or volumes over it, leave it its floor and the volumes' heap.
-func TestGoMemoryLimitFollowsWhatVolumesHoldOutsideTheHeap(t *testing.T) {
-	const limit, floor = 256 << 20, 128 << 20
-	for _, c := range []struct {
-		name                string
-		outside, heap, want int64
-	}{
-		{"no volumes", 0, 0, 256 << 20},
-		{"the budget in tmpfs", 128 << 20, 0, 128 << 20},
-		{"the budget in lists", 4 << 20, 124 << 20, 252 << 20},
-		{"a budget by hand over the limit, in tmpfs", 300 << 20, 0, 128 << 20},
-		{"a budget by hand over the limit, half in lists", 150 << 20, 150 << 20, 278 << 20},
-	} {
-		if got := goMemoryLimit(limit, floor, c.outside, c.heap); got != c.want {
-			t.Errorf("%s: %d MiB, want %d MiB", c.name, got>>20, c.want>>20)
-		}
-	}
-
-	// The budget tells it every change; it sets the runtime's limit when that moves by a MiB.
-	var set []int64
-	b := &volumeBudget{limit: 128 << 20}
-	b.followedBy(&runtimeMemory{container: limit, floor: floor, apply: func(n int64) int64 { set = append(set, n); return 0 }})
-	b.chargeSaved("v", 40<<20, 30<<20)
-	room, _ := b.reserve(512 << 10)
-	room.release()
-	b.chargeSaved("v", 0, 0)
-	if want := []int64{256 << 20, 246 << 20, 256 << 20}; !slices.Equal(set, want) {
-		t.Errorf("limits set %v, want %v", set, want)
-	}
+	return volume.ChargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA")}})
 }
 
 // A share's list of keys edited after its volumes were published, to the longest list a share may
@@ -169,20 +137,20 @@ func TestAListLengthenedAfterPublishStaysWithinTheBudget(t *testing.T) {
 	d, events := c.node()
 	setShareItems(t, d, entry("ca.crt"))
 	publishVolume(t, d, "vol-00")
-	perVolume := d.budget.inUse()
+	perVolume := d.budget.InUse()
 	long := []map[string]any{entry("ca.crt")}
-	longList := exposure{{Key: "ca.crt", Path: "ca.crt"}}
-	for i := 1; i < maxSharedItems; i++ {
+	longList := share.Exposure{{Key: "ca.crt", Path: "ca.crt"}}
+	for i := 1; i < share.MaxItems; i++ {
 		k, p := fmt.Sprintf("%03dk", i)+strings.Repeat("k", 249), fmt.Sprintf("%03dp", i)+strings.Repeat("p", 249)
-		long, longList = append(long, entry(k, p)), append(longList, exposedKey{Key: k, Path: p})
+		long, longList = append(long, entry(k, p)), append(longList, share.ExposedKey{Key: k, Path: p})
 	}
 	const volumes = 40
-	d.budget.limit = volumes*perVolume + exposureBytes(longList)*10 // room for the volumes, and for some of the lists' growth
+	d.budget.Limit = volumes*perVolume + exposureBytes(longList)*10 // room for the volumes, and for some of the lists' growth
 	for i := 1; i < volumes; i++ {
 		publishVolume(t, d, fmt.Sprintf("vol-%02d", i))
 	}
 	reasons(events)
-	chargedBefore := d.budget.inUse()
+	chargedBefore := d.budget.InUse()
 	heapBefore, _ := restartedHeap(t, d, volumes)
 
 	setShareItems(t, d, long...)
@@ -191,14 +159,14 @@ func TestAListLengthenedAfterPublishStaysWithinTheBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	charged := d.budget.inUse()
+	charged := d.budget.InUse()
 	told := reasons(events)
 	var noted int
 	for i := range volumes {
-		if rec := savedRecord(t, d, fmt.Sprintf("vol-%02d", i)); len(rec.Shares[0].Exposed) == maxSharedItems {
+		if rec := savedRecord(t, d, fmt.Sprintf("vol-%02d", i)); len(rec.Shares[0].Exposed) == share.MaxItems {
 			noted++
-		} else if !rec.Shares[0].Exposed.same(exposure{{Key: "ca.crt", Path: "ca.crt"}}) {
-			t.Errorf("vol-%02d notes the list %v, want the new one or ca.crt alone", i, rec.Shares[0].Exposed.names())
+		} else if !rec.Shares[0].Exposed.Same(share.Exposure{{Key: "ca.crt", Path: "ca.crt"}}) {
+			t.Errorf("vol-%02d notes the list %v, want the new one or ca.crt alone", i, rec.Shares[0].Exposed.Names())
 		}
 	}
 
@@ -206,16 +174,16 @@ func TestAListLengthenedAfterPublishStaysWithinTheBudget(t *testing.T) {
 	heapGrowth := heapAfter - heapBefore
 	t.Logf("%d volumes of %d KiB, the budget %d KiB; after the list grew: %d noting it, charged %d KiB (%+d KiB), %d pods told %s; "+
 		"records decoded again: heap %+d KiB (%d KiB before the edit, %d KiB after), charged %d KiB",
-		volumes, perVolume>>10, d.budget.limit>>10, noted, charged>>10, (charged-chargedBefore)>>10, len(told), reasonRefreshFailed,
+		volumes, perVolume>>10, d.budget.Limit>>10, noted, charged>>10, (charged-chargedBefore)>>10, len(told), reasonRefreshFailed,
 		heapGrowth>>10, heapBefore>>10, heapAfter>>10, restarted>>10)
 	if heapGrowth > charged-chargedBefore {
 		t.Errorf("the edit grew the heap of the records decoded again by %d KiB; their charge grew by %d KiB", heapGrowth>>10, (charged-chargedBefore)>>10)
 	}
-	if restarted > d.budget.limit {
-		t.Errorf("after a restart the volumes are charged %d KiB, over the budget of %d KiB", restarted>>10, d.budget.limit>>10)
+	if restarted > d.budget.Limit {
+		t.Errorf("after a restart the volumes are charged %d KiB, over the budget of %d KiB", restarted>>10, d.budget.Limit>>10)
 	}
-	if charged > d.budget.limit {
-		t.Errorf("after the share's list grew, the volumes are charged %d KiB, over the budget of %d KiB", charged>>10, d.budget.limit>>10)
+	if charged > d.budget.Limit {
+		t.Errorf("after the share's list grew, the volumes are charged %d KiB, over the budget of %d KiB", charged>>10, d.budget.Limit>>10)
 	}
 	if noted == volumes || !slices.Contains(told, reasonRefreshFailed) {
 		t.Errorf("%d of %d volumes note the new list, and the pods were told %v: want the ones that do not fit told %s", noted, volumes, told, reasonRefreshFailed)
@@ -230,7 +198,7 @@ func restartedHeap(t *testing.T, d *driver, volumes int) (heap, charged int64) {
 	runtime.GC()
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	restarted := newVolumeStore(filepath.Dir(d.store.dir), &volumeBudget{limit: d.budget.limit})
+	restarted := newVolumeStore(filepath.Dir(d.store.dir), &volume.Budget{Limit: d.budget.Limit})
 	for i := range volumes {
 		rec, err := restarted.readRecord(fmt.Sprintf("vol-%02d", i))
 		if err != nil {
@@ -241,5 +209,5 @@ func restartedHeap(t *testing.T, d *driver, volumes int) (heap, charged int64) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	runtime.KeepAlive(restarted)
-	return int64(after.HeapAlloc) - int64(before.HeapAlloc), restarted.budget.inUse()
+	return int64(after.HeapAlloc) - int64(before.HeapAlloc), restarted.budget.InUse()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/shared-resource/csi-driver/internal/share"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
@@ -33,7 +34,7 @@ func metricsDriver(t *testing.T) *driver {
 		return true, nil, apierrors.NewServiceUnavailable("the API server is down")
 	})
 	d := newTestDriver(t, nil, nil)
-	d.shares = newShareIndex(dyn, func(shareKind, string) {}) // never started: its cache is empty
+	d.shares = share.NewIndex(dyn, func(share.Kind, string) {}) // never started: its cache is empty
 	d.metrics.registerDriverGauges(d.gauges())
 	return d
 }
@@ -86,7 +87,7 @@ func TestMetricsReadyGauge(t *testing.T) {
 	if got := gathered(t, d, "sharedresource_ready"); got != 0 || d.ready() {
 		t.Errorf("sharedresource_ready = %v before the share caches synced, want 0", got)
 	}
-	d.shares = &shareIndex{} // no informers to wait for: synced
+	d.shares = &share.Index{} // no informers to wait for: synced
 	if got := gathered(t, d, "sharedresource_ready"); got != 1 || !d.ready() {
 		t.Errorf("sharedresource_ready = %v once ready, want 1", got)
 	}
@@ -98,7 +99,7 @@ func TestMetricsReadyGauge(t *testing.T) {
 func TestMetricsRelistCycle(t *testing.T) {
 	d := metricsDriver(t)
 	rec := volumeRecord{VolumeID: "vol-1", PodNamespace: "app", PodName: "p", PodUID: "uid-1", ServiceAccount: "default",
-		Shares: []shareState{{shareRef: shareRef{Kind: kindSecret, Name: "corp-ca"}}}}
+		Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "corp-ca"}}}}
 	if err := os.MkdirAll(filepath.Join(d.kubeletRoot, "pods", rec.PodUID), 0o750); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // reservedBytes is tmpfs room kept for the record and directory entries.
@@ -71,51 +73,51 @@ func (d *driver) publishNew(ctx context.Context, v *volumeRequest) error {
 		return err
 	}
 	klog.V(2).InfoS("Published volume", "volumeID", v.VolumeID, "shares", rec.describe(),
-		"pod", klog.KRef(v.PodNamespace, v.PodName), "files", len(view.files))
+		"pod", klog.KRef(v.PodNamespace, v.PodName), "files", view.FileCount())
 	return nil
 }
 
 // fetchVolume checks and fetches every share of v and composes the pod's view. It writes nothing.
-func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecord, volumeView, error) {
+func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecord, volume.View, error) {
 	rec := newVolumeRecord(v)
 	perShare := make([]map[string]atomicwriter.File, len(v.Shares))
 	var size int64
 	for i, ref := range v.Shares {
 		sh, src, err := d.admitShare(ctx, v, ref)
 		if err != nil {
-			return volumeRecord{}, volumeView{}, err
+			return volumeRecord{}, volume.View{}, err
 		}
-		rec.Shares = append(rec.Shares, shareState{shareRef: ref,
+		rec.Shares = append(rec.Shares, shareState{Ref: ref,
 			SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion, Exposed: sh.Exposed,
 			ShareUID: sh.UID, SourceUID: src.UID})
 		if perShare[i], err = sharedFiles(rec, i, sh, src); err != nil {
 			if errors.As(err, new(*notSharedError)) {
-				return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %q: %v", ref.Kind.shareTypeName(), ref.Name, err)
+				return volumeRecord{}, volume.View{}, status.Errorf(codes.FailedPrecondition, "%s %q: %v", ref.Kind.TypeName(), ref.Name, err)
 			}
-			return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", ref.Kind, sh.SourceNamespace, sh.SourceName, err)
+			return volumeRecord{}, volume.View{}, status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", ref.Kind, sh.SourceNamespace, sh.SourceName, err)
 		}
-		rec.Shares[i].Bytes, rec.Shares[i].Entries = chargedBytes(perShare[i]), filesEntries(perShare[i])
+		rec.Shares[i].Bytes, rec.Shares[i].Entries = volume.ChargedBytes(perShare[i]), volume.FilesEntries(perShare[i])
 		size += src.Size
 	}
 	if n := volumeEntryCount(rec.Shares); n > maxVolumeEntries {
-		return volumeRecord{}, volumeView{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s make %d files and directories; a volume holds at most %d "+
+		return volumeRecord{}, volume.View{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s make %d files and directories; a volume holds at most %d "+
 			"(each costs the node memory whatever its size): select fewer keys with the volumeAttribute %s, or mount fewer shares", v.VolumeID, n, maxVolumeEntries, attrItems)
 	}
-	view := composeView(v.Shares, perShare)
-	if len(view.conflicts) > 0 {
-		c := view.conflicts[0]
-		return volumeRecord{}, volumeView{}, status.Errorf(codes.FailedPrecondition, "%s and %s both provide the file %q: select and rename keys with the volumeAttribute %s",
-			c.Kept, c.Dropped, c.Path, attrItems)
+	view := volume.ComposeView(perShare)
+	if len(view.Conflicts) > 0 {
+		c := view.Conflicts[0]
+		return volumeRecord{}, volume.View{}, status.Errorf(codes.FailedPrecondition, "%s and %s both provide the file %q: select and rename keys with the volumeAttribute %s",
+			v.Shares[c.Kept], v.Shares[c.Dropped], c.Path, attrItems)
 	}
 	// Twice: each share's copy, and during an update the new copy beside the old one, which the
 	// pod's view still shows until it is swapped (after a refresh, the view it replaced is kept
 	// beside the new one, and dropped before the next update writes anything: twice still). The view itself costs nothing: its files are
-	// hard links to the copies' (volumeDir.writeView). Should linking ever fail, the files are
+	// hard links to the copies' (internal/volume). Should linking ever fail, the files are
 	// written, and an update that then runs out of room fails and leaves the volume as it was.
 	// The record is kept room for too, twice (its new version is written beside the old one):
 	// it holds the pod's items, which may make it larger than reservedBytes.
 	if spare := reservedBytes + 2*recordPages(rec); 2*size+spare > d.tmpfsSize {
-		return volumeRecord{}, volumeView{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s hold %d bytes; a volume needs twice that plus %d bytes for its record and directories, more than the tmpfs size limit of %d bytes (raise --tmpfs-size)",
+		return volumeRecord{}, volume.View{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s hold %d bytes; a volume needs twice that plus %d bytes for its record and directories, more than the tmpfs size limit of %d bytes (raise --tmpfs-size)",
 			v.VolumeID, size, spare, d.tmpfsSize)
 	}
 	return rec, view, nil
@@ -134,11 +136,11 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 // with the review, every refused publish, retried by the kubelet with its backoff, would read a
 // Secret on the API server for nothing. A cold publish waits for the review, then the GET (tens
 // of milliseconds each); a warm one finds both cached.
-func (d *driver) admitShare(ctx context.Context, v *volumeRequest, ref shareRef) (shareSpec, *sourceData, error) {
-	sh, shareErr := d.shares.get(ctx, ref.Kind, ref.Name)
-	missing, broken := apierrors.IsNotFound(shareErr), errors.As(shareErr, new(*badShareError))
+func (d *driver) admitShare(ctx context.Context, v *volumeRequest, ref share.Ref) (share.Spec, *sourceData, error) {
+	sh, shareErr := d.shares.Get(ctx, ref.Kind, ref.Name)
+	missing, broken := apierrors.IsNotFound(shareErr), errors.As(shareErr, new(*share.BadError))
 	if shareErr != nil && !missing && !broken {
-		return sh, nil, status.Errorf(codes.Unavailable, "reading %s %q, will retry: %v", ref.Kind.shareTypeName(), ref.Name, shareErr)
+		return sh, nil, status.Errorf(codes.Unavailable, "reading %s %q, will retry: %v", ref.Kind.TypeName(), ref.Name, shareErr)
 	}
 	key := accessKey{Namespace: v.PodNamespace, ServiceAccount: v.ServiceAccount, Kind: ref.Kind, Share: ref.Name}
 	dec, err := d.authz.check(ctx, key)
@@ -153,26 +155,26 @@ func (d *driver) admitShare(ctx context.Context, v *volumeRequest, ref shareRef)
 		return sh, nil, status.Errorf(codes.Unavailable, "cannot check access, will retry: %v", err)
 	case !dec.Allowed:
 		return sh, nil, status.Error(codes.PermissionDenied, deniedMessage(key, dec.Reason))
-	case errors.As(shareErr, new(*shareDeletingError)):
+	case errors.As(shareErr, new(*share.DeletingError)):
 		return sh, nil, status.Errorf(codes.NotFound, "%v: no new volume may use it", shareErr)
 	case missing:
-		return sh, nil, status.Errorf(codes.NotFound, "%s %q does not exist: a cluster admin must create it (cluster-scoped, group %s)", ref.Kind.shareTypeName(), ref.Name, shareGroup)
+		return sh, nil, status.Errorf(codes.NotFound, "%s %q does not exist: a cluster admin must create it (cluster-scoped, group %s)", ref.Kind.TypeName(), ref.Name, share.Group)
 	case broken:
 		return sh, nil, status.Errorf(codes.FailedPrecondition, "%v", shareErr)
 	}
-	src, err := d.sources.get(ctx, sh.sourceKey(), sh.Exposed)
+	src, err := d.sources.get(ctx, sh.SourceKey(), sh.Exposed)
 	switch {
 	case err != nil:
 		return sh, nil, sourceError(sh, err, d.account)
-	case sh.Pin.refuses(src.UID):
-		return sh, nil, status.Error(codes.FailedPrecondition, replacedMessage(sh, src.UID))
+	case sh.Pin.Refuses(src.UID):
+		return sh, nil, status.Error(codes.FailedPrecondition, share.ReplacedMessage(sh, src.UID))
 	}
 	return sh, src, nil
 }
 
 // sourceError maps a failed GET of a share's source to the code the kubelet should see.
-func sourceError(sh shareSpec, err error, account driverAccount) error {
-	what := fmt.Sprintf("%s %s/%s (referenced by %s %q)", sh.Kind, sh.SourceNamespace, sh.SourceName, sh.Kind.shareTypeName(), sh.Name)
+func sourceError(sh share.Spec, err error, account driverAccount) error {
+	what := fmt.Sprintf("%s %s/%s (referenced by %s %q)", sh.Kind, sh.SourceNamespace, sh.SourceName, sh.Kind.TypeName(), sh.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		return status.Errorf(codes.FailedPrecondition, "%s does not exist: create it, or point the share at an existing object", what)
@@ -180,7 +182,7 @@ func sourceError(sh shareSpec, err error, account driverAccount) error {
 		// The driver's own read access, granted per source namespace by an admin, is missing:
 		// the kubelet retries, and the mount succeeds once the admin ran what the message says.
 		return status.Errorf(codes.FailedPrecondition, "the driver may not read %s; %s",
-			what, account.grantReadHint(sh.sourceKey()))
+			what, account.grantReadHint(sh.SourceKey()))
 	default:
 		return status.Errorf(codes.Unavailable, "reading %s: %v", what, err)
 	}

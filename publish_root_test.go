@@ -30,6 +30,10 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	"github.com/shared-resource/csi-driver/internal/crashpoint"
+	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // grantAll is a review that lets every pod use every share, at once.
@@ -42,7 +46,7 @@ func (grantAll) Create(context.Context, *authorizationv1.SubjectAccessReview, me
 // oneSource answers every GET with the same source of one key.
 type oneSource struct{ d *sourceData }
 
-func (s oneSource) getSource(context.Context, sourceKey, metav1.GetOptions) (*sourceData, error) {
+func (s oneSource) getSource(context.Context, share.SourceKey, metav1.GetOptions) (*sourceData, error) {
 	return s.d, nil
 }
 
@@ -73,18 +77,18 @@ func BenchmarkPublishOnNode(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			budget := &volumeBudget{limit: 1 << 30}
+			budget := &volume.Budget{Limit: 1 << 30}
 			d := &driver{version: "bench", nodeID: "node", kubeletRoot: root, tmpfsSize: 4 << 20, budget: budget,
 				account: testDriverAccount, mounter: kernelMounter{},
 				store: newVolumeStore(filepath.Join(root, "plugins", driverName), budget), locks: newVolumeLocks(),
-				shares:  newShareIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), func(shareKind, string) {}),
+				shares:  share.NewIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), func(share.Kind, string) {}),
 				sources: sources, authz: newAuthorizer(grantAll{}, notLoading, time.Hour, time.Minute), events: &record.FakeRecorder{},
-				metrics: newMetrics(), crash: newCrashPoints()}
+				metrics: newMetrics(), crash: crashpoint.New()}
 			u := &unstructured.Unstructured{Object: map[string]any{
 				"metadata": map[string]any{"name": "share", "uid": "share-1"},
 				"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}},
 			}}
-			if err := d.shares.informers[kindSecret].GetStore().Add(u); err != nil {
+			if err := d.shares.Informers[share.KindSecret].GetStore().Add(u); err != nil {
 				b.Fatal(err)
 			}
 			target := filepath.Join(root, "pods", testPodUID, "volumes", "kubernetes.io~csi", "ca", "mount")

@@ -37,6 +37,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
 )
 
 // gatedSAR answers a review with allowed (or err), but only after release is closed; started is
@@ -63,7 +64,7 @@ type gatedSource struct {
 	err              error
 }
 
-func (g *gatedSource) getSource(_ context.Context, _ sourceKey, _ metav1.GetOptions) (*sourceData, error) {
+func (g *gatedSource) getSource(_ context.Context, _ share.SourceKey, _ metav1.GetOptions) (*sourceData, error) {
 	close(g.started)
 	<-g.release
 	if g.err != nil {
@@ -87,7 +88,7 @@ func admitShareAsync(d *driver) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		v := &volumeRequest{VolumeID: "v", PodNamespace: "c", PodName: "pod", ServiceAccount: "app"}
-		_, src, err := d.admitShare(context.Background(), v, shareRef{Kind: kindSecret, Name: "share"})
+		_, src, err := d.admitShare(context.Background(), v, share.Ref{Kind: share.KindSecret, Name: "share"})
 		if err == nil && (src == nil || string(src.Files["k"]) != "v") {
 			err = errors.New("allowed, but not the source's data")
 		}

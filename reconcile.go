@@ -31,7 +31,10 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/crashpoint"
+	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/shareapi"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // Event reasons recorded on consuming pods.
@@ -73,7 +76,7 @@ func (k changeKind) changesFiles() bool { return slices.Contains(fileChangeKinds
 
 // shareChange is one share's change in a reconcile, for events and metrics.
 type shareChange struct {
-	share  shareRef
+	share  share.Ref
 	kind   changeKind
 	why    string
 	reason string // the event's reason, when not the kind's own (a share replaced: shareidentity.go)
@@ -136,7 +139,7 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 	// A state that changed without a reported change (a UID adopted, a list noted, a kept view
 	// dropped) is saved too.
 	if len(w.changes) == 0 && view == viewUnchanged && reflect.DeepEqual(w.next.Shares, rec.Shares) && w.next.KeptBytes == rec.KeptBytes {
-		vol.dropRevokedCopies(rec)
+		dropRevokedCopies(vol, rec)
 		return errors.Join(w.errs...)
 	}
 	conflicts, err := d.saveReconciled(vol, w.next, view, rw)
@@ -144,9 +147,9 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 		return errors.Join(append(w.errs, err)...)
 	}
 	if len(w.changes) > 0 {
-		d.crash.reached(stepReconcileRecord)
+		crashpoint.Reached(d.crash, crashpoint.ReconcileRecord)
 	}
-	vol.dropRevokedCopies(w.next)
+	dropRevokedCopies(vol, w.next)
 	d.reportChanges(w.next, w.changes, conflicts)
 	return errors.Join(w.errs...)
 }
@@ -179,14 +182,14 @@ func reconciledView(w copiesWritten, rw *volumeRewrite, unverified func() bool) 
 }
 
 // writeCopies writes the new copies the verdicts on rec's shares bring, noting their bytes in rw.
-func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVerdict, rw *volumeRewrite) (w copiesWritten) {
+func (d *driver) writeCopies(vol volume.Dir, rec volumeRecord, verdicts []shareVerdict, rw *volumeRewrite) (w copiesWritten) {
 	w.next = rec.clone()
 	// A change drops the view the last refresh kept before writing anything, so that a volume
 	// holds at most two sets of files (the tmpfs's size allows for two), and no longer counts it;
 	// so does the volume's next reconcile without a change: the readers it was kept for were on
 	// it for an instant, and the old version does not stay readable under a hidden name.
 	if rec.KeptBytes > 0 || slices.ContainsFunc(verdicts, func(v shareVerdict) bool { return v.err == nil && v.files != nil }) {
-		if err := vol.dropPreviousView(); err != nil {
+		if err := vol.DropPreviousView(); err != nil {
 			klog.ErrorS(err, "Dropping the view kept for readers failed", "volumeID", rec.VolumeID)
 		} else if rec.KeptBytes > 0 {
 			rw.keptViewDropped()
@@ -219,7 +222,7 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 				st.Exposed, st.Bytes, st.Entries = old.Exposed, old.Bytes, old.Entries
 				v = shareVerdict{state: st, change: want.change}
 			}
-			if v.files == nil && !old.Exposed.same(want.state.Exposed) {
+			if v.files == nil && !old.Exposed.Same(want.state.Exposed) {
 				v = d.narrowUnwritten(vol, rec, i, want, v) // keys no longer shared still go
 			}
 			if err != nil && v.files == nil && !v.state.Told.hidden() {
@@ -243,7 +246,7 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 	// they stop counting.
 	for i, st := range w.next.Shares {
 		if w.next.Refresh && st.Told.hidden() {
-			w.next.Shares[i].Bytes, w.next.Shares[i].Entries = chargedBytes(nil), 0
+			w.next.Shares[i].Bytes, w.next.Shares[i].Entries = volume.ChargedBytes(nil), 0
 		}
 	}
 	return w
@@ -256,8 +259,8 @@ func (d *driver) writeCopies(vol volumeDir, rec volumeRecord, verdicts []shareVe
 // (overBudget, judge.go); so is one that would make the volume hold more files and directories than
 // maxVolumeEntries, beside the others (the files and directories of the volume's other shares). On
 // an error the share is as it was.
-func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, rw *volumeRewrite, others int, listGrowth int64) (shareVerdict, error) {
-	newBytes, newEntries := chargedBytes(v.files), filesEntries(v.files)
+func writeNewCopy(vol volume.Dir, old shareState, i int, v shareVerdict, rw *volumeRewrite, others int, listGrowth int64) (shareVerdict, error) {
+	newBytes, newEntries := volume.ChargedBytes(v.files), volume.FilesEntries(v.files)
 	var refused string
 	if n := others + newEntries; n > maxVolumeEntries {
 		refused = fmt.Sprintf("its new files do not fit in the volume: they would make %d files and directories in it, and a volume holds at most %d "+
@@ -270,16 +273,16 @@ func writeNewCopy(vol volumeDir, old shareState, i int, v shareVerdict, rw *volu
 		if old.Told, tell = old.Told.after(outcomeOverBudget); !tell {
 			return shareVerdict{state: old}, nil
 		}
-		return shareVerdict{state: old, change: &shareChange{share: old.shareRef, kind: changeRefreshFailed,
+		return shareVerdict{state: old, change: &shareChange{share: old.Ref, kind: changeRefreshFailed,
 			why: "changed, but keeps its last files: " + refused}}, nil
 	}
 	// A file the old copy has and the new one lacks must leave the pod at once, also where
 	// another share provides its path (a kept view would show it under its hidden name). The old
 	// copy unreadable: assumed so.
-	if held, err := atomicwriter.ReadFiles(vol.shareDir(i)); err != nil || dropsFile(held, v.files) {
+	if held, err := atomicwriter.ReadFiles(vol.CopyPath(i)); err != nil || volume.DropsFile(held, v.files) {
 		rw.pathDropped()
 	}
-	if err := vol.writeCopy(i, v.files); err != nil {
+	if err := vol.WriteCopy(i, v.files); err != nil {
 		return v, err
 	}
 	v.state.Bytes, v.state.Entries = newBytes, newEntries
@@ -305,7 +308,7 @@ func listWithinBudget(volumeID string, old shareState, v shareVerdict, rw *volum
 	klog.V(2).InfoS("A share's new list of keys does not fit in the volume budget; its volume keeps noting the old one", "volumeID", volumeID,
 		"share", old.String(), "err", err)
 	// An empty list would be saved as none (every key): the old list then.
-	if both := old.Exposed.alsoIn(v.state.Exposed); !old.Exposed.all() && len(both) > 0 {
+	if both := old.Exposed.AlsoIn(v.state.Exposed); !old.Exposed.All() && len(both) > 0 {
 		v.state.Exposed = both
 	} else {
 		v.state.Exposed = old.Exposed
@@ -319,7 +322,7 @@ func listWithinBudget(volumeID string, old shareState, v shareVerdict, rw *volum
 	case v.change != nil:
 		v.change.why += "; " + why
 	case tell:
-		v.change = &shareChange{share: old.shareRef, kind: changeRefreshFailed, why: "changed, but keeps its last files: " + why}
+		v.change = &shareChange{share: old.Ref, kind: changeRefreshFailed, why: "changed, but keeps its last files: " + why}
 	}
 	return v
 }
@@ -330,24 +333,24 @@ func listWithinBudget(volumeID string, old shareState, v shareVerdict, rw *volum
 // its smaller copy written at once. Narrowing only drops files, so it needs no reservation; the
 // volume store charges the smaller copy when the record naming it is saved (budget.go). Should
 // even that fail, got stands (logged).
-func (d *driver) narrowUnwritten(vol volumeDir, rec volumeRecord, i int, want, got shareVerdict) shareVerdict {
+func (d *driver) narrowUnwritten(vol volume.Dir, rec volumeRecord, i int, want, got shareVerdict) shareVerdict {
 	v := d.narrowed(rec, i, want.state.Exposed, got)
 	if v.err == nil && v.files == nil {
 		return v // nothing to drop; the record notes the new list
 	}
 	if v.err == nil {
-		v.err = vol.writeCopy(i, v.files)
+		v.err = vol.WriteCopy(i, v.files)
 	}
 	if v.err != nil {
 		klog.ErrorS(v.err, "Dropping the keys a share no longer lists failed", "volumeID", rec.VolumeID, "share", rec.Shares[i].String())
 		return got
 	}
-	v.state.Bytes, v.state.Entries = chargedBytes(v.files), filesEntries(v.files)
+	v.state.Bytes, v.state.Entries = volume.ChargedBytes(v.files), volume.FilesEntries(v.files)
 	why := exposureSummary(want.state.Exposed) + "; files no longer shared were removed"
 	if got.change != nil {
 		why += ", and its new files are not shown: " + got.change.why
 	}
-	v.change = &shareChange{share: rec.Shares[i].shareRef, kind: changeKeys, why: why}
+	v.change = &shareChange{share: rec.Shares[i].Ref, kind: changeKeys, why: why}
 	return v
 }
 
@@ -357,22 +360,22 @@ func (d *driver) narrowUnwritten(vol volumeDir, rec volumeRecord, i int, want, g
 // volume charged what its tmpfs holds and its view marked as one the record may not describe
 // (volumeStore.rewriteUnsaved). It returns the paths two shares both provide, for the caller to
 // report.
-func (d *driver) saveReconciled(vol volumeDir, next volumeRecord, view viewChange, rw *volumeRewrite) ([]pathConflict, error) {
-	var conflicts []pathConflict
+func (d *driver) saveReconciled(vol volume.Dir, next volumeRecord, view viewChange, rw *volumeRewrite) ([]volume.Conflict, error) {
+	var conflicts []volume.Conflict
 	if view != viewUnchanged {
 		// The crash points are a change's steps (test/e2e/api/crash_test.go); a rebuild that
 		// changes nothing has none.
 		if view.changesFiles() {
-			d.crash.reached(stepReconcileCopies)
+			crashpoint.Reached(d.crash, crashpoint.ReconcileCopies)
 		}
 		var kept bool
 		var err error
-		if conflicts, kept, err = vol.rebuildView(next.Shares, view); err != nil {
+		if conflicts, kept, err = vol.RebuildView(next.shown(), view == viewReplacedKept); err != nil {
 			d.store.rewriteUnsaved(next, rw) // the old view still links the old copies' files, beside the new copies
 			return nil, err
 		}
 		if view.changesFiles() {
-			d.crash.reached(stepReconcileData)
+			crashpoint.Reached(d.crash, crashpoint.ReconcileData)
 		}
 		// The view replaced is kept for readers still on it, or gone (with any kept before).
 		next.KeptBytes = 0
@@ -387,7 +390,7 @@ func (d *driver) saveReconciled(vol volumeDir, next volumeRecord, view viewChang
 }
 
 // keepsPreviousView says whether a reconcile that made these changes keeps the view it replaces
-// for readers still on it (volumedir.go): when it refreshed files, and took none away from the
+// for readers still on it (internal/volume): when it refreshed files, and took none away from the
 // pod. A revocation, a share replaced or keys no longer shared must take the files away at
 // once: a kept view would still show them under its hidden name.
 func keepsPreviousView(changes []shareChange) bool {
@@ -405,7 +408,7 @@ func keepsPreviousView(changes []shareChange) bool {
 }
 
 // reportChanges counts a reconcile's changes and tells the pod about them.
-func (d *driver) reportChanges(rec volumeRecord, changes []shareChange, conflicts []pathConflict) {
+func (d *driver) reportChanges(rec volumeRecord, changes []shareChange, conflicts []volume.Conflict) {
 	for _, c := range changes {
 		if c.kind.changesFiles() {
 			d.metrics.volumeChanged(c.kind)
@@ -429,7 +432,8 @@ func (d *driver) reportChanges(rec volumeRecord, changes []shareChange, conflict
 		klog.InfoS("Volume changed", "volumeID", rec.VolumeID, "pod", klog.KRef(rec.PodNamespace, rec.PodName), "share", c.share.String(), "change", c.kind)
 	}
 	for _, c := range conflicts {
-		d.event(rec, corev1.EventTypeWarning, reasonConflict, "%s and %s both provide the file %q; %s keeps it (the first share listed wins)", c.Kept, c.Dropped, c.Path, c.Kept)
+		kept, dropped := rec.Shares[c.Kept].Ref, rec.Shares[c.Dropped].Ref
+		d.event(rec, corev1.EventTypeWarning, reasonConflict, "%s and %s both provide the file %q; %s keeps it (the first share listed wins)", kept, dropped, c.Path, kept)
 	}
 }
 

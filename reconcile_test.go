@@ -30,6 +30,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // expectEvents fails unless the events recorded since the last look have exactly these reasons.
@@ -58,7 +60,7 @@ func TestReconcileRevokesAndRestoresARefreshingVolume(t *testing.T) {
 	}
 	expectEvents(t, events, "denied", reasonRevoked)
 	rec := savedRecord(t, d, "vol-1")
-	copyLeft, _ := atomicwriter.ReadFiles(d.store.dirOf(rec).shareDir(0))
+	copyLeft, _ := atomicwriter.ReadFiles(d.store.dirOf(rec).CopyPath(0))
 	if !rec.Shares[0].Told.hidden() || len(copyLeft) != 0 || rec.Shares[0].Entries != 0 {
 		t.Fatalf("record %+v, copy %v: want the share revoked and its copy dropped (a restore fetches anew)", rec.Shares[0], copyLeft)
 	}
@@ -99,13 +101,13 @@ func TestReconcileRefreshesOnlyANewVersion(t *testing.T) {
 	d, events := c.node()
 	publishVolume(t, d, "vol-1")
 	before, _ := os.ReadFile(d.store.recordPath("vol-1"))
-	viewDir, _ := os.Readlink(filepath.Join(d.store.mountPoint("vol-1"), dataDir, "..data"))
+	viewDir, _ := os.Readlink(filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir, "..data"))
 
 	if err := reconcileVolume(t, d, "vol-1"); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := os.ReadFile(d.store.recordPath("vol-1"))
-	sameView, _ := os.Readlink(filepath.Join(d.store.mountPoint("vol-1"), dataDir, "..data"))
+	sameView, _ := os.Readlink(filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir, "..data"))
 	if string(before) != string(after) || viewDir != sameView {
 		t.Fatalf("the version shown: the record or the view was rewritten (%q, then %q)", viewDir, sameView)
 	}
@@ -188,7 +190,7 @@ func TestReconcileOnAnAPIErrorLeavesTheVolumeAsItIs(t *testing.T) {
 	}
 }
 
-// The share's pin (sourcepin.go) refuses the source re-created as another object: the volume
+// The share's pin (internal/share/pin.go) refuses the source re-created as another object: the volume
 // keeps its last files, and the pod is told once what accepts the new object.
 func TestReconcileKeepsTheLastFilesOfASourceThePinRefuses(t *testing.T) {
 	c := newFakeCluster(t)
@@ -197,9 +199,9 @@ func TestReconcileKeepsTheLastFilesOfASourceThePinRefuses(t *testing.T) {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"name": "share", "uid": "share-1"},
 		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}},
-		"status":   map[string]any{pinField: "src-0"}, // made for an object since deleted
+		"status":   map[string]any{share.PinField: "src-0"}, // made for an object since deleted
 	}}
-	if err := d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+	if err := d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
 		t.Fatal(err)
 	}
 	c.setSource(map[string]string{"ca.crt": "NOT-THE-SAME-OBJECT"})
@@ -255,9 +257,9 @@ func TestReconcileWithoutAPinOnTheShareKeepsTheVolumesSource(t *testing.T) {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"name": "share", "uid": "share-1"},
 		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}},
-		"status":   map[string]any{pinField: "src-2"},
+		"status":   map[string]any{share.PinField: "src-2"},
 	}}
-	if err := d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+	if err := d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
 		t.Fatal(err)
 	}
 	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "RE-CREATOR-CA") {
@@ -275,9 +277,9 @@ func TestReconcileOfAShareThatFollowsTakesARecreatedSource(t *testing.T) {
 	publishVolume(t, d, "vol-1")
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"name": "share", "uid": "share-1"},
-		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, recreationField: recreationFollow},
+		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, share.RecreationField: share.RecreationFollow},
 	}}
-	if err := d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+	if err := d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
 		t.Fatal(err)
 	}
 	c.recreateSource("src-2", map[string]string{"ca.crt": "CA2"})
@@ -308,7 +310,7 @@ func setShareItems(t *testing.T, d *driver, items ...map[string]any) {
 		"metadata": map[string]any{"name": "share", "uid": "share-1"},
 		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "items": list(items...)},
 	}}
-	if err := d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+	if err := d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -325,9 +327,9 @@ func TestReconcileTearsDownAVolumeWhosePodIsGone(t *testing.T) {
 	if err := reconcileVolume(t, d, "vol-1"); err != nil {
 		t.Fatal(err)
 	}
-	if m := d.mounter.(*fakeMounter); m.count() != 0 || exists(d.store.mountPoint("vol-1")) || d.store.count() != 0 || d.budget.inUse() != 0 {
+	if m := d.mounter.(*fakeMounter); m.count() != 0 || exists(d.store.mountPoint("vol-1")) || d.store.count() != 0 || d.budget.InUse() != 0 {
 		t.Fatalf("%d mounts, volume dir there %v, %d records, %d bytes charged; want nothing", m.count(),
-			exists(d.store.mountPoint("vol-1")), d.store.count(), d.budget.inUse())
+			exists(d.store.mountPoint("vol-1")), d.store.count(), d.budget.InUse())
 	}
 }
 

@@ -1,13 +1,10 @@
 package main
 
-// The set of volumes this node serves, and what the driver remembers of each: its record. Each
-// record lives inside the volume's own tmpfs (volumes/<id>/record.json, see volume.go), so it
-// exists exactly as long as the volume does: it survives a driver restart, disappears with the
-// tmpfs on unpublish or reboot (when the pods are gone too), and can never be left behind on the
-// host disk. Records hold names, never data. Records persist across driver upgrades: their JSON
-// names never change, and a field added later must be optional (omitempty, zero when absent). A
-// field replaced by another is still read (a share's flags, now its Told), and what a driver
-// rolled back needs to show the pod what it saw is still written (revoked: shareStateJSON).
+// The set of volumes this node serves, and what the driver remembers of each: its record
+// (volumerecord.go). Each record lives inside the volume's own tmpfs (volumes/<id>/record.json,
+// see volume.go), so it exists exactly as long as the volume does: it survives a driver restart,
+// disappears with the tmpfs on unpublish or reboot (when the pods are gone too), and can never be
+// left behind on the host disk.
 
 import (
 	"encoding/json"
@@ -17,209 +14,13 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 
-	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
-
-// volumeRecord is what the driver must remember about a published volume.
-type volumeRecord struct {
-	VolumeID       string       `json:"volumeID"`
-	Shares         []shareState `json:"shares"`
-	Refresh        bool         `json:"refresh"`
-	PodNamespace   string       `json:"podNamespace"`
-	PodName        string       `json:"podName"`
-	PodUID         string       `json:"podUID"`
-	ServiceAccount string       `json:"serviceAccount"`
-	TargetPath     string       `json:"targetPath"`
-	// CreatedTarget says the driver made the target directory, so unpublish may remove it.
-	CreatedTarget bool `json:"createdTarget"`
-	// How files are made: modes, key selection, owner group (the pod's fsGroup, -1 for none),
-	// and the tmpfs's SELinux context mount option.
-	DefaultMode  os.FileMode `json:"defaultMode"`
-	Items        []item      `json:"items,omitempty"`
-	GID          int         `json:"gid"`
-	MountContext string      `json:"mountContext,omitempty"`
-	// KeptBytes is what the view a refresh kept for readers still on it costs in memory
-	// (volumedir.go), counted in the budget until the next change drops it.
-	KeptBytes int64 `json:"keptBytes,omitempty"`
-}
-
-// shareState is what the volume shows of one of its shares.
-type shareState struct {
-	shareRef
-	// The source object whose files the share contributes, and its resourceVersion.
-	SourceNamespace string `json:"sourceNamespace"`
-	SourceName      string `json:"sourceName"`
-	ResourceVersion string `json:"resourceVersion"`
-	// Told is what the pod was last told of the share, and with it whether the pod sees the
-	// share's files (judge.go's table). Absent: the current files, nothing outstanding.
-	Told told `json:"told,omitempty"`
-	// ShareUID is the share object the volume was published from, and SourceUID the source object
-	// its files come from (shareidentity.go): another object under the share's name does not
-	// feed the volume. Absent in records written before they were kept: adopted at the next
-	// reconcile.
-	ShareUID  string `json:"shareUID,omitempty"`
-	SourceUID string `json:"sourceUID,omitempty"`
-	// Bytes is what the share's copy costs in memory (chargedBytes), counted in the budget.
-	Bytes int64 `json:"bytes,omitempty"`
-	// Entries is how many files and directories the share's copy holds (pathEntries), counted
-	// against maxVolumeEntries. Absent (records written before it): not counted.
-	Entries int `json:"entries,omitempty"`
-	// Exposed is the share's list of keys (spec.items) the files were made through; absent: every
-	// key (as in records written before shares had lists). A list change is applied when it
-	// differs from the share's.
-	Exposed exposure `json:"exposed,omitempty"`
-}
-
-// told is the state of a share of a volume: what the pod was last told of it, and with it
-// whether the pod sees the share's files. The states, and what moves a share from one to
-// another, are the tables at the top of judge.go. Its value is what records hold.
-type told string
-
-const (
-	toldCurrent                 told = ""
-	toldReadForbidden           told = "readForbidden"
-	toldSourceReplaced          told = "sourceReplaced"
-	toldOverBudget              told = "overBudget"
-	toldRevoked                 told = "revoked"
-	toldShareReplaced           told = "shareReplaced"
-	toldRegrantedReadForbidden  told = "regrantedReadForbidden"
-	toldRegrantedSourceReplaced told = "regrantedSourceReplaced"
-	toldRegrantedOverBudget     told = "regrantedOverBudget"
-)
-
-// known says whether t is one of the states above.
-func (t told) known() bool {
-	switch t {
-	case toldCurrent, toldReadForbidden, toldSourceReplaced, toldOverBudget, toldRevoked, toldShareReplaced,
-		toldRegrantedReadForbidden, toldRegrantedSourceReplaced, toldRegrantedOverBudget:
-		return true
-	}
-	return false
-}
-
-// hidden says whether the share's files are away from the pod's view in state t.
-func (t told) hidden() bool {
-	switch t {
-	case toldRevoked, toldShareReplaced, toldRegrantedReadForbidden, toldRegrantedSourceReplaced, toldRegrantedOverBudget:
-		return true
-	}
-	return false
-}
-
-// shareStateFields is shareState without its JSON methods.
-type shareStateFields shareState
-
-// shareStateJSON is a share's state as records hold it: its fields, and the flags each of which
-// said what the pod was told before Told did. A record written before Told was kept has only
-// the flags (told from the flags: toldFromFlags). Revoked is still written: a driver rolled back
-// to a release that knows only the flags reads from it whether the pod sees the share's files,
-// which is what matters. The other flags are not: such a driver, not knowing the share was
-// already reported unreadable, replaced or over budget, tells the pod once more, and that is all.
-type shareStateJSON struct {
-	shareStateFields
-	Revoked        bool `json:"revoked"`
-	ReadForbidden  bool `json:"readForbidden,omitempty"`
-	OverBudget     bool `json:"overBudget,omitempty"`
-	SourceReplaced bool `json:"sourceReplaced,omitempty"`
-	ShareReplaced  bool `json:"shareReplaced,omitempty"`
-}
-
-func (s shareState) MarshalJSON() ([]byte, error) {
-	return json.Marshal(shareStateJSON{shareStateFields: shareStateFields(s), Revoked: s.Told.hidden()})
-}
-
-// UnmarshalJSON reads a share's state. A record without Told (current, or written before Told
-// was kept, or by a driver rolled back to that release since) is read from the flags, and so is
-// a Told this driver does not know (a newer driver's).
-func (s *shareState) UnmarshalJSON(b []byte) error {
-	var j shareStateJSON
-	if err := json.Unmarshal(b, &j); err != nil {
-		return err
-	}
-	*s = shareState(j.shareStateFields)
-	// A record that says revoked is read as keeping the files away whatever else it says: no
-	// combination of fields shows a pod files the flags hid.
-	if s.Told == toldCurrent || !s.Told.known() || j.Revoked && !s.Told.hidden() {
-		s.Told = toldFromFlags(j)
-	}
-	return nil
-}
-
-// toldFromFlags is what the pod was told of a share, from the flags a record written before
-// Told was kept says. Revoked with one of the others: access came back to a revoked share whose
-// files that other reason keeps away (or, for overBudget and sourceReplaced, the reason was
-// told before the revocation, and the flags kept it; the next verdict puts the state right, as
-// the flags would have, untold). Where several reasons are set, the one most likely told last is
-// chosen; choosing another costs at most the pod being told once more, never a message it
-// misses (a state is told whenever a verdict leads to it from another).
-func toldFromFlags(j shareStateJSON) told {
-	switch {
-	case j.Revoked && j.ShareReplaced:
-		return toldShareReplaced
-	case j.Revoked && j.ReadForbidden:
-		return toldRegrantedReadForbidden
-	case j.Revoked && j.SourceReplaced:
-		return toldRegrantedSourceReplaced
-	case j.Revoked && j.OverBudget:
-		return toldRegrantedOverBudget
-	case j.Revoked:
-		return toldRevoked
-	case j.ReadForbidden:
-		// Set with overBudget or sourceReplaced, it was told last: those are judged only from a
-		// source the driver read, after which readForbidden is cleared.
-		return toldReadForbidden
-	case j.OverBudget:
-		return toldOverBudget
-	case j.SourceReplaced:
-		return toldSourceReplaced
-	}
-	return toldCurrent
-}
-
-func (r *volumeRecord) refs() []shareRef {
-	out := make([]shareRef, len(r.Shares))
-	for i, s := range r.Shares {
-		out[i] = s.shareRef
-	}
-	return out
-}
-
-// describe names the volume's shares for logs and messages.
-func (r *volumeRecord) describe() string {
-	names := make([]string, len(r.Shares))
-	for i, s := range r.Shares {
-		names[i] = s.String()
-	}
-	return strings.Join(names, ",")
-}
-
-// newVolumeRecord is the record of a volume about to be published for v; its shares are added as
-// they are fetched.
-func newVolumeRecord(v *volumeRequest) volumeRecord {
-	return volumeRecord{
-		VolumeID: v.VolumeID, Refresh: v.Refresh,
-		PodNamespace: v.PodNamespace, PodName: v.PodName, PodUID: v.PodUID, ServiceAccount: v.ServiceAccount,
-		TargetPath:  v.TargetPath,
-		DefaultMode: v.DefaultMode, Items: v.Items, GID: v.GID, MountContext: v.MountContext,
-	}
-}
-
-// sameRequest says whether a repeated NodePublishVolume asks for what this volume already is.
-func (r *volumeRecord) sameRequest(v *volumeRequest) bool {
-	return slices.Equal(r.refs(), v.Shares) && r.Refresh == v.Refresh &&
-		r.PodNamespace == v.PodNamespace && r.PodName == v.PodName && r.PodUID == v.PodUID &&
-		r.ServiceAccount == v.ServiceAccount && r.TargetPath == v.TargetPath &&
-		r.DefaultMode == v.DefaultMode && slices.Equal(r.Items, v.Items) && r.GID == v.GID && r.MountContext == v.MountContext
-}
-
-func (r *volumeRecord) accessKey(i int) accessKey {
-	s := r.Shares[i]
-	return accessKey{Namespace: r.PodNamespace, ServiceAccount: r.ServiceAccount, Kind: s.Kind, Share: s.Name}
-}
 
 // volumeStore keeps the published volumes in memory and persists each record in its volume.
 // What it charges the node's volume budget for a volume (budget.go) is the bytes of the record
@@ -228,7 +29,7 @@ func (r *volumeRecord) accessKey(i int) accessKey {
 // (chargeUnlinkedFiles).
 type volumeStore struct {
 	dir    string // <state dir>/volumes
-	budget *volumeBudget
+	budget *volume.Budget
 	mu     sync.Mutex
 	vols   map[string]volumeRecord
 	// unverified are the volumes recovered at start whose pod's view has not been rebuilt
@@ -240,20 +41,20 @@ type volumeStore struct {
 	// counted is, per volume, the disk's state read just before its last walk for files removed
 	// but kept open (chargeUnlinkedFiles; remember at start); dropped by a save, or a rewrite
 	// left unsaved, which change the disk, and by forget.
-	counted map[string]diskState
+	counted map[string]volume.DiskState
 }
 
-func newVolumeStore(stateDir string, budget *volumeBudget) *volumeStore {
+func newVolumeStore(stateDir string, budget *volume.Budget) *volumeStore {
 	return &volumeStore{dir: filepath.Join(stateDir, "volumes"), budget: budget,
-		vols: map[string]volumeRecord{}, unverified: map[string]bool{}, counted: map[string]diskState{}}
+		vols: map[string]volumeRecord{}, unverified: map[string]bool{}, counted: map[string]volume.DiskState{}}
 }
 
 // mountPoint is where the volume's tmpfs is mounted. id has passed validateVolumeID.
 func (s *volumeStore) mountPoint(id string) string { return filepath.Join(s.dir, id) }
 
 // dirOf is rec's volume directory, writing files with rec's group.
-func (s *volumeStore) dirOf(rec volumeRecord) volumeDir {
-	return volumeDir{dir: s.mountPoint(rec.VolumeID), gid: rec.GID}
+func (s *volumeStore) dirOf(rec volumeRecord) volume.Dir {
+	return volume.Dir{Path: s.mountPoint(rec.VolumeID), GID: rec.GID}
 }
 
 // clone copies the record with a Shares slice of its own. The store hands out and keeps only
@@ -310,7 +111,7 @@ func (s *volumeStore) keepCharging(rec volumeRecord, n int64) {
 	defer s.mu.Unlock()
 	s.vols[rec.VolumeID] = rec.clone()
 	delete(s.counted, rec.VolumeID) // a save changed the disk: the next count walks it again
-	s.budget.chargeSaved(rec.VolumeID, n, recordHeapBytes(rec))
+	s.budget.ChargeSaved(rec.VolumeID, n, recordHeapBytes(rec))
 }
 
 // saveRewritten saves a reconciled volume's record, next, and keeps the store's account of its
@@ -334,11 +135,11 @@ func (s *volumeStore) saveRewritten(next volumeRecord, view viewChange, rw *volu
 // failed rebuild may have swapped ..data before failing), so the next reconcile rebuilds it even
 // if its verdict is "as it is", and keeps no view for readers until then (viewUnsaved).
 func (s *volumeStore) rewriteUnsaved(next volumeRecord, rw *volumeRewrite) {
-	m, err := s.dirOf(next).measure()
+	m, err := s.dirOf(next).Measure()
 	if err != nil {
 		klog.ErrorS(err, "Measuring a volume's tmpfs failed; it is charged its new copies on top of its last charge", "volumeID", next.VolumeID)
 	}
-	rw.unsaved(m.held, err)
+	rw.unsaved(m.Held, err)
 	s.viewUnsaved(next.VolumeID)
 	s.mu.Lock()
 	delete(s.counted, next.VolumeID) // the disk changed without a save: the next count walks it
@@ -347,15 +148,15 @@ func (s *volumeStore) rewriteUnsaved(next volumeRecord, rw *volumeRewrite) {
 
 // chargeUnlinkedFiles charges volume rec, on top of its record, what its tmpfs holds of files
 // removed while a reader keeps them open, until the next count: no record names them, and their
-// pages stay until the reader closes them (volumeDir.countUnlinked counts them). The count skips
-// its walk while the disk is as the last walk found it (diskState), and no record was saved, nor
+// pages stay until the reader closes them (volume.Dir.CountUnlinked counts them). The count skips
+// its walk while the disk is as the last walk found it (volume.DiskState), and no record was saved, nor
 // a rewrite left unsaved, since. Where the kernel cannot say (not a tmpfs), or the walk fails
 // (logged), the charge stays as it is.
 func (s *volumeStore) chargeUnlinkedFiles(rec volumeRecord) {
 	s.mu.Lock()
 	last := s.counted[rec.VolumeID]
 	s.mu.Unlock()
-	now, unlinked, counted, err := s.dirOf(rec).countUnlinked(len(rec.Shares), last)
+	now, unlinked, counted, err := s.dirOf(rec).CountUnlinked(len(rec.Shares), last)
 	if err != nil {
 		klog.ErrorS(err, "Measuring a volume's tmpfs failed; files removed while kept open are charged as last counted", "volumeID", rec.VolumeID)
 		return
@@ -365,13 +166,13 @@ func (s *volumeStore) chargeUnlinkedFiles(rec volumeRecord) {
 	}
 }
 
-// chargeUnlinked charges volume id unlinked bytes (tmpfsUsage.beyond), counted on the disk in
+// chargeUnlinked charges volume id unlinked bytes (volume.Usage.beyond), counted on the disk in
 // state now, and remembers that state as walked.
-func (s *volumeStore) chargeUnlinked(id string, now diskState, unlinked int64) {
+func (s *volumeStore) chargeUnlinked(id string, now volume.DiskState, unlinked int64) {
 	s.mu.Lock()
 	s.counted[id] = now
 	s.mu.Unlock()
-	s.budget.chargeUnlinked(id, unlinked)
+	s.budget.ChargeUnlinked(id, unlinked)
 }
 
 // viewChange is what a reconcile does to the pod's view.
@@ -386,7 +187,7 @@ const (
 	// viewReplaced: files changed; the view is rebuilt, and the one it replaces dropped.
 	viewReplaced
 	// viewReplacedKept: files changed by refreshes alone; the view is rebuilt, and the one it
-	// replaces kept for readers still on it (volumedir.go), charged in the record.
+	// replaces kept for readers still on it (internal/volume), charged in the record.
 	viewReplacedKept
 )
 
@@ -398,7 +199,7 @@ func (v viewChange) changesFiles() bool { return v >= viewReplaced }
 func (s *volumeStore) forget(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.budget.chargeSaved(id, 0, 0)
+	s.budget.ChargeSaved(id, 0, 0)
 	delete(s.vols, id)
 	delete(s.unverified, id)
 	delete(s.counted, id)
@@ -412,19 +213,19 @@ func (s *volumeStore) forget(id string) {
 func (s *volumeStore) remember(rec volumeRecord) {
 	n := volumeBytes(rec)
 	if fi, err := os.Stat(s.recordPath(rec.VolumeID)); err == nil {
-		n += max(0, pages(fi.Size())-recordPages(rec))
+		n += max(0, volume.Pages(fi.Size())-recordPages(rec))
 	}
 	s.keepCharging(rec, n)
 	vol := s.dirOf(rec)
-	disk, counted := vol.state(len(rec.Shares))
-	if m, err := vol.measure(); err != nil {
+	disk, counted := vol.State(len(rec.Shares))
+	if m, err := vol.Measure(); err != nil {
 		klog.ErrorS(err, "Measuring a volume's tmpfs failed; it is charged what its record says", "volumeID", rec.VolumeID)
 	} else {
-		s.budget.chargeUnsaved(rec.VolumeID, m.held+recordHeapBytes(rec))
+		s.budget.ChargeUnsaved(rec.VolumeID, m.Held+recordHeapBytes(rec))
 		// Files a reader kept open across the restart are still held: charged now, before the
 		// first relist reaches the volume and before any publish is admitted.
 		if counted {
-			s.chargeUnlinked(rec.VolumeID, disk, disk.usage.beyond(m.seen))
+			s.chargeUnlinked(rec.VolumeID, disk, disk.Usage.Beyond(m.Seen))
 		}
 	}
 	s.mu.Lock()
@@ -471,7 +272,7 @@ func (s *volumeStore) readRecord(id string) (volumeRecord, error) {
 		return rec, errors.New("corrupt record: missing fields")
 	}
 	for _, sh := range rec.Shares {
-		if !sh.Kind.known() || !validName(sh.Name) {
+		if !sh.Kind.Known() || !share.ValidName(sh.Name) {
 			return rec, errors.New("corrupt record: invalid share")
 		}
 	}
@@ -499,114 +300,20 @@ func (s *volumeStore) volumeIDsOnDisk() ([]string, error) {
 
 // recordPath is where volume id's record lives: inside its tmpfs.
 func (s *volumeStore) recordPath(id string) string {
-	return filepath.Join(s.mountPoint(id), recordFile)
+	return filepath.Join(s.mountPoint(id), volume.RecordFile)
 }
 
 // writeRecord replaces rec's record.json atomically: a crash leaves the old record or the new one.
 // It returns the record's size, for the budget (volumeBytesSized), which would otherwise encode
 // the record again to learn it. The caller holds the volume's lock, or runs before the driver
-// serves (recovery): one save at a time per volume (writeRecordFile).
+// serves (recovery): one save at a time per volume (volume.Dir.WriteRecord).
 func (s *volumeStore) writeRecord(rec volumeRecord) (size int64, err error) {
 	b, err := encodeRecord(rec)
 	if err != nil {
 		return 0, err
 	}
-	if err := writeRecordFile(s.recordPath(rec.VolumeID), b); err != nil {
+	if err := s.dirOf(rec).WriteRecord(b); err != nil {
 		return 0, fmt.Errorf("saving record of volume %s: %w", rec.VolumeID, err)
 	}
 	return int64(len(b)), nil
-}
-
-// writeRecordFile writes a volume's record at path so that a reader (or a crash) sees either the
-// old or the new content, never a partial file: the bytes go to a temporary file beside it,
-// which rename(2) then puts in its place in one step. There is no fsync: the record is on the
-// volume's tmpfs, where fsync does nothing (no backing store; the tmpfs, and the volume, do not
-// outlive a reboot) and the rename alone is what makes the write atomic.
-//
-// The temporary file has one fixed name, not a random one, which is safe only because one save
-// at a time writes a given record (writeRecord's caller holds the volume's lock). It is created
-// exclusively, with mode 0600 (a umask can only take bits away; the driver reads it as root): a
-// file a crash left under that name is removed first if it is what a save leaves (a regular
-// file, with no other link to it); anything else there (a symlink, a hard link, a directory) is
-// not the driver's to write through or delete, and the save fails (errRecordTempInTheWay).
-func writeRecordFile(path string, data []byte) error {
-	tmpName := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	tmp, err := createRecordTemp(tmpName)
-	if err != nil {
-		return err
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmpName)
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	// rename(2) itself: os.Rename would first lstat path, to refuse replacing a directory, which
-	// a record never is (rename(2) refuses that too).
-	if err := renameRetryingEINTR(tmpName, path); err != nil {
-		return &os.LinkError{Op: "rename", Old: tmpName, New: path, Err: err}
-	}
-	ok = true
-	return nil
-}
-
-// createRecordTemp creates name exclusively, removing first a leftover of an interrupted save.
-func createRecordTemp(name string) (*os.File, error) {
-	// O_NONBLOCK changes nothing for a regular file and spares package os the fcntl calls it
-	// otherwise makes to try the file on its poller (internal/atomicwriter: openNonblock).
-	const flags = os.O_WRONLY | os.O_CREATE | os.O_EXCL | unix.O_NOFOLLOW | unix.O_NONBLOCK
-	f, err := os.OpenFile(name, flags, 0o600)
-	if !errors.Is(err, os.ErrExist) {
-		return f, err
-	}
-	var st unix.Stat_t
-	if err := unix.Lstat(name, &st); err != nil {
-		return nil, &os.PathError{Op: "lstat", Path: name, Err: err}
-	}
-	if kind := leftoverKind(st); kind != "" {
-		return nil, fmt.Errorf("%w: %s is %s; only root on the node can make it there: find out who did, then remove it",
-			errRecordTempInTheWay, name, kind)
-	}
-	klog.InfoS("Removing the temporary file of an interrupted record save", "path", name)
-	if err := unix.Unlink(name); err != nil {
-		return nil, &os.PathError{Op: "unlink", Path: name, Err: err}
-	}
-	return os.OpenFile(name, flags, 0o600)
-}
-
-// errRecordTempInTheWay: something other than a leftover of an interrupted save has the record's
-// temporary file's name.
-var errRecordTempInTheWay = errors.New("a file not the driver's is in the way of the volume's record save")
-
-// leftoverKind says what st is when it is not what an interrupted save leaves (a regular file
-// with one link), and "" when it is.
-func leftoverKind(st unix.Stat_t) string {
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFREG:
-		if st.Nlink != 1 {
-			return fmt.Sprintf("a file with %d hard links", st.Nlink)
-		}
-		return ""
-	case unix.S_IFLNK:
-		return "a symlink"
-	case unix.S_IFDIR:
-		return "a directory"
-	}
-	return fmt.Sprintf("not a regular file (file type %#o)", st.Mode&unix.S_IFMT)
-}
-
-// renameRetryingEINTR is rename(2), retried when a signal interrupts it, as os.Rename does.
-func renameRetryingEINTR(from, to string) error {
-	for {
-		if err := unix.Rename(from, to); !errors.Is(err, unix.EINTR) {
-			return err
-		}
-	}
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"k8s.io/klog/v2"
+
+	"github.com/shared-resource/csi-driver/internal/mountinfo"
 )
 
 // recoverVolumes loads the volumes left by a previous run: whole ones are resumed, broken ones
@@ -23,7 +25,7 @@ func (d *driver) recoverVolumes() error {
 	resumed, cleaned := 0, 0
 	for _, id := range ids {
 		volDir := d.store.mountPoint(id)
-		if _, mounted := mountAt(mounts, volDir); !mounted {
+		if _, mounted := mountinfo.At(mounts, volDir); !mounted {
 			klog.InfoS("Volume dir has no tmpfs; removing it", "volumeID", id)
 			removeDirLogged(volDir)
 			cleaned++

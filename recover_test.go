@@ -4,10 +4,10 @@ package main
 // previous one left resumes each whole volume (its record, its budget, its relist, its bind: the
 // restart step of driver_test.go's story) and cleans each broken one, and leaves alone what it
 // did not make. Then the crash points
-// (crashsteps.go): for a crash just after each step of publish, unpublish and reconcile, the
+// (internal/crashpoint): for a crash just after each step of publish, unpublish and reconcile, the
 // state that step leaves is made on the node, a new driver recovers, and the kubelet's retry (or
 // the next relist) ends with the node as if nothing had crashed. The production build has no
-// crash point (crashpoint_off.go), so these tests make each step's state from a whole operation,
+// crash point (internal/crashpoint/off.go), so these tests make each step's state from a whole operation,
 // undoing the steps that come after it; the same story, with the driver SIGKILLed at each crash
 // point of its test build: test/e2e/api/crash_test.go.
 
@@ -19,15 +19,17 @@ import (
 	"testing"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/crashpoint"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // crashStates says, for each step of an operation, what the test does to a node to make the state
 // the operation leaves when the driver dies just after that step.
-type crashStates map[crashStep]func(t *testing.T, d *driver, target string)
+type crashStates map[crashpoint.Step]func(t *testing.T, d *driver, target string)
 
 // forEachStep runs run for each step of an operation, as a subtest; a step that states does not
-// say how to make fails the test, so a crash point added to crashsteps.go gets its unit test.
-func forEachStep(t *testing.T, steps []crashStep, states crashStates, run func(t *testing.T, step crashStep)) {
+// say how to make fails the test, so a crash point added to internal/crashpoint gets its unit test.
+func forEachStep(t *testing.T, steps []crashpoint.Step, states crashStates, run func(t *testing.T, step crashpoint.Step)) {
 	for _, step := range steps {
 		if states[step] == nil {
 			t.Fatalf("crash step %s has no unit specification: say here what state it leaves", step)
@@ -45,15 +47,15 @@ func must(t *testing.T, err error) {
 
 // publishUndo undoes one step of a whole publish (createVolume's numbering), last first.
 var publishUndo = crashStates{
-	stepPublishBind:   func(t *testing.T, d *driver, target string) { must(t, d.mounter.unmount(target)) },
-	stepPublishTarget: func(t *testing.T, _ *driver, target string) { must(t, os.Remove(target)) },
-	stepPublishRecord: func(t *testing.T, d *driver, _ string) { must(t, os.Remove(d.store.recordPath("vol-1"))) },
-	stepPublishData: func(t *testing.T, d *driver, _ string) {
-		must(t, os.RemoveAll(filepath.Join(d.store.mountPoint("vol-1"), sharesDir)))
-		must(t, os.RemoveAll(filepath.Join(d.store.mountPoint("vol-1"), dataDir)))
+	crashpoint.PublishBind:   func(t *testing.T, d *driver, target string) { must(t, d.mounter.unmount(target)) },
+	crashpoint.PublishTarget: func(t *testing.T, _ *driver, target string) { must(t, os.Remove(target)) },
+	crashpoint.PublishRecord: func(t *testing.T, d *driver, _ string) { must(t, os.Remove(d.store.recordPath("vol-1"))) },
+	crashpoint.PublishData: func(t *testing.T, d *driver, _ string) {
+		must(t, os.RemoveAll(filepath.Join(d.store.mountPoint("vol-1"), volume.CopiesDir)))
+		must(t, os.RemoveAll(filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir)))
 	},
-	stepPublishTmpfs: func(t *testing.T, d *driver, _ string) { must(t, d.mounter.unmount(d.store.mountPoint("vol-1"))) },
-	stepPublishDir:   func(t *testing.T, d *driver, _ string) { must(t, os.Remove(d.store.mountPoint("vol-1"))) },
+	crashpoint.PublishTmpfs: func(t *testing.T, d *driver, _ string) { must(t, d.mounter.unmount(d.store.mountPoint("vol-1"))) },
+	crashpoint.PublishDir:   func(t *testing.T, d *driver, _ string) { must(t, os.Remove(d.store.mountPoint("vol-1"))) },
 }
 
 // A crash during a publish, then the kubelet's retry: recovery cleans a volume not yet whole
@@ -61,13 +63,13 @@ var publishUndo = crashStates{
 // resumes one whose target exists, re-binding it; the retry then publishes it whole, and the
 // unpublish leaves nothing.
 func TestRecoverFromACrashAfterEachPublishStep(t *testing.T) {
-	resumed := map[crashStep]bool{stepPublishTarget: true, stepPublishBind: true}
-	forEachStep(t, publishSteps, publishUndo, func(t *testing.T, at crashStep) {
+	resumed := map[crashpoint.Step]bool{crashpoint.PublishTarget: true, crashpoint.PublishBind: true}
+	forEachStep(t, crashpoint.PublishSteps, publishUndo, func(t *testing.T, at crashpoint.Step) {
 		c := newFakeCluster(t)
 		d, _ := c.node()
 		req := publishVolume(t, d, "vol-1")
-		for i := len(publishSteps) - 1; publishSteps[i] != at; i-- {
-			publishUndo[publishSteps[i]](t, d, req.TargetPath)
+		for i := len(crashpoint.PublishSteps) - 1; crashpoint.PublishSteps[i] != at; i-- {
+			publishUndo[crashpoint.PublishSteps[i]](t, d, req.TargetPath)
 		}
 		d, _ = c.restart(d)
 		m := d.mounter.(*fakeMounter)
@@ -88,21 +90,21 @@ func TestRecoverFromACrashAfterEachPublishStep(t *testing.T) {
 
 // unpublishDo does one step of an unpublish (teardown's order).
 var unpublishDo = crashStates{
-	stepUnpublishBind:   func(t *testing.T, d *driver, target string) { must(t, d.mounter.unmount(target)) },
-	stepUnpublishTarget: func(t *testing.T, _ *driver, target string) { must(t, os.Remove(target)) },
-	stepUnpublishTmpfs:  func(t *testing.T, d *driver, _ string) { must(t, d.mounter.unmount(d.store.mountPoint("vol-1"))) },
-	stepUnpublishDir:    func(t *testing.T, d *driver, _ string) { must(t, os.Remove(d.store.mountPoint("vol-1"))) },
+	crashpoint.UnpublishBind:   func(t *testing.T, d *driver, target string) { must(t, d.mounter.unmount(target)) },
+	crashpoint.UnpublishTarget: func(t *testing.T, _ *driver, target string) { must(t, os.Remove(target)) },
+	crashpoint.UnpublishTmpfs:  func(t *testing.T, d *driver, _ string) { must(t, d.mounter.unmount(d.store.mountPoint("vol-1"))) },
+	crashpoint.UnpublishDir:    func(t *testing.T, d *driver, _ string) { must(t, os.Remove(d.store.mountPoint("vol-1"))) },
 }
 
 // A crash during an unpublish, then the kubelet's retry: whatever step was reached, the retry
 // succeeds and leaves nothing. (Crashed just after the bind went, the volume is resumed and bound
 // again: its target and pod are still there; the retry takes it.)
 func TestRecoverFromACrashAfterEachUnpublishStep(t *testing.T) {
-	forEachStep(t, unpublishSteps, unpublishDo, func(t *testing.T, at crashStep) {
+	forEachStep(t, crashpoint.UnpublishSteps, unpublishDo, func(t *testing.T, at crashpoint.Step) {
 		c := newFakeCluster(t)
 		d, _ := c.node()
 		req := publishVolume(t, d, "vol-1")
-		for _, step := range unpublishSteps {
+		for _, step := range crashpoint.UnpublishSteps {
 			unpublishDo[step](t, d, req.TargetPath)
 			if step == at {
 				break
@@ -133,24 +135,24 @@ func TestRecoverFromACrashAfterEachReconcileStep(t *testing.T) {
 				view   map[string]atomicwriter.File
 			}
 			undo := crashStates{
-				stepReconcileRecord: func(t *testing.T, d *driver, _ string) {
+				crashpoint.ReconcileRecord: func(t *testing.T, d *driver, _ string) {
 					must(t, os.WriteFile(d.store.recordPath("vol-1"), old.record, 0o600))
 				},
-				stepReconcileData: func(t *testing.T, d *driver, _ string) {
-					must(t, atomicwriter.Writer{Dir: filepath.Join(d.store.mountPoint("vol-1"), dataDir), GID: -1}.Write(old.view))
+				crashpoint.ReconcileData: func(t *testing.T, d *driver, _ string) {
+					must(t, atomicwriter.Writer{Dir: filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir), GID: -1}.Write(old.view))
 				},
-				stepReconcileCopies: func(t *testing.T, d *driver, _ string) {
-					must(t, d.store.dirOf(volumeRecord{VolumeID: "vol-1", GID: -1}).writeCopy(0, old.copied))
+				crashpoint.ReconcileCopies: func(t *testing.T, d *driver, _ string) {
+					must(t, d.store.dirOf(volumeRecord{VolumeID: "vol-1", GID: -1}).WriteCopy(0, old.copied))
 				},
 			}
-			forEachStep(t, reconcileSteps, undo, func(t *testing.T, at crashStep) {
+			forEachStep(t, crashpoint.ReconcileSteps, undo, func(t *testing.T, at crashpoint.Step) {
 				c := newFakeCluster(t)
 				d, _ := c.node()
 				publishVolume(t, d, "vol-1")
 				vol := d.store.dirOf(volumeRecord{VolumeID: "vol-1", GID: -1})
 				old.record, _ = os.ReadFile(d.store.recordPath("vol-1"))
-				old.copied, _ = atomicwriter.ReadFiles(vol.shareDir(0))
-				old.view, _ = atomicwriter.ReadFiles(vol.dataDir())
+				old.copied, _ = atomicwriter.ReadFiles(vol.CopyPath(0))
+				old.view, _ = atomicwriter.ReadFiles(vol.ViewPath())
 				want := []string{"ca.crt", "CA2"} // what the pod sees once the change is done
 				if change == "revoke" {
 					c.allowed, want = false, nil
@@ -159,10 +161,10 @@ func TestRecoverFromACrashAfterEachReconcileStep(t *testing.T) {
 				}
 				must(t, reconcileVolume(t, d, "vol-1"))
 				if change == "revoke" { // a revoke writes no copy, and drops it only after the last step
-					undo[stepReconcileCopies](t, d, "")
+					undo[crashpoint.ReconcileCopies](t, d, "")
 				}
-				for i := len(reconcileSteps) - 1; reconcileSteps[i] != at; i-- {
-					undo[reconcileSteps[i]](t, d, "")
+				for i := len(crashpoint.ReconcileSteps) - 1; crashpoint.ReconcileSteps[i] != at; i-- {
+					undo[crashpoint.ReconcileSteps[i]](t, d, "")
 				}
 				atCrash := podView(t, d, "vol-1")
 
@@ -176,8 +178,8 @@ func TestRecoverFromACrashAfterEachReconcileStep(t *testing.T) {
 					change == "refresh" && rec.Shares[0].ResourceVersion != "2" {
 					t.Fatalf("after the next relist the pod sees %v, record %+v; want %q", podView(t, d, "vol-1"), rec.Shares[0], want)
 				}
-				if d.budget.inUse() != volumeBytes(rec) {
-					t.Fatalf("%d bytes charged, the saved record says %d", d.budget.inUse(), volumeBytes(rec))
+				if d.budget.InUse() != volumeBytes(rec) {
+					t.Fatalf("%d bytes charged, the saved record says %d", d.budget.InUse(), volumeBytes(rec))
 				}
 			})
 		})

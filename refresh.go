@@ -20,7 +20,7 @@ package main
 // Reactions to share events are paced the same way (shareevents.go): every node reacts to one
 // admin's edit at a random point within the same part of the interval, so the fleet's requests
 // for it spread as a cycle's do. The shares a driver lists at start-up are not such events
-// (shares.go): a restarted fleet would react to all of them together.
+// (internal/share/index.go): a restarted fleet would react to all of them together.
 //
 // So a volume is checked again an interval (±10%) after its last check while the node's volumes
 // stay the same, and at most 1.1 + spread intervals after it when volumes published since come
@@ -32,6 +32,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/shared-resource/csi-driver/internal/share"
 	"golang.org/x/time/rate"
 	"k8s.io/klog/v2"
 )
@@ -147,14 +148,14 @@ func (p cyclePacer) wait(ctx context.Context) error {
 // cycleKeys are the reviews and GETs a cycle has asked for so far.
 type cycleKeys struct {
 	access  map[accessKey]bool
-	sources map[sourceKey]bool
+	sources map[share.SourceKey]bool
 }
 
 // add records rec's requests and returns how many of them are new to the cycle: one review per
 // access key, and one GET per source of a volume that refreshes.
 func (k *cycleKeys) add(rec volumeRecord) int {
 	if k.access == nil {
-		k.access, k.sources = map[accessKey]bool{}, map[sourceKey]bool{}
+		k.access, k.sources = map[accessKey]bool{}, map[share.SourceKey]bool{}
 	}
 	n := 0
 	for j, s := range rec.Shares {
@@ -162,7 +163,7 @@ func (k *cycleKeys) add(rec volumeRecord) int {
 			k.access[key] = true
 			n++
 		}
-		if src := (sourceKey{Kind: s.Kind, Namespace: s.SourceNamespace, Name: s.SourceName}); rec.Refresh && !k.sources[src] {
+		if src := (share.SourceKey{Kind: s.Kind, Namespace: s.SourceNamespace, Name: s.SourceName}); rec.Refresh && !k.sources[src] {
 			k.sources[src] = true
 			n++
 		}

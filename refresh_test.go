@@ -9,6 +9,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/shared-resource/csi-driver/internal/share"
 )
 
 func TestRelistScheduleBounds(t *testing.T) {
@@ -129,7 +131,7 @@ func TestCyclePacerSpacesRequestsOverItsWindow(t *testing.T) {
 
 func TestCycleRequestsCountsEachReviewAndGETOnce(t *testing.T) {
 	share := func(name, srcNS, src string) shareState {
-		return shareState{shareRef: shareRef{Kind: kindSecret, Name: name}, SourceNamespace: srcNS, SourceName: src}
+		return shareState{Ref: share.Ref{Kind: share.KindSecret, Name: name}, SourceNamespace: srcNS, SourceName: src}
 	}
 	recs := []volumeRecord{
 		// Two volumes of one service account on one share: one review, one GET.

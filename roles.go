@@ -7,7 +7,7 @@ package main
 //     sharedsecrets/status or sharedconfigmaps/status and no Lease.
 //   - status: the status controller (a Deployment with a ServiceAccount of its own), the only
 //     writer of the shares' status: the Ready condition, status.exposedKeys and the first pin
-//     (status.sourceUID, sourcepin.go), which every node trusts and the admission policy does not
+//     (status.sourceUID, internal/share/pin.go), which every node trusts and the admission policy does not
 //     check. Were status written by a node, whoever takes any node could hold the status Lease
 //     for good, pin a share to the source of their choice, and put text (commands for admins to
 //     run) in Ready messages. Its replicas elect one writer through the Lease, so the surge of a
@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 
+	"github.com/shared-resource/csi-driver/internal/share"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
@@ -77,7 +78,7 @@ func runStatusController(ctx context.Context, o *options) error {
 	}
 	// No reaction of its own to share events: the status writer registers its handlers for as
 	// long as it leads.
-	shares := newStatusShareIndex(kube.dyn)
+	shares := share.NewStatusIndex(kube.Dyn)
 
 	errs := make(chan error, 3)
 	if o.healthAddr != "" {
@@ -85,7 +86,7 @@ func runStatusController(ctx context.Context, o *options) error {
 		if err != nil {
 			return fmt.Errorf("listening on --health-address %s: %w", o.healthAddr, err)
 		}
-		hs := newHealthServer(shares.synced, m)
+		hs := newHealthServer(shares.Synced, m)
 		go func() { errs <- hs.Serve(newHealthListener(lis, o.healthMaxConns)) }()
 		defer hs.Close()
 	}
@@ -97,12 +98,12 @@ func runStatusController(ctx context.Context, o *options) error {
 		if err != nil {
 			return fmt.Errorf("listening on --probe-address %s: %w", o.probeAddr, err)
 		}
-		ps := newProbeServer(shares.synced)
+		ps := newProbeServer(shares.Synced)
 		go func() { errs <- ps.Serve(newProbeListener(lis, o.healthMaxConns)) }()
 		defer ps.Close()
 	}
-	shares.start(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), shares.synced) {
+	shares.Start(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), shares.Synced) {
 		return nil // stopped before the caches synced
 	}
 	klog.InfoS("Share caches synced")
@@ -112,7 +113,7 @@ func runStatusController(ctx context.Context, o *options) error {
 	go func() {
 		defer close(done)
 		if err := runStatusWriter(wctx, statusConfig{
-			Leases: leaseClient{c: kube.coord, namespace: o.statusLeaseNS}, Dyn: kube.dyn, Meta: kube.meta, Sources: kube, Shares: shares,
+			Leases: leaseClient{c: kube.Coord, namespace: o.statusLeaseNS}, Dyn: kube.Dyn, Meta: kube.Meta, Sources: kube, Shares: shares,
 			Holder: holder, LeaseNamespace: o.statusLeaseNS, LeaseDuration: o.statusLease, Interval: o.relistInterval, Account: account,
 		}); err != nil {
 			errs <- err

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shared-resource/csi-driver/internal/share"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -156,8 +157,8 @@ func newRecordingAPI(t *testing.T) *recordingAPI {
 		a.mu.Lock()
 		a.seen = append(a.seen, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
 		a.mu.Unlock()
-		for _, row := range shareKindTable {
-			gvr := shareGVR(row.kind)
+		for _, row := range share.Kinds {
+			gvr := share.GVR(row.Kind)
 			if r.Method != http.MethodGet || r.URL.Path != "/apis/"+gvr.Group+"/"+gvr.Version+"/"+gvr.Resource {
 				continue
 			}
@@ -207,8 +208,8 @@ func (a *recordingAPI) requests() []string {
 
 // listedBothShareKinds: each share kind has been listed (not only watched).
 func (a *recordingAPI) listedBothShareKinds() bool {
-	for _, row := range shareKindTable {
-		gvr := shareGVR(row.kind)
+	for _, row := range share.Kinds {
+		gvr := share.GVR(row.Kind)
 		listed := false
 		for _, r := range a.requests() {
 			path, query, _ := strings.Cut(r, "?")

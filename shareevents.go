@@ -18,7 +18,7 @@ package main
 // stream of edits (a controller rewriting a share in a loop, a tenant's script) makes one
 // reaction per window per node, not one per random delay that happens to fall short. Edits that
 // change nothing a volume uses (a description, labels, the status's conditions) make none
-// (shares.go, shareChanged). A volume whose lock is held when the reaction comes (a publish, an unpublish, the
+// (internal/share/index.go, share.Changed). A volume whose lock is held when the reaction comes (a publish, an unpublish, the
 // relist's reconcile of it, which may have read the share before the event) is skipped, and the
 // share's reaction runs again busyRetryDelay later, until no volume of it was busy: the event is
 // never dropped for a volume. A share's change thus reaches its volumes within the spread window
@@ -31,20 +31,21 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shared-resource/csi-driver/internal/share"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 )
 
 // shareEventQueue holds the shares whose events wait for their reaction.
 type shareEventQueue struct {
-	q      workqueue.TypedDelayingInterface[shareRef]
+	q      workqueue.TypedDelayingInterface[share.Ref]
 	clock  clock.Clock
 	delay  func() time.Duration // how long an event waits on this node
 	window time.Duration        // a share's reactions start at least this far apart
 
 	mu      sync.Mutex
-	pending map[shareRef]bool      // a reaction waits (or waits to run): events add nothing
-	started map[shareRef]time.Time // when each share's last reaction started, within a window
+	pending map[share.Ref]bool      // a reaction waits (or waits to run): events add nothing
+	started map[share.Ref]time.Time // when each share's last reaction started, within a window
 }
 
 func newShareEventQueue(sched relistSchedule) *shareEventQueue {
@@ -55,9 +56,9 @@ func newShareEventQueue(sched relistSchedule) *shareEventQueue {
 // share start at least window apart.
 func newShareEventQueueOn(clk clock.WithTicker, name string, delay func() time.Duration, window time.Duration) *shareEventQueue {
 	return &shareEventQueue{
-		q:     workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[shareRef]{Name: name, Clock: clk}),
+		q:     workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[share.Ref]{Name: name, Clock: clk}),
 		clock: clk, delay: delay, window: window,
-		pending: map[shareRef]bool{}, started: map[shareRef]time.Time{},
+		pending: map[share.Ref]bool{}, started: map[share.Ref]time.Time{},
 	}
 }
 
@@ -69,8 +70,8 @@ const busyRetryDelay = time.Second
 // add is the watch's report that share name of kind k changed: its reaction waits the node's
 // delay, and at least until a window after its last reaction started; an event while one waits
 // adds nothing.
-func (e *shareEventQueue) add(k shareKind, name string) {
-	ref := shareRef{Kind: k, Name: name}
+func (e *shareEventQueue) add(k share.Kind, name string) {
+	ref := share.Ref{Kind: k, Name: name}
 	e.mu.Lock()
 	if e.pending[ref] {
 		e.mu.Unlock()
@@ -88,7 +89,7 @@ func (e *shareEventQueue) add(k shareKind, name string) {
 
 // retry runs ref's reaction again busyRetryDelay from now (or with an earlier event, whichever
 // comes first): the same reaction, finishing what it could not do, so not held to the window.
-func (e *shareEventQueue) retry(ref shareRef) {
+func (e *shareEventQueue) retry(ref share.Ref) {
 	e.mu.Lock()
 	e.pending[ref] = true
 	e.mu.Unlock()
@@ -97,7 +98,7 @@ func (e *shareEventQueue) retry(ref shareRef) {
 
 // starting notes that ref's reaction starts now: events from now on wait for the next one, a
 // window later. Shares whose last reaction is more than a window ago are forgotten.
-func (e *shareEventQueue) starting(ref shareRef) {
+func (e *shareEventQueue) starting(ref share.Ref) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.clock.Now()
@@ -113,7 +114,7 @@ func (e *shareEventQueue) starting(ref shareRef) {
 }
 
 // run calls react for each share whose delay has passed, one at a time, until ctx ends.
-func (e *shareEventQueue) run(ctx context.Context, react func(context.Context, shareRef)) {
+func (e *shareEventQueue) run(ctx context.Context, react func(context.Context, share.Ref)) {
 	go func() {
 		<-ctx.Done()
 		e.q.ShutDown()
@@ -132,7 +133,7 @@ func (e *shareEventQueue) run(ctx context.Context, react func(context.Context, s
 // runShareEvents reconciles the volumes of each changed share, paced (see the top of this file),
 // and again shortly when one of them was busy.
 func (d *driver) runShareEvents(ctx context.Context, events *shareEventQueue) {
-	events.run(ctx, func(ctx context.Context, ref shareRef) {
+	events.run(ctx, func(ctx context.Context, ref share.Ref) {
 		if d.reconcileShare(ctx, ref) {
 			events.retry(ref)
 		}
@@ -141,7 +142,7 @@ func (d *driver) runShareEvents(ctx context.Context, events *shareEventQueue) {
 
 // reconcileShare reconciles the volumes of one share, for an event on it. busy says whether it
 // skipped one whose lock was held.
-func (d *driver) reconcileShare(ctx context.Context, ref shareRef) (busy bool) {
+func (d *driver) reconcileShare(ctx context.Context, ref share.Ref) (busy bool) {
 	memo := d.newCycleMemo()
 	for _, rec := range d.store.list() {
 		if slices.Contains(rec.refs(), ref) && !d.reconcileIfIdle(ctx, rec.VolumeID, memo) {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shared-resource/csi-driver/internal/share"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -54,10 +55,10 @@ type pacedQueue struct {
 	*shareEventQueue
 	clock *clocktesting.FakeClock
 	mu    sync.Mutex
-	done  []shareRef
+	done  []share.Ref
 	gate  chan struct{} // when set, a reaction waits on it
 	// atGate tells the test that a reaction has started and waits on the gate.
-	atGate chan shareRef
+	atGate chan share.Ref
 }
 
 func newPacedQueue(t *testing.T, delay time.Duration) *pacedQueue {
@@ -68,10 +69,10 @@ func newPacedQueue(t *testing.T, delay time.Duration) *pacedQueue {
 // apart.
 func newPacedQueueOf(t *testing.T, delay func() time.Duration, window time.Duration) *pacedQueue {
 	clock := clocktesting.NewFakeClock(time.Now())
-	p := &pacedQueue{clock: clock, atGate: make(chan shareRef, 1), shareEventQueue: newShareEventQueueOn(clock, "", delay, window)}
+	p := &pacedQueue{clock: clock, atGate: make(chan share.Ref, 1), shareEventQueue: newShareEventQueueOn(clock, "", delay, window)}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go p.run(ctx, func(_ context.Context, ref shareRef) {
+	go p.run(ctx, func(_ context.Context, ref share.Ref) {
 		p.mu.Lock()
 		gate := p.gate
 		p.mu.Unlock()
@@ -89,14 +90,14 @@ func newPacedQueueOf(t *testing.T, delay func() time.Duration, window time.Durat
 	return p
 }
 
-func (p *pacedQueue) reactions() []shareRef {
+func (p *pacedQueue) reactions() []share.Ref {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.done)
 }
 
 // settle waits until the reactions are want, or fails.
-func (p *pacedQueue) settle(t *testing.T, what string, want ...shareRef) {
+func (p *pacedQueue) settle(t *testing.T, what string, want ...share.Ref) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -116,7 +117,7 @@ func (p *pacedQueue) settle(t *testing.T, what string, want ...shareRef) {
 
 func TestShareEventsWaitTheirDelayAndCoalesce(t *testing.T) {
 	p := newPacedQueue(t, 10*time.Second)
-	a, b := shareRef{Kind: kindSecret, Name: "a"}, shareRef{Kind: kindConfigMap, Name: "b"}
+	a, b := share.Ref{Kind: share.KindSecret, Name: "a"}, share.Ref{Kind: share.KindConfigMap, Name: "b"}
 	for range 3 {
 		p.add(a.Kind, a.Name)
 	}
@@ -153,7 +154,7 @@ func TestAStreamOfEditsMakesOneReactionPerWindow(t *testing.T) {
 	const window, step, edits = time.Second, 10 * time.Millisecond, 500
 	rnd := rand.New(rand.NewPCG(1, 2))
 	p := newPacedQueueOf(t, func() time.Duration { return time.Duration(rnd.Int64N(int64(window))) }, window)
-	a := shareRef{Kind: kindSecret, Name: "a"}
+	a := share.Ref{Kind: share.KindSecret, Name: "a"}
 	for range edits {
 		p.add(a.Kind, a.Name)
 		p.clock.Step(step)
@@ -188,7 +189,7 @@ func TestOnlyEditsOfWhatAVolumeUsesMakeAReaction(t *testing.T) {
 		u := &unstructured.Unstructured{Object: map[string]any{
 			"metadata": map[string]any{"name": "share", "uid": "share-1", "generation": int64(1)},
 			"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "description": "CA"},
-			"status":   map[string]any{pinField: "src-1"},
+			"status":   map[string]any{share.PinField: "src-1"},
 		}}
 		return u
 	}
@@ -208,20 +209,20 @@ func TestOnlyEditsOfWhatAVolumeUsesMakeAReaction(t *testing.T) {
 			mustSet(unstructured.SetNestedField(u.Object, "other", "spec", "secretRef", "name"))
 		}, true},
 		{"the list of keys", func(u *unstructured.Unstructured) {
-			mustSet(unstructured.SetNestedSlice(u.Object, []any{map[string]any{"key": "ca.crt"}}, "spec", sharedItemsField))
+			mustSet(unstructured.SetNestedSlice(u.Object, []any{map[string]any{"key": "ca.crt"}}, "spec", share.ItemsField))
 		}, true},
 		{"following re-creations", func(u *unstructured.Unstructured) {
-			mustSet(unstructured.SetNestedField(u.Object, recreationFollow, "spec", recreationField))
+			mustSet(unstructured.SetNestedField(u.Object, share.RecreationFollow, "spec", share.RecreationField))
 		}, true},
 		{"the pin", func(u *unstructured.Unstructured) {
-			mustSet(unstructured.SetNestedField(u.Object, "src-2", "status", pinField))
+			mustSet(unstructured.SetNestedField(u.Object, "src-2", "status", share.PinField))
 		}, true},
 		{"the object", func(u *unstructured.Unstructured) { u.SetUID("share-2") }, true},
 	} {
 		was, now := base(), base()
 		tc.edit(now)
 		now.SetGeneration(2)
-		if got := shareChanged(kindSecret, was, now); got != tc.react {
+		if got := share.Changed(share.KindSecret, was, now); got != tc.react {
 			t.Errorf("an edit of %s: reaction %v, want %v", tc.name, got, tc.react)
 		}
 	}
@@ -252,7 +253,7 @@ func TestShareEventOnABusyVolumeIsRetried(t *testing.T) {
 		t.Fatal("vol-1 is locked")
 	}
 	deleteShareFromCache(t, d, "share")
-	events.add(kindSecret, "share")
+	events.add(share.KindSecret, "share")
 	for events.q.Len() > 0 {
 		time.Sleep(time.Millisecond)
 	}

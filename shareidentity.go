@@ -1,7 +1,7 @@
 package main
 
 // A volume belongs to the share object it was published from, the way a share belongs to its
-// source (sourcepin.go). A share is known to pods by its name only, and RBAC grants "use" by name;
+// source (internal/share/pin.go). A share is known to pods by its name only, and RBAC grants "use" by name;
 // but a name is not an object. Whoever may delete and create shares (or only create them, when
 // the name's share is gone and RoleBindings still grant "use" on it, or grant it ahead of time;
 // RBAC cannot scope create by name) could otherwise delete "ca-bundle" and create it again over a
@@ -39,6 +39,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/shareapi"
 )
 
@@ -51,11 +52,11 @@ const reasonShareReplaced = shareapi.ReasonShareReplaced
 // answer, not an outage. So a source that cannot be read (not found, forbidden, any API error)
 // does not keep the volume as it was: the new object is not the volume's until its source is
 // read and proves to be the volume's own (adopted then, restoring the volume).
-func shareIdentity(ctx context.Context, st shareState, sh shareSpec, memo *cycleMemo) bool {
+func shareIdentity(ctx context.Context, st shareState, sh share.Spec, memo *cycleMemo) bool {
 	switch {
 	case st.ShareUID == "" || sh.UID == "" || sh.UID == st.ShareUID:
 		return true
-	case st.SourceUID == "" || !sh.Exposed.within(st.Exposed):
+	case st.SourceUID == "" || !sh.Exposed.Within(st.Exposed):
 		return false
 	}
 	src, err := memo.source(ctx, sh)
@@ -68,11 +69,11 @@ func shareIdentity(ctx context.Context, st shareState, sh shareSpec, memo *cycle
 }
 
 // replacedShareMessage says which objects these are and what an admin does about it.
-func replacedShareMessage(rec volumeRecord, st shareState, sh shareSpec) string {
+func replacedShareMessage(rec volumeRecord, st shareState, sh share.Spec) string {
 	return fmt.Sprintf("%s %q was deleted and created again (UID %s, sharing %s); this volume was published from UID %s, sharing %s %s/%s: "+
 		"the new object does not feed this running pod, which shows none of its files. If the new object is the one to use, re-create the pod "+
 		"(its controller starts a new one, published from the share as it is now): kubectl delete pod --namespace=%s %s. "+
 		"If the share was deleted by mistake, create it again over %s %s/%s: running volumes then resume",
-		st.Kind.shareTypeName(), st.Name, sh.UID, sh.sourceKey(), st.ShareUID, st.Kind, st.SourceNamespace, st.SourceName,
+		st.Kind.TypeName(), st.Name, sh.UID, sh.SourceKey(), st.ShareUID, st.Kind, st.SourceNamespace, st.SourceName,
 		rec.PodNamespace, rec.PodName, st.Kind, st.SourceNamespace, st.SourceName)
 }

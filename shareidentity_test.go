@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
 )
 
 // putSecretShare puts (or replaces) the SharedSecret name, object uid, over Secret ns/secret in
@@ -40,7 +41,7 @@ func putSecretShare(t *testing.T, d *driver, name, uid, ns, secret string) {
 		"spec":     map[string]any{"secretRef": map[string]any{"namespace": ns, "name": secret}},
 	}}
 	u.SetUID(types.UID(uid))
-	if err := d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+	if err := d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -49,7 +50,7 @@ func putSecretShare(t *testing.T, d *driver, name, uid, ns, secret string) {
 // delivers a delete.
 func deleteShareFromCache(t *testing.T, d *driver, name string) {
 	t.Helper()
-	store := d.shares.informers[kindSecret].GetStore()
+	store := d.shares.Informers[share.KindSecret].GetStore()
 	obj, ok, err := store.GetByKey(name)
 	if err != nil || !ok {
 		t.Fatalf("share %s not cached: %v", name, err)
@@ -97,7 +98,7 @@ func TestShareRecreatedOverAnotherSecretDoesNotFeedRunningVolumes(t *testing.T) 
 			if _, err := ns.NodePublishVolume(ctx, req); err != nil {
 				t.Fatal(err)
 			}
-			ref := shareRef{Kind: kindSecret, Name: "share"}
+			ref := share.Ref{Kind: share.KindSecret, Name: "share"}
 			var seen []string
 			step := func() string {
 				d.reconcileShare(ctx, ref)
@@ -277,7 +278,7 @@ func TestShareRecreatedExposingMoreIsNotAdopted(t *testing.T) {
 					u.Object["spec"].(map[string]any)["items"] = items
 				}
 				u.SetUID(types.UID(uid))
-				if err := d.shares.informers[kindSecret].GetStore().Update(u); err != nil {
+				if err := d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
 					t.Fatal(err)
 				}
 			}

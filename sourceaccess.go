@@ -15,6 +15,8 @@ package main
 import (
 	"fmt"
 	"strings"
+
+	"github.com/shared-resource/csi-driver/internal/share"
 )
 
 // sourceReaderRole is deploy.yaml's ClusterRole granting get on secrets and configmaps; bound in
@@ -35,7 +37,7 @@ func parseDriverAccount(s string) (driverAccount, error) {
 	}
 	for _, one := range strings.Split(s, ",") {
 		ns, name, ok := strings.Cut(one, ":")
-		if !ok || !validLabel(ns) || !validName(name) {
+		if !ok || !share.ValidLabel(ns) || !share.ValidName(name) {
 			return "", fmt.Errorf("--service-account %q must be NAMESPACE:NAME, or several separated by commas: the driver's service accounts (node plugin, status controller)", s)
 		}
 	}
@@ -65,8 +67,8 @@ func (a driverAccount) serviceAccountFlags() string {
 // Role for this one object (the least a node's driver can hold; right for a system namespace),
 // then the namespace-wide RoleBinding to sourceReaderRole, which exposes every Secret and
 // ConfigMap of the namespace to every node's driver.
-func (a driverAccount) grantReadHint(key sourceKey) string {
-	resource := sourceGVR(key.Kind).Resource
+func (a driverAccount) grantReadHint(key share.SourceKey) string {
+	resource := share.SourceGVR(key.Kind).Resource
 	role := "shared-resource-csi-read-" + key.Name
 	accounts := "service account " + a.String()
 	if strings.Contains(string(a), ",") {
@@ -78,5 +80,5 @@ func (a driverAccount) grantReadHint(key sourceKey) string {
 		"(or, to let it read every %s of namespace %s: "+
 		"kubectl create rolebinding %s --namespace=%s --clusterrole=%s %s)",
 		accounts, role, key.Namespace, resource, key.Name, role, key.Namespace, role, a.serviceAccountFlags(),
-		sourceKindsText(), key.Namespace, sourceReaderRole, key.Namespace, sourceReaderRole, a.serviceAccountFlags())
+		share.SourceKindsText(), key.Namespace, sourceReaderRole, key.Namespace, sourceReaderRole, a.serviceAccountFlags())
 }

@@ -8,6 +8,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/shared-resource/csi-driver/internal/share"
 )
 
 // The fix an admin is told to run names the namespace, the ClusterRole and the driver's account,
@@ -17,7 +19,7 @@ func TestGrantReadHintNamesTheCommandToRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hint := a.grantReadHint(sourceKey{Kind: kindConfigMap, Namespace: "app-config", Name: "flags"})
+	hint := a.grantReadHint(share.SourceKey{Kind: share.KindConfigMap, Namespace: "app-config", Name: "flags"})
 	for _, want := range []string{
 		"kubectl create rolebinding shared-resource-csi-source-reader --namespace=app-config --clusterrole=shared-resource-csi-source-reader --serviceaccount=csi-sharedresource:shared-resource-csi-driver",
 		"every Secret and ConfigMap of namespace app-config",
@@ -27,7 +29,7 @@ func TestGrantReadHintNamesTheCommandToRun(t *testing.T) {
 			t.Errorf("hint %q does not contain %q", hint, want)
 		}
 	}
-	if h := driverAccount("").grantReadHint(sourceKey{Kind: kindSecret, Namespace: "n", Name: "s"}); !strings.Contains(h, "--serviceaccount=<driver namespace>:<driver service account>") {
+	if h := driverAccount("").grantReadHint(share.SourceKey{Kind: share.KindSecret, Namespace: "n", Name: "s"}); !strings.Contains(h, "--serviceaccount=<driver namespace>:<driver service account>") {
 		t.Errorf("an unknown account is not shown as a placeholder: %q", h)
 	}
 	// The node plugin's and the status controller's accounts: one grant serves both, since the
@@ -36,7 +38,7 @@ func TestGrantReadHintNamesTheCommandToRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hint = both.grantReadHint(sourceKey{Kind: kindSecret, Namespace: "platform", Name: "ca"})
+	hint = both.grantReadHint(share.SourceKey{Kind: share.KindSecret, Namespace: "platform", Name: "ca"})
 	for _, want := range []string{
 		"service accounts csi-sharedresource:shared-resource-csi-driver, csi-sharedresource:shared-resource-csi-status",
 		"kubectl create rolebinding shared-resource-csi-source-reader --namespace=platform --clusterrole=shared-resource-csi-source-reader --serviceaccount=csi-sharedresource:shared-resource-csi-driver --serviceaccount=csi-sharedresource:shared-resource-csi-status)",

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shared-resource/csi-driver/internal/share"
 	"google.golang.org/protobuf/encoding/protowire"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,7 +35,7 @@ import (
 // publish it.
 func (k *kubeClient) getInto(ctx context.Context, req *rest.Request, kind string, obj interface {
 	runtime.Object
-	protoUnmarshaler
+	share.ProtoUnmarshaler
 }) error {
 	buf := bodyBuffers.Get().(*bytes.Buffer)
 	defer func() {
@@ -68,7 +69,7 @@ func (k *kubeClient) getInto(ctx context.Context, req *rest.Request, kind string
 	if done, err := decodeProtobufDirect(buf.Bytes(), kind, obj); done {
 		return err
 	}
-	out, _, err := k.decoder.Decode(buf.Bytes(), nil, obj)
+	out, _, err := k.Decoder.Decode(buf.Bytes(), nil, obj)
 	if err != nil {
 		return err
 	}
@@ -110,9 +111,6 @@ func brokenConnection(err error) bool {
 	return utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err) || utilnet.IsHTTP2ConnectionLost(err)
 }
 
-// protoUnmarshaler is a generated API type's protobuf decoder.
-type protoUnmarshaler interface{ Unmarshal([]byte) error }
-
 // protobufMagic starts every protobuf-encoded answer of the API server, followed by a
 // runtime.Unknown: typeMeta (1: apiVersion 1, kind 2), raw (2), contentEncoding (3), contentType (4).
 var protobufMagic = []byte("k8s\x00")
@@ -121,7 +119,7 @@ var protobufMagic = []byte("k8s\x00")
 // the envelope's raw bytes in place. done is false (and obj untouched) for anything else: JSON,
 // another kind or version, a content encoding, a malformed envelope; the generic decoder then
 // takes it, and reports what is wrong.
-func decodeProtobufDirect(body []byte, kind string, obj protoUnmarshaler) (done bool, err error) {
+func decodeProtobufDirect(body []byte, kind string, obj share.ProtoUnmarshaler) (done bool, err error) {
 	b, ok := bytes.CutPrefix(body, protobufMagic)
 	if !ok {
 		return false, nil

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/shared-resource/csi-driver/internal/share"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -153,7 +154,7 @@ func TestGetSecretAnswers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := k.getSource(context.Background(), sourceKey{Kind: kindSecret, Namespace: "p", Name: "s"}, metav1.GetOptions{})
+			got, err := k.getSource(context.Background(), share.SourceKey{Kind: share.KindSecret, Namespace: "p", Name: "s"}, metav1.GetOptions{})
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("err %v, want the Secret", err)

@@ -12,7 +12,7 @@ package main
 //
 // The check of a share without a list of keys is a GET of the source's metadata only (the
 // metadata client): the status writer receives no Secret data for it. A share with a list
-// (spec.items, sharekeys.go) is Ready only if its source has every listed key, and key names
+// (spec.items, internal/share/exposure.go) is Ready only if its source has every listed key, and key names
 // come only with the data: its check GETs the whole source, keeps only which listed keys are
 // missing, and drops the rest at once (nothing is cached, logged or written). Neither goes
 // through the source cache, so shares that no volume on this node uses cannot evict the sources
@@ -32,6 +32,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/shared-resource/csi-driver/internal/share"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,7 +54,7 @@ const (
 	reasonSourceNotFound    = "SourceNotFound"    // False
 	reasonSourceForbidden   = "SourceForbidden"   // False
 	reasonInvalidShare      = "InvalidShare"      // False: the spec's ref cannot be used
-	reasonSourceReplaced    = "SourceReplaced"    // False: another object than the pinned one (sourcepin.go)
+	reasonSourceReplaced    = "SourceReplaced"    // False: another object than the pinned one (internal/share/pin.go)
 	reasonSourceKeyMissing  = "SourceKeyMissing"  // False: the source lacks a key the share lists
 	reasonSourceCheckFailed = "SourceCheckFailed" // Unknown: the API server could not answer
 )
@@ -71,7 +72,7 @@ type statusConfig struct {
 	Meta   metadata.Interface // source checks of shares without a list (metadata only)
 	// Sources GETs whole sources: the checks of shares with a list (which keys the source has).
 	Sources sourceGetter
-	Shares  *shareIndex // the share informers; their caches must be synced or syncing
+	Shares  *share.Index // the share informers; their caches must be synced or syncing
 	// Holder prefixes the Lease holder identity, so `kubectl get lease` shows which replica
 	// writes: the status controller's pod name.
 	Holder         string
@@ -129,19 +130,19 @@ type statusWriter struct {
 // interval, until ctx (the term) ends. The elector runs one term at a time and waits for it.
 func (w *statusWriter) lead(ctx context.Context) {
 	klog.InfoS("Leading the share status writer", "identity", w.identity)
-	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[shareRef]())
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[share.Ref]())
 	defer q.ShutDown()
-	for k, inf := range w.cfg.Shares.informers {
+	for k, inf := range w.cfg.Shares.Informers {
 		enqueue := func(obj any) {
 			if u, ok := obj.(*unstructured.Unstructured); ok {
-				q.Add(shareRef{Kind: k, Name: u.GetName()})
+				q.Add(share.Ref{Kind: k, Name: u.GetName()})
 			}
 		}
 		// Registering replays every cached share as an add: the term starts with a full check.
 		reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc: enqueue,
 			UpdateFunc: func(oldObj, newObj any) {
-				if specChanged(oldObj, newObj) {
+				if share.SpecChanged(oldObj, newObj) {
 					enqueue(newObj)
 				}
 			},
@@ -162,9 +163,9 @@ func (w *statusWriter) lead(ctx context.Context) {
 		q.ShutDown()
 	}()
 	go wait.UntilWithContext(ctx, func(context.Context) {
-		for k, inf := range w.cfg.Shares.informers {
+		for k, inf := range w.cfg.Shares.Informers {
 			for _, name := range inf.GetStore().ListKeys() {
-				q.Add(shareRef{Kind: k, Name: name})
+				q.Add(share.Ref{Kind: k, Name: name})
 			}
 		}
 	}, w.cfg.Interval)
@@ -176,7 +177,7 @@ func (w *statusWriter) lead(ctx context.Context) {
 		}
 		if err := w.sync(ctx, ref); err != nil && ctx.Err() == nil {
 			// Typically a conflict with an informer a moment behind our own last write.
-			klog.V(2).InfoS("Share status not written; retrying", "kind", ref.Kind.shareTypeName(), "share", ref.Name, "err", err)
+			klog.V(2).InfoS("Share status not written; retrying", "kind", ref.Kind.TypeName(), "share", ref.Name, "err", err)
 			q.AddRateLimited(ref)
 		} else {
 			q.Forget(ref)
@@ -187,8 +188,8 @@ func (w *statusWriter) lead(ctx context.Context) {
 }
 
 // sync checks one share's source and writes its Ready condition if it changed.
-func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
-	obj, exists, err := w.cfg.Shares.informers[ref.Kind].GetStore().GetByKey(ref.Name)
+func (w *statusWriter) sync(ctx context.Context, ref share.Ref) error {
+	obj, exists, err := w.cfg.Shares.Informers[ref.Kind].GetStore().GetByKey(ref.Name)
 	if err != nil || !exists {
 		return err
 	}
@@ -206,13 +207,13 @@ func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
 	}
 	// An update, not a patch: the resourceVersion makes a write based on a stale read fail
 	// (and be retried) instead of undoing a newer one, and other condition types are kept.
-	if _, err := w.cfg.Dyn.Resource(shareGVR(ref.Kind)).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: statusFieldManager}); err != nil {
+	if _, err := w.cfg.Dyn.Resource(share.GVR(ref.Kind)).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: statusFieldManager}); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil // deleted meanwhile
 		}
 		return err
 	}
-	klog.V(2).InfoS("Share status updated", "kind", ref.Kind.shareTypeName(), "share", ref.Name,
+	klog.V(2).InfoS("Share status updated", "kind", ref.Kind.TypeName(), "share", ref.Name,
 		"ready", cond.Status, "reason", cond.Reason, "message", cond.Message)
 	return nil
 }
@@ -220,17 +221,17 @@ func (w *statusWriter) sync(ctx context.Context, ref shareRef) error {
 // statusAfterCheck is u with the status a check of its source gives it: the Ready condition cond,
 // the pin (uid: "" when it may not be pinned), SourceObserved (seen: the UID read, "" for none),
 // status.exposedKeys. changed is false when the status says all that already (u not copied).
-func statusAfterCheck(k shareKind, u *unstructured.Unstructured, cond metav1.Condition, uid, seen string) (out *unstructured.Unstructured, changed bool, err error) {
-	conds, err := shareConditions(u)
+func statusAfterCheck(k share.Kind, u *unstructured.Unstructured, cond metav1.Condition, uid, seen string) (out *unstructured.Unstructured, changed bool, err error) {
+	conds, err := share.Conditions(u)
 	if err != nil {
 		// Only a writer ignoring the CRD schema gets here; the driver's condition replaces it.
-		klog.V(2).InfoS("Replacing unreadable share status", "kind", k.shareTypeName(), "share", u.GetName(), "err", err)
+		klog.V(2).InfoS("Replacing unreadable share status", "kind", k.TypeName(), "share", u.GetName(), "err", err)
 		conds = nil
 	}
 	// The pin is set when the source is first read, if it is the share's first object, and moved
-	// to a re-created source only by a share that follows re-creations (sourcepin.go). uid is ""
+	// to a re-created source only by a share that follows re-creations (internal/share/pin.go). uid is ""
 	// when the source may not be pinned.
-	pinned := pinOf(u)
+	pinned := share.PinOf(u)
 	pin := pinned.UID
 	if uid != "" && (pin == "" || pinned.Follow) {
 		pin = uid
@@ -243,14 +244,14 @@ func statusAfterCheck(k shareKind, u *unstructured.Unstructured, cond metav1.Con
 	if kept := withinMaxConditions(conds); len(kept) < len(conds) {
 		conds, condChanged = kept, true
 	}
-	exposed := exposedNames(k, u)
+	exposed := share.ExposedNames(k, u)
 	had, _, _ := unstructured.NestedStringSlice(u.Object, "status", "exposedKeys")
 	if !condChanged && slices.Equal(had, exposed) && pin == pinned.UID {
 		return u, false, nil
 	}
 	u = u.DeepCopy()
 	if pin != "" {
-		if err := unstructured.SetNestedField(u.Object, pin, "status", pinField); err != nil {
+		if err := unstructured.SetNestedField(u.Object, pin, "status", share.PinField); err != nil {
 			return nil, false, err
 		}
 	}
@@ -275,10 +276,10 @@ func statusAfterCheck(k shareKind, u *unstructured.Unstructured, cond metav1.Con
 
 // checkSource GETs the share's source (metadata only, from the API server's watch cache) and
 // returns the Ready condition that describes the answer, the UID to pin (the source's, or "" when
-// it could not be read, or when a first pin may not take it: firstPinRefusal), and the UID of the
+// it could not be read, or when a first pin may not take it: share.FirstPinRefusal), and the UID of the
 // object read, pinned or not ("" when none was).
-func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstructured.Unstructured) (cond metav1.Condition, uid, seen string) {
-	sh, err := shareFromObject(k, u)
+func (w *statusWriter) checkSource(ctx context.Context, k share.Kind, u *unstructured.Unstructured) (cond metav1.Condition, uid, seen string) {
+	sh, err := share.FromObject(k, u)
 	if err != nil {
 		cond = metav1.Condition{Type: conditionReady, Status: metav1.ConditionFalse, Reason: reasonInvalidShare, Message: err.Error()}
 	} else {
@@ -290,11 +291,11 @@ func (w *statusWriter) checkSource(ctx context.Context, k shareKind, u *unstruct
 		seen = uid
 		// Judged whatever else is wrong with the object (a key its list names missing): pinned
 		// now, an object the pin may not take would feed running volumes once the key is added.
-		if refusal := firstPinRefusal(sh, u.GetCreationTimestamp().Time, sawNoSource(u), uid, created); refusal != nil {
+		if refusal := share.FirstPinRefusal(sh, u.GetCreationTimestamp().Time, sawNoSource(u), uid, created); refusal != nil {
 			problem = refusal
 		}
 		cond = readyCondition(sh, uid, problem, w.cfg.Account)
-		var refused *sourceNewerThanShareError
+		var refused *share.SourceNewerError
 		if errors.As(problem, &refused) {
 			uid = ""
 		}
@@ -331,39 +332,29 @@ func driversCondition(t string) bool {
 // sourceProblem GETs the share's source, from the API server's watch cache, and says which
 // object it is (its UID, "" when it could not be read, and when it was created) and what is
 // wrong with it for the share: the GET's error, a *missingSharedKeysError, or nil.
-func (w *statusWriter) sourceProblem(ctx context.Context, sh shareSpec) (uid string, created time.Time, problem error) {
+func (w *statusWriter) sourceProblem(ctx context.Context, sh share.Spec) (uid string, created time.Time, problem error) {
 	opts := metav1.GetOptions{ResourceVersion: "0"}
-	if sh.Exposed.all() {
-		m, err := w.cfg.Meta.Resource(sourceGVR(sh.Kind)).Namespace(sh.SourceNamespace).Get(ctx, sh.SourceName, opts)
+	if sh.Exposed.All() {
+		m, err := w.cfg.Meta.Resource(share.SourceGVR(sh.Kind)).Namespace(sh.SourceNamespace).Get(ctx, sh.SourceName, opts)
 		if err != nil {
 			return "", time.Time{}, err
 		}
 		return string(m.GetUID()), m.GetCreationTimestamp().Time, nil
 	}
-	d, err := w.cfg.Sources.getSource(ctx, sh.sourceKey(), opts)
+	d, err := w.cfg.Sources.getSource(ctx, sh.SourceKey(), opts)
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	if _, missing := sh.Exposed.filter(d.Files); len(missing) > 0 {
+	if _, missing := sh.Exposed.Filter(d.Files); len(missing) > 0 {
 		return d.UID, d.Created, &missingSharedKeysError{share: sh, keys: missing}
 	}
 	return d.UID, d.Created, nil
 }
 
-// exposedNames is status.exposedKeys for the share u: the names its list exposes, or nil (the
-// field absent) for a share without a list, or one that cannot be read.
-func exposedNames(k shareKind, u *unstructured.Unstructured) []string {
-	sh, err := shareFromObject(k, u)
-	if err != nil {
-		return nil
-	}
-	return sh.Exposed.names()
-}
-
 // readyCondition turns the answer to a GET of the share's source into the Ready condition. The
 // messages say what to do: they are what an admin reads in `kubectl describe`. A message that
 // would be longer than the schema allows is cut (boundedMessage).
-func readyCondition(sh shareSpec, uid string, getErr error, account driverAccount) metav1.Condition {
+func readyCondition(sh share.Spec, uid string, getErr error, account driverAccount) metav1.Condition {
 	c := unboundedReadyCondition(sh, uid, getErr, account)
 	c.Message = boundedMessage(c.Message)
 	return c
@@ -388,37 +379,37 @@ func boundedMessage(msg string) string {
 	return msg[:cut] + suffix
 }
 
-func unboundedReadyCondition(sh shareSpec, uid string, getErr error, account driverAccount) metav1.Condition {
+func unboundedReadyCondition(sh share.Spec, uid string, getErr error, account driverAccount) metav1.Condition {
 	src := fmt.Sprintf("%s %s/%s", sh.Kind, sh.SourceNamespace, sh.SourceName)
 	c := metav1.Condition{Type: conditionReady}
 	var missing *missingSharedKeysError
 	switch {
-	case getErr == nil && sh.Pin.refuses(uid):
+	case getErr == nil && sh.Pin.Refuses(uid):
 		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceReplaced
-		c.Message = replacedMessage(sh, uid)
-	case errors.As(getErr, new(*sourceNewerThanShareError)):
+		c.Message = share.ReplacedMessage(sh, uid)
+	case errors.As(getErr, new(*share.SourceNewerError)):
 		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceReplaced
 		c.Message = getErr.Error()
 	case getErr == nil:
 		c.Status, c.Reason = metav1.ConditionTrue, reasonSourceAvailable
 		c.Message = src + " exists and the driver can read it; the share exposes "
-		if sh.Exposed.all() {
+		if sh.Exposed.All() {
 			c.Message += "every key of it"
 		} else {
-			c.Message += "only " + quoteAll(sh.Exposed.names())
+			c.Message += "only " + quoteAll(sh.Exposed.Names())
 		}
 	case errors.As(getErr, &missing):
 		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceKeyMissing
 		c.Message = fmt.Sprintf("pods cannot mount %s %q, and volumes already using it are not refreshed: %v",
-			sh.Kind.shareTypeName(), sh.Name, missing)
+			sh.Kind.TypeName(), sh.Name, missing)
 	case apierrors.IsNotFound(getErr):
 		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceNotFound
 		c.Message = fmt.Sprintf("%s does not exist: pods cannot mount %s %q until it is created (or spec.%s is corrected)",
-			src, sh.Kind.shareTypeName(), sh.Name, shareRefField(sh.Kind))
+			src, sh.Kind.TypeName(), sh.Name, share.RefField(sh.Kind))
 	case apierrors.IsForbidden(getErr):
 		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceForbidden
 		c.Message = fmt.Sprintf("the driver may not read %s: pods cannot mount %s %q, and volumes already using it keep their last data but are not refreshed; %s",
-			src, sh.Kind.shareTypeName(), sh.Name, account.grantReadHint(sh.sourceKey()))
+			src, sh.Kind.TypeName(), sh.Name, account.grantReadHint(sh.SourceKey()))
 	default:
 		c.Status, c.Reason = metav1.ConditionUnknown, reasonSourceCheckFailed
 		c.Message = fmt.Sprintf("checking %s failed: %v", src, getErr)

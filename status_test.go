@@ -16,6 +16,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/shareapi"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,7 +27,7 @@ import (
 
 // The condition for each answer the API server can give about the source, as an admin reads it.
 func TestReadyConditionFromSourceCheck(t *testing.T) {
-	sh := shareSpec{Kind: kindSecret, Name: "corp-ca", SourceNamespace: "platform", SourceName: "ca-bundle", Pin: sourcePin{UID: "uid-1"}}
+	sh := share.Spec{Kind: share.KindSecret, Name: "corp-ca", SourceNamespace: "platform", SourceName: "ca-bundle", Pin: share.Pin{UID: "uid-1"}}
 	gr := schema.GroupResource{Resource: "secrets"}
 	for _, tc := range []struct {
 		name   string
@@ -60,8 +62,8 @@ func TestReadyConditionFromSourceCheck(t *testing.T) {
 			}
 		})
 	}
-	cm := readyCondition(shareSpec{Kind: kindConfigMap, Name: "cfg", SourceNamespace: "ns", SourceName: "n"}, "", apierrors.NewNotFound(gr, "n"), "")
-	if follow := readyCondition(shareSpec{Kind: kindSecret, Name: "f", SourceNamespace: "ns", SourceName: "n", Pin: sourcePin{UID: "uid-1", Follow: true}}, "uid-2", nil, ""); follow.Reason != reasonSourceAvailable {
+	cm := readyCondition(share.Spec{Kind: share.KindConfigMap, Name: "cfg", SourceNamespace: "ns", SourceName: "n"}, "", apierrors.NewNotFound(gr, "n"), "")
+	if follow := readyCondition(share.Spec{Kind: share.KindSecret, Name: "f", SourceNamespace: "ns", SourceName: "n", Pin: share.Pin{UID: "uid-1", Follow: true}}, "uid-2", nil, ""); follow.Reason != reasonSourceAvailable {
 		t.Errorf("a share that follows re-creations: %s, want %s", follow.Reason, reasonSourceAvailable)
 	}
 	if !strings.Contains(cm.Message, "ConfigMap ns/n") || !strings.Contains(cm.Message, "spec.configMapRef") {
@@ -76,7 +78,7 @@ func TestReadyConditionOfInvalidShare(t *testing.T) {
 		"metadata": map[string]any{"name": "broken", "generation": int64(3)},
 		"spec":     map[string]any{"secretRef": map[string]any{"name": "x"}},
 	}}
-	c, _, _ := (&statusWriter{}).checkSource(context.Background(), kindSecret, u)
+	c, _, _ := (&statusWriter{}).checkSource(context.Background(), share.KindSecret, u)
 	if c.Status != metav1.ConditionFalse || c.Reason != reasonInvalidShare || c.ObservedGeneration != 3 || !strings.Contains(c.Message, "spec.secretRef") {
 		t.Errorf("got %+v", c)
 	}
@@ -85,12 +87,12 @@ func TestReadyConditionOfInvalidShare(t *testing.T) {
 // A share with a list: Ready says what it exposes, and a listed key the source lacks makes it
 // not Ready, naming that key.
 func TestReadyConditionOfAShareWithAList(t *testing.T) {
-	sh := shareSpec{Kind: kindSecret, Name: "corp-ca", SourceNamespace: "platform", SourceName: "tls", Exposed: exposure{{"ca.crt", "ca.pem"}, {"tls.crt", "tls.crt"}}}
+	sh := share.Spec{Kind: share.KindSecret, Name: "corp-ca", SourceNamespace: "platform", SourceName: "tls", Exposed: share.Exposure{{Key: "ca.crt", Path: "ca.pem"}, {Key: "tls.crt", Path: "tls.crt"}}}
 	c := readyCondition(sh, "", nil, "")
 	if c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, `the share exposes only "ca.pem", "tls.crt"`) {
 		t.Errorf("readable: %+v", c)
 	}
-	if c := readyCondition(shareSpec{Kind: kindSecret, Name: "all", SourceNamespace: "p", SourceName: "s"}, "", nil, ""); !strings.Contains(c.Message, "the share exposes every key") {
+	if c := readyCondition(share.Spec{Kind: share.KindSecret, Name: "all", SourceNamespace: "p", SourceName: "s"}, "", nil, ""); !strings.Contains(c.Message, "the share exposes every key") {
 		t.Errorf("no list: %q", c.Message)
 	}
 	c = readyCondition(sh, "", &missingSharedKeysError{share: sh, keys: []string{"tls.crt"}}, "")
@@ -107,24 +109,24 @@ func TestReadyConditionOfAShareWithAList(t *testing.T) {
 // A share that has a pin, or follows, is judged by the pin as before.
 func TestFirstPinTakesOnlyTheSharesFirstObject(t *testing.T) {
 	made := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
-	sh := shareSpec{Kind: kindSecret, Name: "corp-ca", SourceNamespace: "platform", SourceName: "ca-bundle"}
+	sh := share.Spec{Kind: share.KindSecret, Name: "corp-ca", SourceNamespace: "platform", SourceName: "ca-bundle"}
 	for _, tc := range []struct {
 		name        string
-		pin         sourcePin
+		pin         share.Pin
 		sawNoSource bool
 		created     time.Time
 		refused     bool
 	}{
-		{"older than the share", sourcePin{}, false, made.Add(-time.Hour), false},
-		{"created with the share, in the same second", sourcePin{}, false, made, false},
-		{"newer than the share", sourcePin{}, false, made.Add(time.Minute), true},
-		{"newer, after the status said no source existed", sourcePin{}, true, made.Add(time.Minute), false},
-		{"newer, the share follows", sourcePin{Follow: true}, false, made.Add(time.Minute), false},
-		{"newer, the share is pinned to it", sourcePin{UID: "uid-2"}, false, made.Add(time.Minute), false},
+		{"older than the share", share.Pin{}, false, made.Add(-time.Hour), false},
+		{"created with the share, in the same second", share.Pin{}, false, made, false},
+		{"newer than the share", share.Pin{}, false, made.Add(time.Minute), true},
+		{"newer, after the status said no source existed", share.Pin{}, true, made.Add(time.Minute), false},
+		{"newer, the share follows", share.Pin{Follow: true}, false, made.Add(time.Minute), false},
+		{"newer, the share is pinned to it", share.Pin{UID: "uid-2"}, false, made.Add(time.Minute), false},
 	} {
 		sh := sh
 		sh.Pin = tc.pin
-		err := firstPinRefusal(sh, made, tc.sawNoSource, "uid-2", tc.created)
+		err := share.FirstPinRefusal(sh, made, tc.sawNoSource, "uid-2", tc.created)
 		if (err != nil) != tc.refused {
 			t.Errorf("%s: refusal %v, want refused %v", tc.name, err, tc.refused)
 			continue
@@ -175,17 +177,17 @@ func TestSawNoSourceOnlyWhileNoObjectWasEverRead(t *testing.T) {
 // over the schema's 32768 bytes, the API server would refuse the status whole (and the pin with
 // it). The message is cut to fit, on a character's boundary, saying so.
 func TestReadyMessageFitsTheSchema(t *testing.T) {
-	sh := shareSpec{Kind: kindSecret, Name: "many", SourceNamespace: "p", SourceName: "s"}
-	for i := range maxSharedItems {
+	sh := share.Spec{Kind: share.KindSecret, Name: "many", SourceNamespace: "p", SourceName: "s"}
+	for i := range share.MaxItems {
 		name := fmt.Sprintf("%03d", i) + strings.Repeat("é", 125) // 253 bytes, two-byte characters
-		sh.Exposed = append(sh.Exposed, exposedKey{Key: name, Path: name})
+		sh.Exposed = append(sh.Exposed, share.ExposedKey{Key: name, Path: name})
 	}
 	c := readyCondition(sh, "", nil, "")
 	if len(c.Message) > maxConditionMessage || !utf8.ValidString(c.Message) || !strings.Contains(c.Message, "cut: the message was") {
 		t.Errorf("Ready message of %d bytes (valid UTF-8: %v), want at most %d, cut on a character's boundary and saying so: ...%s",
 			len(c.Message), utf8.ValidString(c.Message), maxConditionMessage, c.Message[max(0, len(c.Message)-120):])
 	}
-	if short := readyCondition(shareSpec{Kind: kindSecret, Name: "few", SourceNamespace: "p", SourceName: "s", Exposed: exposure{{"a", "a"}}}, "", nil, ""); strings.Contains(short.Message, "cut:") {
+	if short := readyCondition(share.Spec{Kind: share.KindSecret, Name: "few", SourceNamespace: "p", SourceName: "s", Exposed: share.Exposure{{Key: "a", Path: "a"}}}, "", nil, ""); strings.Contains(short.Message, "cut:") {
 		t.Errorf("a short message was cut: %q", short.Message)
 	}
 }
@@ -193,7 +195,7 @@ func TestReadyMessageFitsTheSchema(t *testing.T) {
 // sourceAt answers every GET with one source object, created at a given time.
 type sourceAt struct{ d sourceData }
 
-func (s sourceAt) getSource(context.Context, sourceKey, metav1.GetOptions) (*sourceData, error) {
+func (s sourceAt) getSource(context.Context, share.SourceKey, metav1.GetOptions) (*sourceData, error) {
 	d := s.d
 	return &d, nil
 }
@@ -209,13 +211,13 @@ func TestFirstPinRefusesANewerSourceMissingAKey(t *testing.T) {
 			"items": []any{map[string]any{"key": "ca.crt"}}},
 	}}
 	w := &statusWriter{cfg: statusConfig{Sources: sourceAt{sourceData{UID: "uid-2", Created: made.Add(time.Hour), Files: map[string][]byte{"other": []byte("x")}}}}}
-	c, uid, _ := w.checkSource(context.Background(), kindSecret, u)
+	c, uid, _ := w.checkSource(context.Background(), share.KindSecret, u)
 	if uid != "" || c.Reason != reasonSourceReplaced {
 		t.Errorf("a newer source missing a key: pin %q, %+v; want no pin, SourceReplaced", uid, c)
 	}
 	// Not newer than the share: pinned, and reported missing its key.
 	w.cfg.Sources = sourceAt{sourceData{UID: "uid-1", Created: made, Files: map[string][]byte{"other": []byte("x")}}}
-	if c, uid, _ := w.checkSource(context.Background(), kindSecret, u); uid != "uid-1" || c.Reason != reasonSourceKeyMissing {
+	if c, uid, _ := w.checkSource(context.Background(), share.KindSecret, u); uid != "uid-1" || c.Reason != reasonSourceKeyMissing {
 		t.Errorf("the share's own source missing a key: pin %q, %+v; want uid-1, SourceKeyMissing", uid, c)
 	}
 }
@@ -223,7 +225,7 @@ func TestFirstPinRefusesANewerSourceMissingAKey(t *testing.T) {
 // sourceGone answers every GET as the API server does for a source that does not exist.
 type sourceGone struct{}
 
-func (sourceGone) getSource(_ context.Context, k sourceKey, _ metav1.GetOptions) (*sourceData, error) {
+func (sourceGone) getSource(_ context.Context, k share.SourceKey, _ metav1.GetOptions) (*sourceData, error) {
 	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, k.Name)
 }
 
@@ -232,12 +234,12 @@ func (sourceGone) getSource(_ context.Context, k sourceKey, _ metav1.GetOptions)
 func checkAndWrite(t *testing.T, u *unstructured.Unstructured, src sourceGetter) (*unstructured.Unstructured, metav1.Condition, string) {
 	t.Helper()
 	w := &statusWriter{cfg: statusConfig{Sources: src}}
-	cond, uid, seen := w.checkSource(context.Background(), kindSecret, u)
-	out, _, err := statusAfterCheck(kindSecret, u, cond, uid, seen)
+	cond, uid, seen := w.checkSource(context.Background(), share.KindSecret, u)
+	out, _, err := statusAfterCheck(share.KindSecret, u, cond, uid, seen)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out, cond, pinOf(out).UID
+	return out, cond, share.PinOf(out).UID
 }
 
 // "No source" counts for the first pin only when it is the first thing the status writer found
@@ -373,5 +375,24 @@ func TestConditionsAreKeptWithinTheSchemasBound(t *testing.T) {
 	bound := fmt.Sprintf("conditions:\n                  description: conditions are observations about this share made by the CSI driver.\n                  type: array\n                  maxItems: %d\n", maxConditions)
 	if n := strings.Count(string(crds), bound); n != 2 {
 		t.Errorf("%d of the two CRDs bound status.conditions to maxItems: %d", n, maxConditions)
+	}
+}
+
+// The words the status controller writes (defined beside the code that writes them) and the pin's
+// fields are the ones shareapi gives the admin's diagnose to read.
+func TestStatusWordsAreShareAPIs(t *testing.T) {
+	for _, c := range []struct{ driver, api string }{
+		{conditionReady, shareapi.ConditionReady},
+		{reasonSourceNotFound, shareapi.ReasonSourceNotFound},
+		{reasonSourceForbidden, shareapi.ReasonSourceForbidden},
+		{reasonSourceReplaced, shareapi.ReasonSourceReplaced},
+		{reasonSourceKeyMissing, shareapi.ReasonSourceKeyMissing},
+		{share.PinField, shareapi.PinField},
+		{share.RecreationField, shareapi.RecreationField},
+		{share.RecreationFollow, shareapi.RecreationFollow},
+	} {
+		if c.driver != c.api {
+			t.Errorf("the driver writes %q where the admin's commands read %q", c.driver, c.api)
+		}
 	}
 }

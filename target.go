@@ -16,6 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/shared-resource/csi-driver/internal/mountinfo"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // checkTarget says whether the target directory exists, and refuses symlinks anywhere below the
@@ -98,12 +101,12 @@ func createTarget(target string) error {
 
 // isOurBind says whether the topmost mount at target is the read-only bind of this volume's data:
 // same file system (device) as the volume's tmpfs, rooted at its data dir.
-func isOurBind(mounts []mountEntry, vol volumeDir, target string) bool {
-	tm, ok := mountAt(mounts, vol.dir)
+func isOurBind(mounts []mountinfo.Entry, vol volume.Dir, target string) bool {
+	tm, ok := mountinfo.At(mounts, vol.Path)
 	if !ok {
 		return false
 	}
-	b, ok := mountAt(mounts, target)
+	b, ok := mountinfo.At(mounts, target)
 	return ok && b.MajorMinor == tm.MajorMinor && isDataRoot(b.Root)
 }
 
@@ -113,8 +116,8 @@ func hasOption(options, opt string) bool {
 
 // bindIsOurs says whether the topmost mount at target is this volume's bind. Only when the
 // volume's data dir is gone (a wiped state dir) is the mount table consulted.
-func (d *driver) bindIsOurs(vol volumeDir, target string) (bool, error) {
-	ours, err := d.mounter.isBindOf(vol.dataDir(), target)
+func (d *driver) bindIsOurs(vol volume.Dir, target string) (bool, error) {
+	ours, err := d.mounter.isBindOf(vol.ViewPath(), target)
 	if !errors.Is(err, fs.ErrNotExist) {
 		return ours, err
 	}
@@ -128,7 +131,7 @@ func (d *driver) bindIsOurs(vol volumeDir, target string) (bool, error) {
 // isDataRoot says whether a bind's root in mountinfo is a volume's data dir. The kernel shows
 // "/data//deleted" once the directory was removed under the bind (a wiped state dir).
 func isDataRoot(root string) bool {
-	return root == "/"+dataDir || root == "/"+dataDir+"//deleted"
+	return root == "/"+volume.ViewDir || root == "/"+volume.ViewDir+"//deleted"
 }
 
 // podDirExists says whether the kubelet still has the pod's directory: it removes it only after

@@ -4,7 +4,7 @@ package main
 // onto the pod's target, and the exact unmount of either. The driver reaches them through the
 // mounter interface, so that publish and unpublish can be unit-tested without root against a
 // fake (fakemounter_test.go); kernelMounter is the real one. Nothing here knows about
-// Kubernetes objects: callers hand in plain paths. (Reading the mount table: mountinfo.go.)
+// Kubernetes objects: callers hand in plain paths. (Reading the mount table: internal/mountinfo.)
 
 import (
 	"errors"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shared-resource/csi-driver/internal/mountinfo"
 )
 
 // mounter makes, finds and removes mounts.
@@ -28,7 +30,7 @@ type mounter interface {
 	// missing: false). An error that wraps fs.ErrNotExist: source itself is gone.
 	isBindOf(source, target string) (bool, error)
 	// mounts reads the mount table.
-	mounts() ([]mountEntry, error)
+	mounts() ([]mountinfo.Entry, error)
 }
 
 // kernelMounter is the driver's mounter: the system calls below.
@@ -41,7 +43,7 @@ func (kernelMounter) mountTmpfs(dir string, sizeBytes int64, options string) err
 }
 func (kernelMounter) bindReadOnly(source, target string) error { return bindReadOnly(source, target) }
 func (kernelMounter) unmount(path string) error                { return unmountExact(path) }
-func (kernelMounter) mounts() ([]mountEntry, error)            { return readMountInfo() }
+func (kernelMounter) mounts() ([]mountinfo.Entry, error)       { return mountinfo.Read() }
 
 // isBindOf compares two stat(2)s: lstat of a mount point shows the mounted directory, so target
 // is a bind of source exactly when it is the very inode of source on the same device. Reading
@@ -104,7 +106,7 @@ const tmpfsHugeOption = "huge=within_size"
 // A volume holds at most maxVolumeEntries files and directories over its shares' copies (N);
 // the atomic writer adds at most a link per file and three entries per directory it fills, and
 // the view links every file again: 4N steady, 5N with the view a refresh keeps for readers
-// (volumedir.go). An update drops that kept view first, then writes a new copy or a new view (at
+// (internal/volume). An update drops that kept view first, then writes a new copy or a new view (at
 // most 2N) beside the old one: 6N. Since Linux 6.6 an inode's security label
 // (SELinux) is counted against the same space, about a tenth of an inode more each: 8N, and 128
 // for the record (twice while it is saved), the volume's own directories and the entries of up

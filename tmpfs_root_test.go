@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/mountinfo"
 )
 
 // tmpfsTestNeedRoot fails (not skips) the test when not root: the project's
@@ -66,11 +67,11 @@ func tmpfsTestRealDir(t *testing.T) string {
 // costing memory: a 1 KiB file still takes one 4 KiB page, a 1 MiB file 1 MiB.
 func TestTmpfsMountOptions(t *testing.T) {
 	dir := tmpfsTestMount(t, 4<<20)
-	entries, err := readMountInfo()
+	entries, err := mountinfo.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, ok := mountAt(entries, dir)
+	e, ok := mountinfo.At(entries, dir)
 	if !ok {
 		t.Fatal("no mount at", dir)
 	}
@@ -118,11 +119,11 @@ func TestTmpfsMountRejectsUnlimitedSize(t *testing.T) {
 			t.Fatalf("mountTmpfs accepted size %d (tmpfs would be unlimited)", size)
 		}
 	}
-	entries, err := readMountInfo()
+	entries, err := mountinfo.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e, ok := mountAt(entries, dir); ok {
+	if e, ok := mountinfo.At(entries, dir); ok {
 		t.Fatalf("something got mounted: %+v", e)
 	}
 }
@@ -169,11 +170,11 @@ func TestTmpfsBindReadOnly(t *testing.T) {
 		t.Fatalf("bind after rotation = %q, %v", got, err)
 	}
 
-	entries, err := readMountInfo()
+	entries, err := mountinfo.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, ok := mountAt(entries, target)
+	e, ok := mountinfo.At(entries, target)
 	if !ok {
 		t.Fatalf("no mountinfo entry for %s", target)
 	}
@@ -186,7 +187,7 @@ func TestTmpfsBindReadOnly(t *testing.T) {
 	if e.FSType != "tmpfs" {
 		t.Errorf("bind fstype %q, want tmpfs", e.FSType)
 	}
-	s, ok := mountAt(entries, src)
+	s, ok := mountinfo.At(entries, src)
 	if !ok {
 		t.Fatalf("no mountinfo entry for %s", src)
 	}
@@ -212,12 +213,12 @@ func TestTmpfsBindReadOnly(t *testing.T) {
 	if err := unmountExact(src); err != nil {
 		t.Fatal(err)
 	}
-	entries, err = readMountInfo()
+	entries, err = mountinfo.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{target, src} {
-		if e, ok := mountAt(entries, p); ok {
+		if e, ok := mountinfo.At(entries, p); ok {
 			t.Errorf("still mounted after unmountExact: %+v", e)
 		}
 	}
@@ -238,11 +239,11 @@ func TestMountUnmountExactNotMounted(t *testing.T) {
 func TestMountUnmountExactOnlyTopmost(t *testing.T) {
 	lower := tmpfsTestMount(t, 1<<20)
 	topmostDev := func() string {
-		entries, err := readMountInfo()
+		entries, err := mountinfo.Read()
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, ok := mountAt(entries, lower)
+		e, ok := mountinfo.At(entries, lower)
 		if !ok {
 			t.Fatal("nothing mounted at", lower)
 		}

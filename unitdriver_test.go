@@ -14,6 +14,10 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/shared-resource/csi-driver/internal/crashpoint"
+	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // testDriverAccount is the driver's own service account in unit tests.
@@ -28,7 +32,7 @@ func newTestDriver(t *testing.T, sar sarCreator, src sourceGetter) *driver {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	budget := &volumeBudget{}
+	budget := &volume.Budget{}
 	return &driver{
 		version:     "test",
 		nodeID:      "node",
@@ -39,19 +43,19 @@ func newTestDriver(t *testing.T, sar sarCreator, src sourceGetter) *driver {
 		mounter:     &fakeMounter{},
 		store:       newVolumeStore(filepath.Join(root, "plugins", driverName), budget),
 		locks:       newVolumeLocks(),
-		shares:      newShareIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), func(shareKind, string) {}),
+		shares:      share.NewIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), func(share.Kind, string) {}),
 		sources:     sources,
 		authz:       newAuthorizer(sar, notLoading, time.Minute, time.Minute),
 		events:      &record.FakeRecorder{},
 		metrics:     newMetrics(),
-		crash:       newCrashPoints(),
+		crash:       crashpoint.New(),
 	}
 }
 
 // addSecretShare puts the SharedSecret name, over Secret namespace/secret, in d's informer cache.
 func addSecretShare(t *testing.T, d *driver, name, namespace, secret string) {
 	t.Helper()
-	if err := d.shares.informers[kindSecret].GetStore().Add(&unstructured.Unstructured{Object: map[string]any{
+	if err := d.shares.Informers[share.KindSecret].GetStore().Add(&unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"name": name},
 		"spec":     map[string]any{"secretRef": map[string]any{"namespace": namespace, "name": secret}},
 	}}); err != nil {

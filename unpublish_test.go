@@ -19,6 +19,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // nothingLeft fails unless the node holds no mount, no volume dir, no record and no charge.
@@ -26,8 +28,8 @@ func nothingLeft(t *testing.T, d *driver, step string) {
 	t.Helper()
 	m := d.mounter.(*fakeMounter)
 	ids, _ := d.store.volumeIDsOnDisk()
-	if m.count() != 0 || len(ids) != 0 || d.store.count() != 0 || d.budget.inUse() != 0 {
-		t.Fatalf("%s: %d mounts, volume dirs %v, %d records, %d bytes charged; want nothing", step, m.count(), ids, d.store.count(), d.budget.inUse())
+	if m.count() != 0 || len(ids) != 0 || d.store.count() != 0 || d.budget.InUse() != 0 {
+		t.Fatalf("%s: %d mounts, volume dirs %v, %d records, %d bytes charged; want nothing", step, m.count(), ids, d.store.count(), d.budget.InUse())
 	}
 }
 
@@ -69,7 +71,7 @@ func TestTeardownUnmountsEveryBindOfItsOwn(t *testing.T) {
 	d, _ := c.node()
 	req := publishVolume(t, d, "vol-1")
 	rec, _ := d.store.get("vol-1")
-	if err := d.mounter.bindReadOnly(d.store.dirOf(rec).dataDir(), req.TargetPath); err != nil {
+	if err := d.mounter.bindReadOnly(d.store.dirOf(rec).ViewPath(), req.TargetPath); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.teardown(rec); err != nil {
@@ -118,10 +120,10 @@ func orphanWorld(t *testing.T) (d *driver, m *fakeMounter, volDir, podTarget str
 			t.Fatal(err)
 		}
 	}
-	if err := m.mountTmpfs(volDir, 1<<20, ""); err != nil || os.Mkdir(filepath.Join(volDir, dataDir), 0o700) != nil {
+	if err := m.mountTmpfs(volDir, 1<<20, ""); err != nil || os.Mkdir(filepath.Join(volDir, volume.ViewDir), 0o700) != nil {
 		t.Fatal(err)
 	}
-	if err := m.bindReadOnly(filepath.Join(volDir, dataDir), podTarget); err != nil {
+	if err := m.bindReadOnly(filepath.Join(volDir, volume.ViewDir), podTarget); err != nil {
 		t.Fatal(err)
 	}
 	return d, m, volDir, podTarget
@@ -140,7 +142,7 @@ func TestCleanOrphanUnmountsItsBindsAndTmpfsAndRemovesItsDirs(t *testing.T) {
 func TestCleanOrphanLeavesWhatIsNotItsOwn(t *testing.T) {
 	d, m, volDir, podTarget := orphanWorld(t)
 	elsewhere := filepath.Join(d.kubeletRoot, "elsewhere")
-	if err := os.Mkdir(elsewhere, 0o700); err != nil || m.bindReadOnly(filepath.Join(volDir, dataDir), elsewhere) != nil {
+	if err := os.Mkdir(elsewhere, 0o700); err != nil || m.bindReadOnly(filepath.Join(volDir, volume.ViewDir), elsewhere) != nil {
 		t.Fatal(err)
 	}
 	d.cleanOrphan(volDir)

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -18,38 +17,16 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
 )
-
-// Volume attributes a pod author may set (API-compatible with OpenShift's driver), besides each
-// share kind's own (sharedSecret, sharedConfigMap: shareKindTable).
-const (
-	attrRefreshResource = "refreshResource"
-	attrDefaultMode     = "defaultMode"
-	attrItems           = "items"
-	attrShares          = "shares"
-)
-
-// maxShares bounds the shares of one volume (each costs a SubjectAccessReview and a GET).
-const maxShares = 16
-
-// maxItems bounds the entries of the items attribute. A list names files one by one, by hand:
-// a thousand is far beyond any such list (the largest Secrets and ConfigMaps in common use, CA
-// bundles and dashboards, are mounted whole, without items), and the bound keeps the record,
-// which holds the list, and the parse small.
-const maxItems = 1000
 
 // maxVolumeEntries bounds the files plus directories of one volume: each share's files and the
-// directories of their paths, summed over the shares (pathEntries). Every one costs kernel memory
-// whatever its size (budget.go's entryBytes), charged to the driver: without a bound, empty files
+// directories of their paths, summed over the shares (volume.PathEntries). Every one costs kernel memory
+// whatever its size (volume.EntryBytes), charged to the driver: without a bound, empty files
 // or deep paths held tens of times the tmpfs's size. 4096 is four times about the largest list items
 // allows, and more keys than a Secret or ConfigMap of ordinary use has (its 1 MiB holds 4096
 // keys of 256 bytes); a volume at the bound is charged about 16 MiB of budget.
 const maxVolumeEntries = 4096
-
-// defaultFileMode is what files get when the volume sets no defaultMode, as the kubelet's own
-// secret volumes do.
-const defaultFileMode os.FileMode = 0o644
 
 // Keys the kubelet adds to the volume context (podInfoOnMount: true).
 const (
@@ -66,7 +43,7 @@ const (
 type volumeRequest struct {
 	VolumeID       string
 	TargetPath     string
-	Shares         []shareRef // one, or several (attribute shares), in the order given
+	Shares         []share.Ref // one, or several (attribute shares), in the order given
 	Refresh        bool
 	PodNamespace   string
 	PodName        string
@@ -78,14 +55,6 @@ type volumeRequest struct {
 	// Ownership and labels from the kubelet.
 	GID          int    // the pod's fsGroup (VOLUME_MOUNT_GROUP), or -1
 	MountContext string // an SELinux context= mount option for the tmpfs, or ""
-}
-
-// item selects one key of one share's source and names the file it becomes.
-type item struct {
-	Share int         `json:"share,omitempty"` // index into the volume's shares
-	Key   string      `json:"key"`
-	Path  string      `json:"path"`
-	Mode  os.FileMode `json:"mode,omitempty"` // 0: the volume's default mode
 }
 
 // invalidArgument is a validation failure; toStatus maps it to codes.InvalidArgument.
@@ -110,18 +79,11 @@ func toStatus(err error) error {
 }
 
 var (
-	// RFC 1123 subdomain: the API server's rule for object names (shares, Secrets, ConfigMaps).
-	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-	// RFC 1123 label: namespaces and service accounts' namespaces.
-	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	// Volume ids become a directory name under the state dir, so they must be one safe segment.
 	// The kubelet's ids for inline volumes look like "csi-<sha256 hex>".
 	volumeIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 	podUIDPattern   = regexp.MustCompile(`^[a-f0-9-]{1,64}$`)
 )
-
-func validName(s string) bool  { return len(s) <= 253 && dnsSubdomain.MatchString(s) }
-func validLabel(s string) bool { return len(s) <= 63 && dnsLabel.MatchString(s) }
 
 // validateVolumeID accepts only ids that are a single, harmless path segment: the id names
 // the volume's directory, and "..", "/" or a leading dot would let a caller escape or collide
@@ -175,7 +137,7 @@ func validateTargetPath(kubeletRoot, target, podUID string) error {
 		return invalidf("target_path %q has an invalid pod uid segment %q", target, rest[1])
 	}
 	// The kubelet names the directory after the pod's volume, a DNS label.
-	if !validLabel(rest[4]) {
+	if !share.ValidLabel(rest[4]) {
 		return invalidf("target_path %q has an invalid volume name segment %q", target, rest[4])
 	}
 	if podUID != "" && rest[1] != podUID {
@@ -234,7 +196,7 @@ func parsePublishRequest(req *csi.NodePublishVolumeRequest, kubeletRoot string) 
 	if v.PodNamespace == "" || v.PodName == "" || v.PodUID == "" || v.ServiceAccount == "" {
 		return nil, invalidf("pod information is missing from the volume context: the CSIDriver object must set podInfoOnMount: true")
 	}
-	if !validLabel(v.PodNamespace) || !validName(v.PodName) || !validName(v.ServiceAccount) || !podUIDPattern.MatchString(v.PodUID) {
+	if !share.ValidLabel(v.PodNamespace) || !share.ValidName(v.PodName) || !share.ValidName(v.ServiceAccount) || !podUIDPattern.MatchString(v.PodUID) {
 		return nil, invalidf("pod information in the volume context is malformed (namespace %q, name %q, uid %q, service account %q)", v.PodNamespace, v.PodName, v.PodUID, v.ServiceAccount)
 	}
 	if err := validateTargetPath(kubeletRoot, v.TargetPath, v.PodUID); err != nil {
@@ -276,181 +238,6 @@ func parseVolumeCapability(capability *csi.VolumeCapability) (mountContext strin
 	return mountContext, gid, nil
 }
 
-// parseVolumeAttributes reads what the pod author set in the volume's volumeAttributes into v:
-// the shares, refreshResource, defaultMode and items. Keys the kubelet adds are skipped; any
-// other key is an error, so that a misspelt attribute is not silently ignored.
-func parseVolumeAttributes(vc map[string]string, v *volumeRequest) error {
-	shares, err := parseShareAttributes(vc)
-	if err != nil {
-		return err
-	}
-	v.Shares = shares
-	if s, ok := vc[attrRefreshResource]; ok {
-		b, err := strconv.ParseBool(s)
-		if err != nil {
-			return invalidf("volumeAttribute %s must be \"true\" or \"false\", not %q", attrRefreshResource, s)
-		}
-		v.Refresh = b
-	}
-	if s, ok := vc[attrDefaultMode]; ok {
-		m, err := parseMode(s)
-		if err != nil {
-			return invalidf("volumeAttribute %s: %v", attrDefaultMode, err)
-		}
-		v.DefaultMode = m
-	}
-	if s, ok := vc[attrItems]; ok {
-		items, err := parseItems(s, v.Shares)
-		if err != nil {
-			return invalidf("volumeAttribute %s: %v", attrItems, err)
-		}
-		v.Items = items
-	}
-	supported := append(shareAttributes(), attrShares, attrRefreshResource, attrDefaultMode, attrItems)
-	for k := range vc {
-		if slices.Contains(supported, k) {
-			continue
-		}
-		// The kubelet owns the csi.storage.k8s.io/ prefix and may add keys in newer releases;
-		// rejecting those would break upgrades, so only unknown user attributes are errors.
-		if strings.HasPrefix(k, kubeletKeyPrefix) {
-			continue
-		}
-		return invalidf("unknown volumeAttribute %q: supported are %s", k, wordList(supported, "and"))
-	}
-	return nil
-}
-
-// parseShareAttributes reads which shares a volume mounts: exactly one of sharedSecret: NAME,
-// sharedConfigMap: NAME (OpenShift's attributes) or shares: "secret/NAME, configmap/NAME, ...".
-func parseShareAttributes(vc map[string]string) ([]shareRef, error) {
-	var shares []shareRef
-	for _, row := range shareKindTable {
-		if name, ok := vc[row.attribute]; ok {
-			shares = append(shares, shareRef{Kind: row.kind, Name: name})
-		}
-	}
-	list, hasList := vc[attrShares]
-	switch {
-	case len(shares)+btoi(hasList) > 1:
-		return nil, invalidf("set exactly one of volumeAttributes %s, not several", wordList(append(shareAttributes(), attrShares), "and"))
-	case hasList:
-		for _, entry := range strings.Split(list, ",") {
-			entry = strings.TrimSpace(entry)
-			kind, name, ok := strings.Cut(entry, "/")
-			s := shareRef{Kind: kindOfListName(kind), Name: name}
-			if !ok || s.Kind == "" {
-				return nil, invalidf("volumeAttribute %s: entry %q is not %s", attrShares, entry, wordList(shareListForms(), "or"))
-			}
-			if slices.Contains(shares, s) {
-				return nil, invalidf("volumeAttribute %s: %q is listed twice", attrShares, s.String())
-			}
-			shares = append(shares, s)
-		}
-		if len(shares) > maxShares {
-			return nil, invalidf("volumeAttribute %s lists %d shares; at most %d", attrShares, len(shares), maxShares)
-		}
-	case len(shares) == 0:
-		return nil, invalidf("set one of volumeAttributes %s to the name of a share (or %s to a list of them)", wordList(shareAttributes(), "or"), attrShares)
-	}
-	for _, s := range shares {
-		if !validName(s.Name) {
-			return nil, invalidf("%s name %q is not a valid object name (lowercase RFC 1123 subdomain)", s.Kind.shareTypeName(), s.Name)
-		}
-	}
-	return shares, nil
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// parseMode reads an octal file mode such as "0440" or "440": permission bits only.
-func parseMode(s string) (os.FileMode, error) {
-	m, err := strconv.ParseUint(s, 8, 32)
-	if err != nil || s == "" || len(s) > 4 || m > 0o777 {
-		return 0, fmt.Errorf("%q is not an octal file mode between 0000 and 0777 (e.g. \"0440\")", s)
-	}
-	return os.FileMode(m), nil
-}
-
-// parseItems reads the key selection: comma-separated entries KEY[=PATH][:MODE], e.g.
-// "ca.crt, tls.key=keys/tls.key:0400". PATH is relative, checked segment by segment; MODE is
-// octal. Two entries may not produce the same path, nor a path that is another's directory.
-// In a volume of several shares, KEY names its share: secret/NAME/KEY or configmap/NAME/KEY.
-func parseItems(s string, shares []shareRef) ([]item, error) {
-	var items []item
-	paths := map[string]bool{}
-	entries := strings.Split(s, ",")
-	if len(entries) > maxItems {
-		return nil, fmt.Errorf("%d entries; at most %d are allowed (without items, a volume shows every key its shares share)", len(entries), maxItems)
-	}
-	for _, entry := range entries {
-		entry = strings.TrimSpace(entry)
-		if entry == "" {
-			return nil, fmt.Errorf("empty entry in %q (entries are KEY[=PATH][:MODE], comma-separated)", s)
-		}
-		var it item
-		rest, modeStr, hasMode := strings.Cut(entry, ":")
-		if hasMode {
-			m, err := parseMode(modeStr)
-			if err != nil {
-				return nil, fmt.Errorf("entry %q: %v", entry, err)
-			}
-			if m == 0 {
-				return nil, fmt.Errorf("entry %q: mode 0000 would make the file unreadable", entry)
-			}
-			it.Mode = m
-		}
-		it.Key, it.Path, _ = strings.Cut(rest, "=")
-		if i := strings.LastIndex(it.Key, "/"); i >= 0 {
-			it.Share = slices.IndexFunc(shares, func(s shareRef) bool { return s.String() == it.Key[:i] })
-			if it.Share < 0 {
-				return nil, fmt.Errorf("entry %q: %q is not one of the volume's shares", entry, it.Key[:i])
-			}
-			it.Key = it.Key[i+1:]
-		} else if len(shares) > 1 {
-			return nil, fmt.Errorf("entry %q: the volume has several shares; name the key as KIND/SHARE/KEY, e.g. %s/%s", entry, shares[0], it.Key)
-		}
-		if it.Path == "" {
-			it.Path = it.Key
-		}
-		if err := atomicwriter.ValidateKey(it.Key); err != nil {
-			return nil, fmt.Errorf("entry %q: %v", entry, err)
-		}
-		if err := atomicwriter.ValidatePath(it.Path); err != nil {
-			return nil, fmt.Errorf("entry %q: %v", entry, err)
-		}
-		if paths[it.Path] {
-			return nil, fmt.Errorf("entry %q: path %q is used twice", entry, it.Path)
-		}
-		paths[it.Path] = true
-		items = append(items, it)
-	}
-	for p := range paths {
-		for dir := range atomicwriter.ParentDirs(p) {
-			if paths[dir] {
-				return nil, fmt.Errorf("path %q is a file and also the directory of %q", dir, p)
-			}
-		}
-	}
-	perShare := make([][]string, len(shares))
-	for _, it := range items {
-		perShare[it.Share] = append(perShare[it.Share], it.Path)
-	}
-	n := 0
-	for _, p := range perShare {
-		n += pathEntries(p)
-	}
-	if n > maxVolumeEntries {
-		return nil, fmt.Errorf("its paths make %d files and directories; a volume holds at most %d: list fewer keys, or use shallower paths", n, maxVolumeEntries)
-	}
-	return items, nil
-}
-
 // selinuxContextFlag is the only mount flag accepted: the kubelet's SELinux label for the volume
 // (CSIDriver seLinuxMount), quoted because MLS categories contain commas. Anything else could
 // smuggle further options into the tmpfs mount.
@@ -480,12 +267,4 @@ func parseMountGroup(s string) (int, error) {
 		return 0, invalidf("volume_mount_group %q is not a group id", s)
 	}
 	return int(g), nil
-}
-
-// wordList joins words as a sentence does: "a", "a or b", "a, b and c".
-func wordList(words []string, conjunction string) string {
-	if len(words) <= 1 {
-		return strings.Join(words, "")
-	}
-	return strings.Join(words[:len(words)-1], ", ") + " " + conjunction + " " + words[len(words)-1]
 }

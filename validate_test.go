@@ -3,7 +3,7 @@ package main
 // Specification of how a NodePublishVolume request is read and checked (validate.go): what a
 // kubelet sends is accepted, anything else refused with the field named; target paths, items,
 // modes, mount flags, fsGroup and the shares attribute; and how shares become files
-// (keyfiles.go): items select and rename keys, the first share wins a path.
+// (keyfiles.go): items select and rename keys (the first share wins a path: internal/volume).
 
 import (
 	"errors"
@@ -14,8 +14,7 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-
-	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
 )
 
 const testRoot = "/var/lib/kubelet"
@@ -43,7 +42,7 @@ func TestParsePublishRequestAcceptsAKubeletRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := volumeRequest{VolumeID: "csi-0123abcd", TargetPath: goodTarget, Shares: []shareRef{{Kind: kindSecret, Name: "corp-ca"}}, Refresh: true,
+	want := volumeRequest{VolumeID: "csi-0123abcd", TargetPath: goodTarget, Shares: []share.Ref{{Kind: share.KindSecret, Name: "corp-ca"}}, Refresh: true,
 		PodNamespace: "team-a", PodName: "web-1", PodUID: testUID, ServiceAccount: "app", DefaultMode: 0o644, GID: -1}
 	if !reflect.DeepEqual(*v, want) {
 		t.Errorf("got %+v\nwant %+v", *v, want)
@@ -239,7 +238,7 @@ func TestProjectFilesFollowsItemsAndReportsMissingKeys(t *testing.T) {
 	}
 }
 
-var oneShare = []shareRef{{Kind: kindSecret, Name: "corp-ca"}}
+var oneShare = []share.Ref{{Kind: share.KindSecret, Name: "corp-ca"}}
 
 func TestParseSharesListsSeveralSharesAndItemsNameThem(t *testing.T) {
 	r := goodPublishRequest()
@@ -250,7 +249,7 @@ func TestParseSharesListsSeveralSharesAndItemsNameThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantShares := []shareRef{{Kind: kindSecret, Name: "corp-ca"}, {Kind: kindConfigMap, Name: "proxy"}}
+	wantShares := []share.Ref{{Kind: share.KindSecret, Name: "corp-ca"}, {Kind: share.KindConfigMap, Name: "proxy"}}
 	if !reflect.DeepEqual(v.Shares, wantShares) {
 		t.Errorf("shares %+v", v.Shares)
 	}
@@ -275,30 +274,6 @@ func TestParseSharesListsSeveralSharesAndItemsNameThem(t *testing.T) {
 		}
 		if _, err := parsePublishRequest(r, testRoot); err == nil {
 			t.Errorf("%v accepted", bad)
-		}
-	}
-}
-
-func TestComposeFilesFirstShareWinsAndReportsConflicts(t *testing.T) {
-	specs := []shareRef{{Kind: kindSecret, Name: "a"}, {Kind: kindConfigMap, Name: "b"}, {Kind: kindSecret, Name: "c"}}
-	f := func(s string) atomicwriter.File { return atomicwriter.File{Data: []byte(s), Mode: 0o644} }
-	files, conflicts := composeFiles(specs, []map[string]atomicwriter.File{
-		{"ca.crt": f("a"), "dir/x": f("a")},
-		{"ca.crt": f("b"), "dir/y": f("b"), "dir": f("b-file")},
-		nil, // revoked
-	})
-	if string(files["ca.crt"].Data) != "a" || string(files["dir/x"].Data) != "a" || string(files["dir/y"].Data) != "b" {
-		t.Errorf("files %v", files)
-	}
-	if _, ok := files["dir"]; ok {
-		t.Error("a file of the second share shadows a directory of the first")
-	}
-	if len(conflicts) != 2 {
-		t.Fatalf("conflicts %+v, want ca.crt and dir", conflicts)
-	}
-	for _, c := range conflicts {
-		if c.Kept != specs[0] || c.Dropped != specs[1] {
-			t.Errorf("conflict %+v", c)
 		}
 	}
 }

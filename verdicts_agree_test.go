@@ -19,7 +19,9 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/shareapi"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 var allOutcomes = []outcome{outcomeDenied, outcomeShareReplaced, outcomeAdopted, outcomeGranted, outcomeReadForbidden,
@@ -29,7 +31,7 @@ var allOutcomes = []outcome{outcomeDenied, outcomeShareReplaced, outcomeAdopted,
 // the verdicts the relist itself builds for o (one per way it reports o).
 func relistChanges(t *testing.T, d *driver, st shareState, o outcome) []*shareChange {
 	t.Helper()
-	sh := shareSpec{Kind: st.Kind, Name: st.Name, UID: "new-share-uid", SourceNamespace: "p", SourceName: "src"}
+	sh := share.Spec{Kind: st.Kind, Name: st.Name, UID: "new-share-uid", SourceNamespace: "p", SourceName: "src"}
 	rec := volumeRecord{VolumeID: "csi-0123456789abcdef", PodNamespace: "team", PodName: "web", PodUID: "pod-uid", Refresh: true, Shares: []shareState{st}}
 	switch o {
 	case outcomeDenied:
@@ -52,13 +54,13 @@ func relistChanges(t *testing.T, d *driver, st shareState, o outcome) []*shareCh
 		// A copy with more files than a volume holds, beside the others, and one the node's budget
 		// refuses: both refused before anything is written, so no volume dir is needed.
 		files := map[string]atomicwriter.File{"k": {Data: []byte("v"), Mode: 0o644}}
-		tooMany, err := writeNewCopy(volumeDir{}, st, 0, shareVerdict{state: st, files: files}, nil, maxVolumeEntries, 0)
+		tooMany, err := writeNewCopy(volume.Dir{}, st, 0, shareVerdict{state: st, files: files}, nil, maxVolumeEntries, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		full := newVolumeRewrite(&volumeBudget{limit: 1}, rec)
+		full := newVolumeRewrite(&volume.Budget{Limit: 1}, rec)
 		defer full.release()
-		tooLarge, err := writeNewCopy(volumeDir{}, st, 0, shareVerdict{state: st, files: files}, full, 0, 0)
+		tooLarge, err := writeNewCopy(volume.Dir{}, st, 0, shareVerdict{state: st, files: files}, full, 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +94,7 @@ func TestVerdictsAgreeWithTheRelist(t *testing.T) {
 	for _, from := range allTold {
 		for _, o := range allOutcomes {
 			next, tell := from.after(o)
-			st := shareState{shareRef: shareRef{Kind: kindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "src", Told: from}
+			st := shareState{Ref: share.Ref{Kind: share.KindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "src", Told: from}
 			changes := relistChanges(t, d, st, o)
 			if !tell {
 				for _, c := range changes {
@@ -145,7 +147,7 @@ func shownOrAway(s told) string {
 func TestEveryChangeRecordsAReasonOfTheTable(t *testing.T) {
 	d := newTestDriver(t, nil, nil)
 	for _, kind := range rootConstants(t, "changeKind") {
-		reason := recordedReason(t, d, shareChange{share: shareRef{Kind: kindSecret, Name: "ca"}, kind: changeKind(kind), why: "why"})
+		reason := recordedReason(t, d, shareChange{share: share.Ref{Kind: share.KindSecret, Name: "ca"}, kind: changeKind(kind), why: "why"})
 		if _, ok := shareapi.FilesAfter(reason); !ok || !slices.Contains(shareapi.ShareEventReasons(), reason) {
 			t.Errorf("change %s records %s, which is not in shareapi's table of the driver's events on a share", kind, reason)
 		}

@@ -8,7 +8,7 @@ package main
 // time work on a volume (volumeLocks). Below it: the checks of the volume's target and the
 // recognition of its bind (target.go), its record in the store (records.go, which charges the
 // node's budget: budget.go),
-// its directory's layout, copies and view (volumedir.go), and the mounts (tmpfs.go). Every step
+// its directory's layout, copies and view (internal/volume), and the mounts (tmpfs.go). Every step
 // acts only on what the driver made: its own bind (checked by device and inode), its own target
 // dir, its own tmpfs.
 
@@ -26,6 +26,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/crashpoint"
+	"github.com/shared-resource/csi-driver/internal/mountinfo"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // createVolume makes a fetched volume on the node, in these steps:
@@ -41,8 +44,8 @@ import (
 //	(6) the read-only bind of the view onto the target.
 //
 // Each step registers its undo; if a later step fails, the undos run in reverse and the node is
-// as before. A crash test kills the driver after each step (crashsteps.go).
-func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
+// as before. A crash test kills the driver after each step (internal/crashpoint).
+func (d *driver) createVolume(rec volumeRecord, view volume.View) error {
 	var undo []func()
 	succeeded := false
 	defer func() {
@@ -54,32 +57,32 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 	}()
 
 	// (0)
-	room, err := d.budget.reserve(volumeBytes(rec))
-	defer room.release()
+	room, err := d.budget.Reserve(volumeBytes(rec))
+	defer room.Release()
 	if err != nil {
 		return status.Errorf(codes.ResourceExhausted, "volume %s cannot be published on this node: %v", rec.VolumeID, err)
 	}
 	vol := d.store.dirOf(rec)
 	// (1)
-	if err := d.prepareVolumeDir(vol.dir); err != nil {
+	if err := d.prepareVolumeDir(vol.Path); err != nil {
 		return status.Errorf(codes.Internal, "creating volume dir: %v", err)
 	}
-	undo = append(undo, func() { removeDirLogged(vol.dir) })
-	d.crash.reached(stepPublishDir)
+	undo = append(undo, func() { removeDirLogged(vol.Path) })
+	crashpoint.Reached(d.crash, crashpoint.PublishDir)
 	// (2)
-	if err := d.mounter.mountTmpfs(vol.dir, d.tmpfsSize, rec.MountContext); err != nil {
+	if err := d.mounter.mountTmpfs(vol.Path, d.tmpfsSize, rec.MountContext); err != nil {
 		if rec.MountContext != "" {
 			return status.Errorf(codes.FailedPrecondition, "mounting tmpfs for volume %s with the SELinux option %s failed (is SELinux enabled on this node?): %v", rec.VolumeID, rec.MountContext, err)
 		}
 		return status.Errorf(codes.Internal, "mounting tmpfs for volume %s: %v", rec.VolumeID, err)
 	}
-	undo = append(undo, func() { d.unmountLogged(vol.dir) })
-	d.crash.reached(stepPublishTmpfs)
+	undo = append(undo, func() { d.unmountLogged(vol.Path) })
+	crashpoint.Reached(d.crash, crashpoint.PublishTmpfs)
 	// (3)
-	if err := vol.populate(view); err != nil {
+	if err := vol.Populate(view); err != nil {
 		return writeError(rec.VolumeID, d.tmpfsSize, err)
 	}
-	d.crash.reached(stepPublishData)
+	crashpoint.Reached(d.crash, crashpoint.PublishData)
 	// (4)
 	exists, err := checkTarget(d.kubeletRoot, rec.TargetPath)
 	if err != nil {
@@ -90,7 +93,7 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 		return status.Errorf(codes.Internal, "%v", err)
 	}
 	undo = append(undo, func() { d.store.forget(rec.VolumeID) }) // and its bytes
-	d.crash.reached(stepPublishRecord)
+	crashpoint.Reached(d.crash, crashpoint.PublishRecord)
 	// (5)
 	if !exists {
 		if err := createTarget(rec.TargetPath); err != nil {
@@ -98,13 +101,13 @@ func (d *driver) createVolume(rec volumeRecord, view volumeView) error {
 		}
 		undo = append(undo, func() { removeDirLogged(rec.TargetPath) })
 	}
-	d.crash.reached(stepPublishTarget)
+	crashpoint.Reached(d.crash, crashpoint.PublishTarget)
 	// (6)
-	if err := d.mounter.bindReadOnly(vol.dataDir(), rec.TargetPath); err != nil {
+	if err := d.mounter.bindReadOnly(vol.ViewPath(), rec.TargetPath); err != nil {
 		return status.Errorf(codes.Internal, "bind-mounting volume %s onto %s: %v", rec.VolumeID, rec.TargetPath, err)
 	}
 	succeeded = true
-	d.crash.reached(stepPublishBind)
+	crashpoint.Reached(d.crash, crashpoint.PublishBind)
 	return nil
 }
 
@@ -117,7 +120,7 @@ func (d *driver) ensureBind(rec volumeRecord) error {
 	}
 	vol := d.store.dirOf(rec)
 	if isOurBind(mounts, vol, rec.TargetPath) {
-		if e, _ := mountAt(mounts, rec.TargetPath); hasOption(e.Options, "ro") {
+		if e, _ := mountinfo.At(mounts, rec.TargetPath); hasOption(e.Options, "ro") {
 			return nil
 		}
 		// A writable bind of ours (made by a version that bound, then remounted read-only: the
@@ -131,7 +134,7 @@ func (d *driver) ensureBind(rec volumeRecord) error {
 			return status.Errorf(codes.Internal, "%v", err)
 		}
 	}
-	if e, ok := mountAt(mounts, rec.TargetPath); ok {
+	if e, ok := mountinfo.At(mounts, rec.TargetPath); ok {
 		return status.Errorf(codes.FailedPrecondition, "target_path %q already has another mount (%s %s)", rec.TargetPath, e.FSType, e.Source)
 	}
 	exists, err := checkTarget(d.kubeletRoot, rec.TargetPath)
@@ -149,7 +152,7 @@ func (d *driver) ensureBind(rec volumeRecord) error {
 			return err
 		}
 	}
-	if err := d.mounter.bindReadOnly(vol.dataDir(), rec.TargetPath); err != nil {
+	if err := d.mounter.bindReadOnly(vol.ViewPath(), rec.TargetPath); err != nil {
 		return status.Errorf(codes.Internal, "bind-mounting volume %s onto %s: %v", rec.VolumeID, rec.TargetPath, err)
 	}
 	return nil
@@ -196,21 +199,21 @@ func (d *driver) teardown(rec volumeRecord) error {
 			return fmt.Errorf("unmounting %s: %w", rec.TargetPath, err)
 		}
 	}
-	d.crash.reached(stepUnpublishBind)
+	crashpoint.Reached(d.crash, crashpoint.UnpublishBind)
 	if rec.CreatedTarget {
 		if err := os.Remove(rec.TargetPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("removing target dir: %w", err)
 		}
 	}
-	d.crash.reached(stepUnpublishTarget)
-	if err := d.mounter.unmount(vol.dir); err != nil {
-		return fmt.Errorf("unmounting tmpfs %s: %w", vol.dir, err)
+	crashpoint.Reached(d.crash, crashpoint.UnpublishTarget)
+	if err := d.mounter.unmount(vol.Path); err != nil {
+		return fmt.Errorf("unmounting tmpfs %s: %w", vol.Path, err)
 	}
-	d.crash.reached(stepUnpublishTmpfs)
-	if err := os.Remove(vol.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("removing %s: %w", vol.dir, err)
+	crashpoint.Reached(d.crash, crashpoint.UnpublishTmpfs)
+	if err := os.Remove(vol.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing %s: %w", vol.Path, err)
 	}
-	d.crash.reached(stepUnpublishDir)
+	crashpoint.Reached(d.crash, crashpoint.UnpublishDir)
 	d.store.forget(rec.VolumeID) // and its bytes (none for a volume cleaned at recovery: not yet counted)
 	return nil
 }
@@ -223,7 +226,7 @@ func (d *driver) cleanOrphan(volDir string) {
 		klog.ErrorS(err, "Cannot read mounts; leaving orphan volume dir", "dir", volDir)
 		return
 	}
-	if tm, ok := mountAt(mounts, volDir); ok {
+	if tm, ok := mountinfo.At(mounts, volDir); ok {
 		podsDir := filepath.Join(d.kubeletRoot, "pods") + "/"
 		for _, m := range mounts {
 			if m.MajorMinor == tm.MajorMinor && isDataRoot(m.Root) && strings.HasPrefix(m.MountPoint, podsDir) &&
@@ -247,8 +250,8 @@ func (d *driver) cleanOrphan(volDir string) {
 func (d *driver) countRecovered(rec *volumeRecord) {
 	vol := d.store.dirOf(*rec)
 	for i := range rec.Shares {
-		if files, err := atomicwriter.ReadFiles(vol.shareDir(i)); err == nil {
-			rec.Shares[i].Bytes, rec.Shares[i].Entries = chargedBytes(files), filesEntries(files)
+		if files, err := atomicwriter.ReadFiles(vol.CopyPath(i)); err == nil {
+			rec.Shares[i].Bytes, rec.Shares[i].Entries = volume.ChargedBytes(files), volume.FilesEntries(files)
 		}
 	}
 }
@@ -262,6 +265,23 @@ func (d *driver) unmountLogged(p string) {
 func removeDirLogged(p string) {
 	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 		klog.ErrorS(err, "Removing dir failed", "path", p)
+	}
+}
+
+// dropRevokedCopies empties the copies of the revoked shares of a refreshing volume: a restore
+// fetches fresh data anyway, so revoked bytes are not kept. (A refreshResource=false share keeps
+// its copy: it is exactly what comes back.) Call it only with a record already saved, so that a
+// crash never leaves a granted share with an empty copy.
+func dropRevokedCopies(vd volume.Dir, rec volumeRecord) {
+	if !rec.Refresh {
+		return
+	}
+	for i, st := range rec.Shares {
+		if st.Told.hidden() {
+			if err := vd.WriteCopy(i, nil); err != nil {
+				klog.ErrorS(err, "Emptying a revoked share's copy failed", "volumeID", rec.VolumeID)
+			}
+		}
 	}
 }
 

@@ -128,7 +128,7 @@ else
 fi
 start=$(date +%s)
 
-# The crash tests run the driver's test build, with its crash points compiled in (crashsteps.go).
+# The crash tests run the driver's test build, with its crash points compiled in (internal/crashpoint).
 GOGC=$BUILD_GOGC CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -tags crashpoints -o _output/bin/shared-resource-csi-crashpoints .
 # Modules are downloaded first, the driver's and test/'s: there is no route out of the cluster's
 # network namespace.

@@ -1,6 +1,6 @@
-// Package podcmd is the binary's in-pod commands: `watch` (watch.go), a sidecar that tells the
-// application that a share's files changed, and `env-file` (envfile.go), an init container that
-// turns a share's files into an env file for the kubelet's fileKeyRef.
+// Package podcmd is the binary's in-pod commands: `watch` (watch.go, watchchange.go, signal.go),
+// a sidecar that tells the application that a share's files changed, and `env-file` (envfile.go),
+// an init container that turns a share's files into an env file for the kubelet's fileKeyRef.
 //
 // The contract, which the package keeps by what it imports (no client-go, nothing of the
 // driver's):

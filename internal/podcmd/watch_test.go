@@ -1,11 +1,11 @@
 package podcmd
 
-// Specification of `shared-resource-csi watch` (watch.go) over a directory written by
-// internal/atomicwriter exactly as the driver writes a pod's view: a swap of ..data to other
-// files is a change, reported once; a rewrite of the same files (no swap), a view that only lost
-// files (revocation) and a swap back to what the application was given are not; the signal variant
-// signals the named process once per change and keeps watching; a --dir that is not a mounted
-// share fails at once with a message saying what to fix.
+// Specification of `shared-resource-csi watch` (watch.go, watchchange.go, signal.go) over a
+// directory written by internal/atomicwriter exactly as the driver writes a pod's view: a swap of
+// ..data to other files is a change, reported once; a rewrite of the same files (no swap), a view
+// that only lost files (revocation) and a swap back to what the application was given are not; the
+// signal variant signals the named process once per change and keeps watching; a --dir that is not
+// a mounted share fails at once with a message saying what to fix.
 
 import (
 	"bytes"

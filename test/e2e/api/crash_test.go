@@ -1,7 +1,7 @@
 package api
 
 // Specification of crash recovery: the driver is SIGKILLed at every step of publish, unpublish,
-// revoke and restore (the crash points of its test build, crashsteps.go, armed by
+// revoke and restore (the crash points of its test build, internal/crashpoint, armed by
 // SRCSI_TEST_CRASH_AT), restarted, and the kubelet's retries are replayed. After each: no leaked
 // mount, dir or record, and every published volume is intact and still revoked and refreshed.
 // Also: corrupt records and a wiped state dir, and no crash point in the production binary.

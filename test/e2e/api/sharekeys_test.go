@@ -56,8 +56,8 @@ func TestShareItemsSchema(t *testing.T) {
 				t.Errorf("%s %s: got %v, want Invalid mentioning %q", kind.ShareTypeName(), tc.name, err, tc.msg)
 			}
 			// That the driver reads the one list the schema accepts here ("keys, renamed or not")
-			// is specified without a cluster by TestShareItemsAccepted (sharekeys_test.go at the
-			// root, the same list): this suite cannot call the driver's parser.
+			// is specified without a cluster by TestShareItemsAccepted (internal/share/exposure_test.go,
+			// the same list): this suite cannot call the driver's parser.
 		}
 	}
 }

@@ -1,6 +1,6 @@
 package api
 
-// Specification of what the share informers keep (shares.go's shareTransform): a node plugin
+// Specification of what the share informers keep (internal/share/index.go's cacheTransform): a node plugin
 // and a status controller hold only the fields of a share they read, whatever size its writer
 // made the rest. Forty shares carrying all the annotations the API server allows (256 KiB each)
 // and the longest description the CRD allows leave both processes' heaps where they were, and the

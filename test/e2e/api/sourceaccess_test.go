@@ -204,7 +204,7 @@ func TestSharePolicyRequiresReadOnTheSource(t *testing.T) {
 	})
 }
 
-// A share's pin on the object it was made for (status.sourceUID, sourcepin.go) is guarded as its
+// A share's pin on the object it was made for (status.sourceUID, internal/share/pin.go) is guarded as its
 // ref is: a user who may update shares and their status, but not get the source, can neither
 // make the share follow re-creations nor move or clear its pin (either would let a namespace
 // re-created by someone else through to every consumer); the cluster admin can.

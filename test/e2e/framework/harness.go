@@ -64,7 +64,7 @@ type KubeEnv struct {
 	Binary              string // the production build
 
 	crashOnce   sync.Once
-	crashBin    string // built with the tag crashpoints (crashsteps.go), for the crash tests
+	crashBin    string // built with the tag crashpoints (internal/crashpoint), for the crash tests
 	crashBinErr error
 }
 

@@ -1,6 +1,6 @@
 package pods
 
-// Specification of a share keeping to the object it was made for (sourcepin.go), with real
+// Specification of a share keeping to the object it was made for (internal/share/pin.go), with real
 // pods: the source's namespace is deleted and created again by somebody else, with a Secret of
 // the same name and other content, and the driver let read it. Consumers keep the data they had,
 // a new pod cannot mount the share, the share's Ready condition says why and what to run; once

@@ -1,6 +1,6 @@
 //go:build crashpoints
 
-package main
+package crashpoint
 
 // The crash points of a test build (go build -tags crashpoints): armed by the environment
 // variable SRCSI_TEST_CRASH_AT=<step>, the driver kills itself with SIGKILL, as an OOM kill or a
@@ -13,14 +13,17 @@ import (
 	"k8s.io/klog/v2"
 )
 
-type crashPoints struct{ at crashStep }
+// Points are the crash points armed: the one step SRCSI_TEST_CRASH_AT names, if any.
+type Points struct{ at Step }
 
 // crashEnv arms one crash point of a test build: SRCSI_TEST_CRASH_AT=<step>.
 const crashEnv = "SRCSI_TEST_CRASH_AT"
 
-func newCrashPoints() crashPoints { return crashPoints{at: crashStep(os.Getenv(crashEnv))} }
+// New returns the crash points the environment arms.
+func New() Points { return Points{at: Step(os.Getenv(crashEnv))} }
 
-func (c crashPoints) reached(step crashStep) {
+// Reached kills the process with SIGKILL if step is the one c arms.
+func Reached(c Points, step Step) {
 	if c.at != "" && c.at == step {
 		klog.InfoS("Test crash point reached; killing the process", "step", step)
 		klog.Flush()

@@ -1,6 +1,6 @@
-package main
+package volume
 
-// Specification of what a volume's directory is measured to hold (volumeDir.measure): in the
+// Specification of what a volume's directory is measured to hold (Dir.Measure): in the
 // budget's units, which it charges a volume whose record no longer describes its disk, each entry,
 // each long name and link target, and each file's pages once, however many links it has; and what
 // the kernel counts of the same entries (an inode each, and the root's; each file's pages once,
@@ -32,29 +32,29 @@ func TestMeasureCountsEachFilesPagesOnce(t *testing.T) {
 	if err := os.Symlink(strings.Repeat("t", shortSymlinkLen), filepath.Join(dir, "e")); err != nil {
 		t.Fatal(err)
 	}
-	m, err := volumeDir{dir: dir, gid: -1}.measure()
+	m, err := Dir{Path: dir, GID: -1}.Measure()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The root, a, b, c, the long name, d and e: seven entries; a's two pages once and the long
-	// name's file's one; the long name beyond its dentry; c's target, and e's page.
-	want := 7*entryBytes + 3*pageSize + entryNameBytes(long) + linkTargetBytes("a") + pageSize
-	if m.held != want {
-		t.Errorf("held = %d, want %d", m.held, want)
+	// name's file's one; the long name Beyond its dentry; c's target, and e's page.
+	want := 7*EntryBytes + 3*PageSize + EntryNameBytes(long) + LinkTargetBytes("a") + PageSize
+	if m.Held != want {
+		t.Errorf("Held = %d, want %d", m.Held, want)
 	}
 	// Seven inodes, with the attributes of the six inodes (b is a's) where the host labels its
 	// files; a's pages once, the long name's page and e's.
-	space := int64(7 * inodeSpaceBytes)
+	space := int64(7 * InodeSpaceBytes)
 	for _, p := range []string{dir, "a", "c", long, "d", "e"} {
 		space += xattrSpaceAt(filepath.Join(dir, p))
 	}
-	space = (space + inodeSpaceBytes - 1) / inodeSpaceBytes * inodeSpaceBytes
-	if want := (tmpfsUsage{pageBytes: 4 * pageSize, inodeSpace: space}); m.seen != want {
-		t.Errorf("seen = %+v, want %+v", m.seen, want)
+	space = (space + InodeSpaceBytes - 1) / InodeSpaceBytes * InodeSpaceBytes
+	if want := (Usage{PageBytes: 4 * PageSize, InodeSpace: space}); m.Seen != want {
+		t.Errorf("Seen = %+v, want %+v", m.Seen, want)
 	}
 }
 
-// A pod's path may have 4096 bytes (validate.go), more than a system call takes once the volume's
+// A pod's path may have 4096 bytes (the most the driver accepts), more than a system call takes once the volume's
 // own directory is in front of it: the measure never joins paths, so it still counts all of it.
 func TestMeasureWalksPathsLongerThanTheKernelTakes(t *testing.T) {
 	dir := t.TempDir()
@@ -83,12 +83,12 @@ func TestMeasureWalksPathsLongerThanTheKernelTakes(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(dir, f)); !errors.Is(err, syscall.ENAMETOOLONG) {
 		t.Fatalf("lstat of the file's absolute path (%d bytes): %v; want ENAMETOOLONG, which the measure must not meet", len(filepath.Join(dir, f)), err)
 	}
-	m, err := volumeDir{dir: dir, gid: -1}.measure()
+	m, err := Dir{Path: dir, GID: -1}.Measure()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := (depth+2)*entryBytes + (depth+1)*entryNameBytes(segment) + pageSize // the root, the dirs, the file and its page
-	if m.held != want {
-		t.Fatalf("held = %d, want %d", m.held, want)
+	want := (depth+2)*EntryBytes + (depth+1)*EntryNameBytes(segment) + PageSize // the root, the dirs, the file and its page
+	if m.Held != want {
+		t.Fatalf("Held = %d, want %d", m.Held, want)
 	}
 }

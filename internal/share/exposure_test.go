@@ -1,6 +1,6 @@
-package main
+package share
 
-// Specification of a share's list of keys (sharekeys.go): which spec.items the driver accepts
+// Specification of a share's list of keys (exposure.go): which spec.items the driver accepts
 // (the CRD schema's rules, restated; the schema itself is tested against the API server in
 // test/e2e/pods/keys_test.go), and the filter that leaves nothing of an unlisted key: no
 // name, no byte. FuzzExposureFilter checks both against the API server's own key rule
@@ -37,12 +37,12 @@ func list(entries ...map[string]any) []any {
 
 // No spec.items: every key, as with OpenShift's shares.
 func TestShareWithoutItemsExposesEveryKey(t *testing.T) {
-	e, err := parseExposure(nil, false)
-	if err != nil || !e.all() || e.names() != nil || e.fingerprint() != "" {
+	e, err := ParseExposure(nil, false)
+	if err != nil || !e.All() || e.Names() != nil || e.Fingerprint() != "" {
 		t.Fatalf("absent list: %v, %v; want every key", e, err)
 	}
 	files := map[string][]byte{"a": []byte("1"), "b": []byte("2")}
-	got, missing := e.filter(files)
+	got, missing := e.Filter(files)
 	if !maps.EqualFunc(got, files, bytes.Equal) || missing != nil {
 		t.Errorf("filter of every key: %v, missing %v", got, missing)
 	}
@@ -50,21 +50,21 @@ func TestShareWithoutItemsExposesEveryKey(t *testing.T) {
 
 // Entries name a key and, optionally, the file name it is exposed as (default: the key).
 func TestShareItemsAccepted(t *testing.T) {
-	e, err := parseExposure(list(entry("ca.crt", "ca.pem"), entry("tls.crt"), entry(".hidden", "x_Y-1")), true)
+	e, err := ParseExposure(list(entry("ca.crt", "ca.pem"), entry("tls.crt"), entry(".hidden", "x_Y-1")), true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := exposure{{"ca.crt", "ca.pem"}, {"tls.crt", "tls.crt"}, {".hidden", "x_Y-1"}}
+	want := Exposure{{"ca.crt", "ca.pem"}, {"tls.crt", "tls.crt"}, {".hidden", "x_Y-1"}}
 	if !slices.Equal(e, want) {
 		t.Fatalf("got %v, want %v", e, want)
 	}
-	if n := e.names(); !slices.Equal(n, []string{"ca.pem", "tls.crt", "x_Y-1"}) {
+	if n := e.Names(); !slices.Equal(n, []string{"ca.pem", "tls.crt", "x_Y-1"}) {
 		t.Errorf("names %v", n)
 	}
 	// The fingerprint ignores order: the same list, reordered, is the same cache entry.
-	re, _ := parseExposure(list(entry("tls.crt"), entry(".hidden", "x_Y-1"), entry("ca.crt", "ca.pem")), true)
-	if re.fingerprint() != e.fingerprint() || e.fingerprint() != ".hidden=x_Y-1,ca.crt=ca.pem,tls.crt=tls.crt" {
-		t.Errorf("fingerprints %q and %q", e.fingerprint(), re.fingerprint())
+	re, _ := ParseExposure(list(entry("tls.crt"), entry(".hidden", "x_Y-1"), entry("ca.crt", "ca.pem")), true)
+	if re.Fingerprint() != e.Fingerprint() || e.Fingerprint() != ".hidden=x_Y-1,ca.crt=ca.pem,tls.crt=tls.crt" {
+		t.Errorf("fingerprints %q and %q", e.Fingerprint(), re.Fingerprint())
 	}
 }
 
@@ -95,21 +95,21 @@ func TestShareItemsRefused(t *testing.T) {
 		{"path is another's default", list(entry("a"), entry("b", "a")), `path "a" is used twice`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, err := parseExposure(tc.raw, true)
+			e, err := ParseExposure(tc.raw, true)
 			if err == nil || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("got %v, %v; want an error containing %q", e, err, tc.msg)
 			}
 		})
 	}
-	many := make([]any, maxSharedItems+1)
+	many := make([]any, MaxItems+1)
 	for i := range many {
 		many[i] = entry(fmt.Sprint("k", i))
 	}
-	if _, err := parseExposure(many, true); err == nil || !strings.Contains(err.Error(), "at most 256") {
+	if _, err := ParseExposure(many, true); err == nil || !strings.Contains(err.Error(), "at most 256") {
 		t.Errorf("%d entries: %v", len(many), err)
 	}
-	if _, err := parseExposure(many[:maxSharedItems], true); err != nil {
-		t.Errorf("%d entries: %v", maxSharedItems, err)
+	if _, err := ParseExposure(many[:MaxItems], true); err != nil {
+		t.Errorf("%d entries: %v", MaxItems, err)
 	}
 }
 
@@ -121,16 +121,16 @@ func TestShareObjectWithBadItemsIsInvalid(t *testing.T) {
 		"spec": map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "tls"},
 			"items": list(entry("ca.crt"), entry("ca.crt"))},
 	}}
-	_, err := shareFromObject(kindSecret, u)
-	var bad *badShareError
+	_, err := FromObject(KindSecret, u)
+	var bad *BadError
 	if err == nil || !errors.As(err, &bad) || !strings.Contains(err.Error(), `SharedSecret "corp-ca": spec.items[1]`) {
 		t.Fatalf("got %v", err)
 	}
 	if err := unstructured.SetNestedSlice(u.Object, list(entry("ca.crt", "ca.pem")), "spec", "items"); err != nil {
 		t.Fatal(err)
 	}
-	sh, err := shareFromObject(kindSecret, u)
-	if err != nil || !slices.Equal(sh.Exposed, exposure{{"ca.crt", "ca.pem"}}) {
+	sh, err := FromObject(KindSecret, u)
+	if err != nil || !slices.Equal(sh.Exposed, Exposure{{"ca.crt", "ca.pem"}}) {
 		t.Fatalf("got %+v, %v", sh, err)
 	}
 }
@@ -138,9 +138,9 @@ func TestShareObjectWithBadItemsIsInvalid(t *testing.T) {
 // The filter keeps the listed keys under their paths and says which listed keys are missing;
 // nothing of another key survives it, not even its name.
 func TestExposureFilterKeepsOnlyListedKeys(t *testing.T) {
-	e := exposure{{"ca.crt", "ca.pem"}, {"absent", "absent"}}
+	e := Exposure{{"ca.crt", "ca.pem"}, {"absent", "absent"}}
 	src := map[string][]byte{"ca.crt": []byte("CERT"), "tls.crt": []byte("LEAF"), "tls.key": []byte("PRIVATE")}
-	got, missing := e.filter(src)
+	got, missing := e.Filter(src)
 	if !maps.EqualFunc(got, map[string][]byte{"ca.pem": []byte("CERT")}, bytes.Equal) {
 		t.Errorf("filtered: %v", got)
 	}
@@ -152,29 +152,7 @@ func TestExposureFilterKeepsOnlyListedKeys(t *testing.T) {
 	}
 }
 
-// exposeOnly (fetch.go's step after the decode) recomputes the size from what is kept, so the
-// cache's byte bound counts only shared bytes.
-func TestExposeOnlyCountsSharedBytes(t *testing.T) {
-	d := &sourceData{Files: map[string][]byte{"ca.crt": []byte("CERT"), "tls.key": make([]byte, 1000)}, ResourceVersion: "7", UID: "uid-1", Size: 1013}
-	got := exposeOnly(d, exposure{{"ca.crt", "ca.crt"}})
-	if got.Size != int64(len("ca.crt")+4) || got.ResourceVersion != "7" || len(got.Files) != 1 {
-		t.Errorf("got %+v", got)
-	}
-	// The share's pin checks the UID of what it serves: a list must not lose it (it did, and a
-	// share with a list then served a source deleted and created again).
-	if got.UID != "uid-1" {
-		t.Errorf("UID %q after the filter, want uid-1", got.UID)
-	}
-	pin := sourcePin{UID: "uid-0"}
-	if !pin.refuses(got.UID) {
-		t.Error("a share pinned to another object must refuse the filtered source")
-	}
-	if exposeOnly(d, nil) != d {
-		t.Error("every key: the data itself is kept")
-	}
-}
-
-// Fuzzed: parseExposure accepts a one-entry list exactly when the API server's key rule accepts
+// Fuzzed: ParseExposure accepts a one-entry list exactly when the API server's key rule accepts
 // both the key and the path, and the filter's output, for any source, holds exactly the listed
 // keys present (under their paths) and no byte of any other key.
 func FuzzExposureFilter(f *testing.F) {
@@ -185,7 +163,7 @@ func FuzzExposureFilter(f *testing.F) {
 	f.Add("k", "", "k2", "v")
 	f.Fuzz(func(t *testing.T, key, path, other, value string) {
 		raw := list(entry(key, path))
-		e, err := parseExposure(raw, true)
+		e, err := ParseExposure(raw, true)
 		apiOK := len(validation.IsConfigMapKey(key)) == 0 && len(validation.IsConfigMapKey(path)) == 0
 		if (err == nil) != apiOK {
 			t.Fatalf("key %q path %q: driver says %v, the API server's rule says valid=%v", key, path, err, apiOK)
@@ -198,7 +176,7 @@ func FuzzExposureFilter(f *testing.F) {
 		if other != key {
 			src[other] = []byte(marker)
 		}
-		got, missing := e.filter(src)
+		got, missing := e.Filter(src)
 		if len(missing) != 0 || len(got) != 1 || string(got[path]) != "shared" {
 			t.Fatalf("filter of %v through %v: %v, missing %v", src, e, got, missing)
 		}
@@ -208,7 +186,7 @@ func FuzzExposureFilter(f *testing.F) {
 			}
 		}
 		delete(src, key)
-		if got, missing := e.filter(src); len(got) != 0 || !slices.Equal(missing, []string{key}) {
+		if got, missing := e.Filter(src); len(got) != 0 || !slices.Equal(missing, []string{key}) {
 			t.Fatalf("without the listed key: %v, missing %v", got, missing)
 		}
 	})

@@ -1,7 +1,4 @@
-package main
-
-// Reading the mount table (/proc/self/mountinfo): how the driver recognises its own mounts, so
-// that it only ever unmounts what it mounted.
+package mountinfo
 
 import (
 	"bufio"
@@ -18,8 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// mountEntry is one line of /proc/self/mountinfo (see proc(5)).
-type mountEntry struct {
+// Entry is one line of /proc/self/mountinfo (see proc(5)).
+type Entry struct {
 	MajorMinor   string // "0:52"
 	Root         string // root of the mount within its filesystem, e.g. "/" or "/data"
 	MountPoint   string // unescaped (mountinfo escapes space, tab, newline, backslash as \040 \011 \012 \134)
@@ -29,7 +26,7 @@ type mountEntry struct {
 	SuperOptions string
 }
 
-// readMountInfo parses /proc/self/mountinfo.
+// Read parses /proc/self/mountinfo.
 //
 // The file is read until two consecutive reads are identical: on older kernels
 // (before the mount-table cursor, Linux 5.8) a read split over several chunks
@@ -39,7 +36,7 @@ type mountEntry struct {
 // entries that exist throughout it (the driver's own mounts do: it holds the
 // volume's lock), so churn elsewhere is never a reason to fail: after the last
 // attempt the last read is used.
-func readMountInfo() ([]mountEntry, error) {
+func Read() ([]Entry, error) {
 	const (
 		path     = "/proc/self/mountinfo"
 		attempts = 10
@@ -51,7 +48,7 @@ func readMountInfo() ([]mountEntry, error) {
 	if mountCursorKernel() {
 		// One read is consistent (see mountCursorKernel); reading again while other pods'
 		// mounts change would only add sleeps and more reads of the whole table.
-		return parseMountInfo(bytes.NewReader(prev))
+		return Parse(bytes.NewReader(prev))
 	}
 	for i := range attempts - 1 {
 		cur, err := os.ReadFile(path)
@@ -64,10 +61,10 @@ func readMountInfo() ([]mountEntry, error) {
 		prev = cur
 		time.Sleep(time.Duration(i+1) * time.Millisecond)
 	}
-	return parseMountInfo(bytes.NewReader(prev))
+	return Parse(bytes.NewReader(prev))
 }
 
-// parseMountInfo parses the mountinfo format:
+// Parse parses the mountinfo format:
 //
 //	36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
 //	(1)(2)(3)   (4)   (5)      (6)      (7..)  (-) (8)    (9)        (10)
@@ -76,8 +73,8 @@ func readMountInfo() ([]mountEntry, error) {
 // kernel prints an empty source as an empty field, and real spaces inside
 // paths are always escaped. It never panics on malformed input; it returns an
 // error naming the line instead.
-func parseMountInfo(r io.Reader) ([]mountEntry, error) {
-	var entries []mountEntry
+func Parse(r io.Reader) ([]Entry, error) {
+	var entries []Entry
 	sc := bufio.NewScanner(r)
 	// Lines with long SELinux or overlay lowerdir options exceed the default
 	// 64 KiB token limit on real nodes.
@@ -101,7 +98,7 @@ func parseMountInfo(r io.Reader) ([]mountEntry, error) {
 	return entries, nil
 }
 
-func parseMountInfoLine(line string) (mountEntry, error) {
+func parseMountInfoLine(line string) (Entry, error) {
 	fields := strings.Split(line, " ")
 	// The optional fields (shared:N, master:N, propagate_from:N, unbindable)
 	// vary in number, so the separator is found by searching; it cannot be
@@ -114,22 +111,22 @@ func parseMountInfoLine(line string) (mountEntry, error) {
 		}
 	}
 	if sep < 0 {
-		return mountEntry{}, fmt.Errorf("no \" - \" separator after the sixth field in %q", line)
+		return Entry{}, fmt.Errorf("no \" - \" separator after the sixth field in %q", line)
 	}
 	post := fields[sep+1:]
 	if len(post) < 3 {
-		return mountEntry{}, fmt.Errorf("want fstype, source and super options after \" - \" in %q", line)
+		return Entry{}, fmt.Errorf("want fstype, source and super options after \" - \" in %q", line)
 	}
 	if _, err := strconv.Atoi(fields[0]); err != nil {
-		return mountEntry{}, fmt.Errorf("mount ID: %w", err)
+		return Entry{}, fmt.Errorf("mount ID: %w", err)
 	}
 	if _, err := strconv.Atoi(fields[1]); err != nil {
-		return mountEntry{}, fmt.Errorf("parent ID: %w", err)
+		return Entry{}, fmt.Errorf("parent ID: %w", err)
 	}
 	if !strings.Contains(fields[2], ":") {
-		return mountEntry{}, fmt.Errorf("major:minor %q has no colon", fields[2])
+		return Entry{}, fmt.Errorf("major:minor %q has no colon", fields[2])
 	}
-	return mountEntry{
+	return Entry{
 		MajorMinor:   fields[2],
 		Root:         mountInfoUnescape(fields[3]),
 		MountPoint:   mountInfoUnescape(fields[4]),
@@ -175,17 +172,17 @@ func mountInfoIsOctal(s string, i int) bool {
 	return s[i] <= '3'
 }
 
-// mountAt returns the last (topmost) entry whose MountPoint is
+// At returns the last (topmost) entry whose MountPoint is
 // filepath.Clean(path). Mounts stacked on one path appear in mount order, so
 // the last one is the one a lookup of path actually reaches.
-func mountAt(entries []mountEntry, path string) (mountEntry, bool) {
+func At(entries []Entry, path string) (Entry, bool) {
 	path = filepath.Clean(path)
 	for i := len(entries) - 1; i >= 0; i-- {
 		if entries[i].MountPoint == path {
 			return entries[i], true
 		}
 	}
-	return mountEntry{}, false
+	return Entry{}, false
 }
 
 // mountCursorKernel says whether the kernel (5.8 and later) reads the mount table with a cursor:

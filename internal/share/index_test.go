@@ -1,6 +1,6 @@
-package main
+package share
 
-// Specification of what the share informers keep of a share (shares.go's shareTransform): what
+// Specification of what the share informers keep of a share (index.go's cacheTransform): what
 // the driver reads, and nothing of what it does not, whatever its size.
 
 import (
@@ -34,13 +34,13 @@ func TestShareCachesStayFlatWithLargeShares(t *testing.T) {
 	const shares = 40
 	si, grew := syncShareCaches(t, shares, func(i int) map[string]any {
 		return map[string]any{"description": strings.Repeat(fmt.Sprint(i%10), 1400<<10), "secretRef": map[string]any{"namespace": "p", "name": "src"}}
-	}, nil, func(dyn dynamic.Interface) *shareIndex { return newShareIndex(dyn, func(shareKind, string) {}) })
+	}, nil, func(dyn dynamic.Interface) *Index { return NewIndex(dyn, func(Kind, string) {}) })
 	ctx := context.Background()
 	t.Logf("%d shares of 1.4 MiB descriptions: the caches grew the heap by %.1f MiB", shares, float64(grew)/(1<<20))
 	if grew > shares*64<<10 {
 		t.Errorf("%d shares of 1.4 MiB descriptions grew the heap by %.1f MiB; want at most 64 KiB a share", shares, float64(grew)/(1<<20))
 	}
-	if sh, err := si.get(ctx, kindSecret, "share-7"); err != nil || sh.SourceName != "src" || sh.UID != "uid-7" {
+	if sh, err := si.Get(ctx, KindSecret, "share-7"); err != nil || sh.SourceName != "src" || sh.UID != "uid-7" {
 		t.Errorf("share-7 from the cache: %+v, %v", sh, err)
 	}
 }
@@ -61,7 +61,7 @@ func TestShareCacheKeepsOnlyWhatTheDriverReads(t *testing.T) {
 			"conditions": []any{map[string]any{"type": "Ready", "status": "True", "reason": "SourceAvailable", "message": "ok",
 				"lastTransitionTime": "2026-11-26T06:00:00Z", "observedGeneration": int64(3)}}},
 	}}
-	transform := shareTransform(kindSecret, true) // the status writer's, which keeps conditions
+	transform := cacheTransform(KindSecret, true) // the status writer's, which keeps conditions
 	obj, err := transform(share)
 	if err != nil {
 		t.Fatal(err)
@@ -77,31 +77,31 @@ func TestShareCacheKeepsOnlyWhatTheDriverReads(t *testing.T) {
 		}
 	}
 	// What the driver reads is the same from the kept object as from the whole one.
-	want, err := shareFromObject(kindSecret, share)
+	want, err := FromObject(KindSecret, share)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := shareFromObject(kindSecret, kept); err != nil || !reflect.DeepEqual(got, want) {
+	if got, err := FromObject(KindSecret, kept); err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("the share read from the cache: %+v (%v), want %+v", got, err, want)
 	}
-	wantConds, _ := shareConditions(share)
-	if got, err := shareConditions(kept); err != nil || !reflect.DeepEqual(got, wantConds) {
+	wantConds, _ := Conditions(share)
+	if got, err := Conditions(kept); err != nil || !reflect.DeepEqual(got, wantConds) {
 		t.Errorf("conditions from the cache: %+v (%v), want %+v", got, err, wantConds)
 	}
 	if kept.GetName() != "corp-ca" || kept.GetResourceVersion() != "7" || kept.GetGeneration() != 3 || kept.GetUID() != "share-1" ||
 		kept.GetAPIVersion() != share.GetAPIVersion() || kept.GetKind() != share.GetKind() ||
-		!reflect.DeepEqual(exposedNames(kindSecret, kept), exposedNames(kindSecret, share)) {
+		!reflect.DeepEqual(ExposedNames(KindSecret, kept), ExposedNames(KindSecret, share)) {
 		t.Errorf("the cache lost what a status write needs: %s", b)
 	}
 	// The node plugin's caches keep no conditions; the rest is the same.
-	nodeKept, err := shareTransform(kindSecret, false)(share)
+	nodeKept, err := cacheTransform(KindSecret, false)(share)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if conds, err := shareConditions(nodeKept.(*unstructured.Unstructured)); err != nil || conds != nil {
+	if conds, err := Conditions(nodeKept.(*unstructured.Unstructured)); err != nil || conds != nil {
 		t.Errorf("the node plugin's cache keeps conditions: %+v (%v)", conds, err)
 	}
-	if got, err := shareFromObject(kindSecret, nodeKept.(*unstructured.Unstructured)); err != nil || !reflect.DeepEqual(got, want) {
+	if got, err := FromObject(KindSecret, nodeKept.(*unstructured.Unstructured)); err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("the share read from the node plugin's cache: %+v (%v), want %+v", got, err, want)
 	}
 	// Safe on an object already transformed, and on what is not a share object.
@@ -116,7 +116,7 @@ func TestShareCacheKeepsOnlyWhatTheDriverReads(t *testing.T) {
 	bad := share.DeepCopy()
 	bad.Object["spec"] = "not an object"
 	got, _ := transform(bad)
-	if _, err := shareFromObject(kindSecret, got.(*unstructured.Unstructured)); err == nil {
+	if _, err := FromObject(KindSecret, got.(*unstructured.Unstructured)); err == nil {
 		t.Error("a share whose spec is not an object reads as valid from the cache")
 	}
 }
@@ -126,29 +126,29 @@ func TestShareCacheKeepsOnlyWhatTheDriverReads(t *testing.T) {
 // grew its heap by 1.4 MiB a share. The status writer's caches keep them, to update them in place.
 func TestNodeShareCachesHoldNoConditions(t *testing.T) {
 	const shares = 20
-	node, grew := sharesWithConditionsCached(t, shares, func(dyn dynamic.Interface) *shareIndex {
-		return newShareIndex(dyn, func(shareKind, string) {})
+	node, grew := sharesWithConditionsCached(t, shares, func(dyn dynamic.Interface) *Index {
+		return NewIndex(dyn, func(Kind, string) {})
 	})
 	t.Logf("%d shares of 44 conditions of 32 KiB: the node's caches grew the heap by %.1f MiB", shares, float64(grew)/(1<<20))
 	u := cachedShare(t, node, "share-3")
 	if _, found, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "conditions"); found {
 		t.Error("the node's share cache keeps status.conditions")
 	}
-	if pin, _, _ := unstructured.NestedString(u.Object, "status", pinField); pin != "src-1" {
+	if pin, _, _ := unstructured.NestedString(u.Object, "status", PinField); pin != "src-1" {
 		t.Errorf("the node's share cache lost the pin: %v", u.Object["status"])
 	}
 	if grew > shares*64<<10 {
 		t.Errorf("%d shares of 44 conditions of 32 KiB grew the node's heap by %.1f MiB; want at most 64 KiB a share", shares, float64(grew)/(1<<20))
 	}
-	status, _ := sharesWithConditionsCached(t, 1, newStatusShareIndex)
-	if conds, err := shareConditions(cachedShare(t, status, "share-0")); err != nil || len(conds) != 44 {
+	status, _ := sharesWithConditionsCached(t, 1, NewStatusIndex)
+	if conds, err := Conditions(cachedShare(t, status, "share-0")); err != nil || len(conds) != 44 {
 		t.Errorf("the status writer's share cache keeps %d conditions (%v), want 44", len(conds), err)
 	}
 }
 
 // sharesWithConditionsCached syncs the share caches build makes over n shares of 44 conditions
 // of 32 KiB messages each, and says how much they grew the heap.
-func sharesWithConditionsCached(t *testing.T, n int, build func(dynamic.Interface) *shareIndex) (*shareIndex, int64) {
+func sharesWithConditionsCached(t *testing.T, n int, build func(dynamic.Interface) *Index) (*Index, int64) {
 	return syncShareCaches(t, n, func(int) map[string]any {
 		return map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}}
 	}, func(int) map[string]any {
@@ -165,7 +165,7 @@ func sharesWithConditionsCached(t *testing.T, n int, build func(dynamic.Interfac
 // spec and status (nil: none) are spec(I) and status(I), listed anew at each list as an API
 // server's answer decodes, and says how much they grew the heap. The fake client sends no
 // bookmarks: list, then watch, as against an older API server.
-func syncShareCaches(t *testing.T, n int, spec, status func(int) map[string]any, build func(dynamic.Interface) *shareIndex) (*shareIndex, int64) {
+func syncShareCaches(t *testing.T, n int, spec, status func(int) map[string]any, build func(dynamic.Interface) *Index) (*Index, int64) {
 	t.Helper()
 	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
 	list := func() *unstructured.UnstructuredList {
@@ -185,11 +185,11 @@ func syncShareCaches(t *testing.T, n int, spec, status func(int) map[string]any,
 		return l
 	}
 	listKinds := map[schema.GroupVersionResource]string{}
-	for _, row := range shareKindTable {
-		listKinds[shareGVR(row.kind)] = row.typeName + "List"
+	for _, row := range Kinds {
+		listKinds[GVR(row.Kind)] = row.TypeName + "List"
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(k8sruntime.NewScheme(), listKinds)
-	dyn.PrependReactor("list", shareKindTable[0].resource, func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+	dyn.PrependReactor("list", Kinds[0].Resource, func(k8stesting.Action) (bool, k8sruntime.Object, error) {
 		return true, list(), nil
 	})
 	si := build(dyn)
@@ -198,8 +198,8 @@ func syncShareCaches(t *testing.T, n int, spec, status func(int) map[string]any,
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	si.start(ctx)
-	for deadline := time.Now().Add(30 * time.Second); !si.synced() || len(si.informers[kindSecret].GetStore().ListKeys()) < n; time.Sleep(10 * time.Millisecond) {
+	si.Start(ctx)
+	for deadline := time.Now().Add(30 * time.Second); !si.Synced() || len(si.Informers[KindSecret].GetStore().ListKeys()) < n; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the share caches did not sync")
 		}
@@ -209,9 +209,9 @@ func syncShareCaches(t *testing.T, n int, spec, status func(int) map[string]any,
 	return si, int64(after.HeapAlloc) - int64(before.HeapAlloc)
 }
 
-func cachedShare(t *testing.T, si *shareIndex, name string) *unstructured.Unstructured {
+func cachedShare(t *testing.T, si *Index, name string) *unstructured.Unstructured {
 	t.Helper()
-	obj, _, _ := si.informers[kindSecret].GetStore().GetByKey(name)
+	obj, _, _ := si.Informers[KindSecret].GetStore().GetByKey(name)
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		t.Fatalf("%s not cached: %v", name, obj)
@@ -232,19 +232,19 @@ func TestShareBeingDeletedIsNotFound(t *testing.T) {
 	}}
 	deleting := share.DeepCopy()
 	deleting.SetDeletionTimestamp(&metav1.Time{Time: time.Now()})
-	if !shareChanged(kindSecret, share, deleting) {
+	if !Changed(KindSecret, share, deleting) {
 		t.Error("a share's deletion being asked for is no change to its volumes")
 	}
 	for name, obj := range map[string]*unstructured.Unstructured{"stored": share, "being deleted": deleting} {
-		si := newShareIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), func(shareKind, string) {})
-		transformed, err := shareTransform(kindSecret, false)(obj)
+		si := NewIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), func(Kind, string) {})
+		transformed, err := cacheTransform(KindSecret, false)(obj)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := si.informers[kindSecret].GetStore().Add(transformed); err != nil {
+		if err := si.Informers[KindSecret].GetStore().Add(transformed); err != nil {
 			t.Fatal(err)
 		}
-		sh, err := si.get(context.Background(), kindSecret, "corp-ca")
+		sh, err := si.Get(context.Background(), KindSecret, "corp-ca")
 		switch {
 		case name == "stored" && (err != nil || sh.SourceName != "ca"):
 			t.Errorf("%s: %+v, %v; want the share", name, sh, err)

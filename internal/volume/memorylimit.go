@@ -1,9 +1,9 @@
-package main
+package volume
 
 // The container's memory limit, and how the driver divides it. The kernel charges the driver's
 // memory cgroup both the Go runtime's memory (its heap, stacks, the source cache) and the tmpfs
 // pages of every volume the driver writes; the container is OOM-killed when the two together
-// reach the limit. So the limit is split: the volume budget (budget.go) bounds what volumes hold,
+// reach the limit. So the limit is split: the volume budget (Budget) bounds what volumes hold,
 // and the Go runtime is given the rest as its soft memory limit (GOMEMLIMIT): what the volumes do
 // not hold outside its heap, as that changes. The collector then runs before the heap grows into
 // room the volumes use, rather than letting it reach twice the live heap as it does by default
@@ -20,42 +20,53 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// driverMemoryMargin is what the driver keeps for itself out of its memory limit, besides the
+// DriverMemoryMargin is what the driver keeps for itself out of its memory limit, besides the
 // source cache: its heap and stacks at a thousand volumes measured some 40 MiB (BENCHMARKS.md),
 // plus room for bursts.
-const driverMemoryMargin = 64 << 20
+const DriverMemoryMargin = 64 << 20
 
-// defaultVolumeBudget derives the budget from the container's memory limit: the limit, less the
-// source cache's bound (--cache-max-bytes) and driverMemoryMargin. No limit found (none set, or
+// DefaultBudget derives the budget from the container's memory limit: the limit, less the
+// source cache's bound (--cache-max-bytes) and DriverMemoryMargin. No limit found (none set, or
 // not in a container): no budget, and an error says why.
-func defaultVolumeBudget(cacheBytes int64) (int64, error) {
+func DefaultBudget(cacheBytes int64) (int64, error) {
 	limit, err := cgroupMemoryLimit()
 	if err != nil {
 		return 0, err
 	}
-	budget := limit - cacheBytes - driverMemoryMargin
+	budget := limit - cacheBytes - DriverMemoryMargin
 	if budget <= 0 {
-		return 0, fmt.Errorf("the container's memory limit of %d bytes leaves no room for volumes beside the source cache (%d) and the driver (%d): raise it, or set --volume-bytes-budget", limit, cacheBytes, driverMemoryMargin)
+		return 0, fmt.Errorf("the container's memory limit of %d bytes leaves no room for volumes beside the source cache (%d) and the driver (%d): raise it, or set --volume-bytes-budget", limit, cacheBytes, DriverMemoryMargin)
 	}
 	return budget, nil
 }
 
 // runtimeMemory is the Go runtime's soft memory limit, kept at what the container's memory limit
 // leaves beside what the volumes hold outside the heap: their tmpfs pages and the kernel's entries
-// for them. The budget charges volumes their heap too (their records' lists: recordHeapBytes),
-// which is the runtime's own memory: a fixed limit of the container's less the whole budget would
-// sit below the heap the budget admits when volumes hold mostly lists, and the collector would
-// run without end while the heap passed the limit all the same. So the limit follows the
-// budget's charges (volumeBudget.followed).
+// for them. The budget charges volumes their heap too (their records' lists, as the driver
+// charges them), which is the runtime's own memory: a fixed limit of the container's less the
+// whole budget would sit below the heap the budget admits when volumes hold mostly lists, and the
+// collector would run without end while the heap passed the limit all the same. So the limit
+// follows the budget's charges (Budget.FollowedBy).
 type runtimeMemory struct {
 	container int64 // the container's memory limit
 	// floor is what the runtime needs besides the volumes' heap, whatever they hold: the source
-	// cache's bound and driverMemoryMargin. Volumes charged more than the limit leaves (a budget
+	// cache's bound and DriverMemoryMargin. Volumes charged more than the limit leaves (a budget
 	// set larger than the limit allows, or a restart over the budget) do not push the runtime's
 	// limit below it and their heap.
 	floor int64
 	set   int64             // the limit set last; 0 before the first
 	apply func(int64) int64 // debug.SetMemoryLimit
+}
+
+// NewRuntimeMemory is what sets the Go runtime's soft memory limit (debug.SetMemoryLimit) as it
+// follows a budget (Budget.FollowedBy), in a container whose memory limit is container beside a
+// source cache bounded by cacheBytes.
+func NewRuntimeMemory(container, cacheBytes int64) MemoryFollower {
+	return newRuntimeMemory(container, cacheBytes)
+}
+
+func newRuntimeMemory(container, cacheBytes int64) *runtimeMemory {
+	return &runtimeMemory{container: container, floor: cacheBytes + DriverMemoryMargin, apply: debug.SetMemoryLimit}
 }
 
 // goMemoryLimit is the Go runtime's share of a container's memory limit when the volumes hold
@@ -65,10 +76,10 @@ func goMemoryLimit(container, floor, outside, heap int64) int64 {
 	return max(container-outside, floor+heap)
 }
 
-// follow sets the limit for volumes holding outside bytes outside the heap and heap in it, when
+// Follow sets the limit for volumes holding outside bytes outside the heap and heap in it, when
 // it moves by a MiB or more (debug.SetMemoryLimit is cheap, but this runs on every charge). A
 // nil runtimeMemory keeps no limit.
-func (m *runtimeMemory) follow(outside, heap int64) {
+func (m *runtimeMemory) Follow(outside, heap int64) {
 	if m == nil {
 		return
 	}
@@ -80,27 +91,12 @@ func (m *runtimeMemory) follow(outside, heap int64) {
 	m.apply(n)
 }
 
-// followed tells the Go runtime's memory limit, if one follows the budget, what the volumes hold
-// now outside the heap and in it. Reservations are counted outside: room for what an operation
-// writes. Called with b.mu held.
-func (b *volumeBudget) followed() {
-	b.memory.follow(b.charged+b.reserved-b.heap, b.heap)
-}
-
-// followedBy makes the Go runtime's memory limit follow the budget (memorylimit.go), from now.
-func (b *volumeBudget) followedBy(m *runtimeMemory) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.memory = m
-	b.followed()
-}
-
-// limitRuntimeMemory makes the Go runtime's soft memory limit follow the volume budget b
+// LimitRuntimeMemory makes the Go runtime's soft memory limit follow the volume budget b
 // (runtimeMemory), from before any volume is recovered: the container's memory limit less what
 // the volumes hold outside the heap, never below the source cache's bound (cacheBytes),
-// driverMemoryMargin and the volumes' heap. A GOMEMLIMIT in the environment is the admin's
+// DriverMemoryMargin and the volumes' heap. A GOMEMLIMIT in the environment is the admin's
 // choice, and wins; without a container limit, the runtime keeps its default.
-func limitRuntimeMemory(b *volumeBudget, cacheBytes int64) {
+func LimitRuntimeMemory(b *Budget, cacheBytes int64) {
 	if v := os.Getenv("GOMEMLIMIT"); v != "" {
 		klog.InfoS("Go runtime memory limit from the environment", "GOMEMLIMIT", v)
 		return
@@ -110,10 +106,10 @@ func limitRuntimeMemory(b *volumeBudget, cacheBytes int64) {
 		klog.InfoS("No Go runtime memory limit: the container's memory limit is unknown", "reason", err.Error())
 		return
 	}
-	m := &runtimeMemory{container: containerLimit, floor: cacheBytes + driverMemoryMargin, apply: debug.SetMemoryLimit}
-	b.followedBy(m)
+	m := newRuntimeMemory(containerLimit, cacheBytes)
+	b.FollowedBy(m)
 	klog.InfoS("Go runtime memory limit: the container's memory limit less what volumes hold outside the heap, as that changes",
-		"bytes", goMemoryLimit(m.container, m.floor, 0, 0), "containerLimit", containerLimit, "floor", m.floor, "volumeBudget", b.limit)
+		"bytes", goMemoryLimit(m.container, m.floor, 0, 0), "containerLimit", containerLimit, "floor", m.floor, "volumeBudget", b.Limit)
 }
 
 // cgroupMemoryLimit reads the memory limit of the driver's cgroup: cgroup v2's memory.max, or

@@ -1,8 +1,8 @@
-package main
+package mountinfo
 
-// Specification of how the driver reads the mount table (tmpfs.go): /proc/self/mountinfo parsed
-// field by field with its octal escapes, malformed lines refused, and the topmost mount at a path
-// found. Needs no root: the tests that mount are in tmpfs_root_test.go.
+// Specification of how the driver reads the mount table: /proc/self/mountinfo parsed field by
+// field with its octal escapes, malformed lines refused, and the topmost mount at a path found.
+// Needs no root: the tests that mount are the root package's tmpfs_root_test.go.
 
 import (
 	"slices"
@@ -19,11 +19,11 @@ func TestMountInfoParse(t *testing.T) {
 302 27 0:54 / /nooptional rw - fuse.sshfs  rw,user_id=0
 
 `
-	got, err := parseMountInfo(strings.NewReader(input))
+	got, err := Parse(strings.NewReader(input))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []mountEntry{
+	want := []Entry{
 		{"0:21", "/", "/proc", "rw,relatime", "proc", "proc", "rw"},
 		{"254:0", "/", "/", "rw,relatime", "ext4", "/dev/vda", "rw,discard"},
 		{"98:0", "/mnt1", "/mnt2", "rw,noatime", "ext3", "/dev/root", "rw,errors=continue"},
@@ -32,7 +32,7 @@ func TestMountInfoParse(t *testing.T) {
 		{"0:54", "/", "/nooptional", "rw", "fuse.sshfs", "", "rw,user_id=0"},
 	}
 	if !slices.Equal(got, want) {
-		t.Fatalf("parseMountInfo:\n got %+v\nwant %+v", got, want)
+		t.Fatalf("Parse:\n got %+v\nwant %+v", got, want)
 	}
 
 	for _, line := range []string{
@@ -43,8 +43,8 @@ func TestMountInfoParse(t *testing.T) {
 		"22 27 021 / /proc rw - proc proc rw",                   // bad major:minor
 		"22 27 0:21 / /proc rw - proc proc",                     // missing super options
 	} {
-		if _, err := parseMountInfo(strings.NewReader(line + "\n")); err == nil {
-			t.Errorf("parseMountInfo(%q) = nil error, want one", line)
+		if _, err := Parse(strings.NewReader(line + "\n")); err == nil {
+			t.Errorf("Parse(%q) = nil error, want one", line)
 		}
 	}
 }
@@ -67,28 +67,28 @@ func TestMountInfoUnescapeKeepsMalformed(t *testing.T) {
 }
 
 func TestMountAtTopmost(t *testing.T) {
-	entries := []mountEntry{
+	entries := []Entry{
 		{MajorMinor: "0:1", MountPoint: "/"},
 		{MajorMinor: "0:2", MountPoint: "/a/b", Options: "rw"},
 		{MajorMinor: "0:3", MountPoint: "/a/b/c"},
 		{MajorMinor: "0:4", MountPoint: "/a/b", Options: "ro"},
 	}
-	e, ok := mountAt(entries, "/a//b/")
+	e, ok := At(entries, "/a//b/")
 	if !ok || e.MajorMinor != "0:4" {
-		t.Fatalf("mountAt(/a//b/) = %+v, %v; want the topmost entry, 0:4", e, ok)
+		t.Fatalf("At(/a//b/) = %+v, %v; want the topmost entry, 0:4", e, ok)
 	}
-	if _, ok := mountAt(entries, "/a"); ok {
-		t.Fatal("mountAt(/a) found an entry; /a is not a mount point")
+	if _, ok := At(entries, "/a"); ok {
+		t.Fatal("At(/a) found an entry; /a is not a mount point")
 	}
 }
 
 func TestMountReadMountInfoSelf(t *testing.T) {
-	entries, err := readMountInfo()
+	entries, err := Read()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := mountAt(entries, "/"); !ok {
-		t.Fatal("readMountInfo has no entry for /")
+	if _, ok := At(entries, "/"); !ok {
+		t.Fatal("Read has no entry for /")
 	}
 }
 
@@ -97,7 +97,7 @@ func FuzzParseMountInfo(f *testing.F) {
 	f.Add("1 2 0:1 /\\040 /x\\134 rw shared:1 master:2 - tmpfs  rw\n")
 	f.Add("1 2 3 4 5 6 - - - -")
 	f.Fuzz(func(t *testing.T, s string) {
-		entries, err := parseMountInfo(strings.NewReader(s))
+		entries, err := Parse(strings.NewReader(s))
 		if err != nil {
 			return
 		}

@@ -1,0 +1,52 @@
+// Package volume is a volume's storage on the node: its directory, the copies of its shares and
+// the pod's view of them, its record's file, what its tmpfs holds, what its files cost the node's
+// memory, the node's budget that charges every volume (Budget), the budget's default from the
+// container's memory limit (DefaultBudget) and the Go runtime's memory limit that follows what
+// the volumes hold (LimitRuntimeMemory).
+//
+// A volume's directory (Dir) is the tmpfs mounted at <state dir>/volumes/<volume id>:
+//
+//	record.json   the volume's record (RecordFile): names and flags, never data; WriteRecord
+//	              replaces it whole, through .record.json.tmp beside it
+//	shares/<i>/   share i's copy: its files as last fetched, out of the pod's view (CopyPath)
+//	data/         the pod's view, bound read-only onto the target (ViewPath)
+//
+// A share's copy is what it shows while it is granted, and what comes back after a revocation.
+// The view is composed from the copies of the shares the pod may see (ComposeView: the first
+// share listed wins a path), and its files are hard links to the copies' files, so a volume's
+// bytes are held in memory once. Dir is the only code that writes the copies and the only code
+// that builds the view: a publish builds it from the copies it has just written (Populate), a
+// reconcile rebuilds it from the copies on disk (RebuildView), through the same writer.
+//
+// After a refresh, data/ keeps the view it replaced until the volume's next change: an app that
+// resolved data/..data just before the swap and opens the files one after another still finds
+// each of them (removed at once, a file could be missing for an instant). A change that takes
+// files away from the pod (a revocation, keys no longer shared) keeps nothing, and every change
+// drops the kept view before writing anything (DropPreviousView), so a volume holds at most two
+// sets of files.
+//
+// Every directory is written by internal/atomicwriter, so a reader (or a crash) sees a whole old
+// or a whole new set of files. The operations, in the order of their steps:
+//
+// Populate, on a new, empty tmpfs:
+//
+//	(1) make shares/
+//	(2) write each share's copy, shares/<i>, in the volume's order
+//	(3) write the view, data/, each file a hard link to the copy it came from
+//
+// RebuildView, on a volume whose copies a reconcile has written:
+//
+//	(1) read the copy of each share shown; a share not shown contributes nothing
+//	(2) compose the view from them; the paths two shares both provide are reported
+//	(3) keep the view it replaces only if asked to and it shows no file the new one lacks
+//	(4) swap the new view in, in one step (the writer's ..data rename)
+//	(5) say whether a view was kept: one was only if the swap changed ..data
+//
+// The contract: a Budget is safe for concurrent use; a Reservation belongs to one operation. A
+// Dir is not safe for concurrent use on the same volume: its caller serializes every write to one
+// volume (the driver's per-volume lock), and calls Measure and CountUnlinked with that lock held. Nothing here mounts, unmounts or removes a volume's directory: the caller
+// owns the tmpfs. The package knows a volume's shares only by their position in the volume's
+// order, and a record as the bytes its owner encoded; it knows nothing of Kubernetes, of shares'
+// names or of what a record says, and imports nothing of the driver's but internal/atomicwriter.
+// The root imports it.
+package volume
