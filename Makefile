@@ -18,7 +18,7 @@ export CGO_ENABLED := $(shell bash -c '. hack/lib/goenv.sh && printf %s "$$CGO_E
 export GOFLAGS := $(shell bash -c '. hack/lib/goenv.sh && printf %s "$$GOFLAGS"')
 export BUILD_GOGC := $(shell bash -c '. hack/lib/goenv.sh && printf %s "$$BUILD_GOGC"')
 
-.PHONY: build help check-host check-host-api test test-api soak unit tools-test vet lint deps-lint golangci-lint image deploy up down tools tools-main deps tools-cluster deps-cluster tools-api helm actionlint check-workflows cosign registry release test-vm bench clean manifests
+.PHONY: build help check-host check-host-api test test-api test-swap soak unit tools-test vet lint deps-lint golangci-lint image deploy up down tools tools-main deps tools-cluster deps-cluster tools-api helm actionlint check-workflows cosign registry release test-vm bench clean manifests
 
 ## build: the static driver binary, version stamped, in _output/bin.
 # Stripped (-s -w), so compiled without the DWARF the link would drop: faster, and the compiled
@@ -171,6 +171,15 @@ test-api:
 SOAK_NODES := $(if $(filter command line environment,$(origin NODES)),$(NODES),3)
 soak: check-host tools-main build $(BIN)/ociimage cosign
 	DURATION=$(DURATION) SEED=$(SEED) NODES=$(SOAK_NODES) hack/soak.sh
+
+## test-swap: SWAP_FROM=REV (default ffc900b): the driver's binary swapped both ways under
+## running pods between REV's release and this tree's (test/e2e/swap). REV is a commit of this
+## repository, its Go sources released with this tree's recipe and chart; each binary must resume,
+## refresh, revoke and unpublish the volumes the other published. On a one-node cluster it brings
+## up and tears down (root); not part of `make test`, as it builds another commit.
+SWAP_FROM ?= ffc900b
+test-swap: check-host tools-cluster registry helm cosign build $(BIN)/ociimage
+	SWAP_FROM=$(SWAP_FROM) hack/test-swap.sh
 
 ## bench: benchmarks against a local control plane (root); writes BENCHMARKS.md.
 ## BENCH_SMOKE=1: a quick check of every benchmark (CI); BENCH_COUNT (default 5), BENCH_FILTER.

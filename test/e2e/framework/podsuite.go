@@ -1433,7 +1433,7 @@ func deployFromRegistry(s *PodSuite, reg string) (*PodSuite, error) {
 	}
 	ours := strings.NewReplacer(in.Registry, reg+"/"+registryPath)
 	rel := &testRelease{Version: in.Version, Repo: reg + "/" + registryPath + "/shared-resource-csi", Readme: in}
-	if err := runRelease(rel, ca, nil, "sh", "-c", ours.Replace(in.Release)); err != nil {
+	if err := runRelease(rel, ca, "", nil, "sh", "-c", ours.Replace(in.Release)); err != nil {
 		return nil, fmt.Errorf("README.md's %q, with the cluster's registry: %w", in.Release, err)
 	}
 	s.Release, s.Installed, s.Image, s.chart = rel, rel, rel.Image(), rel.chartArgs(reg, ca)
@@ -1468,41 +1468,49 @@ func releaseToRegistry(reg, ca, base string) (*testRelease, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	changelog := filepath.Join(dir, "CHANGELOG.md")
-	if err := os.WriteFile(changelog, []byte("# Changelog\n\n## ["+strings.TrimPrefix(rel.Version, "v")+
-		"]\n\nA test release of the pod suite (test/e2e/pods/registry_test.go).\n"), 0o644); err != nil {
+	changelog, err := testChangelog(dir, rel.Version, "A test release of the pod suite (test/e2e/pods/registry_test.go).")
+	if err != nil {
 		return nil, err
 	}
-	if err := runRelease(rel, ca, []string{"CHANGELOG=" + changelog}, "make", "release", "VERSION="+rel.Version, "REGISTRY="+reg+"/"+registryPath); err != nil {
+	if err := runRelease(rel, ca, "", []string{"CHANGELOG=" + changelog}, "make", "release", "VERSION="+rel.Version, "REGISTRY="+reg+"/"+registryPath); err != nil {
 		return nil, err
 	}
 	return rel, nil
 }
 
+// testChangelog writes, in dir, a changelog whose one section is version's, holding note: a test
+// version has no section in CHANGELOG.md, and `make release` takes its notes from one.
+func testChangelog(dir, version, note string) (string, error) {
+	changelog := filepath.Join(dir, "CHANGELOG.md")
+	err := os.WriteFile(changelog, []byte("# Changelog\n\n## ["+strings.TrimPrefix(version, "v")+"]\n\n"+note+"\n"), 0o644)
+	return changelog, err
+}
+
 // runRelease runs a `make release` command line (args) for rel into the cluster's registry: for
-// the node's platform only, signed with a fresh cosign key pair, env added; then reads what it
-// wrote into rel.
-func runRelease(rel *testRelease, ca string, env []string, args ...string) error {
-	dir, err := os.MkdirTemp("", "srcsi-release")
+// the node's platform only, signed with a fresh cosign key pair, env added, in dir (the working
+// directory when ""); then reads what it wrote into rel.
+func runRelease(rel *testRelease, ca, dir string, env []string, args ...string) error {
+	keys, err := os.MkdirTemp("", "srcsi-release")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer os.RemoveAll(keys)
 	cosign, err := filepath.Abs("_output/bin/cosign")
 	if err != nil {
 		return err
 	}
 	password := "COSIGN_PASSWORD=" + RandSuffix()
 	gen := exec.Command(cosign, "generate-key-pair")
-	gen.Dir, gen.Env = dir, append(os.Environ(), password)
+	gen.Dir, gen.Env = keys, append(os.Environ(), password)
 	if out, err := gen.CombinedOutput(); err != nil {
 		return fmt.Errorf("cosign generate-key-pair (make test builds cosign): %v\n%s", err, out)
 	}
-	out := filepath.Join(dir, "out")
+	out := filepath.Join(keys, "out")
 	start := time.Now()
 	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(), "RELEASE_OUT="+out, "PLATFORMS=linux/"+runtime.GOARCH, "REGISTRY_CA_FILE="+ca,
-		"REGISTRY_INSECURE=0", "COSIGN_KEY="+filepath.Join(dir, "cosign.key"), password), env...)
+		"REGISTRY_INSECURE=0", "COSIGN_KEY="+filepath.Join(keys, "cosign.key"), password), env...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%s: %v\n%s", strings.Join(args, " "), err, b)
 	}
