@@ -20,6 +20,7 @@ import (
 	"os"
 
 	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/sourceaccess"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
@@ -61,7 +62,7 @@ func nodeRoleIgnored(o *options) []string {
 // informers and, while its replica holds the Lease, writes the shares' status, until ctx ends or
 // a server fails. On return the Lease has been released.
 func runStatusController(ctx context.Context, o *options) error {
-	account, err := parseDriverAccount(o.serviceAccount)
+	account, err := sourceaccess.ParseDriverAccount(o.serviceAccount)
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/sourceaccess"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,7 +85,7 @@ type statusConfig struct {
 	// deletion is not watched: the driver has no informer on Secrets or ConfigMaps).
 	Interval time.Duration
 	// Account is the driver's service account, named in the fix for SourceForbidden.
-	Account driverAccount
+	Account sourceaccess.DriverAccount
 }
 
 // runStatusWriter campaigns for the Lease until ctx ends and, while it holds it, keeps every
@@ -331,7 +332,7 @@ func driversCondition(t string) bool {
 
 // sourceProblem GETs the share's source, from the API server's watch cache, and says which
 // object it is (its UID, "" when it could not be read, and when it was created) and what is
-// wrong with it for the share: the GET's error, a *missingSharedKeysError, or nil.
+// wrong with it for the share: the GET's error, a *share.MissingSharedKeysError, or nil.
 func (w *statusWriter) sourceProblem(ctx context.Context, sh share.Spec) (uid string, created time.Time, problem error) {
 	opts := metav1.GetOptions{ResourceVersion: "0"}
 	if sh.Exposed.All() {
@@ -346,7 +347,7 @@ func (w *statusWriter) sourceProblem(ctx context.Context, sh share.Spec) (uid st
 		return "", time.Time{}, err
 	}
 	if _, missing := sh.Exposed.Filter(d.Files); len(missing) > 0 {
-		return d.UID, d.Created, &missingSharedKeysError{share: sh, keys: missing}
+		return d.UID, d.Created, &share.MissingSharedKeysError{Share: sh, Keys: missing}
 	}
 	return d.UID, d.Created, nil
 }
@@ -354,7 +355,7 @@ func (w *statusWriter) sourceProblem(ctx context.Context, sh share.Spec) (uid st
 // readyCondition turns the answer to a GET of the share's source into the Ready condition. The
 // messages say what to do: they are what an admin reads in `kubectl describe`. A message that
 // would be longer than the schema allows is cut (boundedMessage).
-func readyCondition(sh share.Spec, uid string, getErr error, account driverAccount) metav1.Condition {
+func readyCondition(sh share.Spec, uid string, getErr error, account sourceaccess.DriverAccount) metav1.Condition {
 	c := unboundedReadyCondition(sh, uid, getErr, account)
 	c.Message = boundedMessage(c.Message)
 	return c
@@ -379,10 +380,10 @@ func boundedMessage(msg string) string {
 	return msg[:cut] + suffix
 }
 
-func unboundedReadyCondition(sh share.Spec, uid string, getErr error, account driverAccount) metav1.Condition {
+func unboundedReadyCondition(sh share.Spec, uid string, getErr error, account sourceaccess.DriverAccount) metav1.Condition {
 	src := fmt.Sprintf("%s %s/%s", sh.Kind, sh.SourceNamespace, sh.SourceName)
 	c := metav1.Condition{Type: conditionReady}
-	var missing *missingSharedKeysError
+	var missing *share.MissingSharedKeysError
 	switch {
 	case getErr == nil && sh.Pin.Refuses(uid):
 		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceReplaced
@@ -396,7 +397,7 @@ func unboundedReadyCondition(sh share.Spec, uid string, getErr error, account dr
 		if sh.Exposed.All() {
 			c.Message += "every key of it"
 		} else {
-			c.Message += "only " + quoteAll(sh.Exposed.Names())
+			c.Message += "only " + share.QuoteAll(sh.Exposed.Names())
 		}
 	case errors.As(getErr, &missing):
 		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceKeyMissing
@@ -409,7 +410,7 @@ func unboundedReadyCondition(sh share.Spec, uid string, getErr error, account dr
 	case apierrors.IsForbidden(getErr):
 		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceForbidden
 		c.Message = fmt.Sprintf("the driver may not read %s: pods cannot mount %s %q, and volumes already using it keep their last data but are not refreshed; %s",
-			src, sh.Kind.TypeName(), sh.Name, account.grantReadHint(sh.SourceKey()))
+			src, sh.Kind.TypeName(), sh.Name, account.GrantReadHint(sh.SourceKey()))
 	default:
 		c.Status, c.Reason = metav1.ConditionUnknown, reasonSourceCheckFailed
 		c.Message = fmt.Sprintf("checking %s failed: %v", src, getErr)

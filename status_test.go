@@ -95,7 +95,7 @@ func TestReadyConditionOfAShareWithAList(t *testing.T) {
 	if c := readyCondition(share.Spec{Kind: share.KindSecret, Name: "all", SourceNamespace: "p", SourceName: "s"}, "", nil, ""); !strings.Contains(c.Message, "the share exposes every key") {
 		t.Errorf("no list: %q", c.Message)
 	}
-	c = readyCondition(sh, "", &missingSharedKeysError{share: sh, keys: []string{"tls.crt"}}, "")
+	c = readyCondition(sh, "", &share.MissingSharedKeysError{Share: sh, Keys: []string{"tls.crt"}}, "")
 	if c.Status != metav1.ConditionFalse || c.Reason != reasonSourceKeyMissing ||
 		!strings.Contains(c.Message, `Secret platform/tls has no key "tls.crt", which SharedSecret "corp-ca" lists in spec.items`) ||
 		!strings.Contains(c.Message, `pods cannot mount SharedSecret "corp-ca"`) {
@@ -193,9 +193,9 @@ func TestReadyMessageFitsTheSchema(t *testing.T) {
 }
 
 // sourceAt answers every GET with one source object, created at a given time.
-type sourceAt struct{ d sourceData }
+type sourceAt struct{ d share.SourceData }
 
-func (s sourceAt) getSource(context.Context, share.SourceKey, metav1.GetOptions) (*sourceData, error) {
+func (s sourceAt) getSource(context.Context, share.SourceKey, metav1.GetOptions) (*share.SourceData, error) {
 	d := s.d
 	return &d, nil
 }
@@ -210,13 +210,13 @@ func TestFirstPinRefusesANewerSourceMissingAKey(t *testing.T) {
 		"spec": map[string]any{"secretRef": map[string]any{"namespace": "platform", "name": "ca-bundle"},
 			"items": []any{map[string]any{"key": "ca.crt"}}},
 	}}
-	w := &statusWriter{cfg: statusConfig{Sources: sourceAt{sourceData{UID: "uid-2", Created: made.Add(time.Hour), Files: map[string][]byte{"other": []byte("x")}}}}}
+	w := &statusWriter{cfg: statusConfig{Sources: sourceAt{share.SourceData{UID: "uid-2", Created: made.Add(time.Hour), Files: map[string][]byte{"other": []byte("x")}}}}}
 	c, uid, _ := w.checkSource(context.Background(), share.KindSecret, u)
 	if uid != "" || c.Reason != reasonSourceReplaced {
 		t.Errorf("a newer source missing a key: pin %q, %+v; want no pin, SourceReplaced", uid, c)
 	}
 	// Not newer than the share: pinned, and reported missing its key.
-	w.cfg.Sources = sourceAt{sourceData{UID: "uid-1", Created: made, Files: map[string][]byte{"other": []byte("x")}}}
+	w.cfg.Sources = sourceAt{share.SourceData{UID: "uid-1", Created: made, Files: map[string][]byte{"other": []byte("x")}}}
 	if c, uid, _ := w.checkSource(context.Background(), share.KindSecret, u); uid != "uid-1" || c.Reason != reasonSourceKeyMissing {
 		t.Errorf("the share's own source missing a key: pin %q, %+v; want uid-1, SourceKeyMissing", uid, c)
 	}
@@ -225,7 +225,7 @@ func TestFirstPinRefusesANewerSourceMissingAKey(t *testing.T) {
 // sourceGone answers every GET as the API server does for a source that does not exist.
 type sourceGone struct{}
 
-func (sourceGone) getSource(_ context.Context, k share.SourceKey, _ metav1.GetOptions) (*sourceData, error) {
+func (sourceGone) getSource(_ context.Context, k share.SourceKey, _ metav1.GetOptions) (*share.SourceData, error) {
 	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, k.Name)
 }
 
@@ -248,7 +248,7 @@ func checkAndWrite(t *testing.T, u *unstructured.Unstructured, src sourceGetter)
 // a pin, until an admin accepts it. A share made before its source still pins the first object.
 func TestNoSourceAfterARefusalDoesNotReopenTheFirstPin(t *testing.T) {
 	made := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
-	share := func(status map[string]any) *unstructured.Unstructured {
+	shareObject := func(status map[string]any) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{Object: map[string]any{
 			"metadata": map[string]any{"name": "corp-ca", "generation": int64(1), "creationTimestamp": made.Format(time.RFC3339)},
 			"spec": map[string]any{"secretRef": map[string]any{"namespace": "platform", "name": "ca-bundle"},
@@ -260,10 +260,10 @@ func TestNoSourceAfterARefusalDoesNotReopenTheFirstPin(t *testing.T) {
 		return u
 	}
 	source := func(uid string, created time.Time) sourceGetter {
-		return sourceAt{sourceData{UID: uid, Created: created, Files: map[string][]byte{"ca.crt": []byte("CA")}}}
+		return sourceAt{share.SourceData{UID: uid, Created: created, Files: map[string][]byte{"ca.crt": []byte("CA")}}}
 	}
 
-	u, c, pin := checkAndWrite(t, share(nil), source("uid-2", made.Add(time.Hour)))
+	u, c, pin := checkAndWrite(t, shareObject(nil), source("uid-2", made.Add(time.Hour)))
 	if pin != "" || c.Reason != reasonSourceReplaced {
 		t.Fatalf("a newer object: pin %q, %s; want no pin, SourceReplaced", pin, c.Reason)
 	}
@@ -277,7 +277,7 @@ func TestNoSourceAfterARefusalDoesNotReopenTheFirstPin(t *testing.T) {
 
 	// The same, with an edit of the share between (its description: a new generation, the ref
 	// unchanged) while the source is gone: the edit does not make the next object the first.
-	u, _, _ = checkAndWrite(t, share(nil), source("uid-2", made.Add(time.Hour)))
+	u, _, _ = checkAndWrite(t, shareObject(nil), source("uid-2", made.Add(time.Hour)))
 	u, _, _ = checkAndWrite(t, u, sourceGone{})
 	u.SetGeneration(2)
 	u, c, _ = checkAndWrite(t, u, sourceGone{})
@@ -289,7 +289,7 @@ func TestNoSourceAfterARefusalDoesNotReopenTheFirstPin(t *testing.T) {
 	}
 
 	// A status written before SourceObserved existed: its Ready condition says an object was read.
-	old := share(map[string]any{"conditions": []any{map[string]any{"type": conditionReady, "status": "False", "reason": reasonSourceReplaced,
+	old := shareObject(map[string]any{"conditions": []any{map[string]any{"type": conditionReady, "status": "False", "reason": reasonSourceReplaced,
 		"message": "m", "observedGeneration": int64(1), "lastTransitionTime": made.Add(time.Hour).Format(time.RFC3339)}}})
 	u, _, _ = checkAndWrite(t, old, sourceGone{})
 	if _, c, pin = checkAndWrite(t, u, source("uid-3", made.Add(2*time.Hour))); pin != "" || c.Reason != reasonSourceReplaced {
@@ -297,7 +297,7 @@ func TestNoSourceAfterARefusalDoesNotReopenTheFirstPin(t *testing.T) {
 	}
 
 	// Made before its source: the first check finds none, and the first object is pinned.
-	u, _, _ = checkAndWrite(t, share(nil), sourceGone{})
+	u, _, _ = checkAndWrite(t, shareObject(nil), sourceGone{})
 	u, _, _ = checkAndWrite(t, u, sourceGone{})
 	if _, c, pin = checkAndWrite(t, u, source("uid-1", made.Add(time.Hour))); pin != "uid-1" || c.Reason != reasonSourceAvailable {
 		t.Errorf("no source since the share was made, then an object: pin %q, %s; want uid-1, SourceAvailable", pin, c.Reason)
@@ -310,7 +310,7 @@ func TestNoSourceAfterARefusalDoesNotReopenTheFirstPin(t *testing.T) {
 // later than that, or found after an object was read for the share, is not.
 func TestFirstPinTakesAnObjectMadeWithTheShare(t *testing.T) {
 	made := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
-	share := func(generation int64, conditions ...any) *unstructured.Unstructured {
+	shareObject := func(generation int64, conditions ...any) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{Object: map[string]any{
 			"metadata": map[string]any{"name": "corp-ca", "generation": generation, "creationTimestamp": made.Format(time.RFC3339)},
 			"spec": map[string]any{"secretRef": map[string]any{"namespace": "platform", "name": "ca-bundle"},
@@ -331,12 +331,12 @@ func TestFirstPinTakesAnObjectMadeWithTheShare(t *testing.T) {
 		created time.Time
 		pinned  bool
 	}{
-		{"created 5s after the share, nothing checked yet", share(1), made.Add(5 * time.Second), true},
-		{"created a minute after the share, nothing checked yet", share(1), made.Add(time.Minute), false},
-		{"the ref corrected by an edit after it named nothing", share(2, notFound), made.Add(time.Hour), true},
-		{"the ref edited after an object was read for it", share(2, notFound, observed), made.Add(time.Hour), false},
+		{"created 5s after the share, nothing checked yet", shareObject(1), made.Add(5 * time.Second), true},
+		{"created a minute after the share, nothing checked yet", shareObject(1), made.Add(time.Minute), false},
+		{"the ref corrected by an edit after it named nothing", shareObject(2, notFound), made.Add(time.Hour), true},
+		{"the ref edited after an object was read for it", shareObject(2, notFound, observed), made.Add(time.Hour), false},
 	} {
-		_, c, pin := checkAndWrite(t, tc.u, sourceAt{sourceData{UID: "uid-1", Created: tc.created, Files: map[string][]byte{"ca.crt": []byte("CA")}}})
+		_, c, pin := checkAndWrite(t, tc.u, sourceAt{share.SourceData{UID: "uid-1", Created: tc.created, Files: map[string][]byte{"ca.crt": []byte("CA")}}})
 		if got := pin == "uid-1"; got != tc.pinned || (tc.pinned && c.Reason != reasonSourceAvailable) || (!tc.pinned && c.Reason != reasonSourceReplaced) {
 			t.Errorf("%s: pin %q, %s; want pinned %v", tc.name, pin, c.Reason, tc.pinned)
 		}
