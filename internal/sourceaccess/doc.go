@@ -5,6 +5,6 @@
 //
 // The contract: everything here is pure: it builds text from what it is given and asks no API
 // server. It imports internal/share (a source's key, kind and resource), and nothing else of the
-// driver's. The root imports it, for the node plugin, the status controller and the admin's
-// commands alike, so their messages never disagree.
+// driver's. The root and internal/sharestatus import it: the node plugin, the status controller
+// and the admin's commands build one grant, so their messages never disagree.
 package sourceaccess

@@ -1,14 +1,14 @@
-package main
+package sharestatus
 
 // Share status: every SharedSecret and SharedConfigMap gets a Ready condition saying whether its
 // source Secret/ConfigMap exists and the driver can read it, so an admin sees a broken share in
 // `kubectl get sharedsecrets` (the CRDs' Ready column) before a pod fails to mount it.
 //
-// Status is written by the status controller (--role=status, roles.go: a Deployment with a
-// service account of its own), never by the node plugins, whose service account may not write
-// it. Of its replicas only one writes at a time: the holder of a Lease. N writers would send N
-// times the traffic for the same answer and race each other's writes. The others only campaign
-// for the Lease; when the holder dies, one of them takes over within the lease duration.
+// Status is written by the status controller (--role=status, the root's roles.go: a Deployment with
+// a service account of its own), never by the node plugins, whose service account may not write it.
+// Of its replicas only one writes at a time: the holder of a Lease. N writers would send N times
+// the traffic for the same answer and race each other's writes. The others only campaign for the
+// Lease; when the holder dies, one of them takes over within the lease duration.
 //
 // The check of a share without a list of keys is a GET of the source's metadata only (the
 // metadata client): the status writer receives no Secret data for it. A share with a list
@@ -42,6 +42,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -66,13 +67,17 @@ const statusLeaseName = "shared-resource-csi-status"
 // statusFieldManager names the driver in the shares' managedFields.
 const statusFieldManager = "shared-resource-csi"
 
-// statusConfig is what the status writer needs; main wires it.
-type statusConfig struct {
-	Leases leaseClient        // coordination.k8s.io/v1 in the Lease's namespace
+// SourceGetter GETs a whole source object (the root's getSource): what it returns is the
+// source's files, every key of it.
+type SourceGetter func(ctx context.Context, key share.SourceKey, opts metav1.GetOptions) (*share.SourceData, error)
+
+// Config is what the status writer needs; the root's roles.go wires it.
+type Config struct {
+	Leases rest.Interface     // coordination.k8s.io/v1; the Lease is in LeaseNamespace
 	Dyn    dynamic.Interface  // status writes
 	Meta   metadata.Interface // source checks of shares without a list (metadata only)
 	// Sources GETs whole sources: the checks of shares with a list (which keys the source has).
-	Sources sourceGetter
+	Sources SourceGetter
 	Shares  *share.Index // the share informers; their caches must be synced or syncing
 	// Holder prefixes the Lease holder identity, so `kubectl get lease` shows which replica
 	// writes: the status controller's pod name.
@@ -88,10 +93,10 @@ type statusConfig struct {
 	Account sourceaccess.DriverAccount
 }
 
-// runStatusWriter campaigns for the Lease until ctx ends and, while it holds it, keeps every
+// Run campaigns for the Lease until ctx ends and, while it holds it, keeps every
 // share's Ready condition current. It returns after ctx ended and the Lease was released, so the
 // next driver can take over at once after a clean shutdown.
-func runStatusWriter(ctx context.Context, cfg statusConfig) error {
+func Run(ctx context.Context, cfg Config) error {
 	if cfg.LeaseDuration < time.Second || cfg.Interval <= 0 {
 		return fmt.Errorf("status writer: the lease duration (%v) must be at least 1s and the interval (%v) positive", cfg.LeaseDuration, cfg.Interval)
 	}
@@ -105,7 +110,7 @@ func runStatusWriter(ctx context.Context, cfg statusConfig) error {
 	w := &statusWriter{cfg: cfg, identity: identity}
 	klog.InfoS("Share status writer campaigning", "lease", cfg.LeaseNamespace+"/"+statusLeaseName, "identity", identity)
 	elector := &leaseElector{
-		leases:   cfg.Leases,
+		leases:   leaseClient{c: cfg.Leases, namespace: cfg.LeaseNamespace},
 		name:     statusLeaseName,
 		identity: identity,
 		// client-go's usual proportions (15s/10s/2s); a candidate reads the Lease once per
@@ -123,7 +128,7 @@ func runStatusWriter(ctx context.Context, cfg statusConfig) error {
 }
 
 type statusWriter struct {
-	cfg      statusConfig
+	cfg      Config
 	identity string
 }
 
@@ -237,7 +242,7 @@ func statusAfterCheck(k share.Kind, u *unstructured.Unstructured, cond metav1.Co
 	if uid != "" && (pin == "" || pinned.Follow) {
 		pin = uid
 	}
-	// Recorded before Ready is overwritten (sourcepin.go).
+	// Recorded before Ready is overwritten (observed.go).
 	observed := recordObserved(&conds, u.GetGeneration(), seen)
 	// lastTransitionTime moves only when the status does; reason, message and
 	// observedGeneration are updated in place.
@@ -342,7 +347,7 @@ func (w *statusWriter) sourceProblem(ctx context.Context, sh share.Spec) (uid st
 		}
 		return string(m.GetUID()), m.GetCreationTimestamp().Time, nil
 	}
-	d, err := w.cfg.Sources.getSource(ctx, sh.SourceKey(), opts)
+	d, err := w.cfg.Sources(ctx, sh.SourceKey(), opts)
 	if err != nil {
 		return "", time.Time{}, err
 	}
