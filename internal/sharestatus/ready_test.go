@@ -1,9 +1,10 @@
 package sharestatus
 
-// Specification of the Ready condition a share carries (writer.go), as an admin reads it: its
-// status, reason and message for each answer the API server can give about the source, and for
-// a share whose ref cannot be used. Pure: no API server is asked. Who writes the condition, and
-// `kubectl get`'s Ready column, are specified against the real API server in test/e2e/api/status_test.go.
+// Specification of the Ready condition a share carries (ready.go; the check behind it, writer.go),
+// as an admin reads it: its status, reason and message for each answer the API server can give
+// about the source, and for a share whose ref cannot be used. Pure: no API server is asked. Who
+// writes the condition, and `kubectl get`'s Ready column, are specified against the real API
+// server in test/e2e/api/status_test.go.
 
 import (
 	"context"
