@@ -11,6 +11,7 @@ import (
 	"github.com/shared-resource/csi-driver/internal/admin"
 	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/shareapi"
+	"github.com/shared-resource/csi-driver/internal/sourceaccess"
 )
 
 // adminDriver is the node plugin's functions, as internal/admin takes them.
@@ -32,11 +33,11 @@ func adminDriver() admin.Driver {
 		},
 		Conditions: func(u *unstructured.Unstructured) ([]metav1.Condition, error) { return share.Conditions(u) },
 		CheckAccounts: func(accounts string) error {
-			_, err := parseDriverAccount(accounts)
+			_, err := sourceaccess.ParseDriverAccount(accounts)
 			return err
 		},
 		GrantReadHint: func(accounts string, key shareapi.SourceKey) string {
-			return driverAccount(accounts).grantReadHint(share.SourceKey{Kind: share.Kind(key.Kind), Namespace: key.Namespace, Name: key.Name})
+			return sourceaccess.DriverAccount(accounts).GrantReadHint(share.SourceKey{Kind: share.Kind(key.Kind), Namespace: key.Namespace, Name: key.Name})
 		},
 	}
 }

@@ -76,7 +76,7 @@ func TestPluginNameDispatchesAdminCommands(t *testing.T) {
 }
 
 // The admin's commands check --driver-service-accounts as the driver checks --service-account
-// (adminDriver hands them parseDriverAccount), naming their own flag.
+// (adminDriver hands them sourceaccess.ParseDriverAccount), naming their own flag.
 func TestAdminCommandsCheckAccountsAsTheDriver(t *testing.T) {
 	for _, name := range []string{admin.DiagnoseCommand, admin.WhoUsesCommand} {
 		code, _, stderr := runMain(t, name, "a", "--driver-service-accounts", "nocolon")

@@ -30,7 +30,7 @@ type memoDecision struct {
 }
 
 type memoSource struct {
-	data *sourceData
+	data *share.SourceData
 	err  error
 }
 
@@ -59,7 +59,7 @@ func (m *cycleMemo) decision(ctx context.Context, key accessKey) (decision, erro
 }
 
 // source is sh's source as sh exposes it.
-func (m *cycleMemo) source(ctx context.Context, sh share.Spec) (*sourceData, error) {
+func (m *cycleMemo) source(ctx context.Context, sh share.Spec) (*share.SourceData, error) {
 	key := cacheKey{sh.SourceKey(), sh.Exposed.Fingerprint()}
 	if r, ok := m.sources[key]; ok {
 		return r.data, r.err

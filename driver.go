@@ -22,6 +22,7 @@ import (
 	"github.com/shared-resource/csi-driver/internal/crashpoint"
 	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/shareapi"
+	"github.com/shared-resource/csi-driver/internal/sourceaccess"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
@@ -40,7 +41,7 @@ type driver struct {
 	budget      *volume.Budget // the bytes of all volumes on the node
 	// account is the driver's own service account, named in what an admin must run when the
 	// driver may not read a source.
-	account driverAccount
+	account sourceaccess.DriverAccount
 
 	mounter mounter // kernelMounter; a fake in unit tests
 	store   *volumeStore
@@ -76,7 +77,7 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 	if err != nil {
 		return nil, err
 	}
-	account, err := parseDriverAccount(o.serviceAccount)
+	account, err := sourceaccess.ParseDriverAccount(o.serviceAccount)
 	if err != nil {
 		return nil, err
 	}

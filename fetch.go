@@ -22,21 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// sourceData is a source object's files, as a share exposes them. It is shared between callers
-// and never modified.
-type sourceData struct {
-	Files           map[string][]byte
-	ResourceVersion string
-	UID             string // which object: a deleted and re-created one has another
-	// Created is the object's metadata.creationTimestamp: whether a share's first pin may take
-	// it (internal/share/pin.go).
-	Created time.Time
-	Size    int64
-	// Missing are the keys the share lists that the source lacks (sorted): a share in that state
-	// cannot be mounted, and its volumes are not refreshed.
-	Missing []string
-}
-
 // cacheKey is a source seen through one share's list (exposure.fingerprint; "" for every key).
 type cacheKey struct {
 	share.SourceKey
@@ -44,7 +29,7 @@ type cacheKey struct {
 }
 
 type cachedSource struct {
-	data      *sourceData
+	data      *share.SourceData
 	fetchedAt time.Time
 }
 
@@ -81,7 +66,7 @@ func newSourceCache(client sourceGetter, maxEntries int, maxBytes int64, ttl tim
 }
 
 // get returns the source as shared exposes it, from the cache when fresh.
-func (c *sourceCache) get(ctx context.Context, key share.SourceKey, shared share.Exposure) (*sourceData, error) {
+func (c *sourceCache) get(ctx context.Context, key share.SourceKey, shared share.Exposure) (*share.SourceData, error) {
 	c.mu.Lock()
 	if e, ok := c.lru.Get(cacheKey{key, shared.Fingerprint()}); ok && c.now().Sub(e.fetchedAt) < c.ttl {
 		c.stats.Hits++
@@ -96,13 +81,13 @@ func (c *sourceCache) get(ctx context.Context, key share.SourceKey, shared share
 // refresh GETs the source for the relist, from the API server's watch cache (resourceVersion
 // "0"): no quorum read of etcd, possibly a moment stale, which is right for periodic refresh and
 // wrong for a publish. The answer refreshes the cache.
-func (c *sourceCache) refresh(ctx context.Context, key share.SourceKey, shared share.Exposure) (*sourceData, error) {
+func (c *sourceCache) refresh(ctx context.Context, key share.SourceKey, shared share.Exposure) (*share.SourceData, error) {
 	return c.fetch(ctx, key, shared, metav1.GetOptions{ResourceVersion: "0"})
 }
 
 // fetch GETs the source with opts, keeps what shared exposes and caches that. Concurrent calls
 // alike share one request.
-func (c *sourceCache) fetch(ctx context.Context, key share.SourceKey, shared share.Exposure, opts metav1.GetOptions) (*sourceData, error) {
+func (c *sourceCache) fetch(ctx context.Context, key share.SourceKey, shared share.Exposure, opts metav1.GetOptions) (*share.SourceData, error) {
 	ck := cacheKey{key, shared.Fingerprint()}
 	v, err, _ := c.group.Do(key.String()+"|"+ck.exposed+"|"+opts.ResourceVersion, func() (any, error) {
 		d, err := c.client.getSource(ctx, key, opts)
@@ -123,11 +108,11 @@ func (c *sourceCache) fetch(ctx context.Context, key share.SourceKey, shared sha
 	if err != nil {
 		return nil, err
 	}
-	return v.(*sourceData), nil
+	return v.(*share.SourceData), nil
 }
 
-// exposeOnly is d as shared exposes it: a new sourceData holding only the shared keys.
-func exposeOnly(d *sourceData, shared share.Exposure) *sourceData {
+// exposeOnly is d as shared exposes it: a new share.SourceData holding only the shared keys.
+func exposeOnly(d *share.SourceData, shared share.Exposure) *share.SourceData {
 	if shared.All() {
 		return d
 	}
@@ -153,7 +138,7 @@ func (c *sourceCache) forget(key share.SourceKey) {
 	}
 }
 
-func (c *sourceCache) store(key cacheKey, d *sourceData) {
+func (c *sourceCache) store(key cacheKey, d *share.SourceData) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lru.Remove(key)
@@ -178,13 +163,13 @@ func (c *sourceCache) snapshot() (entries int, bytes int64, stats cacheStats) {
 
 // sourceGetter GETs source objects.
 type sourceGetter interface {
-	getSource(ctx context.Context, key share.SourceKey, opts metav1.GetOptions) (*sourceData, error)
+	getSource(ctx context.Context, key share.SourceKey, opts metav1.GetOptions) (*share.SourceData, error)
 }
 
 var _ sourceGetter = (*kubeClient)(nil)
 
 // getSource GETs the object key names, by its kind's resource, and returns its files.
-func (k *kubeClient) getSource(ctx context.Context, key share.SourceKey, opts metav1.GetOptions) (*sourceData, error) {
+func (k *kubeClient) getSource(ctx context.Context, key share.SourceKey, opts metav1.GetOptions) (*share.SourceData, error) {
 	kind, ok := key.Kind.Info()
 	if !ok {
 		return nil, fmt.Errorf("unknown kind %q", key.Kind)
@@ -199,8 +184,8 @@ func (k *kubeClient) getSource(ctx context.Context, key share.SourceKey, opts me
 }
 
 // newSourceData is the files of obj, a decoded source of kind.
-func newSourceData(kind share.KindInfo, obj share.SourceObject) *sourceData {
-	d := &sourceData{Files: kind.Files(obj), ResourceVersion: obj.GetResourceVersion(), UID: string(obj.GetUID()), Created: obj.GetCreationTimestamp().Time}
+func newSourceData(kind share.KindInfo, obj share.SourceObject) *share.SourceData {
+	d := &share.SourceData{Files: kind.Files(obj), ResourceVersion: obj.GetResourceVersion(), UID: string(obj.GetUID()), Created: obj.GetCreationTimestamp().Time}
 	for k, v := range d.Files {
 		d.Size += int64(len(k) + len(v))
 	}

@@ -33,7 +33,7 @@ func secretObj(ns, name string, size int) *corev1.Secret {
 // fakeSources reads Secrets and ConfigMaps from a fake clientset.
 type fakeSources struct{ c *fake.Clientset }
 
-func (f fakeSources) getSource(ctx context.Context, key share.SourceKey, opts metav1.GetOptions) (*sourceData, error) {
+func (f fakeSources) getSource(ctx context.Context, key share.SourceKey, opts metav1.GetOptions) (*share.SourceData, error) {
 	kind, _ := key.Kind.Info()
 	var obj share.SourceObject
 	var err error
@@ -210,7 +210,7 @@ func TestSourceCacheKeepsOnlyWhatTheShareExposes(t *testing.T) {
 // exposeOnly (fetch.go's step after the decode) recomputes the size from what is kept, so the
 // cache's byte bound counts only shared bytes.
 func TestExposeOnlyCountsSharedBytes(t *testing.T) {
-	d := &sourceData{Files: map[string][]byte{"ca.crt": []byte("CERT"), "tls.key": make([]byte, 1000)}, ResourceVersion: "7", UID: "uid-1", Size: 1013}
+	d := &share.SourceData{Files: map[string][]byte{"ca.crt": []byte("CERT"), "tls.key": make([]byte, 1000)}, ResourceVersion: "7", UID: "uid-1", Size: 1013}
 	got := exposeOnly(d, share.Exposure{{Key: "ca.crt", Path: "ca.crt"}})
 	if got.Size != int64(len("ca.crt")+4) || got.ResourceVersion != "7" || len(got.Files) != 1 {
 		t.Errorf("got %+v", got)

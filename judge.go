@@ -343,7 +343,7 @@ func exposureSummary(e share.Exposure) string {
 	if e.All() {
 		return "it shares every key of its source"
 	}
-	return "it shares only " + quoteAll(e.Names())
+	return "it shares only " + share.QuoteAll(e.Names())
 }
 
 // revokeShare is the verdict on a share the pod may no longer see: revoked (2).
@@ -404,7 +404,7 @@ func (d *driver) readForbidden(st shareState, sh share.Spec) shareVerdict {
 		what = "may be used again, but its files stay away until the driver may read its source"
 	}
 	return shareVerdict{state: st, change: &shareChange{share: st.Ref, kind: changeRefreshFailed,
-		why: fmt.Sprintf("%s: the driver may not read %s; %s", what, sh.SourceKey(), d.account.grantReadHint(sh.SourceKey()))}}
+		why: fmt.Sprintf("%s: the driver may not read %s; %s", what, sh.SourceKey(), d.account.GrantReadHint(sh.SourceKey()))}}
 }
 
 func quote(s string) string { return "\"" + s + "\"" }

@@ -17,9 +17,9 @@ import (
 
 // sharedFiles is the files share i of rec gets from src, the source as sh exposes it: an error
 // when the source lacks a listed key, or the pod's items select a key the share does not expose.
-func sharedFiles(rec volumeRecord, i int, sh share.Spec, src *sourceData) (map[string]atomicwriter.File, error) {
+func sharedFiles(rec volumeRecord, i int, sh share.Spec, src *share.SourceData) (map[string]atomicwriter.File, error) {
 	if len(src.Missing) > 0 {
-		return nil, &missingSharedKeysError{share: sh, keys: src.Missing}
+		return nil, &share.MissingSharedKeysError{Share: sh, Keys: src.Missing}
 	}
 	return projectFiles(src.Files, rec.Items, i, rec.DefaultMode, sh.Exposed)
 }
@@ -44,27 +44,7 @@ func (e *notSharedError) Error() string {
 		pos[i] = fmt.Sprint(n)
 	}
 	return fmt.Sprintf("entry %s of the volume's items selects a key the share does not expose; it exposes only %s (select among those, or ask the share's owner to add the key to its spec.%s)",
-		strings.Join(pos, ", "), quoteAll(e.shared), share.ItemsField)
-}
-
-// missingSharedKeysError says which keys a share lists that its source lacks.
-type missingSharedKeysError struct {
-	share share.Spec
-	keys  []string
-}
-
-func (e *missingSharedKeysError) Error() string {
-	return fmt.Sprintf("%s %s/%s has no key %s, which %s %q lists in spec.%s: add it to the %s, or remove it from the share's list",
-		e.share.Kind, e.share.SourceNamespace, e.share.SourceName, quoteAll(e.keys), e.share.Kind.TypeName(), e.share.Name, share.ItemsField, e.share.Kind)
-}
-
-// quoteAll is names quoted and comma-separated, for messages.
-func quoteAll(names []string) string {
-	q := make([]string, len(names))
-	for i, n := range names {
-		q[i] = fmt.Sprintf("%q", n)
-	}
-	return strings.Join(q, ", ")
+		strings.Join(pos, ", "), share.QuoteAll(e.shared), share.ItemsField)
 }
 
 // projectFiles selects and names the files share number `share` contributes, from src, the

@@ -2,15 +2,14 @@ package main
 
 // The driver's clients of the API server (internal/kubeclient builds them). Besides the share
 // CRDs (dynamic client) and the status writer's metadata GETs, it reads Secrets and ConfigMaps,
-// creates SubjectAccessReviews and Events, and keeps one Lease: three built-in API groups.
+// creates SubjectAccessReviews and Events, and (internal/sharestatus) keeps one Lease: three
+// built-in API groups.
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -84,29 +83,4 @@ func (s eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
 	out := &corev1.Event{}
 	return out, s.c.Patch(types.StrategicMergePatchType).Namespace(e.Namespace).Resource("events").Name(e.Name).
 		Body(data).Do(context.Background()).Into(out)
-}
-
-// leaseClient reads and writes Leases in one namespace.
-type leaseClient struct {
-	c         rest.Interface
-	namespace string
-}
-
-func (l leaseClient) get(ctx context.Context, name string) (*coordinationv1.Lease, error) {
-	out := &coordinationv1.Lease{}
-	return out, l.c.Get().Namespace(l.namespace).Resource("leases").Name(name).Do(ctx).Into(out)
-}
-
-func (l leaseClient) create(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	out := &coordinationv1.Lease{}
-	return out, l.c.Post().Namespace(l.namespace).Resource("leases").Body(lease).Do(ctx).Into(out)
-}
-
-// update writes lease if its resourceVersion is still current (a Conflict error otherwise).
-func (l leaseClient) update(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	if lease.Name == "" {
-		return nil, fmt.Errorf("lease without a name")
-	}
-	out := &coordinationv1.Lease{}
-	return out, l.c.Put().Namespace(l.namespace).Resource("leases").Name(lease.Name).Body(lease).Do(ctx).Into(out)
 }

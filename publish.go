@@ -21,6 +21,7 @@ import (
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/sourceaccess"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
@@ -136,7 +137,7 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 // with the review, every refused publish, retried by the kubelet with its backoff, would read a
 // Secret on the API server for nothing. A cold publish waits for the review, then the GET (tens
 // of milliseconds each); a warm one finds both cached.
-func (d *driver) admitShare(ctx context.Context, v *volumeRequest, ref share.Ref) (share.Spec, *sourceData, error) {
+func (d *driver) admitShare(ctx context.Context, v *volumeRequest, ref share.Ref) (share.Spec, *share.SourceData, error) {
 	sh, shareErr := d.shares.Get(ctx, ref.Kind, ref.Name)
 	missing, broken := apierrors.IsNotFound(shareErr), errors.As(shareErr, new(*share.BadError))
 	if shareErr != nil && !missing && !broken {
@@ -173,7 +174,7 @@ func (d *driver) admitShare(ctx context.Context, v *volumeRequest, ref share.Ref
 }
 
 // sourceError maps a failed GET of a share's source to the code the kubelet should see.
-func sourceError(sh share.Spec, err error, account driverAccount) error {
+func sourceError(sh share.Spec, err error, account sourceaccess.DriverAccount) error {
 	what := fmt.Sprintf("%s %s/%s (referenced by %s %q)", sh.Kind, sh.SourceNamespace, sh.SourceName, sh.Kind.TypeName(), sh.Name)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -182,7 +183,7 @@ func sourceError(sh share.Spec, err error, account driverAccount) error {
 		// The driver's own read access, granted per source namespace by an admin, is missing:
 		// the kubelet retries, and the mount succeeds once the admin ran what the message says.
 		return status.Errorf(codes.FailedPrecondition, "the driver may not read %s; %s",
-			what, account.grantReadHint(sh.SourceKey()))
+			what, account.GrantReadHint(sh.SourceKey()))
 	default:
 		return status.Errorf(codes.Unavailable, "reading %s: %v", what, err)
 	}

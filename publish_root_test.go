@@ -44,9 +44,9 @@ func (grantAll) Create(context.Context, *authorizationv1.SubjectAccessReview, me
 }
 
 // oneSource answers every GET with the same source of one key.
-type oneSource struct{ d *sourceData }
+type oneSource struct{ d *share.SourceData }
 
-func (s oneSource) getSource(context.Context, share.SourceKey, metav1.GetOptions) (*sourceData, error) {
+func (s oneSource) getSource(context.Context, share.SourceKey, metav1.GetOptions) (*share.SourceData, error) {
 	return s.d, nil
 }
 
@@ -72,7 +72,7 @@ func BenchmarkPublishOnNode(b *testing.B) {
 				b.Fatal(err)
 			}
 			data := bytes.Repeat([]byte{'x'}, size)
-			src := &sourceData{Files: map[string][]byte{"ca.crt": data}, ResourceVersion: "1", UID: "src-1", Size: int64(size + 6)}
+			src := &share.SourceData{Files: map[string][]byte{"ca.crt": data}, ResourceVersion: "1", UID: "src-1", Size: int64(size + 6)}
 			sources, err := newSourceCache(oneSource{src}, 10, 8<<20, time.Hour)
 			if err != nil {
 				b.Fatal(err)

@@ -64,13 +64,13 @@ type gatedSource struct {
 	err              error
 }
 
-func (g *gatedSource) getSource(_ context.Context, _ share.SourceKey, _ metav1.GetOptions) (*sourceData, error) {
+func (g *gatedSource) getSource(_ context.Context, _ share.SourceKey, _ metav1.GetOptions) (*share.SourceData, error) {
 	close(g.started)
 	<-g.release
 	if g.err != nil {
 		return nil, g.err
 	}
-	return &sourceData{Files: map[string][]byte{"k": []byte("v")}, ResourceVersion: "3"}, nil
+	return &share.SourceData{Files: map[string][]byte{"k": []byte("v")}, ResourceVersion: "3"}, nil
 }
 
 func gated() (started, release chan struct{}) { return make(chan struct{}), make(chan struct{}) }

@@ -20,6 +20,8 @@ import (
 	"os"
 
 	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/sharestatus"
+	"github.com/shared-resource/csi-driver/internal/sourceaccess"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
@@ -61,7 +63,7 @@ func nodeRoleIgnored(o *options) []string {
 // informers and, while its replica holds the Lease, writes the shares' status, until ctx ends or
 // a server fails. On return the Lease has been released.
 func runStatusController(ctx context.Context, o *options) error {
-	account, err := parseDriverAccount(o.serviceAccount)
+	account, err := sourceaccess.ParseDriverAccount(o.serviceAccount)
 	if err != nil {
 		return err
 	}
@@ -112,8 +114,8 @@ func runStatusController(ctx context.Context, o *options) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := runStatusWriter(wctx, statusConfig{
-			Leases: leaseClient{c: kube.Coord, namespace: o.statusLeaseNS}, Dyn: kube.Dyn, Meta: kube.Meta, Sources: kube, Shares: shares,
+		if err := sharestatus.Run(wctx, sharestatus.Config{
+			Leases: kube.Coord, Dyn: kube.Dyn, Meta: kube.Meta, Sources: kube.getSource, Shares: shares,
 			Holder: holder, LeaseNamespace: o.statusLeaseNS, LeaseDuration: o.statusLease, Interval: o.relistInterval, Account: account,
 		}); err != nil {
 			errs <- err

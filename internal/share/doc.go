@@ -3,9 +3,10 @@
 // share's name (Ref) and its source's (SourceKey), the part of a SharedSecret or SharedConfigMap
 // the driver uses (Spec, read from an object by FromObject, with the errors of a share that
 // cannot be used or is being deleted), what a share exposes of its source (Exposure, its
-// spec.items), the pin on the object it was made for and its pure rules (Pin, FirstPinRefusal),
-// a share's status.conditions as written (Conditions), and the informers over the two share CRDs
-// that serve them (Index).
+// spec.items, and the error of a source lacking a listed key: MissingSharedKeysError), a source
+// object's files as a share exposes them (SourceData), the pin on the object it was made for and
+// its pure rules (Pin, FirstPinRefusal), a share's status.conditions as written (Conditions), and
+// the informers over the two share CRDs that serve them (Index).
 //
 // The contract: everything here but Index is pure: it reads an object it is given and holds no
 // state. An Index reads only the share CRDs (informers, and one live GET of a share its cache

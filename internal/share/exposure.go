@@ -222,3 +222,23 @@ func ExposedNames(k Kind, u *unstructured.Unstructured) []string {
 	}
 	return sh.Exposed.Names()
 }
+
+// MissingSharedKeysError says which keys a share lists that its source lacks.
+type MissingSharedKeysError struct {
+	Share Spec
+	Keys  []string
+}
+
+func (e *MissingSharedKeysError) Error() string {
+	return fmt.Sprintf("%s %s/%s has no key %s, which %s %q lists in spec.%s: add it to the %s, or remove it from the share's list",
+		e.Share.Kind, e.Share.SourceNamespace, e.Share.SourceName, QuoteAll(e.Keys), e.Share.Kind.TypeName(), e.Share.Name, ItemsField, e.Share.Kind)
+}
+
+// QuoteAll is names quoted and comma-separated, for messages.
+func QuoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	return strings.Join(q, ", ")
+}

@@ -7,7 +7,7 @@ package api
 //   - what the driver may read: nothing until an admin binds deploy.yaml's source-reader
 //     ClusterRole in a namespace (or a narrower Role); cluster-wide read is a separate opt-in
 //     manifest. What pods and shares show meanwhile is in test/e2e/pods/access_test.go; the wording of
-//     the command the driver tells an admin to run, in sourceaccess_test.go.
+//     the command the driver tells an admin to run, in internal/sourceaccess/sourceaccess_test.go.
 
 import (
 	"github.com/shared-resource/csi-driver/test/e2e/framework"

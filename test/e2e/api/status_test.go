@@ -1,7 +1,7 @@
 package api
 
-// Specification of share status (status.go): each SharedSecret/SharedConfigMap carries a Ready
-// condition telling whether its source exists and the driver can read it, shown in
+// Specification of share status (internal/sharestatus): each SharedSecret/SharedConfigMap carries a
+// Ready condition telling whether its source exists and the driver can read it, shown in
 // `kubectl get`'s Ready column and written by exactly one status controller replica at a time
 // (--role=status, roles.go), the holder of a Lease; never by a node plugin.
 //

@@ -713,8 +713,8 @@ func TestNodesAPIRequestsMatchTheModel(t *testing.T) {
 		nShares += len(l.Items)
 	}
 
-	// The Lease holder renews every --status-lease-duration x 2/15 (status.go): 2 s; each other
-	// replica reads the Lease once an interval.
+	// The Lease holder renews every --status-lease-duration x 2/15
+	// (internal/sharestatus/writer.go): 2 s; each other replica reads the Lease once an interval.
 	renewals := float64(framework.PodsRelist) / float64(nodesStatusLease*2/15)
 	dep, err := s.Kube.AppsV1().Deployments(framework.PodsDriverNS).Get(ctx, framework.StatusDeployment, metav1.GetOptions{})
 	if err != nil {

@@ -1,4 +1,4 @@
-package main
+package sourceaccess
 
 // What the driver may read, and what an admin runs when it may not.
 //
@@ -23,15 +23,15 @@ import (
 // a namespace, it lets the driver read that namespace's sources.
 const sourceReaderRole = "shared-resource-csi-source-reader"
 
-// driverAccount names the service accounts that read sources, as kubectl's --serviceaccount
+// DriverAccount names the service accounts that read sources, as kubectl's --serviceaccount
 // takes each (NAMESPACE:NAME), comma-separated: the node plugin's, and the status controller's
 // (--role=status checks the same sources for the shares' Ready condition, under an identity of
 // its own), so the commands that grant read name both and one grant serves both. It only names
 // them in messages; empty when unknown.
-type driverAccount string
+type DriverAccount string
 
-// parseDriverAccount checks a --service-account value: empty, or NAMESPACE:NAME[,NAMESPACE:NAME...].
-func parseDriverAccount(s string) (driverAccount, error) {
+// ParseDriverAccount checks a --service-account value: empty, or NAMESPACE:NAME[,NAMESPACE:NAME...].
+func ParseDriverAccount(s string) (DriverAccount, error) {
 	if s == "" {
 		return "", nil
 	}
@@ -41,10 +41,10 @@ func parseDriverAccount(s string) (driverAccount, error) {
 			return "", fmt.Errorf("--service-account %q must be NAMESPACE:NAME, or several separated by commas: the driver's service accounts (node plugin, status controller)", s)
 		}
 	}
-	return driverAccount(s), nil
+	return DriverAccount(s), nil
 }
 
-func (a driverAccount) String() string {
+func (a DriverAccount) String() string {
 	if a == "" {
 		return "<driver namespace>:<driver service account>"
 	}
@@ -52,7 +52,7 @@ func (a driverAccount) String() string {
 }
 
 // serviceAccountFlags is kubectl's --serviceaccount for each account.
-func (a driverAccount) serviceAccountFlags() string {
+func (a DriverAccount) serviceAccountFlags() string {
 	if a == "" {
 		return "--serviceaccount=" + a.String()
 	}
@@ -63,11 +63,11 @@ func (a driverAccount) serviceAccountFlags() string {
 	return strings.Join(accounts, " ")
 }
 
-// grantReadHint says what to run so that the driver may read key: first the narrowest grant, a
+// GrantReadHint says what to run so that the driver may read key: first the narrowest grant, a
 // Role for this one object (the least a node's driver can hold; right for a system namespace),
 // then the namespace-wide RoleBinding to sourceReaderRole, which exposes every Secret and
 // ConfigMap of the namespace to every node's driver.
-func (a driverAccount) grantReadHint(key share.SourceKey) string {
+func (a DriverAccount) GrantReadHint(key share.SourceKey) string {
 	resource := share.SourceGVR(key.Kind).Resource
 	role := "shared-resource-csi-read-" + key.Name
 	accounts := "service account " + a.String()

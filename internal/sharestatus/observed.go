@@ -1,4 +1,4 @@
-package main
+package sharestatus
 
 // What the status writer records of the first pin (internal/share/pin.go says what the pin is and
 // when a first pin is trusted).

@@ -1,4 +1,4 @@
-package main
+package sharestatus
 
 // Specification of the Lease elector's record keeping (lease.go): transitions counted, the acquire
 // time kept on renewal, a candidate's slow poll. Taking over, renewing and releasing against a real API server are in

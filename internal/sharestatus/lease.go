@@ -1,20 +1,23 @@
-package main
+package sharestatus
 
 // Leader election over one coordination.k8s.io/v1 Lease, so that exactly one status controller
-// replica (--role=status, roles.go) in the cluster writes share status. It follows client-go's leaderelection protocol (the same Lease
-// fields, the same timing rules, interoperable with it), written here because that package pulls
-// in the generated clientset (see kube.go). Two differences, both on purpose: a term's work is
-// waited for before the next campaign or the release, so no write of an old term can land after
-// another driver took over; and it is one short file instead of a dependency.
+// replica (--role=status, the root's roles.go) in the cluster writes share status. It follows
+// client-go's leaderelection protocol (the same Lease fields, the same timing rules, interoperable
+// with it), written here because that package pulls in the generated clientset (see
+// internal/kubeclient). Two differences, both on purpose: a term's work is waited for before the
+// next campaign or the release, so no write of an old term can land after another driver took over;
+// and it is one short file instead of a dependency.
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 )
@@ -214,4 +217,29 @@ func (e *leaseElector) release() {
 		return
 	}
 	klog.InfoS("Released the Lease", "lease", e.leases.namespace+"/"+e.name, "identity", e.identity)
+}
+
+// leaseClient reads and writes Leases in one namespace.
+type leaseClient struct {
+	c         rest.Interface
+	namespace string
+}
+
+func (l leaseClient) get(ctx context.Context, name string) (*coordinationv1.Lease, error) {
+	out := &coordinationv1.Lease{}
+	return out, l.c.Get().Namespace(l.namespace).Resource("leases").Name(name).Do(ctx).Into(out)
+}
+
+func (l leaseClient) create(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	out := &coordinationv1.Lease{}
+	return out, l.c.Post().Namespace(l.namespace).Resource("leases").Body(lease).Do(ctx).Into(out)
+}
+
+// update writes lease if its resourceVersion is still current (a Conflict error otherwise).
+func (l leaseClient) update(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	if lease.Name == "" {
+		return nil, fmt.Errorf("lease without a name")
+	}
+	out := &coordinationv1.Lease{}
+	return out, l.c.Put().Namespace(l.namespace).Resource("leases").Name(lease.Name).Body(lease).Do(ctx).Into(out)
 }

@@ -1,14 +1,14 @@
-package main
+package sharestatus
 
 // Share status: every SharedSecret and SharedConfigMap gets a Ready condition saying whether its
 // source Secret/ConfigMap exists and the driver can read it, so an admin sees a broken share in
 // `kubectl get sharedsecrets` (the CRDs' Ready column) before a pod fails to mount it.
 //
-// Status is written by the status controller (--role=status, roles.go: a Deployment with a
-// service account of its own), never by the node plugins, whose service account may not write
-// it. Of its replicas only one writes at a time: the holder of a Lease. N writers would send N
-// times the traffic for the same answer and race each other's writes. The others only campaign
-// for the Lease; when the holder dies, one of them takes over within the lease duration.
+// Status is written by the status controller (--role=status, the root's roles.go: a Deployment with
+// a service account of its own), never by the node plugins, whose service account may not write it.
+// Of its replicas only one writes at a time: the holder of a Lease. N writers would send N times
+// the traffic for the same answer and race each other's writes. The others only campaign for the
+// Lease; when the holder dies, one of them takes over within the lease duration.
 //
 // The check of a share without a list of keys is a GET of the source's metadata only (the
 // metadata client): the status writer receives no Secret data for it. A share with a list
@@ -28,35 +28,20 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
-	"unicode/utf8"
 
 	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/sourceaccess"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
-)
-
-// The condition the CRDs' Ready printer column shows (.status.conditions[?(@.type=="Ready")]).
-const (
-	conditionReady = "Ready"
-
-	reasonSourceAvailable   = "SourceAvailable"   // True
-	reasonSourceNotFound    = "SourceNotFound"    // False
-	reasonSourceForbidden   = "SourceForbidden"   // False
-	reasonInvalidShare      = "InvalidShare"      // False: the spec's ref cannot be used
-	reasonSourceReplaced    = "SourceReplaced"    // False: another object than the pinned one (internal/share/pin.go)
-	reasonSourceKeyMissing  = "SourceKeyMissing"  // False: the source lacks a key the share lists
-	reasonSourceCheckFailed = "SourceCheckFailed" // Unknown: the API server could not answer
 )
 
 // statusLeaseName is the Lease the drivers of one cluster compete for.
@@ -65,13 +50,17 @@ const statusLeaseName = "shared-resource-csi-status"
 // statusFieldManager names the driver in the shares' managedFields.
 const statusFieldManager = "shared-resource-csi"
 
-// statusConfig is what the status writer needs; main wires it.
-type statusConfig struct {
-	Leases leaseClient        // coordination.k8s.io/v1 in the Lease's namespace
+// SourceGetter GETs a whole source object (the root's getSource): what it returns is the
+// source's files, every key of it.
+type SourceGetter func(ctx context.Context, key share.SourceKey, opts metav1.GetOptions) (*share.SourceData, error)
+
+// Config is what the status writer needs; the root's roles.go wires it.
+type Config struct {
+	Leases rest.Interface     // coordination.k8s.io/v1; the Lease is in LeaseNamespace
 	Dyn    dynamic.Interface  // status writes
 	Meta   metadata.Interface // source checks of shares without a list (metadata only)
 	// Sources GETs whole sources: the checks of shares with a list (which keys the source has).
-	Sources sourceGetter
+	Sources SourceGetter
 	Shares  *share.Index // the share informers; their caches must be synced or syncing
 	// Holder prefixes the Lease holder identity, so `kubectl get lease` shows which replica
 	// writes: the status controller's pod name.
@@ -84,13 +73,13 @@ type statusConfig struct {
 	// deletion is not watched: the driver has no informer on Secrets or ConfigMaps).
 	Interval time.Duration
 	// Account is the driver's service account, named in the fix for SourceForbidden.
-	Account driverAccount
+	Account sourceaccess.DriverAccount
 }
 
-// runStatusWriter campaigns for the Lease until ctx ends and, while it holds it, keeps every
+// Run campaigns for the Lease until ctx ends and, while it holds it, keeps every
 // share's Ready condition current. It returns after ctx ended and the Lease was released, so the
 // next driver can take over at once after a clean shutdown.
-func runStatusWriter(ctx context.Context, cfg statusConfig) error {
+func Run(ctx context.Context, cfg Config) error {
 	if cfg.LeaseDuration < time.Second || cfg.Interval <= 0 {
 		return fmt.Errorf("status writer: the lease duration (%v) must be at least 1s and the interval (%v) positive", cfg.LeaseDuration, cfg.Interval)
 	}
@@ -104,7 +93,7 @@ func runStatusWriter(ctx context.Context, cfg statusConfig) error {
 	w := &statusWriter{cfg: cfg, identity: identity}
 	klog.InfoS("Share status writer campaigning", "lease", cfg.LeaseNamespace+"/"+statusLeaseName, "identity", identity)
 	elector := &leaseElector{
-		leases:   cfg.Leases,
+		leases:   leaseClient{c: cfg.Leases, namespace: cfg.LeaseNamespace},
 		name:     statusLeaseName,
 		identity: identity,
 		// client-go's usual proportions (15s/10s/2s); a candidate reads the Lease once per
@@ -122,7 +111,7 @@ func runStatusWriter(ctx context.Context, cfg statusConfig) error {
 }
 
 type statusWriter struct {
-	cfg      statusConfig
+	cfg      Config
 	identity string
 }
 
@@ -218,62 +207,6 @@ func (w *statusWriter) sync(ctx context.Context, ref share.Ref) error {
 	return nil
 }
 
-// statusAfterCheck is u with the status a check of its source gives it: the Ready condition cond,
-// the pin (uid: "" when it may not be pinned), SourceObserved (seen: the UID read, "" for none),
-// status.exposedKeys. changed is false when the status says all that already (u not copied).
-func statusAfterCheck(k share.Kind, u *unstructured.Unstructured, cond metav1.Condition, uid, seen string) (out *unstructured.Unstructured, changed bool, err error) {
-	conds, err := share.Conditions(u)
-	if err != nil {
-		// Only a writer ignoring the CRD schema gets here; the driver's condition replaces it.
-		klog.V(2).InfoS("Replacing unreadable share status", "kind", k.TypeName(), "share", u.GetName(), "err", err)
-		conds = nil
-	}
-	// The pin is set when the source is first read, if it is the share's first object, and moved
-	// to a re-created source only by a share that follows re-creations (internal/share/pin.go). uid is ""
-	// when the source may not be pinned.
-	pinned := share.PinOf(u)
-	pin := pinned.UID
-	if uid != "" && (pin == "" || pinned.Follow) {
-		pin = uid
-	}
-	// Recorded before Ready is overwritten (sourcepin.go).
-	observed := recordObserved(&conds, u.GetGeneration(), seen)
-	// lastTransitionTime moves only when the status does; reason, message and
-	// observedGeneration are updated in place.
-	condChanged := meta.SetStatusCondition(&conds, cond) || observed
-	if kept := withinMaxConditions(conds); len(kept) < len(conds) {
-		conds, condChanged = kept, true
-	}
-	exposed := share.ExposedNames(k, u)
-	had, _, _ := unstructured.NestedStringSlice(u.Object, "status", "exposedKeys")
-	if !condChanged && slices.Equal(had, exposed) && pin == pinned.UID {
-		return u, false, nil
-	}
-	u = u.DeepCopy()
-	if pin != "" {
-		if err := unstructured.SetNestedField(u.Object, pin, "status", share.PinField); err != nil {
-			return nil, false, err
-		}
-	}
-	if exposed == nil {
-		unstructured.RemoveNestedField(u.Object, "status", "exposedKeys")
-	} else if err := unstructured.SetNestedStringSlice(u.Object, exposed, "status", "exposedKeys"); err != nil {
-		return nil, false, err
-	}
-	items := make([]any, 0, len(conds))
-	for i := range conds {
-		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&conds[i])
-		if err != nil {
-			return nil, false, err
-		}
-		items = append(items, m)
-	}
-	if err := unstructured.SetNestedSlice(u.Object, items, "status", "conditions"); err != nil {
-		return nil, false, err
-	}
-	return u, true, nil
-}
-
 // checkSource GETs the share's source (metadata only, from the API server's watch cache) and
 // returns the Ready condition that describes the answer, the UID to pin (the source's, or "" when
 // it could not be read, or when a first pin may not take it: share.FirstPinRefusal), and the UID of the
@@ -304,34 +237,9 @@ func (w *statusWriter) checkSource(ctx context.Context, k share.Kind, u *unstruc
 	return cond, uid, seen
 }
 
-// maxConditions is the most conditions the CRDs' schema takes (status.conditions' maxItems).
-const maxConditions = 8
-
-// withinMaxConditions is conds with at most maxConditions conditions: Ready and SourceObserved
-// (the driver's), and the first of the others. A status holding more (written before the schema
-// bounded them) would have every write of it refused.
-func withinMaxConditions(conds []metav1.Condition) []metav1.Condition {
-	if len(conds) <= maxConditions {
-		return conds
-	}
-	others := maxConditions - len(slices.DeleteFunc(slices.Clone(conds), func(c metav1.Condition) bool { return !driversCondition(c.Type) }))
-	return slices.DeleteFunc(slices.Clone(conds), func(c metav1.Condition) bool {
-		if driversCondition(c.Type) {
-			return false
-		}
-		others--
-		return others < 0
-	})
-}
-
-// driversCondition says whether a condition type is one the driver writes.
-func driversCondition(t string) bool {
-	return t == conditionReady || t == conditionSourceObserved
-}
-
 // sourceProblem GETs the share's source, from the API server's watch cache, and says which
 // object it is (its UID, "" when it could not be read, and when it was created) and what is
-// wrong with it for the share: the GET's error, a *missingSharedKeysError, or nil.
+// wrong with it for the share: the GET's error, a *share.MissingSharedKeysError, or nil.
 func (w *statusWriter) sourceProblem(ctx context.Context, sh share.Spec) (uid string, created time.Time, problem error) {
 	opts := metav1.GetOptions{ResourceVersion: "0"}
 	if sh.Exposed.All() {
@@ -341,78 +249,12 @@ func (w *statusWriter) sourceProblem(ctx context.Context, sh share.Spec) (uid st
 		}
 		return string(m.GetUID()), m.GetCreationTimestamp().Time, nil
 	}
-	d, err := w.cfg.Sources.getSource(ctx, sh.SourceKey(), opts)
+	d, err := w.cfg.Sources(ctx, sh.SourceKey(), opts)
 	if err != nil {
 		return "", time.Time{}, err
 	}
 	if _, missing := sh.Exposed.Filter(d.Files); len(missing) > 0 {
-		return d.UID, d.Created, &missingSharedKeysError{share: sh, keys: missing}
+		return d.UID, d.Created, &share.MissingSharedKeysError{Share: sh, Keys: missing}
 	}
 	return d.UID, d.Created, nil
-}
-
-// readyCondition turns the answer to a GET of the share's source into the Ready condition. The
-// messages say what to do: they are what an admin reads in `kubectl describe`. A message that
-// would be longer than the schema allows is cut (boundedMessage).
-func readyCondition(sh share.Spec, uid string, getErr error, account driverAccount) metav1.Condition {
-	c := unboundedReadyCondition(sh, uid, getErr, account)
-	c.Message = boundedMessage(c.Message)
-	return c
-}
-
-// maxConditionMessage is the longest message the CRDs' schema takes (metav1.Condition's): a
-// status with a longer one is refused whole, its pin with it.
-const maxConditionMessage = 32768
-
-// boundedMessage is msg cut to maxConditionMessage bytes, on a character's boundary, saying so. A
-// share listing some 127 keys of 253 bytes or more makes a longer message (it names them all);
-// status.exposedKeys names them in full.
-func boundedMessage(msg string) string {
-	if len(msg) <= maxConditionMessage {
-		return msg
-	}
-	suffix := fmt.Sprintf(" ... (cut: the message was %d bytes; status.exposedKeys lists every name)", len(msg))
-	cut := maxConditionMessage - len(suffix)
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
-	}
-	return msg[:cut] + suffix
-}
-
-func unboundedReadyCondition(sh share.Spec, uid string, getErr error, account driverAccount) metav1.Condition {
-	src := fmt.Sprintf("%s %s/%s", sh.Kind, sh.SourceNamespace, sh.SourceName)
-	c := metav1.Condition{Type: conditionReady}
-	var missing *missingSharedKeysError
-	switch {
-	case getErr == nil && sh.Pin.Refuses(uid):
-		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceReplaced
-		c.Message = share.ReplacedMessage(sh, uid)
-	case errors.As(getErr, new(*share.SourceNewerError)):
-		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceReplaced
-		c.Message = getErr.Error()
-	case getErr == nil:
-		c.Status, c.Reason = metav1.ConditionTrue, reasonSourceAvailable
-		c.Message = src + " exists and the driver can read it; the share exposes "
-		if sh.Exposed.All() {
-			c.Message += "every key of it"
-		} else {
-			c.Message += "only " + quoteAll(sh.Exposed.Names())
-		}
-	case errors.As(getErr, &missing):
-		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceKeyMissing
-		c.Message = fmt.Sprintf("pods cannot mount %s %q, and volumes already using it are not refreshed: %v",
-			sh.Kind.TypeName(), sh.Name, missing)
-	case apierrors.IsNotFound(getErr):
-		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceNotFound
-		c.Message = fmt.Sprintf("%s does not exist: pods cannot mount %s %q until it is created (or spec.%s is corrected)",
-			src, sh.Kind.TypeName(), sh.Name, share.RefField(sh.Kind))
-	case apierrors.IsForbidden(getErr):
-		c.Status, c.Reason = metav1.ConditionFalse, reasonSourceForbidden
-		c.Message = fmt.Sprintf("the driver may not read %s: pods cannot mount %s %q, and volumes already using it keep their last data but are not refreshed; %s",
-			src, sh.Kind.TypeName(), sh.Name, account.grantReadHint(sh.SourceKey()))
-	default:
-		c.Status, c.Reason = metav1.ConditionUnknown, reasonSourceCheckFailed
-		c.Message = fmt.Sprintf("checking %s failed: %v", src, getErr)
-	}
-	return c
 }

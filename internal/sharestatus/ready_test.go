@@ -1,9 +1,10 @@
-package main
+package sharestatus
 
-// Specification of the Ready condition a share carries (status.go), as an admin reads it: its
-// status, reason and message for each answer the API server can give about the source, and for
-// a share whose ref cannot be used. Pure: no API server is asked. Who writes the condition, and
-// `kubectl get`'s Ready column, are specified against the real API server in test/e2e/api/status_test.go.
+// Specification of the Ready condition a share carries (ready.go; the check behind it, writer.go),
+// as an admin reads it: its status, reason and message for each answer the API server can give
+// about the source, and for a share whose ref cannot be used. Pure: no API server is asked. Who
+// writes the condition, and `kubectl get`'s Ready column, are specified against the real API
+// server in test/e2e/api/status_test.go.
 
 import (
 	"context"
@@ -95,7 +96,7 @@ func TestReadyConditionOfAShareWithAList(t *testing.T) {
 	if c := readyCondition(share.Spec{Kind: share.KindSecret, Name: "all", SourceNamespace: "p", SourceName: "s"}, "", nil, ""); !strings.Contains(c.Message, "the share exposes every key") {
 		t.Errorf("no list: %q", c.Message)
 	}
-	c = readyCondition(sh, "", &missingSharedKeysError{share: sh, keys: []string{"tls.crt"}}, "")
+	c = readyCondition(sh, "", &share.MissingSharedKeysError{Share: sh, Keys: []string{"tls.crt"}}, "")
 	if c.Status != metav1.ConditionFalse || c.Reason != reasonSourceKeyMissing ||
 		!strings.Contains(c.Message, `Secret platform/tls has no key "tls.crt", which SharedSecret "corp-ca" lists in spec.items`) ||
 		!strings.Contains(c.Message, `pods cannot mount SharedSecret "corp-ca"`) {
@@ -193,11 +194,11 @@ func TestReadyMessageFitsTheSchema(t *testing.T) {
 }
 
 // sourceAt answers every GET with one source object, created at a given time.
-type sourceAt struct{ d sourceData }
-
-func (s sourceAt) getSource(context.Context, share.SourceKey, metav1.GetOptions) (*sourceData, error) {
-	d := s.d
-	return &d, nil
+func sourceAt(d share.SourceData) SourceGetter {
+	return func(context.Context, share.SourceKey, metav1.GetOptions) (*share.SourceData, error) {
+		d := d
+		return &d, nil
+	}
 }
 
 // A share with a list whose re-created source lacks a listed key: the first pin does not take it
@@ -210,30 +211,28 @@ func TestFirstPinRefusesANewerSourceMissingAKey(t *testing.T) {
 		"spec": map[string]any{"secretRef": map[string]any{"namespace": "platform", "name": "ca-bundle"},
 			"items": []any{map[string]any{"key": "ca.crt"}}},
 	}}
-	w := &statusWriter{cfg: statusConfig{Sources: sourceAt{sourceData{UID: "uid-2", Created: made.Add(time.Hour), Files: map[string][]byte{"other": []byte("x")}}}}}
+	w := &statusWriter{cfg: Config{Sources: sourceAt(share.SourceData{UID: "uid-2", Created: made.Add(time.Hour), Files: map[string][]byte{"other": []byte("x")}})}}
 	c, uid, _ := w.checkSource(context.Background(), share.KindSecret, u)
 	if uid != "" || c.Reason != reasonSourceReplaced {
 		t.Errorf("a newer source missing a key: pin %q, %+v; want no pin, SourceReplaced", uid, c)
 	}
 	// Not newer than the share: pinned, and reported missing its key.
-	w.cfg.Sources = sourceAt{sourceData{UID: "uid-1", Created: made, Files: map[string][]byte{"other": []byte("x")}}}
+	w.cfg.Sources = sourceAt(share.SourceData{UID: "uid-1", Created: made, Files: map[string][]byte{"other": []byte("x")}})
 	if c, uid, _ := w.checkSource(context.Background(), share.KindSecret, u); uid != "uid-1" || c.Reason != reasonSourceKeyMissing {
 		t.Errorf("the share's own source missing a key: pin %q, %+v; want uid-1, SourceKeyMissing", uid, c)
 	}
 }
 
 // sourceGone answers every GET as the API server does for a source that does not exist.
-type sourceGone struct{}
-
-func (sourceGone) getSource(_ context.Context, k share.SourceKey, _ metav1.GetOptions) (*sourceData, error) {
+func sourceGone(_ context.Context, k share.SourceKey, _ metav1.GetOptions) (*share.SourceData, error) {
 	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, k.Name)
 }
 
 // checkAndWrite runs one check of the share u by the status writer against src and returns the
 // share with the status it writes, as the API server then stores it.
-func checkAndWrite(t *testing.T, u *unstructured.Unstructured, src sourceGetter) (*unstructured.Unstructured, metav1.Condition, string) {
+func checkAndWrite(t *testing.T, u *unstructured.Unstructured, src SourceGetter) (*unstructured.Unstructured, metav1.Condition, string) {
 	t.Helper()
-	w := &statusWriter{cfg: statusConfig{Sources: src}}
+	w := &statusWriter{cfg: Config{Sources: src}}
 	cond, uid, seen := w.checkSource(context.Background(), share.KindSecret, u)
 	out, _, err := statusAfterCheck(share.KindSecret, u, cond, uid, seen)
 	if err != nil {
@@ -248,7 +247,7 @@ func checkAndWrite(t *testing.T, u *unstructured.Unstructured, src sourceGetter)
 // a pin, until an admin accepts it. A share made before its source still pins the first object.
 func TestNoSourceAfterARefusalDoesNotReopenTheFirstPin(t *testing.T) {
 	made := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
-	share := func(status map[string]any) *unstructured.Unstructured {
+	shareObject := func(status map[string]any) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{Object: map[string]any{
 			"metadata": map[string]any{"name": "corp-ca", "generation": int64(1), "creationTimestamp": made.Format(time.RFC3339)},
 			"spec": map[string]any{"secretRef": map[string]any{"namespace": "platform", "name": "ca-bundle"},
@@ -259,15 +258,15 @@ func TestNoSourceAfterARefusalDoesNotReopenTheFirstPin(t *testing.T) {
 		}
 		return u
 	}
-	source := func(uid string, created time.Time) sourceGetter {
-		return sourceAt{sourceData{UID: uid, Created: created, Files: map[string][]byte{"ca.crt": []byte("CA")}}}
+	source := func(uid string, created time.Time) SourceGetter {
+		return sourceAt(share.SourceData{UID: uid, Created: created, Files: map[string][]byte{"ca.crt": []byte("CA")}})
 	}
 
-	u, c, pin := checkAndWrite(t, share(nil), source("uid-2", made.Add(time.Hour)))
+	u, c, pin := checkAndWrite(t, shareObject(nil), source("uid-2", made.Add(time.Hour)))
 	if pin != "" || c.Reason != reasonSourceReplaced {
 		t.Fatalf("a newer object: pin %q, %s; want no pin, SourceReplaced", pin, c.Reason)
 	}
-	u, c, _ = checkAndWrite(t, u, sourceGone{})
+	u, c, _ = checkAndWrite(t, u, sourceGone)
 	if c.Reason != reasonSourceNotFound {
 		t.Fatalf("the source deleted: %s, want SourceNotFound", c.Reason)
 	}
@@ -277,10 +276,10 @@ func TestNoSourceAfterARefusalDoesNotReopenTheFirstPin(t *testing.T) {
 
 	// The same, with an edit of the share between (its description: a new generation, the ref
 	// unchanged) while the source is gone: the edit does not make the next object the first.
-	u, _, _ = checkAndWrite(t, share(nil), source("uid-2", made.Add(time.Hour)))
-	u, _, _ = checkAndWrite(t, u, sourceGone{})
+	u, _, _ = checkAndWrite(t, shareObject(nil), source("uid-2", made.Add(time.Hour)))
+	u, _, _ = checkAndWrite(t, u, sourceGone)
 	u.SetGeneration(2)
-	u, c, _ = checkAndWrite(t, u, sourceGone{})
+	u, c, _ = checkAndWrite(t, u, sourceGone)
 	if c.Reason != reasonSourceNotFound {
 		t.Fatalf("edited, the source still gone: %s, want SourceNotFound", c.Reason)
 	}
@@ -289,16 +288,16 @@ func TestNoSourceAfterARefusalDoesNotReopenTheFirstPin(t *testing.T) {
 	}
 
 	// A status written before SourceObserved existed: its Ready condition says an object was read.
-	old := share(map[string]any{"conditions": []any{map[string]any{"type": conditionReady, "status": "False", "reason": reasonSourceReplaced,
+	old := shareObject(map[string]any{"conditions": []any{map[string]any{"type": conditionReady, "status": "False", "reason": reasonSourceReplaced,
 		"message": "m", "observedGeneration": int64(1), "lastTransitionTime": made.Add(time.Hour).Format(time.RFC3339)}}})
-	u, _, _ = checkAndWrite(t, old, sourceGone{})
+	u, _, _ = checkAndWrite(t, old, sourceGone)
 	if _, c, pin = checkAndWrite(t, u, source("uid-3", made.Add(2*time.Hour))); pin != "" || c.Reason != reasonSourceReplaced {
 		t.Errorf("refused under an older driver, then no source, then a new object: pin %q, %s; want no pin, SourceReplaced", pin, c.Reason)
 	}
 
 	// Made before its source: the first check finds none, and the first object is pinned.
-	u, _, _ = checkAndWrite(t, share(nil), sourceGone{})
-	u, _, _ = checkAndWrite(t, u, sourceGone{})
+	u, _, _ = checkAndWrite(t, shareObject(nil), sourceGone)
+	u, _, _ = checkAndWrite(t, u, sourceGone)
 	if _, c, pin = checkAndWrite(t, u, source("uid-1", made.Add(time.Hour))); pin != "uid-1" || c.Reason != reasonSourceAvailable {
 		t.Errorf("no source since the share was made, then an object: pin %q, %s; want uid-1, SourceAvailable", pin, c.Reason)
 	}
@@ -310,7 +309,7 @@ func TestNoSourceAfterARefusalDoesNotReopenTheFirstPin(t *testing.T) {
 // later than that, or found after an object was read for the share, is not.
 func TestFirstPinTakesAnObjectMadeWithTheShare(t *testing.T) {
 	made := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
-	share := func(generation int64, conditions ...any) *unstructured.Unstructured {
+	shareObject := func(generation int64, conditions ...any) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{Object: map[string]any{
 			"metadata": map[string]any{"name": "corp-ca", "generation": generation, "creationTimestamp": made.Format(time.RFC3339)},
 			"spec": map[string]any{"secretRef": map[string]any{"namespace": "platform", "name": "ca-bundle"},
@@ -331,12 +330,12 @@ func TestFirstPinTakesAnObjectMadeWithTheShare(t *testing.T) {
 		created time.Time
 		pinned  bool
 	}{
-		{"created 5s after the share, nothing checked yet", share(1), made.Add(5 * time.Second), true},
-		{"created a minute after the share, nothing checked yet", share(1), made.Add(time.Minute), false},
-		{"the ref corrected by an edit after it named nothing", share(2, notFound), made.Add(time.Hour), true},
-		{"the ref edited after an object was read for it", share(2, notFound, observed), made.Add(time.Hour), false},
+		{"created 5s after the share, nothing checked yet", shareObject(1), made.Add(5 * time.Second), true},
+		{"created a minute after the share, nothing checked yet", shareObject(1), made.Add(time.Minute), false},
+		{"the ref corrected by an edit after it named nothing", shareObject(2, notFound), made.Add(time.Hour), true},
+		{"the ref edited after an object was read for it", shareObject(2, notFound, observed), made.Add(time.Hour), false},
 	} {
-		_, c, pin := checkAndWrite(t, tc.u, sourceAt{sourceData{UID: "uid-1", Created: tc.created, Files: map[string][]byte{"ca.crt": []byte("CA")}}})
+		_, c, pin := checkAndWrite(t, tc.u, sourceAt(share.SourceData{UID: "uid-1", Created: tc.created, Files: map[string][]byte{"ca.crt": []byte("CA")}}))
 		if got := pin == "uid-1"; got != tc.pinned || (tc.pinned && c.Reason != reasonSourceAvailable) || (!tc.pinned && c.Reason != reasonSourceReplaced) {
 			t.Errorf("%s: pin %q, %s; want pinned %v", tc.name, pin, c.Reason, tc.pinned)
 		}
@@ -368,7 +367,7 @@ func TestConditionsAreKeptWithinTheSchemasBound(t *testing.T) {
 	if few := conds[:3]; len(withinMaxConditions(few)) != 3 {
 		t.Error("a status within the bound lost conditions")
 	}
-	crds, err := os.ReadFile("charts/shared-resource-csi/templates/crds.yaml")
+	crds, err := os.ReadFile("../../charts/shared-resource-csi/templates/crds.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
