@@ -28,6 +28,10 @@
 #   OUT/oci/                         OCI image layout: one index: PLATFORMS (all four by default)
 #                                    (tools/ociimage; the same commit gives the same index digest)
 #   OUT/index-digest                 that index's digest
+#   OUT/image-subjects               the sha256 of each blob of OUT/oci by its path there
+#                                    (oci/blobs/sha256/HEX): the index, each platform's manifest,
+#                                    config and layers, whose build provenance the release
+#                                    workflow attests
 #   OUT/RELEASE_NOTES.md             CHANGELOG.md's section for VERSION ([Unreleased] for a
 #                                    pre-release without one): the GitHub release's text
 #   OUT/chart-digest                 with PUSH=1: the pushed chart's digest
@@ -169,6 +173,8 @@ fi
 "$OCIIMAGE" -out "$OUT/oci" -sbom-dir "$OUT" -digest-file "$OUT/index-digest" -name "$BINARY" \
 	-version "$VERSION" -revision "$commit" ${SOURCE_URL:+-source "$SOURCE_URL"} "${binflags[@]}" "${push[@]}"
 digest=$(<"$OUT/index-digest")
+# The image's parts, each by the path a checksums file names it by (each blob's name is its sum).
+(cd "$OUT" && find oci/blobs/sha256 -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum --) >"$OUT/image-subjects"
 
 # The chart and the manifests, stamped in a copy (the tree is left as it is) and pinned by digest.
 cp -r charts/shared-resource-csi "$work/chart"

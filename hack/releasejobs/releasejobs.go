@@ -2,7 +2,9 @@
 // job that may sign (id-token: write) runs no code of the repository or of its dependencies, and
 // no job that runs that code may sign. Whoever controls what the build runs (a dependency, a
 // tool, a test helper) would otherwise hold the identity that signs the release. And that no job
-// builds from a cache or leaves its checkout's token behind (buildjob.go). `go test ./...` runs
+// builds from a cache or leaves its checkout's token behind, and that the jobs that may not sign
+// use only the checkout, setup-go and upload-artifact, pinned (buildjob.go). A job that calls a
+// reusable workflow is refused: what it runs is not in the file checked. `go test ./...` runs
 // the check on .github/workflows/release.yaml.
 package releasejobs
 
@@ -63,6 +65,7 @@ func (s step) label(i int) string {
 }
 
 type job struct {
+	Uses        string `json:"uses"`
 	Permissions any    `json:"permissions"`
 	Environment any    `json:"environment"`
 	Steps       []step `json:"steps"`
@@ -113,8 +116,13 @@ func Check(content []byte) ([]string, error) {
 	signing := 0
 	for _, n := range names {
 		j := w.Jobs[n]
+		if j.Uses != "" {
+			// Its jobs, steps and permissions are in another file, which no check here reads.
+			problems = append(problems, fmt.Sprintf("job %s calls the reusable workflow %s: the release workflow's jobs run their steps here, where their shape is checked", n, j.Uses))
+		}
 		problems = append(problems, buildFromSourceOnly(n, j)...)
 		if !signs(j.Permissions) {
+			problems = append(problems, buildActionsOnly(n, j)...)
 			continue
 		}
 		signing++

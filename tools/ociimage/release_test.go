@@ -2,7 +2,8 @@ package main
 
 // Specification of `make release VERSION=v0.1.0` without REGISTRY (hack/release.sh), run from
 // the repository's root into a temporary RELEASE_OUT: the release directory is complete, its
-// manifests and chart pin the image by the layout's index digest, the SBOMs match the images,
+// manifests and chart pin the image by the layout's index digest, image-subjects lists the
+// layout's blobs with their sums, the SBOMs match the images,
 // SHA256SUMS lists exactly the release's assets by the names a GitHub release gives them (so
 // `sha256sum --check SHA256SUMS` passes in a directory of the downloaded assets), the release notes are the version's section of the changelog (testdata/CHANGELOG.md:
 // the tests' own) and the chart's Artifact Hub changes, and the host platform's image binary says
@@ -56,6 +57,27 @@ func TestMakeReleaseWritesACompleteRelease(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(out, "index-digest")); strings.TrimSpace(string(b)) != digest.String() {
 		t.Errorf("index-digest %q, layout's index %s", b, digest)
+	}
+	// image-subjects: every blob of the layout (the index, each platform's manifest, config and
+	// layers), by its path there, with its sum, which is the digest it is named by.
+	blobs, err := filepath.Glob(filepath.Join(out, "oci", "blobs", "sha256", "*"))
+	if err != nil || len(blobs) == 0 {
+		t.Fatalf("the layout's blobs: %v, %v", blobs, err)
+	}
+	var subjects strings.Builder
+	for _, path := range blobs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := sha256.Sum256(b)
+		if filepath.Base(path) != hex.EncodeToString(h[:]) {
+			t.Errorf("the layout's blob %s has the sum %x", path, h)
+		}
+		subjects.WriteString(hex.EncodeToString(h[:]) + "  oci/blobs/sha256/" + filepath.Base(path) + "\n")
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "image-subjects")); string(b) != subjects.String() {
+		t.Errorf("image-subjects is\n%s\nwant each blob of the layout by its path:\n%s", b, subjects.String())
 	}
 	pinned := "image: ghcr.io/shared-resource/shared-resource-csi:v0.1.0@" + digest.String() + "\n"
 	if b, _ := os.ReadFile(filepath.Join(out, "deploy.yaml")); !strings.Contains(string(b), pinned) {
