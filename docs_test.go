@@ -286,13 +286,14 @@ type funcFacts struct {
 	name, recvT string          // its name, and its receiver's type for a method
 }
 
-// loadErrorSites scans the driver's code whose messages reach the kubelet: the root, and
-// internal/share, whose errors and messages about a share the root returns.
+// loadErrorSites scans the driver's code whose messages reach the kubelet: the root, and the
+// packages whose errors and messages the root returns: internal/share (about a share),
+// internal/volume (about a volume's room) and internal/sourceaccess (what an admin runs).
 func loadErrorSites(t *testing.T) *errorSites {
 	t.Helper()
 	fset := token.NewFileSet()
 	s := &errorSites{funcs: map[*ast.FuncDecl]*funcFacts{}}
-	for _, dir := range []string{".", "internal/share"} {
+	for _, dir := range []string{".", "internal/share", "internal/volume", "internal/sourceaccess"} {
 		pkg, err := build.ImportDir(dir, 0)
 		if err != nil {
 			t.Fatal(err)

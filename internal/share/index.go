@@ -190,7 +190,7 @@ func (si *Index) Synced() bool {
 // (a share created a moment ago may not have reached the informer yet). A missing share is
 // reported as a NotFound API error, and so is one being deleted (DeletingError).
 func (si *Index) Get(ctx context.Context, k Kind, name string) (Spec, error) {
-	u, err := si.Object(ctx, k, name)
+	u, err := si.object(ctx, k, name)
 	if err != nil {
 		return Spec{}, err
 	}
@@ -200,8 +200,8 @@ func (si *Index) Get(ctx context.Context, k Kind, name string) (Spec, error) {
 	return FromObject(k, u)
 }
 
-// Object is the share object from the cache, or from a live GET.
-func (si *Index) Object(ctx context.Context, k Kind, name string) (*unstructured.Unstructured, error) {
+// object is the share object from the cache, or from a live GET.
+func (si *Index) object(ctx context.Context, k Kind, name string) (*unstructured.Unstructured, error) {
 	if obj, exists, err := si.Informers[k].GetStore().GetByKey(name); err == nil && exists {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
 			return u, nil

@@ -13,12 +13,12 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// RecordPath is the volume's record, inside its tmpfs.
-func (vd Dir) RecordPath() string { return filepath.Join(vd.Path, RecordFile) }
+// recordPath is the volume's record, inside its tmpfs.
+func (vd Dir) recordPath() string { return filepath.Join(vd.Path, RecordFile) }
 
 // WriteRecord replaces the volume's record with data atomically: a crash leaves the old record or
 // the new one (writeRecordFile). The caller writes one record of a volume at a time.
-func (vd Dir) WriteRecord(data []byte) error { return writeRecordFile(vd.RecordPath(), data) }
+func (vd Dir) WriteRecord(data []byte) error { return writeRecordFile(vd.recordPath(), data) }
 
 // writeRecordFile writes a volume's record at path so that a reader (or a crash) sees either the
 // old or the new content, never a partial file: the bytes go to a temporary file beside it,
