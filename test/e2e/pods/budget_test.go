@@ -203,12 +203,12 @@ func TestPodsVolumeBudgetChargesAndBoundsEntries(t *testing.T) {
 	t.Logf("empty values: %s", ev.Message)
 
 	// Four thousand empty values: within the bounds, and charged for them.
-	before := s.Scrape(t).Sum("sharedresource_volume_bytes", nil)
+	before := settledVolumeBytes(t, s)
 	within := s.NewShare(t, emptyValues(4000))
 	s.Grant(t, ns, framework.KindSecret, within.Share, framework.ServiceAccount(ns, "default"))
 	s.CreatePod(t, ns, "within-0", framework.ConsumerSpec{Attrs: within.Attrs()})
 	s.WaitRunning(t, ns, "within-0", 2*time.Minute)
-	charged := s.Scrape(t).Sum("sharedresource_volume_bytes", nil) - before
+	charged := settledVolumeBytes(t, s) - before
 	if want := float64(4000 * 4 * framework.EntryBytes); charged < want {
 		t.Errorf("a volume of 4000 empty files is charged %.1f MiB, want at least %.1f MiB (each file and its link, in the copy and the view)", charged/(1<<20), want/(1<<20))
 	}
@@ -325,4 +325,22 @@ func TestPodsVolumeBudgetChargesLongNames(t *testing.T) {
 	} else {
 		assertNotOOMKilled(t, p)
 	}
+}
+
+// settledVolumeBytes is what the driver's volumes are charged once none is coming or going: the
+// same before and after two relist cycles. A volume of an earlier test may still be unpublishing
+// when a test starts, and its charge leaving between two readings would be taken off the figure
+// the test measures.
+func settledVolumeBytes(t *testing.T, s *framework.PodSuite) float64 {
+	t.Helper()
+	var now float64
+	framework.Eventually(t, time.Minute, func() error {
+		then := s.Scrape(t).Sum("sharedresource_volume_bytes", nil)
+		s.WaitCycles(t, 2)
+		if now = s.Scrape(t).Sum("sharedresource_volume_bytes", nil); now != then {
+			return fmt.Errorf("the volumes' charge moved from %.0f to %.0f bytes over two relist cycles", then, now)
+		}
+		return nil
+	})
+	return now
 }
