@@ -38,14 +38,6 @@ const maxItems = 1000
 // secret volumes do.
 const defaultFileMode os.FileMode = 0o644
 
-// item selects one key of one share's source and names the file it becomes.
-type item struct {
-	Share int         `json:"share,omitempty"` // index into the volume's shares
-	Key   string      `json:"key"`
-	Path  string      `json:"path"`
-	Mode  os.FileMode `json:"mode,omitempty"` // 0: the volume's default mode
-}
-
 // parseVolumeAttributes reads what the pod author set in the volume's volumeAttributes into v:
 // the shares, refreshResource, defaultMode and items. Keys the kubelet adds are skipped; any
 // other key is an error, so that a misspelt attribute is not silently ignored.
@@ -151,8 +143,8 @@ func parseMode(s string) (os.FileMode, error) {
 // "ca.crt, tls.key=keys/tls.key:0400". PATH is relative, checked segment by segment; MODE is
 // octal. Two entries may not produce the same path, nor a path that is another's directory.
 // In a volume of several shares, KEY names its share: secret/NAME/KEY or configmap/NAME/KEY.
-func parseItems(s string, shares []share.Ref) ([]item, error) {
-	var items []item
+func parseItems(s string, shares []share.Ref) ([]volume.Item, error) {
+	var items []volume.Item
 	paths := map[string]bool{}
 	entries := strings.Split(s, ",")
 	if len(entries) > maxItems {
@@ -163,7 +155,7 @@ func parseItems(s string, shares []share.Ref) ([]item, error) {
 		if entry == "" {
 			return nil, fmt.Errorf("empty entry in %q (entries are KEY[=PATH][:MODE], comma-separated)", s)
 		}
-		var it item
+		var it volume.Item
 		rest, modeStr, hasMode := strings.Cut(entry, ":")
 		if hasMode {
 			m, err := parseMode(modeStr)

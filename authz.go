@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 	"golang.org/x/sync/singleflight"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +28,12 @@ type accessKey struct {
 
 func (k accessKey) String() string {
 	return fmt.Sprintf("%s/%s/%s/%s", k.Namespace, k.ServiceAccount, k.Kind, k.Share)
+}
+
+// accessKeyOf is the decision share i of volume r needs: its pod's service account using the share.
+func accessKeyOf(r volume.Record, i int) accessKey {
+	s := r.Shares[i]
+	return accessKey{Namespace: r.PodNamespace, ServiceAccount: r.ServiceAccount, Kind: s.Kind, Share: s.Name}
 }
 
 // decision is an answer from the API server.

@@ -1,13 +1,13 @@
 package main
 
-// Specification of the node's volume budget's bookkeeping (budget.go), charged by the volume store.
+// Specification of the node's volume budget's bookkeeping (internal/volume), charged by the volume store.
 // Whatever happens to the volumes (publish, refresh to a larger or smaller copy, revocation and
 // restoration, a save or a view's rebuild that fails, unpublish, a driver restart; a volume of two
 // shares, one revoked alone, whose paths come to conflict or whose bytes come to be the same),
 // the bytes in use are exactly the sum over the volumes of their saved record's charge, or, for a
 // volume whose new copies were written but whose record could not be saved after, the larger of
-// that and its unsaved charge (what its tmpfs holds, measured: budget.go's
-// volumeRewrite.unsaved); zero when no volume is left; and never less than what the volumes'
+// that and its unsaved charge (what its tmpfs holds, measured: internal/volume's
+// volume.Rewrite.unsaved); zero when no volume is left; and never less than what the volumes'
 // tmpfs hold, measured on disk. A property test runs random sequences of those operations on a
 // fake node (unitdriver_test.go) and checks the invariant after every step;
 // FuzzBudgetFollowsSavedRecords lets the fuzzer pick sequences.
@@ -107,7 +107,7 @@ func (w *budgetWorld) setSource(name, key string, n int) {
 // record's place, holding the record (its bytes stay on the tmpfs, as a failed save leaves them),
 // and nothing can be renamed over it. fixSave puts the record back as it was.
 func (w *budgetWorld) breakSave(id string) {
-	p := w.d.store.recordPath(id)
+	p := w.d.store.RecordPath(id)
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return // no such volume
@@ -130,7 +130,7 @@ func (w *budgetWorld) fixSave(id string) {
 		return
 	}
 	delete(w.broken, id)
-	p := w.d.store.recordPath(id)
+	p := w.d.store.RecordPath(id)
 	if err := os.RemoveAll(p); err != nil {
 		w.t.Fatal(err)
 	}
@@ -143,18 +143,18 @@ func (w *budgetWorld) fixSave(id string) {
 // directory stands where the atomic writer makes its next ..data link. The share's copies are
 // still written (each in its own directory). fixView removes it.
 func (w *budgetWorld) breakView(id string) {
-	rec, ok := w.d.store.get(id)
+	rec, ok := w.d.store.Get(id)
 	if !ok {
 		return
 	}
-	if err := os.MkdirAll(filepath.Join(w.d.store.dirOf(rec).ViewPath(), "..data_tmp", "full"), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(w.d.store.DirOf(rec).ViewPath(), "..data_tmp", "full"), 0o700); err != nil {
 		w.t.Fatal(err)
 	}
 }
 
 func (w *budgetWorld) fixView(id string) {
-	if rec, ok := w.d.store.get(id); ok {
-		if err := os.RemoveAll(filepath.Join(w.d.store.dirOf(rec).ViewPath(), "..data_tmp")); err != nil {
+	if rec, ok := w.d.store.Get(id); ok {
+		if err := os.RemoveAll(filepath.Join(w.d.store.DirOf(rec).ViewPath(), "..data_tmp")); err != nil {
 			w.t.Fatal(err)
 		}
 	}
@@ -175,7 +175,7 @@ func (w *budgetWorld) refreshBroken(n int, breakIt, fix func()) {
 func (w *budgetWorld) restart() {
 	n := *w.d
 	n.budget = &volume.Budget{Limit: w.d.budget.Limit}
-	n.store = newVolumeStore(filepath.Dir(w.d.store.dir), n.budget)
+	n.store = volume.NewStore(filepath.Dir(w.d.store.Path), n.budget)
 	n.locks = newVolumeLocks()
 	w.d = &n
 	if err := w.d.recoverVolumes(); err != nil {
@@ -252,12 +252,12 @@ func (w *budgetWorld) step(op, arg byte) string {
 // larger.
 func (w *budgetWorld) chargedBytes() int64 {
 	var sum int64
-	for _, rec := range w.d.store.list() {
-		if _, err := w.d.store.readRecord(rec.VolumeID); err != nil {
+	for _, rec := range w.d.store.List() {
+		if _, err := w.d.store.ReadRecord(rec.VolumeID); err != nil {
 			w.t.Fatalf("volume %s is in the store but its record cannot be read: %v", rec.VolumeID, err)
 		}
 		unsaved := w.d.budget.Charge(rec.VolumeID).Unsaved
-		sum += max(volumeBytes(rec), unsaved)
+		sum += max(volume.RecordedBytes(rec), unsaved)
 	}
 	return sum
 }
@@ -269,13 +269,13 @@ func (w *budgetWorld) chargedBytes() int64 {
 // driver's memory. The budget must never count less: that memory is real.
 func (w *budgetWorld) onDiskBytes() int64 {
 	var sum int64
-	for _, rec := range w.d.store.list() {
-		saved, err := w.d.store.readRecord(rec.VolumeID)
+	for _, rec := range w.d.store.List() {
+		saved, err := w.d.store.ReadRecord(rec.VolumeID)
 		if err != nil {
 			w.t.Fatalf("volume %s: %v", rec.VolumeID, err)
 		}
-		sum += recordHeapBytes(saved)
-		root := w.d.store.mountPoint(rec.VolumeID)
+		sum += volume.HeapBytes(saved)
+		root := w.d.store.MountPoint(rec.VolumeID)
 		inodes := map[uint64]bool{}
 		err = filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
 			if err != nil {
@@ -315,7 +315,7 @@ func runBudgetSequence(t *testing.T, ops []byte) {
 		done = append(done, w.step(ops[i], ops[i+1]))
 		if used, charged := w.d.budget.InUse(), w.chargedBytes(); used != charged {
 			t.Fatalf("budget in use %d bytes, but the saved records (and unsaved charges) sum to %d (%d volumes), after:\n%s",
-				used, charged, w.d.store.count(), joinLines(done))
+				used, charged, w.d.store.Count(), joinLines(done))
 		}
 		if used, held := w.d.budget.InUse(), w.onDiskBytes(); used < held {
 			t.Fatalf("budget in use %d bytes, but the volumes' tmpfs hold %d (%d uncounted), after:\n%s",
@@ -442,8 +442,8 @@ func TestFailedViewRebuildChargesWhatIsOnDiskOnce(t *testing.T) {
 	}
 	w.fixView("vol-0")
 	w.d.relistCycle(ctx, 0)
-	rec, _ := w.d.store.get("vol-0")
-	if used := w.d.budget.InUse(); used != volumeBytes(rec) {
-		t.Fatalf("once the view is rebuilt and the record saved, the budget counts %d bytes; want the record's %d", used, volumeBytes(rec))
+	rec, _ := w.d.store.Get("vol-0")
+	if used := w.d.budget.InUse(); used != volume.RecordedBytes(rec) {
+		t.Fatalf("once the view is rebuilt and the record saved, the budget counts %d bytes; want the record's %d", used, volume.RecordedBytes(rec))
 	}
 }

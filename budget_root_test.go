@@ -7,7 +7,7 @@ package main
 // the atomic writer, and the record), on a tmpfs of the driver's default size (--tmpfs-size 4Mi),
 // and what the tmpfs then holds (statfs: its pages, and its inodes, each costing the kernel an
 // inode, a dentry and a name of up to 253 bytes) must not be more than what the volume is charged
-// for its tmpfs (volumeBytes, less what it charges for the driver's heap).
+// for its tmpfs (volume.RecordedBytes, less what it charges for the driver's heap).
 
 import (
 	"context"
@@ -70,18 +70,18 @@ func TestLongNamedVolumesAreChargedWhatTheirTmpfsHolds(t *testing.T) {
 			if err := unix.Statfs(dir, &before); err != nil {
 				t.Fatal(err)
 			}
-			rec := volumeRecord{VolumeID: "vol-long", Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}}}, GID: -1}
+			rec := volume.Record{VolumeID: "vol-long", Shares: []volume.ShareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}}}, GID: -1}
 			files := map[string]atomicwriter.File{}
 			for _, p := range c.paths() {
 				files[p] = atomicwriter.File{Data: []byte("x"), Mode: 0o444}
-				rec.Items = append(rec.Items, item{Key: "k", Path: p})
+				rec.Items = append(rec.Items, volume.Item{Key: "k", Path: p})
 			}
 			rec.Shares[0].Bytes = volume.ChargedBytes(files)
 			vd := volume.Dir{Path: dir, GID: -1}
 			if err := vd.Populate(volume.ComposeView([]map[string]atomicwriter.File{files})); err != nil {
 				t.Fatal(err)
 			}
-			b, err := encodeRecord(rec)
+			b, err := volume.EncodeRecord(rec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,9 +95,9 @@ func TestLongNamedVolumesAreChargedWhatTheirTmpfsHolds(t *testing.T) {
 			blocks := int64(before.Bfree-after.Bfree) * after.Bsize
 			inodes := int64(before.Ffree - after.Ffree)
 			held := blocks + inodes*inodeKernelBytes
-			charged := volumeBytes(rec) - recordHeapBytes(rec)
+			charged := volume.RecordedBytes(rec) - volume.HeapBytes(rec)
 			t.Logf("%d KiB of tmpfs pages and %d inodes: %d KiB held at most; charged %d KiB for the tmpfs (and %d KiB for the heap)",
-				blocks>>10, inodes, held>>10, charged>>10, recordHeapBytes(rec)>>10)
+				blocks>>10, inodes, held>>10, charged>>10, volume.HeapBytes(rec)>>10)
 			if charged < held {
 				t.Errorf("charged %d KiB for a tmpfs that holds %d KiB (%d KiB of pages, %d inodes)", charged>>10, held>>10, blocks>>10, inodes)
 			}
@@ -127,14 +127,14 @@ func TestFilesKeptOpenAfterARefreshAreCharged(t *testing.T) {
 			d, _ := c.node()
 			root := tmpfsTestRealDir(t)
 			d.kubeletRoot, d.mounter, d.tmpfsSize = root, kernelMounter{}, 4<<20
-			d.store = newVolumeStore(filepath.Join(root, "plugins", driverName), d.budget)
+			d.store = volume.NewStore(filepath.Join(root, "plugins", driverName), d.budget)
 			version := func(v string) map[string]string { return map[string]string{"ca.crt": strings.Repeat(v, size)} }
 			// Version a, removed: its pages, and two inodes, its own and the payload dir's it was
 			// in (the open file's dentry holds its parent's, and with it the inode).
 			kept := int64(size) + 2*(volume.EntryBytes+volume.MaxEntryNameBytes)
 			charged := func(d *driver, when string, want int64) {
 				t.Helper()
-				saved := volumeBytes(savedRecord(t, d, "vol"))
+				saved := volume.RecordedBytes(savedRecord(t, d, "vol"))
 				if got := d.budget.Charge("vol").Bytes(); got != saved+want {
 					t.Errorf("%s: charged %d bytes, want the record's %d and %d more", when, got, saved, want)
 				}
@@ -174,7 +174,7 @@ func TestFilesKeptOpenAfterARefreshAreCharged(t *testing.T) {
 			// Restarted while the file is open: charged as it resumes the volume (at least: the
 			// record as found may count more), then by its first reconcile.
 			n, _ := c.restart(d)
-			if got, saved := n.budget.Charge("vol").Bytes(), volumeBytes(savedRecord(t, n, "vol")); got < saved+kept {
+			if got, saved := n.budget.Charge("vol").Bytes(), volume.RecordedBytes(savedRecord(t, n, "vol")); got < saved+kept {
 				t.Errorf("resumed: charged %d bytes, want at least the record's %d and %d for version a", got, saved, kept)
 			}
 			reconcile(n)

@@ -1,6 +1,6 @@
 package main
 
-// Specification of the node's volume budget (budget.go), on a fake node (unitdriver_test.go): a
+// Specification of the node's volume budget (internal/volume), on a fake node (unitdriver_test.go): a
 // publish that does not fit is refused with ResourceExhausted and a message naming the budget,
 // the bytes in use and the flag, and fits once another volume is gone; a refresh that does not
 // fit keeps the volume's last files and tells the pod once, and goes through when room is made.
@@ -32,23 +32,23 @@ import (
 // a byte, under 300 names). On a real tmpfs it held 3,692 KiB of tmpfs pages (its 300 pages of
 // data, a page for each top-level link's target, in the copy and the view, and its record) and
 // some 1 MiB of slab (a name allocation for each of the 1,200 names), and it was charged 2,504
-// KiB. What the kernel holds is counted here from the kernel's rules, apart from budget.go's: a
+// KiB. What the kernel holds is counted here from the kernel's rules, apart from internal/volume's: a
 // link target of 128 bytes or more takes a page; a name of 32 bytes or more an allocation of its
 // own (16 bytes of header, the name and its NUL: 512 bytes of kmalloc for 253); and each entry an
 // inode and a dentry (936 bytes). A real tmpfs is measured in tmpfs_root_test.go.
 func TestLongNamesAreChargedWhatTheKernelHolds(t *testing.T) {
 	const n, nameLen = 300, 253
-	rec := volumeRecord{VolumeID: "vol-long", Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}}}}
+	rec := volume.Record{VolumeID: "vol-long", Shares: []volume.ShareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}}}}
 	files := map[string]atomicwriter.File{}
 	for i := range n {
 		name := fmt.Sprintf("%03d", i) + strings.Repeat("n", nameLen-3)
 		files[name] = atomicwriter.File{Data: []byte("x")}
-		rec.Items = append(rec.Items, item{Key: "k", Path: name})
+		rec.Items = append(rec.Items, volume.Item{Key: "k", Path: name})
 	}
 	rec.Shares[0].Bytes = volume.ChargedBytes(files)
-	charged := volumeBytes(rec)
-	pagesHeld := int64(n)*volume.PageSize + 2*n*volume.PageSize + recordPages(rec) // data, link targets, record
-	slabHeld := int64(4*n) * (512 + 936)                                           // the files and links, in the copy and the view
+	charged := volume.RecordedBytes(rec)
+	pagesHeld := int64(n)*volume.PageSize + 2*n*volume.PageSize + volume.RecordPages(rec) // data, link targets, record
+	slabHeld := int64(4*n) * (512 + 936)                                                  // the files and links, in the copy and the view
 	if held := pagesHeld + slabHeld; charged < held {
 		t.Errorf("300 items of 253-byte names charged %d KiB, the kernel holds %d KiB (%d KiB of tmpfs pages, %d KiB of slab)",
 			charged>>10, held>>10, pagesHeld>>10, slabHeld>>10)
@@ -62,17 +62,17 @@ func TestLongNamesAreChargedWhatTheKernelHolds(t *testing.T) {
 // an operation in progress holds). Measured: records decoded as the store loads them.
 func TestRecordsAreChargedWhatTheHeapHolds(t *testing.T) {
 	const volumes = 20
-	rec := volumeRecord{VolumeID: "vol-heap", Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}}}}
+	rec := volume.Record{VolumeID: "vol-heap", Shares: []volume.ShareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}}}}
 	for i := range maxItems {
-		rec.Items = append(rec.Items, item{Key: fmt.Sprintf("%04d", i) + strings.Repeat("k", 249), Path: fmt.Sprintf("%04d", i) + strings.Repeat("p", 249), Mode: 0o440})
+		rec.Items = append(rec.Items, volume.Item{Key: fmt.Sprintf("%04d", i) + strings.Repeat("k", 249), Path: fmt.Sprintf("%04d", i) + strings.Repeat("p", 249), Mode: 0o440})
 	}
-	b, err := encodeRecord(rec)
+	b, err := volume.EncodeRecord(rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	onTmpfs := recordPages(rec) + volumeEntries*volume.EntryBytes // what the tmpfs holds for the record and the volume
-	charged := volumeBytes(rec) - onTmpfs
-	held := make([]volumeRecord, volumes)
+	onTmpfs := volume.RecordPages(rec) + volume.OwnEntries*volume.EntryBytes // what the tmpfs holds for the record and the volume
+	charged := volume.RecordedBytes(rec) - onTmpfs
+	held := make([]volume.Record, volumes)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -94,15 +94,15 @@ func TestRecordsAreChargedWhatTheHeapHolds(t *testing.T) {
 
 // A volume costs its record's pages, as saved, and its own six entries, besides its shares.
 func TestVolumeBytesCountTheRecordAsSaved(t *testing.T) {
-	rec := volumeRecord{VolumeID: "vol-1", Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}, Bytes: 10000}}}
-	if got, want := volumeBytes(rec), int64(volume.PageSize+volumeEntries*volume.EntryBytes+10000)+recordHeapBytes(rec); got != want {
+	rec := volume.Record{VolumeID: "vol-1", Shares: []volume.ShareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}, Bytes: 10000}}}
+	if got, want := volume.RecordedBytes(rec), int64(volume.PageSize+volume.OwnEntries*volume.EntryBytes+10000)+volume.HeapBytes(rec); got != want {
 		t.Errorf("volumeBytes of a small record = %d, want %d", got, want)
 	}
 	for i := range 200 { // a long list of items makes a record of several pages
-		rec.Items = append(rec.Items, item{Key: fmt.Sprintf("key-%d", i), Path: fmt.Sprintf("some/where/file-%d", i)})
+		rec.Items = append(rec.Items, volume.Item{Key: fmt.Sprintf("key-%d", i), Path: fmt.Sprintf("some/where/file-%d", i)})
 	}
-	b, _ := encodeRecord(rec)
-	if got, want := volumeBytes(rec), volume.Pages(int64(len(b)))+volumeEntries*volume.EntryBytes+10000+recordHeapBytes(rec); got != want || want < 4*volume.PageSize {
+	b, _ := volume.EncodeRecord(rec)
+	if got, want := volume.RecordedBytes(rec), volume.Pages(int64(len(b)))+volume.OwnEntries*volume.EntryBytes+10000+volume.HeapBytes(rec); got != want || want < 4*volume.PageSize {
 		t.Errorf("volumeBytes of a record of %d bytes = %d, want %d", len(b), got, want)
 	}
 }
@@ -112,7 +112,7 @@ func TestPublishBeyondTheBudgetIsRefusedUntilThereIsRoom(t *testing.T) {
 	ns := &nodeServer{d: d}
 	ctx := context.Background()
 	// One volume of the share costs a page for ca.crt and one for its record, and its entries.
-	one := int64(volume.PageSize) + volume.ChargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA")}}) + volumeEntries*volume.EntryBytes
+	one := int64(volume.PageSize) + volume.ChargedBytes(map[string]atomicwriter.File{"ca.crt": {Data: []byte("CA")}}) + volume.OwnEntries*volume.EntryBytes
 	d.budget.Limit = one + one/2
 	first := publishRequest(t, d, "vol-1")
 	if _, err := ns.NodePublishVolume(ctx, first); err != nil {
@@ -130,7 +130,7 @@ func TestPublishBeyondTheBudgetIsRefusedUntilThereIsRoom(t *testing.T) {
 		!strings.Contains(st.Message(), fmt.Sprintf("already use %d of the driver's budget of %d bytes", one, d.budget.Limit)) {
 		t.Fatalf("publish beyond the budget: %v; want ResourceExhausted naming the bytes in use, the budget and the flag", err)
 	}
-	if d.budget.InUse() != one || exists(d.store.mountPoint("vol-2")) {
+	if d.budget.InUse() != one || exists(d.store.MountPoint("vol-2")) {
 		t.Fatalf("the refused publish left %d bytes charged or its volume dir", d.budget.InUse())
 	}
 	if _, err := ns.NodeUnpublishVolume(ctx, unpublishRequest(first)); err != nil {
@@ -151,7 +151,7 @@ func TestRefreshBeyondTheBudgetKeepsTheLastFiles(t *testing.T) {
 		Data: map[string][]byte{"ca.crt": make([]byte, 5000)}}, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	view := filepath.Join(d.store.mountPoint("vol-1"), "data")
+	view := filepath.Join(d.store.MountPoint("vol-1"), "data")
 	for range 2 { // told once
 		d.relistCycle(ctx, 0)
 		files, err := atomicwriter.ReadFiles(view)
@@ -165,8 +165,8 @@ func TestRefreshBeyondTheBudgetKeepsTheLastFiles(t *testing.T) {
 	if e := <-events; !strings.Contains(e, reasonRefreshFailed) || !strings.Contains(e, "do not fit on this node") {
 		t.Fatalf("event %q, want %s saying the new files do not fit", e, reasonRefreshFailed)
 	}
-	rec, _ := d.store.get("vol-1")
-	if rec.Shares[0].Told != toldOverBudget || d.budget.InUse() != one {
+	rec, _ := d.store.Get("vol-1")
+	if rec.Shares[0].Told != volume.ToldOverBudget || d.budget.InUse() != one {
 		t.Fatalf("record %+v, %d bytes in use; want the share over budget and its old copy counted", rec.Shares[0], d.budget.InUse())
 	}
 	d.budget.Limit = 0 // room made
@@ -201,8 +201,8 @@ func TestPublishOfMoreFilesThanAVolumeHoldsIsRefused(t *testing.T) {
 		!strings.Contains(st.Message(), attrItems) {
 		t.Fatalf("publish of %d empty keys: %v; want ResourceExhausted naming the count, the bound and %s", maxVolumeEntries+1, err, attrItems)
 	}
-	if m.count() != 0 || d.store.count() != 0 || d.budget.InUse() != 0 {
-		t.Fatalf("the refused publish left %d mounts, %d records, %d bytes charged", m.count(), d.store.count(), d.budget.InUse())
+	if m.count() != 0 || d.store.Count() != 0 || d.budget.InUse() != 0 {
+		t.Fatalf("the refused publish left %d mounts, %d records, %d bytes charged", m.count(), d.store.Count(), d.budget.InUse())
 	}
 }
 
@@ -218,7 +218,7 @@ func TestRefreshToMoreFilesThanAVolumeHoldsKeepsTheLastFiles(t *testing.T) {
 	}
 	for range 2 { // told once
 		d.relistCycle(ctx, 0)
-		files, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint("vol-1"), "data"))
+		files, err := atomicwriter.ReadFiles(filepath.Join(d.store.MountPoint("vol-1"), "data"))
 		if err != nil || len(files) != 1 || string(files["ca.crt"].Data) != "CA" {
 			t.Fatalf("after a refresh to %d keys the view holds %d files (%v), want the last one", maxVolumeEntries+1, len(files), err)
 		}

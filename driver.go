@@ -44,7 +44,7 @@ type driver struct {
 	account sourceaccess.DriverAccount
 
 	mounter mounter // kernelMounter; a fake in unit tests
-	store   *volumeStore
+	store   *volume.Store
 	locks   *volumeLocks
 	shares  *share.Index
 	sources *sourceCache
@@ -115,7 +115,7 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 		budget:      nodeBudget,
 		account:     account,
 		mounter:     kernelMounter{},
-		store:       newVolumeStore(o.stateDir, nodeBudget), // the budget's owner
+		store:       volume.NewStore(o.stateDir, nodeBudget), // the budget's owner
 		locks:       newVolumeLocks(),
 		sources:     sources,
 		authz:       newAuthorizer(sarClient{C: kube.Authz}, kube.rbacLoading, o.authzTTL, o.relistInterval),
@@ -132,7 +132,7 @@ func wire(ctx context.Context, o *options) (*wiring, error) {
 func (d *driver) gauges() driverGauges {
 	return driverGauges{
 		ready:       d.ready,
-		volumes:     d.store.count,
+		volumes:     d.store.Count,
 		mounts:      d.countMounts,
 		volumeBytes: d.budget.InUse,
 		budget:      func() int64 { return d.budget.Limit },

@@ -39,7 +39,7 @@ func TestTheDriversStory(t *testing.T) {
 		}
 		seesOnly(t, "ca.crt", "CA")
 		bind, ok := d.mounter.(*fakeMounter).at(req.TargetPath)
-		if !ok || bind.source != filepath.Join(d.store.mountPoint(id), volume.ViewDir) || !hasOption(bind.entry.Options, "ro") {
+		if !ok || bind.source != filepath.Join(d.store.MountPoint(id), volume.ViewDir) || !hasOption(bind.entry.Options, "ro") {
 			t.Fatalf("the target's mount: %+v; want a read-only bind of the volume's view", bind)
 		}
 	})
@@ -83,7 +83,7 @@ func TestTheDriversStory(t *testing.T) {
 	step("restart: a new driver over the same node resumes the volume, and its relist", func(t *testing.T) { // recover_test.go
 		charged := d.budget.InUse()
 		d, events = c.restart(d)
-		rec, ok := d.store.get(id)
+		rec, ok := d.store.Get(id)
 		if !ok || rec.TargetPath != req.TargetPath || d.budget.InUse() != charged || d.mounter.(*fakeMounter).count() != 2 {
 			t.Fatalf("resumed %v at %q, %d bytes charged (%d before the restart), %d mounts; want the volume as it was, bound",
 				ok, rec.TargetPath, d.budget.InUse(), charged, d.mounter.(*fakeMounter).count())

@@ -11,16 +11,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shared-resource/csi-driver/internal/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
 // boundOnce fails unless the target holds exactly one mount, the volume's read-only bind.
-func boundOnce(t *testing.T, d *driver, rec volumeRecord) {
+func boundOnce(t *testing.T, d *driver, rec volume.Record) {
 	t.Helper()
 	m := d.mounter.(*fakeMounter)
 	top, ok := m.at(rec.TargetPath)
-	if !ok || top.source != d.store.dirOf(rec).ViewPath() || !hasOption(top.entry.Options, "ro") || m.count() != 2 {
+	if !ok || top.source != d.store.DirOf(rec).ViewPath() || !hasOption(top.entry.Options, "ro") || m.count() != 2 {
 		t.Fatalf("the target's mount %+v (%v), %d mounts in all; want the volume's read-only bind, once", top, ok, m.count())
 	}
 }
@@ -28,7 +29,7 @@ func boundOnce(t *testing.T, d *driver, rec volumeRecord) {
 func TestEnsureBindKeepsAReadOnlyBindAndMakesAMissingOne(t *testing.T) {
 	d, _ := newFakeCluster(t).node()
 	publishVolume(t, d, "vol-1")
-	rec, _ := d.store.get("vol-1")
+	rec, _ := d.store.Get("vol-1")
 	must(t, d.ensureBind(rec))
 	boundOnce(t, d, rec)
 	must(t, d.mounter.unmount(rec.TargetPath))
@@ -39,7 +40,7 @@ func TestEnsureBindKeepsAReadOnlyBindAndMakesAMissingOne(t *testing.T) {
 func TestEnsureBindReplacesAWritableBindOfTheVolume(t *testing.T) {
 	d, _ := newFakeCluster(t).node()
 	publishVolume(t, d, "vol-1")
-	rec, _ := d.store.get("vol-1")
+	rec, _ := d.store.Get("vol-1")
 	m := d.mounter.(*fakeMounter)
 	bind, _ := m.at(rec.TargetPath)
 	must(t, m.unmount(rec.TargetPath))
@@ -54,11 +55,11 @@ func TestEnsureBindReplacesAWritableBindOfTheVolume(t *testing.T) {
 func TestEnsureBindMakesAMissingTargetAndOwnsIt(t *testing.T) {
 	d, _ := newFakeCluster(t).node()
 	publishVolume(t, d, "vol-1")
-	rec, _ := d.store.get("vol-1")
+	rec, _ := d.store.Get("vol-1")
 	must(t, d.mounter.unmount(rec.TargetPath))
 	must(t, os.Remove(rec.TargetPath))
 	rec.CreatedTarget = false
-	must(t, d.store.save(rec))
+	must(t, d.store.Save(rec))
 	must(t, d.ensureBind(rec))
 	boundOnce(t, d, rec)
 	if !savedRecord(t, d, "vol-1").CreatedTarget {
@@ -69,7 +70,7 @@ func TestEnsureBindMakesAMissingTargetAndOwnsIt(t *testing.T) {
 func TestEnsureBindRefusesAnotherMountAtTheTarget(t *testing.T) {
 	d, _ := newFakeCluster(t).node()
 	publishVolume(t, d, "vol-1")
-	rec, _ := d.store.get("vol-1")
+	rec, _ := d.store.Get("vol-1")
 	m := d.mounter.(*fakeMounter)
 	must(t, m.unmount(rec.TargetPath))
 	must(t, m.mountTmpfs(rec.TargetPath, 1, ""))

@@ -99,7 +99,7 @@ func (c *fakeCluster) deleteSource() {
 // the volume has no view.
 func podView(t *testing.T, d *driver, id string) map[string]string {
 	t.Helper()
-	files, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint(id), volume.ViewDir))
+	files, err := atomicwriter.ReadFiles(filepath.Join(d.store.MountPoint(id), volume.ViewDir))
 	if err != nil {
 		return nil
 	}
@@ -154,7 +154,7 @@ func publishVolume(t *testing.T, d *driver, id string, attrs ...string) *csi.Nod
 // reconcileVolume runs one reconcile of volume id, as a relist cycle does, and returns its error.
 func reconcileVolume(t *testing.T, d *driver, id string) error {
 	t.Helper()
-	rec, ok := d.store.get(id)
+	rec, ok := d.store.Get(id)
 	if !ok {
 		t.Fatalf("volume %s is not in the store", id)
 	}
@@ -162,9 +162,9 @@ func reconcileVolume(t *testing.T, d *driver, id string) error {
 }
 
 // savedRecord is volume id's record as saved on disk.
-func savedRecord(t *testing.T, d *driver, id string) volumeRecord {
+func savedRecord(t *testing.T, d *driver, id string) volume.Record {
 	t.Helper()
-	rec, err := d.store.readRecord(id)
+	rec, err := d.store.ReadRecord(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func (c *fakeCluster) restart(d *driver) (*driver, chan string) {
 	n, events := c.node()
 	n.kubeletRoot, n.mounter = d.kubeletRoot, d.mounter
 	n.budget.Limit = d.budget.Limit
-	n.store = newVolumeStore(filepath.Dir(d.store.dir), n.budget)
+	n.store = volume.NewStore(filepath.Dir(d.store.Path), n.budget)
 	if err := n.recoverVolumes(); err != nil {
 		c.t.Fatalf("recover: %v", err)
 	}

@@ -3,7 +3,7 @@ package main
 // Judging one share of a volume (step (1) of a reconcile, reconcile.go): what it should show now,
 // from the share, the pod's access and the source. Nothing here writes anything.
 //
-// Each share of a volume is in one state (shareState.Told): what the pod was last told of it,
+// Each share of a volume is in one state (volume.ShareState.Told): what the pod was last told of it,
 // and with it whether the pod sees the share's files: the first four states show files (shown),
 // the other five keep the share's files away (away).
 //
@@ -19,7 +19,7 @@ package main
 //	regrantedOverBudget      none               it may use the share again, but its files do not fit
 //
 // A reconcile judges each share, from what the API server says now, to an outcome (the first row
-// that applies); the outcome moves the share to its next state (told.after). The pod is told (an
+// that applies); the outcome moves the share to its next state (toldAfter). The pod is told (an
 // event) when the outcome leads to a state the share is not in, and not again while it stays
 // there; the exceptions say so.
 //
@@ -51,7 +51,7 @@ package main
 //	(10) access granted; anything else: a new copy    refreshed        any           current; always told (refreshed,
 //	                                                                                 keysChanged, or restored from away)
 //	(11) as (10), but the new copy does not fit in    overBudget       shown         overBudget: the last files stay
-//	     the node's volume budget (budget.go) or in                    away          regrantedOverBudget
+//	     the node's volume budget (internal/volume) or in             away          regrantedOverBudget
 //	     the volume (maxVolumeEntries); known only
 //	     when it is written (reconcile.go's writeNewCopy)
 //
@@ -77,11 +77,12 @@ import (
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // shareVerdict is what a reconcile decided for one share.
 type shareVerdict struct {
-	state  shareState                   // the share's next state, saved with the record
+	state  volume.ShareState            // the share's next state, saved with the record
 	files  map[string]atomicwriter.File // its new copy; nil: the copy stays as it is
 	change *shareChange                 // what to report; nil: the share is as it was
 	err    error                        // the share could not be judged: it stays as it was
@@ -102,33 +103,33 @@ const (
 	outcomeOverBudget     outcome = "overBudget"     // (11)
 )
 
-// after is the state a share in state t moves to on outcome o, and whether the pod is told.
-func (t told) after(o outcome) (next told, tell bool) {
+// toldAfter is the state a share in state t moves to on outcome o, and whether the pod is told.
+func toldAfter(t volume.Told, o outcome) (next volume.Told, tell bool) {
 	switch o {
 	case outcomeDenied:
-		return toldRevoked, !t.hidden()
+		return volume.ToldRevoked, !t.Hidden()
 	case outcomeShareReplaced:
-		next = toldShareReplaced
+		next = volume.ToldShareReplaced
 	case outcomeAdopted:
-		if t == toldShareReplaced {
-			return toldRevoked, false
+		if t == volume.ToldShareReplaced {
+			return volume.ToldRevoked, false
 		}
 		return t, false
 	case outcomeGranted:
 		next = t
-		if t.hidden() {
-			next = toldCurrent
+		if t.Hidden() {
+			next = volume.ToldCurrent
 		}
 	case outcomeReadForbidden:
-		next = t.keeping(toldReadForbidden, toldRegrantedReadForbidden)
+		next = keeping(t, volume.ToldReadForbidden, volume.ToldRegrantedReadForbidden)
 	case outcomeSourceReplaced:
-		next = t.keeping(toldSourceReplaced, toldRegrantedSourceReplaced)
+		next = keeping(t, volume.ToldSourceReplaced, volume.ToldRegrantedSourceReplaced)
 	case outcomeOverBudget:
-		next = t.keeping(toldOverBudget, toldRegrantedOverBudget)
+		next = keeping(t, volume.ToldOverBudget, volume.ToldRegrantedOverBudget)
 	case outcomeCurrent:
-		return toldCurrent, t == toldReadForbidden
+		return volume.ToldCurrent, t == volume.ToldReadForbidden
 	case outcomeRefreshed:
-		return toldCurrent, true
+		return volume.ToldCurrent, true
 	default:
 		return t, false
 	}
@@ -137,8 +138,8 @@ func (t told) after(o outcome) (next told, tell bool) {
 
 // keeping is the state a share in t moves to when its last files stay for a reason: shown, the
 // reason's state; away, its regranted form (the files stay away).
-func (t told) keeping(shown, away told) told {
-	if t.hidden() {
+func keeping(t volume.Told, shown, away volume.Told) volume.Told {
+	if t.Hidden() {
 		return away
 	}
 	return shown
@@ -146,7 +147,7 @@ func (t told) keeping(shown, away told) told {
 
 // judgeShare decides what share i of rec shows now (the tables at the top of this file). It
 // changes nothing, on disk or in rec.
-func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) shareVerdict {
+func (d *driver) judgeShare(ctx context.Context, rec volume.Record, i int, memo *cycleMemo) shareVerdict {
 	st := rec.Shares[i]
 	if sh, err := memo.share(ctx, st.Ref); err == nil {
 		if !shareIdentity(ctx, st, sh, memo) {
@@ -156,7 +157,7 @@ func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *
 		if v.err == nil && sh.UID != "" && v.state.ShareUID != sh.UID {
 			// This object (or one standing in for it over the same source) is the volume's now (4).
 			v.state.ShareUID = sh.UID
-			v.state.Told, _ = v.state.Told.after(outcomeAdopted)
+			v.state.Told, _ = toldAfter(v.state.Told, outcomeAdopted)
 		}
 		return v
 	}
@@ -165,7 +166,7 @@ func (d *driver) judgeShare(ctx context.Context, rec volumeRecord, i int, memo *
 
 // judgeShareObject is judgeShare's verdict on a share that is the object the volume was
 // published from, or is gone.
-func (d *driver) judgeShareObject(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) shareVerdict {
+func (d *driver) judgeShareObject(ctx context.Context, rec volume.Record, i int, memo *cycleMemo) shareVerdict {
 	st := rec.Shares[i] // a copy: the next state is built on it
 	sh, denied, err := d.judgeAccess(ctx, rec, i, memo)
 	switch {
@@ -193,7 +194,7 @@ func (d *driver) judgeShareObject(ctx context.Context, rec volumeRecord, i int, 
 
 // judgeAccess says whether the pod may still see share i of rec: denied is why not ("" when it
 // may), and sh is the share as it is now.
-func (d *driver) judgeAccess(ctx context.Context, rec volumeRecord, i int, memo *cycleMemo) (sh share.Spec, denied string, err error) {
+func (d *driver) judgeAccess(ctx context.Context, rec volume.Record, i int, memo *cycleMemo) (sh share.Spec, denied string, err error) {
 	ref := rec.Shares[i].Ref
 	sh, err = memo.share(ctx, ref)
 	if apierrors.IsNotFound(err) {
@@ -202,7 +203,7 @@ func (d *driver) judgeAccess(ctx context.Context, rec volumeRecord, i int, memo 
 	if err != nil {
 		return sh, "", err
 	}
-	key := rec.accessKey(i)
+	key := accessKeyOf(rec, i)
 	dec, err := memo.decision(ctx, key)
 	if err != nil || dec.Allowed {
 		return sh, "", err
@@ -211,7 +212,7 @@ func (d *driver) judgeAccess(ctx context.Context, rec volumeRecord, i int, memo 
 }
 
 // judgeSource is the verdict on share i of a refreshing volume the pod may see, from its source.
-func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh share.Spec, memo *cycleMemo) shareVerdict {
+func (d *driver) judgeSource(ctx context.Context, rec volume.Record, i int, sh share.Spec, memo *cycleMemo) shareVerdict {
 	st := rec.Shares[i]
 	src, err := memo.source(ctx, sh)
 	switch {
@@ -245,7 +246,7 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 	}
 	st.SourceUID = cmp.Or(st.SourceUID, src.UID) // a record from before UIDs were kept adopts it
 	sameKeys := st.Exposed.Same(sh.Exposed)
-	if !st.Told.hidden() && sameSource && st.ResourceVersion == src.ResourceVersion && sameKeys {
+	if !st.Told.Hidden() && sameSource && st.ResourceVersion == src.ResourceVersion && sameKeys {
 		return currentShare(st, sh) // (9)
 	}
 	// (10) A new copy, through the share's list now.
@@ -256,7 +257,7 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 		return d.narrowed(rec, i, sh.Exposed, shareVerdict{state: rec.Shares[i], err: err})
 	}
 	change := refreshedChange(st, sh, src.ResourceVersion, sameKeys)
-	st.Told, _ = st.Told.after(outcomeRefreshed)
+	st.Told, _ = toldAfter(st.Told, outcomeRefreshed)
 	st.SourceNamespace, st.SourceName, st.ResourceVersion = sh.SourceNamespace, sh.SourceName, src.ResourceVersion
 	st.SourceUID = cmp.Or(src.UID, st.SourceUID)
 	st.Exposed = sh.Exposed
@@ -265,9 +266,9 @@ func (d *driver) judgeSource(ctx context.Context, rec volumeRecord, i int, sh sh
 
 // currentShare is the verdict on a share whose files are the source's now (9): the pod is told
 // when it comes back from readForbidden.
-func currentShare(st shareState, sh share.Spec) shareVerdict {
+func currentShare(st volume.ShareState, sh share.Spec) shareVerdict {
 	var tell bool
-	if st.Told, tell = st.Told.after(outcomeCurrent); tell {
+	if st.Told, tell = toldAfter(st.Told, outcomeCurrent); tell {
 		return shareVerdict{state: st, change: &shareChange{share: st.Ref, kind: changeRefreshResumed, why: sh.SourceKey().String()}}
 	}
 	return shareVerdict{state: st}
@@ -276,11 +277,11 @@ func currentShare(st shareState, sh share.Spec) shareVerdict {
 // refreshedChange is what a new copy of a share in state st, from the source at version rv,
 // reports (10): restored when its files were away, keysChanged when the share's list changed,
 // refreshed otherwise.
-func refreshedChange(st shareState, sh share.Spec, rv string, sameKeys bool) *shareChange {
+func refreshedChange(st volume.ShareState, sh share.Spec, rv string, sameKeys bool) *shareChange {
 	change := &shareChange{share: st.Ref, kind: changeRefreshed,
 		why: fmt.Sprintf("%s %s/%s (resourceVersion %s)", st.Kind, sh.SourceNamespace, sh.SourceName, rv)}
 	switch {
-	case st.Told.hidden():
+	case st.Told.Hidden():
 		change.kind = changeRestored
 	case !sameKeys:
 		change.kind, change.why = changeKeys, exposureSummary(sh.Exposed)+", from "+change.why
@@ -298,7 +299,7 @@ func refreshedChange(st shareState, sh share.Spec, rv string, sameKeys bool) *sh
 // restored, refreshFailed) is kept; a verdict that reported none reports keysChanged when files
 // leave. An error in v (the share was read, what came after failed) is logged and dropped: the
 // share is narrowed, and the rest judged again next cycle.
-func (d *driver) narrowed(rec volumeRecord, i int, exposed share.Exposure, v shareVerdict) shareVerdict {
+func (d *driver) narrowed(rec volume.Record, i int, exposed share.Exposure, v shareVerdict) shareVerdict {
 	if v.state.Exposed.Same(exposed) {
 		return v
 	}
@@ -306,10 +307,10 @@ func (d *driver) narrowed(rec volumeRecord, i int, exposed share.Exposure, v sha
 		klog.ErrorS(v.err, "Checking a share failed; keeping only what its new list still shares", "volumeID", rec.VolumeID, "share", v.state.String())
 		v.err = nil
 	}
-	held, err := atomicwriter.ReadFiles(d.store.dirOf(rec).CopyPath(i))
+	held, err := atomicwriter.ReadFiles(d.store.DirOf(rec).CopyPath(i))
 	if err != nil {
 		err = fmt.Errorf("reading the copy of %s to drop keys no longer shared: %w", v.state.Ref, err)
-		if v.state.Told.hidden() {
+		if v.state.Told.Hidden() {
 			// A revocation stands: the share leaves the view now. Its copy, kept for when access
 			// comes back, still notes the list it was made through, so it is narrowed before it
 			// can be shown again.
@@ -347,9 +348,9 @@ func exposureSummary(e share.Exposure) string {
 }
 
 // revokeShare is the verdict on a share the pod may no longer see: revoked (2).
-func revokeShare(st shareState, why string) shareVerdict {
+func revokeShare(st volume.ShareState, why string) shareVerdict {
 	var tell bool
-	if st.Told, tell = st.Told.after(outcomeDenied); !tell {
+	if st.Told, tell = toldAfter(st.Told, outcomeDenied); !tell {
 		return shareVerdict{state: st}
 	}
 	return shareVerdict{state: st, change: &shareChange{share: st.Ref, kind: changeRevoked, why: why}}
@@ -358,13 +359,13 @@ func revokeShare(st shareState, why string) shareVerdict {
 // replacedShare is the verdict on a share whose object was replaced by another under the same
 // name (3): revoked (its files leave the view, if the deletion did not already take them), and the
 // pod told once, with what accepts the new object.
-func replacedShare(rec volumeRecord, st shareState, sh share.Spec) shareVerdict {
+func replacedShare(rec volume.Record, st volume.ShareState, sh share.Spec) shareVerdict {
 	kind := changeRevoked
-	if st.Told.hidden() {
+	if st.Told.Hidden() {
 		kind = changeShareReplaced // no file changes: they are away already
 	}
 	var tell bool
-	if st.Told, tell = st.Told.after(outcomeShareReplaced); !tell {
+	if st.Told, tell = toldAfter(st.Told, outcomeShareReplaced); !tell {
 		return shareVerdict{state: st}
 	}
 	why := replacedShareMessage(rec, st, sh)
@@ -373,9 +374,9 @@ func replacedShare(rec volumeRecord, st shareState, sh share.Spec) shareVerdict 
 
 // restoreShare is the verdict on a share of a volume that does not refresh, which the pod may
 // see (5): its copy, kept while it was away, is exactly what comes back.
-func restoreShare(st shareState) shareVerdict {
+func restoreShare(st volume.ShareState) shareVerdict {
 	var tell bool
-	if st.Told, tell = st.Told.after(outcomeGranted); !tell {
+	if st.Told, tell = toldAfter(st.Told, outcomeGranted); !tell {
 		return shareVerdict{state: st}
 	}
 	return shareVerdict{state: st, change: &shareChange{share: st.Ref, kind: changeRestored}}
@@ -383,9 +384,9 @@ func restoreShare(st shareState) shareVerdict {
 
 // sourceReplaced is the verdict on a share whose source is another object than the one it was
 // made for (8): its files stay, and the pod is told, with what an admin runs to accept it.
-func sourceReplaced(st shareState, sh share.Spec, uid string) shareVerdict {
+func sourceReplaced(st volume.ShareState, sh share.Spec, uid string) shareVerdict {
 	var tell bool
-	if st.Told, tell = st.Told.after(outcomeSourceReplaced); !tell {
+	if st.Told, tell = toldAfter(st.Told, outcomeSourceReplaced); !tell {
 		return shareVerdict{state: st}
 	}
 	return shareVerdict{state: st, change: &shareChange{share: st.Ref, kind: changeRefreshFailed, why: share.ReplacedMessage(sh, uid)}}
@@ -393,14 +394,14 @@ func sourceReplaced(st shareState, sh share.Spec, uid string) shareVerdict {
 
 // readForbidden is the verdict on a share whose source the driver may no longer read (7): its
 // files stay, and the pod is told, with what an admin must run.
-func (d *driver) readForbidden(st shareState, sh share.Spec) shareVerdict {
+func (d *driver) readForbidden(st volume.ShareState, sh share.Spec) shareVerdict {
 	var tell bool
-	if st.Told, tell = st.Told.after(outcomeReadForbidden); !tell {
+	if st.Told, tell = toldAfter(st.Told, outcomeReadForbidden); !tell {
 		return shareVerdict{state: st}
 	}
 	// A share whose files are away has none to keep: its access is back, but its files are not.
 	what := "keeps its last files and is not refreshed"
-	if st.Told.hidden() {
+	if st.Told.Hidden() {
 		what = "may be used again, but its files stay away until the driver may read its source"
 	}
 	return shareVerdict{state: st, change: &shareChange{share: st.Ref, kind: changeRefreshFailed,

@@ -51,7 +51,7 @@ func newNarrowWorld(t *testing.T) *narrowWorld {
 		return true, &authorizationv1.SubjectAccessReview{Status: authorizationv1.SubjectAccessReviewStatus{Allowed: true}}, nil
 	})
 	w.d = newTestDriver(t, client.AuthorizationV1().SubjectAccessReviews(), fakeSources{client})
-	w.d.store = newVolumeStore(t.TempDir(), w.d.budget)
+	w.d.store = volume.NewStore(t.TempDir(), w.d.budget)
 	return w
 }
 
@@ -70,11 +70,11 @@ func (w *narrowWorld) judge(t *testing.T, refresh bool) shareVerdict {
 	if err := w.d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
 		t.Fatal(err)
 	}
-	rec := volumeRecord{VolumeID: "v", PodNamespace: "team", PodName: "app", ServiceAccount: "app", Refresh: refresh, GID: -1, DefaultMode: 0o644,
-		Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "tls", ResourceVersion: "9",
+	rec := volume.Record{VolumeID: "v", PodNamespace: "team", PodName: "app", ServiceAccount: "app", Refresh: refresh, GID: -1, DefaultMode: 0o644,
+		Shares: []volume.ShareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "tls", ResourceVersion: "9",
 			ShareUID: "share-1", SourceUID: "tls-1",
 			Exposed: share.Exposure{{Key: "ca.crt", Path: "ca.crt"}, {Key: "tls.crt", Path: "tls.crt"}}}}}
-	if err := w.d.store.dirOf(rec).WriteCopy(0, map[string]atomicwriter.File{
+	if err := w.d.store.DirOf(rec).WriteCopy(0, map[string]atomicwriter.File{
 		"ca.crt": {Data: []byte("CA"), Mode: 0o644}, "tls.crt": {Data: []byte("LEAF"), Mode: 0o644}}); err != nil {
 		t.Fatal(err)
 	}
@@ -86,12 +86,12 @@ func TestKeysNoLongerSharedLeaveOnEveryPath(t *testing.T) {
 		name  string
 		set   func(w *narrowWorld)
 		want  changeKind // the change reported besides the narrowing ("" for keysChanged alone)
-		state func(st shareState) bool
+		state func(st volume.ShareState) bool
 	}{
 		{"the review fails", func(w *narrowWorld) { w.reviewErr = errors.New("connection refused") }, changeKeys,
-			func(st shareState) bool { return st.Told == toldCurrent }},
+			func(st volume.ShareState) bool { return st.Told == volume.ToldCurrent }},
 		{"the pin refuses a re-created source", func(w *narrowWorld) { w.pin = "tls-0" }, changeRefreshFailed,
-			func(st shareState) bool { return st.Told == toldSourceReplaced }},
+			func(st volume.ShareState) bool { return st.Told == volume.ToldSourceReplaced }},
 	} {
 		for _, refresh := range []bool{true, false} {
 			if path.want == changeRefreshFailed && !refresh {
@@ -129,7 +129,7 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyDoesNotFit(t *testing.T) {
 	d, setItems := publishedThroughTheList(t, client, entry("ca.crt"), entry("tls.crt"))
 	ctx := context.Background()
 	before := d.budget.InUse()
-	old, _ := d.store.get("vol-1")
+	old, _ := d.store.Get("vol-1")
 	d.budget.Limit = before // nothing more fits
 	setItems(entry("ca.crt"))
 	if _, err := client.CoreV1().Secrets("p").Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "src", UID: "src-1", ResourceVersion: "2"},
@@ -137,7 +137,7 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyDoesNotFit(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.relistCycle(ctx, 0)
-	files, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint("vol-1"), "data"))
+	files, err := atomicwriter.ReadFiles(filepath.Join(d.store.MountPoint("vol-1"), "data"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,12 +146,12 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyDoesNotFit(t *testing.T) {
 	if !slices.Equal(got, []string{"ca.crt"}) || string(files["ca.crt"].Data) != "CA" {
 		t.Fatalf("the pod sees %q, want only the last ca.crt", got)
 	}
-	// The copy is charged what it holds now (budget.go: pages and entries), and the budget is the
+	// The copy is charged what it holds now (internal/volume: pages and entries), and the budget is the
 	// saved records' sum: tls.crt's page and entries are given back, and its entry of the list the
 	// record holds in the heap.
-	rec, _ := d.store.get("vol-1")
+	rec, _ := d.store.Get("vol-1")
 	if want := volume.ChargedBytes(files); rec.Shares[0].Bytes != want || rec.Shares[0].Bytes >= old.Shares[0].Bytes ||
-		d.budget.InUse() != before-(old.Shares[0].Bytes-want)-(recordHeapBytes(old)-recordHeapBytes(rec)) {
+		d.budget.InUse() != before-(old.Shares[0].Bytes-want)-(volume.HeapBytes(old)-volume.HeapBytes(rec)) {
 		t.Fatalf("%d bytes in use (%d before), the share counts %d (%d before): want %d, tls.crt's page and entries given back",
 			d.budget.InUse(), before, rec.Shares[0].Bytes, old.Shares[0].Bytes, want)
 	}
@@ -166,13 +166,13 @@ func TestKeysNoLongerSharedLeaveWhenTheNewCopyCannotBeWritten(t *testing.T) {
 		Data: map[string][]byte{"ca.crt": []byte("CA"), "tls.crt": []byte("LEAF"), "extra.crt": []byte("EXTRA")}})
 	d, setItems := publishedThroughTheList(t, client, entry("ca.crt"), entry("tls.crt"))
 	ctx := context.Background()
-	rec, _ := d.store.get("vol-1")
-	if err := os.WriteFile(filepath.Join(d.store.dirOf(rec).CopyPath(0), "extra.crt"), []byte("in the way"), 0o600); err != nil {
+	rec, _ := d.store.Get("vol-1")
+	if err := os.WriteFile(filepath.Join(d.store.DirOf(rec).CopyPath(0), "extra.crt"), []byte("in the way"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	setItems(entry("ca.crt"), entry("extra.crt"))
 	d.relistCycle(ctx, 0)
-	files, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint("vol-1"), "data"))
+	files, err := atomicwriter.ReadFiles(filepath.Join(d.store.MountPoint("vol-1"), "data"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,15 +235,15 @@ func TestRevocationStandsWhenTheNodeIsFull(t *testing.T) {
 	allowed = false
 	setItems(entry("ca.crt"))
 	d.relistCycle(context.Background(), 0)
-	seen, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint("vol-1"), "data"))
+	seen, err := atomicwriter.ReadFiles(filepath.Join(d.store.MountPoint("vol-1"), "data"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, _ := d.store.get("vol-1")
-	if len(seen) != 0 || rec.Shares[0].Told != toldRevoked {
-		t.Errorf("after the denial the pod sees %q, told %q; want nothing, told %q", slices.Sorted(maps.Keys(seen)), rec.Shares[0].Told, toldRevoked)
+	rec, _ := d.store.Get("vol-1")
+	if len(seen) != 0 || rec.Shares[0].Told != volume.ToldRevoked {
+		t.Errorf("after the denial the pod sees %q, told %q; want nothing, told %q", slices.Sorted(maps.Keys(seen)), rec.Shares[0].Told, volume.ToldRevoked)
 	}
-	kept, err := atomicwriter.ReadFiles(d.store.dirOf(rec).CopyPath(0))
+	kept, err := atomicwriter.ReadFiles(d.store.DirOf(rec).CopyPath(0))
 	if err != nil {
 		t.Fatal(err)
 	}

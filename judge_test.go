@@ -26,6 +26,7 @@ import (
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // judgeWorld is a fake API server with one SharedSecret "ca" over Secret p/ca, whose answers the
@@ -56,24 +57,24 @@ func newJudgeWorld(t *testing.T) *judgeWorld {
 
 func TestJudgeShareThroughAccessAndReadChanges(t *testing.T) {
 	w := newJudgeWorld(t)
-	rec := volumeRecord{VolumeID: "v", PodNamespace: "team", ServiceAccount: "app", Refresh: true, GID: -1,
-		Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "ca", ResourceVersion: "7"}}}
+	rec := volume.Record{VolumeID: "v", PodNamespace: "team", ServiceAccount: "app", Refresh: true, GID: -1,
+		Shares: []volume.ShareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "ca", ResourceVersion: "7"}}}
 	for _, step := range []struct {
 		name            string
 		mayUse, mayRead bool
 		change          changeKind // "" for none
 		msg             string
-		state           told
+		state           volume.Told
 		files           bool // a new copy to write
 	}{
-		{"granted and readable, unchanged", true, true, "", "", toldCurrent, false},
-		{"the driver loses read", true, false, "refreshFailed", "keeps its last files and is not refreshed", toldReadForbidden, false},
-		{"told once", true, false, "", "", toldReadForbidden, false},
-		{"the pod loses use: revoked", false, false, "revoked", "", toldRevoked, false},
-		{"use back, read still not", true, false, "refreshFailed", "may be used again, but its files stay away", toldRegrantedReadForbidden, false},
-		{"read back: restored", true, true, "restored", "", toldCurrent, true},
-		{"read lost again, then back with nothing new", true, false, "refreshFailed", "keeps its last files", toldReadForbidden, false},
-		{"resumed", true, true, "refreshResumed", "", toldCurrent, false},
+		{"granted and readable, unchanged", true, true, "", "", volume.ToldCurrent, false},
+		{"the driver loses read", true, false, "refreshFailed", "keeps its last files and is not refreshed", volume.ToldReadForbidden, false},
+		{"told once", true, false, "", "", volume.ToldReadForbidden, false},
+		{"the pod loses use: revoked", false, false, "revoked", "", volume.ToldRevoked, false},
+		{"use back, read still not", true, false, "refreshFailed", "may be used again, but its files stay away", volume.ToldRegrantedReadForbidden, false},
+		{"read back: restored", true, true, "restored", "", volume.ToldCurrent, true},
+		{"read lost again, then back with nothing new", true, false, "refreshFailed", "keeps its last files", volume.ToldReadForbidden, false},
+		{"resumed", true, true, "refreshResumed", "", volume.ToldCurrent, false},
 	} {
 		w.mayUse, w.mayReadFile = step.mayUse, step.mayRead
 		v := w.d.judgeShare(context.Background(), rec, 0, w.d.newCycleMemo())
@@ -114,7 +115,7 @@ func TestJudgeShareFollowsTheSharesListOfKeys(t *testing.T) {
 		return false, nil, nil
 	})
 	w.d.sources, _ = newSourceCache(fakeSources{client}, 10, 1<<20, time.Minute)
-	w.d.store = newVolumeStore(t.TempDir(), w.d.budget)
+	w.d.store = volume.NewStore(t.TempDir(), w.d.budget)
 	setList := func(items ...map[string]any) {
 		spec := map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "tls"}}
 		if items != nil {
@@ -125,20 +126,20 @@ func TestJudgeShareFollowsTheSharesListOfKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	newRec := func(refresh bool, held map[string]string) volumeRecord {
-		rec := volumeRecord{VolumeID: "v" + fmt.Sprint(refresh), PodNamespace: "team", ServiceAccount: "app", Refresh: refresh, GID: -1, DefaultMode: 0o644,
-			Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "tls", ResourceVersion: "9",
+	newRec := func(refresh bool, held map[string]string) volume.Record {
+		rec := volume.Record{VolumeID: "v" + fmt.Sprint(refresh), PodNamespace: "team", ServiceAccount: "app", Refresh: refresh, GID: -1, DefaultMode: 0o644,
+			Shares: []volume.ShareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "tls", ResourceVersion: "9",
 				Exposed: share.Exposure{{Key: "ca.crt", Path: "ca.crt"}}}}}
 		files := map[string]atomicwriter.File{}
 		for k, v := range held {
 			files[k] = atomicwriter.File{Data: []byte(v), Mode: 0o644}
 		}
-		if err := w.d.store.dirOf(rec).WriteCopy(0, files); err != nil {
+		if err := w.d.store.DirOf(rec).WriteCopy(0, files); err != nil {
 			t.Fatal(err)
 		}
 		return rec
 	}
-	judge := func(rec volumeRecord) shareVerdict {
+	judge := func(rec volume.Record) shareVerdict {
 		return w.d.judgeShare(context.Background(), rec, 0, w.d.newCycleMemo())
 	}
 	expect := func(step string, v shareVerdict, change changeKind, files []string) {
@@ -183,7 +184,7 @@ func TestJudgeShareFollowsTheSharesListOfKeys(t *testing.T) {
 	// the volume stays as it was and the error says which key; a change to such a list still drops what is no longer
 	// shared.
 	setList(entry("ca.crt"), entry("absent"))
-	rec2 := rec.clone()
+	rec2 := rec.Clone()
 	rec2.Shares[0].Exposed = share.Exposure{{Key: "ca.crt", Path: "ca.crt"}, {Key: "absent", Path: "absent"}}
 	expect("nothing changed", judge(rec2), "", nil)
 	rec2.Shares[0].ResourceVersion = "8" // the source changed since

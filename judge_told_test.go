@@ -15,13 +15,13 @@ import (
 )
 
 var (
-	allTold = []told{toldCurrent, toldReadForbidden, toldSourceReplaced, toldOverBudget,
-		toldRevoked, toldShareReplaced, toldRegrantedReadForbidden, toldRegrantedSourceReplaced, toldRegrantedOverBudget}
+	allTold = []volume.Told{volume.ToldCurrent, volume.ToldReadForbidden, volume.ToldSourceReplaced, volume.ToldOverBudget,
+		volume.ToldRevoked, volume.ToldShareReplaced, volume.ToldRegrantedReadForbidden, volume.ToldRegrantedSourceReplaced, volume.ToldRegrantedOverBudget}
 	shownTold = allTold[:4]
 	awayTold  = allTold[4:]
 	// except is states less the ones named.
-	except = func(from []told, not ...told) []told {
-		var out []told
+	except = func(from []volume.Told, not ...volume.Told) []volume.Told {
+		var out []volume.Told
 		for _, t := range from {
 			if !slices.Contains(not, t) {
 				out = append(out, t)
@@ -32,42 +32,42 @@ var (
 )
 
 func TestToldTransitions(t *testing.T) {
-	same := told("(the same)")
+	same := volume.Told("(the same)")
 	rows := []struct {
 		row     string
 		outcome outcome
-		from    []told
-		to      told // same: the state it was in
+		from    []volume.Told
+		to      volume.Told // same: the state it was in
 		tell    bool
 	}{
-		{"(2) denied, files shown: revoked, they leave", outcomeDenied, shownTold, toldRevoked, true},
-		{"(2) denied, files away: revoked, untold", outcomeDenied, awayTold, toldRevoked, false},
-		{"(3) share replaced, not told yet", outcomeShareReplaced, except(allTold, toldShareReplaced), toldShareReplaced, true},
-		{"(3) share replaced, told", outcomeShareReplaced, []told{toldShareReplaced}, toldShareReplaced, false},
-		{"(4) adopted while replaced: revoked, untold", outcomeAdopted, []told{toldShareReplaced}, toldRevoked, false},
-		{"(4) adopted otherwise: as it was", outcomeAdopted, except(allTold, toldShareReplaced), same, false},
-		{"(5) granted, files away: restored", outcomeGranted, awayTold, toldCurrent, true},
+		{"(2) denied, files shown: revoked, they leave", outcomeDenied, shownTold, volume.ToldRevoked, true},
+		{"(2) denied, files away: revoked, untold", outcomeDenied, awayTold, volume.ToldRevoked, false},
+		{"(3) share replaced, not told yet", outcomeShareReplaced, except(allTold, volume.ToldShareReplaced), volume.ToldShareReplaced, true},
+		{"(3) share replaced, told", outcomeShareReplaced, []volume.Told{volume.ToldShareReplaced}, volume.ToldShareReplaced, false},
+		{"(4) adopted while replaced: revoked, untold", outcomeAdopted, []volume.Told{volume.ToldShareReplaced}, volume.ToldRevoked, false},
+		{"(4) adopted otherwise: as it was", outcomeAdopted, except(allTold, volume.ToldShareReplaced), same, false},
+		{"(5) granted, files away: restored", outcomeGranted, awayTold, volume.ToldCurrent, true},
 		{"(5) granted, files shown: as it is", outcomeGranted, shownTold, same, false},
-		{"(7) read forbidden, shown", outcomeReadForbidden, except(shownTold, toldReadForbidden), toldReadForbidden, true},
-		{"(7) read forbidden, shown, told", outcomeReadForbidden, []told{toldReadForbidden}, toldReadForbidden, false},
-		{"(7) read forbidden, away", outcomeReadForbidden, except(awayTold, toldRegrantedReadForbidden), toldRegrantedReadForbidden, true},
-		{"(7) read forbidden, away, told", outcomeReadForbidden, []told{toldRegrantedReadForbidden}, toldRegrantedReadForbidden, false},
-		{"(8) source replaced, shown", outcomeSourceReplaced, except(shownTold, toldSourceReplaced), toldSourceReplaced, true},
-		{"(8) source replaced, shown, told", outcomeSourceReplaced, []told{toldSourceReplaced}, toldSourceReplaced, false},
-		{"(8) source replaced, away", outcomeSourceReplaced, except(awayTold, toldRegrantedSourceReplaced), toldRegrantedSourceReplaced, true},
-		{"(8) source replaced, away, told", outcomeSourceReplaced, []told{toldRegrantedSourceReplaced}, toldRegrantedSourceReplaced, false},
-		{"(9) current after read forbidden: resumed", outcomeCurrent, []told{toldReadForbidden}, toldCurrent, true},
-		{"(9) current otherwise: untold", outcomeCurrent, except(allTold, toldReadForbidden), toldCurrent, false},
-		{"(10) refreshed: always told", outcomeRefreshed, allTold, toldCurrent, true},
-		{"(11) over budget, shown", outcomeOverBudget, except(shownTold, toldOverBudget), toldOverBudget, true},
-		{"(11) over budget, shown, told", outcomeOverBudget, []told{toldOverBudget}, toldOverBudget, false},
-		{"(11) over budget, away", outcomeOverBudget, except(awayTold, toldRegrantedOverBudget), toldRegrantedOverBudget, true},
-		{"(11) over budget, away, told", outcomeOverBudget, []told{toldRegrantedOverBudget}, toldRegrantedOverBudget, false},
+		{"(7) read forbidden, shown", outcomeReadForbidden, except(shownTold, volume.ToldReadForbidden), volume.ToldReadForbidden, true},
+		{"(7) read forbidden, shown, told", outcomeReadForbidden, []volume.Told{volume.ToldReadForbidden}, volume.ToldReadForbidden, false},
+		{"(7) read forbidden, away", outcomeReadForbidden, except(awayTold, volume.ToldRegrantedReadForbidden), volume.ToldRegrantedReadForbidden, true},
+		{"(7) read forbidden, away, told", outcomeReadForbidden, []volume.Told{volume.ToldRegrantedReadForbidden}, volume.ToldRegrantedReadForbidden, false},
+		{"(8) source replaced, shown", outcomeSourceReplaced, except(shownTold, volume.ToldSourceReplaced), volume.ToldSourceReplaced, true},
+		{"(8) source replaced, shown, told", outcomeSourceReplaced, []volume.Told{volume.ToldSourceReplaced}, volume.ToldSourceReplaced, false},
+		{"(8) source replaced, away", outcomeSourceReplaced, except(awayTold, volume.ToldRegrantedSourceReplaced), volume.ToldRegrantedSourceReplaced, true},
+		{"(8) source replaced, away, told", outcomeSourceReplaced, []volume.Told{volume.ToldRegrantedSourceReplaced}, volume.ToldRegrantedSourceReplaced, false},
+		{"(9) current after read forbidden: resumed", outcomeCurrent, []volume.Told{volume.ToldReadForbidden}, volume.ToldCurrent, true},
+		{"(9) current otherwise: untold", outcomeCurrent, except(allTold, volume.ToldReadForbidden), volume.ToldCurrent, false},
+		{"(10) refreshed: always told", outcomeRefreshed, allTold, volume.ToldCurrent, true},
+		{"(11) over budget, shown", outcomeOverBudget, except(shownTold, volume.ToldOverBudget), volume.ToldOverBudget, true},
+		{"(11) over budget, shown, told", outcomeOverBudget, []volume.Told{volume.ToldOverBudget}, volume.ToldOverBudget, false},
+		{"(11) over budget, away", outcomeOverBudget, except(awayTold, volume.ToldRegrantedOverBudget), volume.ToldRegrantedOverBudget, true},
+		{"(11) over budget, away, told", outcomeOverBudget, []volume.Told{volume.ToldRegrantedOverBudget}, volume.ToldRegrantedOverBudget, false},
 	}
-	covered := map[outcome]map[told]string{}
+	covered := map[outcome]map[volume.Told]string{}
 	for _, r := range rows {
 		if covered[r.outcome] == nil {
-			covered[r.outcome] = map[told]string{}
+			covered[r.outcome] = map[volume.Told]string{}
 		}
 		for _, from := range r.from {
 			t.Run(r.row+"/from "+string(from), func(t *testing.T) {
@@ -79,7 +79,7 @@ func TestToldTransitions(t *testing.T) {
 				if want == same {
 					want = from
 				}
-				if to, tell := from.after(r.outcome); to != want || tell != r.tell {
+				if to, tell := toldAfter(from, r.outcome); to != want || tell != r.tell {
 					t.Fatalf("%q after %s: %q, told %v; want %q, told %v", from, r.outcome, to, tell, want, r.tell)
 				}
 			})
@@ -97,11 +97,11 @@ func TestToldTransitions(t *testing.T) {
 
 func TestToldShownAndAway(t *testing.T) {
 	for _, s := range allTold {
-		if !s.known() || s.hidden() != slices.Contains(awayTold, s) {
-			t.Errorf("%q: known %v, hidden %v; want known, hidden %v", s, s.known(), s.hidden(), slices.Contains(awayTold, s))
+		if !s.Known() || s.Hidden() != slices.Contains(awayTold, s) {
+			t.Errorf("%q: known %v, hidden %v; want known, hidden %v", s, s.Known(), s.Hidden(), slices.Contains(awayTold, s))
 		}
 	}
-	if told("someNewerState").known() {
+	if volume.Told("someNewerState").Known() {
 		t.Error("an unknown state is known")
 	}
 }
@@ -116,15 +116,15 @@ func TestRecordsWithTheFlagsResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Read as the driver reads a record at start, from the volume's dir.
-	s := newVolumeStore(t.TempDir(), &volume.Budget{})
+	s := volume.NewStore(t.TempDir(), &volume.Budget{})
 	const id = "csi-0123456789abcdef"
-	if err := os.MkdirAll(s.mountPoint(id), 0o700); err != nil {
+	if err := os.MkdirAll(s.MountPoint(id), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(s.recordPath(id), b, 0o600); err != nil {
+	if err := os.WriteFile(s.RecordPath(id), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := s.readRecord(id)
+	rec, err := s.ReadRecord(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,26 +133,26 @@ func TestRecordsWithTheFlagsResume(t *testing.T) {
 	}
 	for m, st := range rec.Shares {
 		revoked, forbidden, overBudget, sourceReplaced, shareReplaced := m&1 != 0, m&2 != 0, m&4 != 0, m&8 != 0, m&16 != 0
-		var want told
+		var want volume.Told
 		switch {
 		case revoked && shareReplaced:
-			want = toldShareReplaced
+			want = volume.ToldShareReplaced
 		case revoked && forbidden:
-			want = toldRegrantedReadForbidden
+			want = volume.ToldRegrantedReadForbidden
 		case revoked && sourceReplaced:
-			want = toldRegrantedSourceReplaced
+			want = volume.ToldRegrantedSourceReplaced
 		case revoked && overBudget:
-			want = toldRegrantedOverBudget
+			want = volume.ToldRegrantedOverBudget
 		case revoked:
-			want = toldRevoked
+			want = volume.ToldRevoked
 		case forbidden: // told after overBudget or sourceReplaced, which a read clears it to judge
-			want = toldReadForbidden
+			want = volume.ToldReadForbidden
 		case overBudget:
-			want = toldOverBudget
+			want = volume.ToldOverBudget
 		case sourceReplaced:
-			want = toldSourceReplaced
+			want = volume.ToldSourceReplaced
 		}
-		if st.Told != want || st.Told.hidden() != revoked || st.ResourceVersion != "7" || st.Bytes != 8192 || st.ShareUID != "uid-share" {
+		if st.Told != want || st.Told.Hidden() != revoked || st.ResourceVersion != "7" || st.Bytes != 8192 || st.ShareUID != "uid-share" {
 			t.Errorf("%s: state %q, version %q, bytes %d, share UID %q; want state %q (files away: %v), the other fields as written", st.Name, st.Told, st.ResourceVersion, st.Bytes, st.ShareUID, want, revoked)
 		}
 	}
@@ -167,21 +167,21 @@ func TestRecordsKeepRevokedForTheReleaseBefore(t *testing.T) {
 		Revoked bool   `json:"revoked"`
 	}
 	for _, s := range allTold {
-		b, err := json.Marshal(shareState{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}, Told: s})
+		b, err := json.Marshal(volume.ShareState{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}, Told: s})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var old flags
-		var back shareState
+		var back volume.ShareState
 		if err := json.Unmarshal(b, &old); err != nil || json.Unmarshal(b, &back) != nil {
 			t.Fatalf("%s: %v", b, err)
 		}
-		if old.Told != string(s) || old.Revoked != s.hidden() || back.Told != s {
-			t.Errorf("%q written as %s: read back as %q; want told %q, revoked %v", s, b, back.Told, s, s.hidden())
+		if old.Told != string(s) || old.Revoked != s.Hidden() || back.Told != s {
+			t.Errorf("%q written as %s: read back as %q; want told %q, revoked %v", s, b, back.Told, s, s.Hidden())
 		}
 	}
-	var st shareState
-	if err := json.Unmarshal([]byte(`{"kind":"Secret","name":"s","told":"someNewerState","revoked":true}`), &st); err != nil || st.Told != toldRevoked {
+	var st volume.ShareState
+	if err := json.Unmarshal([]byte(`{"kind":"Secret","name":"s","told":"someNewerState","revoked":true}`), &st); err != nil || st.Told != volume.ToldRevoked {
 		t.Fatalf("an unknown state with revoked: %q (%v), want revoked", st.Told, err)
 	}
 }
@@ -195,23 +195,23 @@ func TestSharesRecordedWithTheFlagsGoOnFromWhatThePodWasTold(t *testing.T) {
 		flags    string // the share's flags, as the release before wrote them
 		mayRead  bool
 		change   changeKind
-		state    told
+		state    volume.Told
 		newFiles bool
 	}{
-		{"read still forbidden: not told again", `"revoked":false,"readForbidden":true`, false, "", toldReadForbidden, false},
-		{"read back: resumed", `"revoked":false,"readForbidden":true`, true, changeRefreshResumed, toldCurrent, false},
-		{"regranted, read still forbidden: not told again", `"revoked":true,"readForbidden":true`, false, "", toldRegrantedReadForbidden, false},
-		{"regranted, read back: restored", `"revoked":true,"readForbidden":true`, true, changeRestored, toldCurrent, true},
-		{"revoked, regranted and readable: restored", `"revoked":true`, true, changeRestored, toldCurrent, true},
+		{"read still forbidden: not told again", `"revoked":false,"readForbidden":true`, false, "", volume.ToldReadForbidden, false},
+		{"read back: resumed", `"revoked":false,"readForbidden":true`, true, changeRefreshResumed, volume.ToldCurrent, false},
+		{"regranted, read still forbidden: not told again", `"revoked":true,"readForbidden":true`, false, "", volume.ToldRegrantedReadForbidden, false},
+		{"regranted, read back: restored", `"revoked":true,"readForbidden":true`, true, changeRestored, volume.ToldCurrent, true},
+		{"revoked, regranted and readable: restored", `"revoked":true`, true, changeRestored, volume.ToldCurrent, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w := newJudgeWorld(t)
 			w.mayReadFile = c.mayRead
-			var st shareState
+			var st volume.ShareState
 			if err := json.Unmarshal([]byte(`{"kind":"Secret","name":"ca","sourceNamespace":"p","sourceName":"ca","resourceVersion":"7",`+c.flags+`}`), &st); err != nil {
 				t.Fatal(err)
 			}
-			rec := volumeRecord{VolumeID: "v", PodNamespace: "team", ServiceAccount: "app", Refresh: true, GID: -1, Shares: []shareState{st}}
+			rec := volume.Record{VolumeID: "v", PodNamespace: "team", ServiceAccount: "app", Refresh: true, GID: -1, Shares: []volume.ShareState{st}}
 			v := w.d.judgeShare(context.Background(), rec, 0, w.d.newCycleMemo())
 			got := changeKind("")
 			if v.change != nil {
@@ -229,11 +229,11 @@ func TestSharesRecordedWithTheFlagsGoOnFromWhatThePodWasTold(t *testing.T) {
 // fields, written by any release, shows the pod files the flags hid.
 func TestARecordSayingRevokedIsReadAsAway(t *testing.T) {
 	for _, told := range []string{"current", "overBudget", "readForbidden", "sourceReplaced"} {
-		var st shareState
+		var st volume.ShareState
 		if err := json.Unmarshal([]byte(`{"kind":"Secret","name":"s","told":"`+told+`","revoked":true}`), &st); err != nil {
 			t.Fatal(err)
 		}
-		if !st.Told.hidden() {
+		if !st.Told.Hidden() {
 			t.Errorf("told %q with revoked: read as %q, which shows the files", told, st.Told)
 		}
 	}

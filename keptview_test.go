@@ -25,7 +25,7 @@ import (
 // viewPayloads are the payload dirs of volume id's view.
 func viewPayloads(t *testing.T, d *driver, id string) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(d.store.mountPoint(id), volume.ViewDir))
+	entries, err := os.ReadDir(filepath.Join(d.store.MountPoint(id), volume.ViewDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestARefreshNeverMakesAFileMissingForAReaderOnTheOldVersion(t *testing.T) {
 	c.setSource(map[string]string{"k1": "v0", "k2": "v0"})
 	d, _ := c.node()
 	publishVolume(t, d, "vol-1")
-	view := filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir)
+	view := filepath.Join(d.store.MountPoint("vol-1"), volume.ViewDir)
 	const refreshes = 20
 	missing := 0
 	for i := 1; i <= refreshes; i++ {
@@ -79,8 +79,8 @@ func TestARefreshNeverMakesAFileMissingForAReaderOnTheOldVersion(t *testing.T) {
 	}
 	// The kept version is charged: the budget counts the saved record's bytes, which say so.
 	rec := savedRecord(t, d, "vol-1")
-	if rec.KeptBytes <= 0 || d.budget.InUse() != volumeBytes(rec) {
-		t.Errorf("kept view charged %d, budget in use %d, the record's bytes %d: want the kept view counted", rec.KeptBytes, d.budget.InUse(), volumeBytes(rec))
+	if rec.KeptBytes <= 0 || d.budget.InUse() != volume.RecordedBytes(rec) {
+		t.Errorf("kept view charged %d, budget in use %d, the record's bytes %d: want the kept view counted", rec.KeptBytes, d.budget.InUse(), volume.RecordedBytes(rec))
 	}
 }
 
@@ -95,7 +95,7 @@ func TestARefreshOfTheSameBytesKeepsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := savedRecord(t, d, "vol-1")
-	if n := len(viewPayloads(t, d, "vol-1")); n != 1 || rec.KeptBytes != 0 || d.budget.InUse() != volumeBytes(rec) {
+	if n := len(viewPayloads(t, d, "vol-1")); n != 1 || rec.KeptBytes != 0 || d.budget.InUse() != volume.RecordedBytes(rec) {
 		t.Errorf("after a new version of the same bytes: %d versions in the view, %d bytes charged for a kept view; want 1 and none", n, rec.KeptBytes)
 	}
 }
@@ -120,14 +120,14 @@ func TestARevocationKeepsNoPreviousView(t *testing.T) {
 		t.Errorf("after a revocation: %d versions in the view, want 1 (the empty one)", n)
 	}
 	found := 0
-	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir), func(_ string, e fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(d.store.MountPoint("vol-1"), volume.ViewDir), func(_ string, e fs.DirEntry, err error) error {
 		if err == nil && e.Type().IsRegular() {
 			found++
 		}
 		return nil
 	})
-	if rec := savedRecord(t, d, "vol-1"); found != 0 || rec.KeptBytes != 0 || d.budget.InUse() != volumeBytes(rec) {
-		t.Errorf("after a revocation: %d files left in the view, %d bytes charged for a kept view, budget %d for %d; want none", found, rec.KeptBytes, d.budget.InUse(), volumeBytes(rec))
+	if rec := savedRecord(t, d, "vol-1"); found != 0 || rec.KeptBytes != 0 || d.budget.InUse() != volume.RecordedBytes(rec) {
+		t.Errorf("after a revocation: %d files left in the view, %d bytes charged for a kept view, budget %d for %d; want none", found, rec.KeptBytes, d.budget.InUse(), volume.RecordedBytes(rec))
 	}
 }
 
@@ -148,9 +148,9 @@ func TestRecoveryAndUnpublishLeaveNoKeptView(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := savedRecord(t, n, "vol-1")
-	if got := len(viewPayloads(t, n, "vol-1")); got != 1 || rec.KeptBytes != 0 || n.budget.InUse() != volumeBytes(rec) {
+	if got := len(viewPayloads(t, n, "vol-1")); got != 1 || rec.KeptBytes != 0 || n.budget.InUse() != volume.RecordedBytes(rec) {
 		t.Errorf("after a restart's first reconcile: %d versions, %d bytes charged for a kept view, budget %d for %d; want 1 and nothing kept",
-			got, rec.KeptBytes, n.budget.InUse(), volumeBytes(rec))
+			got, rec.KeptBytes, n.budget.InUse(), volume.RecordedBytes(rec))
 	}
 	c.setSource(map[string]string{"ca.crt": "CA3"})
 	if err := reconcileVolume(t, n, "vol-1"); err != nil {
@@ -159,7 +159,7 @@ func TestRecoveryAndUnpublishLeaveNoKeptView(t *testing.T) {
 	if _, err := (&nodeServer{d: n}).NodeUnpublishVolume(context.Background(), unpublishRequest(req)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Lstat(n.store.mountPoint("vol-1")); !errors.Is(err, fs.ErrNotExist) || n.budget.InUse() != 0 {
+	if _, err := os.Lstat(n.store.MountPoint("vol-1")); !errors.Is(err, fs.ErrNotExist) || n.budget.InUse() != 0 {
 		t.Errorf("after unpublish: the volume's dir %v, budget %d; want gone and 0", err, n.budget.InUse())
 	}
 }
@@ -168,7 +168,7 @@ func TestRecoveryAndUnpublishLeaveNoKeptView(t *testing.T) {
 // included.
 func filesNamed(t *testing.T, d *driver, id, name string) (found int) {
 	t.Helper()
-	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint(id), volume.ViewDir), func(_ string, e fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(d.store.MountPoint(id), volume.ViewDir), func(_ string, e fs.DirEntry, err error) error {
 		if err == nil && e.Type().IsRegular() && e.Name() == name {
 			found++
 		}
@@ -211,8 +211,8 @@ func TestAKeptViewGoesAtTheNextReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := savedRecord(t, d, "vol-1")
-	if n := len(viewPayloads(t, d, "vol-1")); n != 1 || rec.KeptBytes != 0 || d.budget.InUse() != volumeBytes(rec) {
-		t.Errorf("after the next reconcile: %d versions in the view, %d bytes charged for a kept view, budget %d for %d; want 1 and none", n, rec.KeptBytes, d.budget.InUse(), volumeBytes(rec))
+	if n := len(viewPayloads(t, d, "vol-1")); n != 1 || rec.KeptBytes != 0 || d.budget.InUse() != volume.RecordedBytes(rec) {
+		t.Errorf("after the next reconcile: %d versions in the view, %d bytes charged for a kept view, budget %d for %d; want 1 and none", n, rec.KeptBytes, d.budget.InUse(), volume.RecordedBytes(rec))
 	}
 }
 
@@ -269,7 +269,7 @@ func TestAKeyTheSourceDroppedIsNotKeptWhereAnotherShareHasItsPath(t *testing.T) 
 		t.Fatalf("share's source drops tls.key: %v, the pod sees %v", err, podView(t, d, "vol-1"))
 	}
 	var left []string
-	_ = filepath.WalkDir(filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir), func(p string, e fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(d.store.MountPoint("vol-1"), volume.ViewDir), func(p string, e fs.DirEntry, err error) error {
 		if err == nil && e.Type().IsRegular() {
 			if b, _ := os.ReadFile(p); string(b) == "DROPPED" {
 				left = append(left, p)

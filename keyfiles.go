@@ -13,11 +13,12 @@ import (
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // sharedFiles is the files share i of rec gets from src, the source as sh exposes it: an error
 // when the source lacks a listed key, or the pod's items select a key the share does not expose.
-func sharedFiles(rec volumeRecord, i int, sh share.Spec, src *share.SourceData) (map[string]atomicwriter.File, error) {
+func sharedFiles(rec volume.Record, i int, sh share.Spec, src *share.SourceData) (map[string]atomicwriter.File, error) {
 	if len(src.Missing) > 0 {
 		return nil, &share.MissingSharedKeysError{Share: sh, Keys: src.Missing}
 	}
@@ -51,9 +52,9 @@ func (e *notSharedError) Error() string {
 // source as the share exposes it (shared). Items that name the share select among the exposed
 // keys; a share no item names contributes every exposed key under its own name. Keys are
 // validated either way before anything is written.
-func projectFiles(src map[string][]byte, items []item, share int, defaultMode os.FileMode, shared share.Exposure) (map[string]atomicwriter.File, error) {
+func projectFiles(src map[string][]byte, items []volume.Item, share int, defaultMode os.FileMode, shared share.Exposure) (map[string]atomicwriter.File, error) {
 	out := map[string]atomicwriter.File{}
-	var mine []item
+	var mine []volume.Item
 	var notShared []int
 	for n, it := range items {
 		if it.Share == share {
@@ -98,7 +99,7 @@ func projectFiles(src map[string][]byte, items []item, share int, defaultMode os
 // keepShared is the files of a share's copy (held, made through the list was) that the list
 // now still shares: a file stays when the key it was made from is exposed by now under the same
 // name. A file's name is what the volume's items select (KEY of KEY=PATH), or its path.
-func keepShared(held map[string]atomicwriter.File, items []item, share int, was, now share.Exposure) map[string]atomicwriter.File {
+func keepShared(held map[string]atomicwriter.File, items []volume.Item, share int, was, now share.Exposure) map[string]atomicwriter.File {
 	nameOf := map[string]string{} // path -> exposed name, for the share's items
 	for _, it := range items {
 		if it.Share == share {

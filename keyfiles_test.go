@@ -14,6 +14,7 @@ import (
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // The CA shared without its key: the share exposes ca.crt as ca.pem.
@@ -25,7 +26,7 @@ func TestPodItemsPickAmongTheSharedNames(t *testing.T) {
 		t.Fatal(missing)
 	}
 	// The exposed name, renamed and moved by the pod, with its own mode.
-	files, err := projectFiles(src, []item{{Key: "ca.pem", Path: "certs/ca.pem", Mode: 0o400}}, 0, 0o644, caOnly)
+	files, err := projectFiles(src, []volume.Item{{Key: "ca.pem", Path: "certs/ca.pem", Mode: 0o400}}, 0, 0o644, caOnly)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func TestPodItemsPickAmongTheSharedNames(t *testing.T) {
 	// A key the share does not expose, and the source's own name of an exposed key: both refused,
 	// with a message naming what the share exposes and neither key asked for.
 	for _, key := range []string{"tls.key", "ca.crt"} {
-		_, err := projectFiles(src, []item{{Key: "ca.pem", Path: "ca.pem"}, {Key: key, Path: "x"}}, 0, 0o644, caOnly)
+		_, err := projectFiles(src, []volume.Item{{Key: "ca.pem", Path: "ca.pem"}, {Key: key, Path: "x"}}, 0, 0o644, caOnly)
 		var ns *notSharedError
 		if !errors.As(err, &ns) {
 			t.Fatalf("items selecting %q: %v, want a notSharedError", key, err)
@@ -54,7 +55,7 @@ func TestPodItemsPickAmongTheSharedNames(t *testing.T) {
 		}
 	}
 	// Items of another share of the volume are not this share's business.
-	if _, err := projectFiles(src, []item{{Share: 1, Key: "tls.key", Path: "k"}}, 0, 0o644, caOnly); err != nil {
+	if _, err := projectFiles(src, []volume.Item{{Share: 1, Key: "tls.key", Path: "k"}}, 0, 0o644, caOnly); err != nil {
 		t.Errorf("another share's item: %v", err)
 	}
 }
@@ -65,7 +66,7 @@ func TestKeepSharedKeepsOnlyWhatTheNewListStillShares(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		held     map[string]atomicwriter.File
-		items    []item
+		items    []volume.Item
 		was, now share.Exposure
 		want     []string
 	}{
@@ -76,7 +77,7 @@ func TestKeepSharedKeepsOnlyWhatTheNewListStillShares(t *testing.T) {
 		{"name now from another key", map[string]atomicwriter.File{"ca.pem": f("CA")}, nil, caOnly, share.Exposure{{Key: "tls.key", Path: "ca.pem"}}, nil},
 		{"renamed", map[string]atomicwriter.File{"ca.pem": f("CA")}, nil, caOnly, share.Exposure{{Key: "ca.crt", Path: "ca.crt"}}, nil},
 		{"through the pod's items", map[string]atomicwriter.File{"certs/ca.pem": f("CA"), "certs/leaf": f("LEAF")},
-			[]item{{Key: "ca.pem", Path: "certs/ca.pem"}, {Key: "tls.crt", Path: "certs/leaf"}}, widened, caOnly, []string{"certs/ca.pem"}},
+			[]volume.Item{{Key: "ca.pem", Path: "certs/ca.pem"}, {Key: "tls.crt", Path: "certs/leaf"}}, widened, caOnly, []string{"certs/ca.pem"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := keepShared(tc.held, tc.items, 0, tc.was, tc.now)

@@ -1,7 +1,7 @@
 package main
 
 // Specification of how the container's memory limit is divided (internal/volume's
-// memorylimit.go) and of what a volume's record holds in the heap (budget.go's recordHeapBytes):
+// memorylimit.go) and of what a volume's record holds in the heap (internal/volume's HeapBytes):
 // with volumes published up to the budget, each listing the longest keys its shares expose, and
 // the driver restarted (every record decoded on its own), what the volumes hold in tmpfs pages and
 // what their records hold in the heap stay within the budget, and the Go runtime's memory limit,
@@ -34,10 +34,10 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 	for i := range list {
 		list[i] = share.ExposedKey{Key: fmt.Sprintf("%03dk", i) + strings.Repeat("k", 249), Path: fmt.Sprintf("%03dp", i) + strings.Repeat("p", 249)}
 	}
-	record := func(id string) volumeRecord {
-		rec := volumeRecord{VolumeID: id, PodUID: "uid", TargetPath: "/target/" + id}
+	record := func(id string) volume.Record {
+		rec := volume.Record{VolumeID: id, PodUID: "uid", TargetPath: "/target/" + id}
 		for j := range sharesPerVolume {
-			rec.Shares = append(rec.Shares, shareState{Ref: share.Ref{Kind: share.KindSecret, Name: fmt.Sprintf("share-%d", j)},
+			rec.Shares = append(rec.Shares, volume.ShareState{Ref: share.Ref{Kind: share.KindSecret, Name: fmt.Sprintf("share-%d", j)},
 				ResourceVersion: "1", Bytes: chargedBytesOfOneSmallFile(), Entries: 1, Exposed: list})
 		}
 		return rec
@@ -45,19 +45,20 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 
 	// Published up to the budget, as createVolume admits them: room reserved, then saved.
 	stateDir := t.TempDir()
-	published := newVolumeStore(stateDir, &volume.Budget{Limit: budget})
+	publishedBudget := &volume.Budget{Limit: budget}
+	published := volume.NewStore(stateDir, publishedBudget)
 	var ids []string
 	for i := 0; ; i++ {
 		rec := record(fmt.Sprintf("vol-%03d", i))
-		room, err := published.budget.Reserve(volumeBytes(rec))
+		room, err := publishedBudget.Reserve(volume.RecordedBytes(rec))
 		if err != nil {
 			room.Release()
 			break
 		}
-		if err := os.MkdirAll(published.mountPoint(rec.VolumeID), 0o700); err != nil {
+		if err := os.MkdirAll(published.MountPoint(rec.VolumeID), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := published.save(rec); err != nil {
+		if err := published.Save(rec); err != nil {
 			t.Fatal(err)
 		}
 		room.Release()
@@ -73,25 +74,26 @@ func TestRecordListsAfterARestartAreWithinTheBudget(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	limit := int64(budget + volume.DriverMemoryMargin + 64<<20) // the container's limit with the default cache bound
-	restarted := newVolumeStore(stateDir, &volume.Budget{Limit: budget})
+	restartedBudget := &volume.Budget{Limit: budget}
+	restarted := volume.NewStore(stateDir, restartedBudget)
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
-	restarted.budget.FollowedBy(volume.NewRuntimeMemory(limit, 64<<20))
+	restartedBudget.FollowedBy(volume.NewRuntimeMemory(limit, 64<<20))
 	for _, id := range ids {
-		rec, err := restarted.readRecord(id)
+		rec, err := restarted.ReadRecord(id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		restarted.remember(rec)
+		restarted.Remember(rec)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	goLimit := debug.SetMemoryLimit(-1) // as the volumes' charges set it
 
-	charged := restarted.budget.InUse()
+	charged := restartedBudget.InUse()
 	var heapCharged int64
-	for _, rec := range restarted.list() {
-		heapCharged += recordHeapBytes(rec)
+	for _, rec := range restarted.List() {
+		heapCharged += volume.HeapBytes(rec)
 	}
 	runtime.KeepAlive(restarted)
 	held := charged - heapCharged + heap // tmpfs pages and entries as charged, and the heap as measured
@@ -145,7 +147,7 @@ func TestAListLengthenedAfterPublishStaysWithinTheBudget(t *testing.T) {
 		long, longList = append(long, entry(k, p)), append(longList, share.ExposedKey{Key: k, Path: p})
 	}
 	const volumes = 40
-	d.budget.Limit = volumes*perVolume + exposureBytes(longList)*10 // room for the volumes, and for some of the lists' growth
+	d.budget.Limit = volumes*perVolume + volume.ExposureBytes(longList)*10 // room for the volumes, and for some of the lists' growth
 	for i := 1; i < volumes; i++ {
 		publishVolume(t, d, fmt.Sprintf("vol-%02d", i))
 	}
@@ -198,16 +200,17 @@ func restartedHeap(t *testing.T, d *driver, volumes int) (heap, charged int64) {
 	runtime.GC()
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	restarted := newVolumeStore(filepath.Dir(d.store.dir), &volume.Budget{Limit: d.budget.Limit})
+	restartedBudget := &volume.Budget{Limit: d.budget.Limit}
+	restarted := volume.NewStore(filepath.Dir(d.store.Path), restartedBudget)
 	for i := range volumes {
-		rec, err := restarted.readRecord(fmt.Sprintf("vol-%02d", i))
+		rec, err := restarted.ReadRecord(fmt.Sprintf("vol-%02d", i))
 		if err != nil {
 			t.Fatal(err)
 		}
-		restarted.remember(rec)
+		restarted.Remember(rec)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	runtime.KeepAlive(restarted)
-	return int64(after.HeapAlloc) - int64(before.HeapAlloc), restarted.budget.InUse()
+	return int64(after.HeapAlloc) - int64(before.HeapAlloc), restartedBudget.InUse()
 }

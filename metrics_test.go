@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
@@ -98,12 +99,17 @@ func TestMetricsReadyGauge(t *testing.T) {
 // reconcile counted (the alerts on a stuck, slow or failing relist read these).
 func TestMetricsRelistCycle(t *testing.T) {
 	d := metricsDriver(t)
-	rec := volumeRecord{VolumeID: "vol-1", PodNamespace: "app", PodName: "p", PodUID: "uid-1", ServiceAccount: "default",
-		Shares: []shareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "corp-ca"}}}}
+	rec := volume.Record{VolumeID: "vol-1", PodNamespace: "app", PodName: "p", PodUID: "uid-1", ServiceAccount: "default",
+		Shares: []volume.ShareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "corp-ca"}}}}
 	if err := os.MkdirAll(filepath.Join(d.kubeletRoot, "pods", rec.PodUID), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	d.store.vols[rec.VolumeID] = rec
+	if err := os.MkdirAll(d.store.MountPoint(rec.VolumeID), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.store.Save(rec); err != nil {
+		t.Fatal(err)
+	}
 
 	before := float64(time.Now().Unix())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -130,7 +136,7 @@ func TestMetricsRelistCycle(t *testing.T) {
 	if got := value(t, d.metrics.reconcileErrors); got != 1 {
 		t.Errorf("volume_reconcile_errors_total = %v after one cycle over one volume whose share GET failed, want 1", got)
 	}
-	if _, ok := d.store.get(rec.VolumeID); !ok {
+	if _, ok := d.store.Get(rec.VolumeID); !ok {
 		t.Error("the volume was dropped on an API error")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -48,13 +49,13 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 // at all; a volume published already with the same arguments has its bind checked (the kubelet
 // publishes again after a restart, or when it did not hear the answer). The caller holds v's lock.
 func (d *driver) publish(ctx context.Context, v *volumeRequest) error {
-	rec, published := d.store.get(v.VolumeID)
+	rec, published := d.store.Get(v.VolumeID)
 	if !published {
 		return d.publishNew(ctx, v)
 	}
-	if !rec.sameRequest(v) {
+	if !sameRequest(rec, v) {
 		return status.Errorf(codes.AlreadyExists, "volume %s is already published with other arguments (%s for pod %s/%s at %s)",
-			v.VolumeID, rec.describe(), rec.PodNamespace, rec.PodName, rec.TargetPath)
+			v.VolumeID, rec.Describe(), rec.PodNamespace, rec.PodName, rec.TargetPath)
 	}
 	return d.ensureBind(rec)
 }
@@ -73,41 +74,41 @@ func (d *driver) publishNew(ctx context.Context, v *volumeRequest) error {
 	if err := d.createVolume(rec, view); err != nil {
 		return err
 	}
-	klog.V(2).InfoS("Published volume", "volumeID", v.VolumeID, "shares", rec.describe(),
+	klog.V(2).InfoS("Published volume", "volumeID", v.VolumeID, "shares", rec.Describe(),
 		"pod", klog.KRef(v.PodNamespace, v.PodName), "files", view.FileCount())
 	return nil
 }
 
 // fetchVolume checks and fetches every share of v and composes the pod's view. It writes nothing.
-func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecord, volume.View, error) {
+func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volume.Record, volume.View, error) {
 	rec := newVolumeRecord(v)
 	perShare := make([]map[string]atomicwriter.File, len(v.Shares))
 	var size int64
 	for i, ref := range v.Shares {
 		sh, src, err := d.admitShare(ctx, v, ref)
 		if err != nil {
-			return volumeRecord{}, volume.View{}, err
+			return volume.Record{}, volume.View{}, err
 		}
-		rec.Shares = append(rec.Shares, shareState{Ref: ref,
+		rec.Shares = append(rec.Shares, volume.ShareState{Ref: ref,
 			SourceNamespace: sh.SourceNamespace, SourceName: sh.SourceName, ResourceVersion: src.ResourceVersion, Exposed: sh.Exposed,
 			ShareUID: sh.UID, SourceUID: src.UID})
 		if perShare[i], err = sharedFiles(rec, i, sh, src); err != nil {
 			if errors.As(err, new(*notSharedError)) {
-				return volumeRecord{}, volume.View{}, status.Errorf(codes.FailedPrecondition, "%s %q: %v", ref.Kind.TypeName(), ref.Name, err)
+				return volume.Record{}, volume.View{}, status.Errorf(codes.FailedPrecondition, "%s %q: %v", ref.Kind.TypeName(), ref.Name, err)
 			}
-			return volumeRecord{}, volume.View{}, status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", ref.Kind, sh.SourceNamespace, sh.SourceName, err)
+			return volume.Record{}, volume.View{}, status.Errorf(codes.FailedPrecondition, "%s %s/%s cannot be shared with this volume: %v", ref.Kind, sh.SourceNamespace, sh.SourceName, err)
 		}
 		rec.Shares[i].Bytes, rec.Shares[i].Entries = volume.ChargedBytes(perShare[i]), volume.FilesEntries(perShare[i])
 		size += src.Size
 	}
-	if n := volumeEntryCount(rec.Shares); n > maxVolumeEntries {
-		return volumeRecord{}, volume.View{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s make %d files and directories; a volume holds at most %d "+
+	if n := volume.EntryCount(rec.Shares); n > maxVolumeEntries {
+		return volume.Record{}, volume.View{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s make %d files and directories; a volume holds at most %d "+
 			"(each costs the node memory whatever its size): select fewer keys with the volumeAttribute %s, or mount fewer shares", v.VolumeID, n, maxVolumeEntries, attrItems)
 	}
 	view := volume.ComposeView(perShare)
 	if len(view.Conflicts) > 0 {
 		c := view.Conflicts[0]
-		return volumeRecord{}, volume.View{}, status.Errorf(codes.FailedPrecondition, "%s and %s both provide the file %q: select and rename keys with the volumeAttribute %s",
+		return volume.Record{}, volume.View{}, status.Errorf(codes.FailedPrecondition, "%s and %s both provide the file %q: select and rename keys with the volumeAttribute %s",
 			v.Shares[c.Kept], v.Shares[c.Dropped], c.Path, attrItems)
 	}
 	// Twice: each share's copy, and during an update the new copy beside the old one, which the
@@ -117,8 +118,8 @@ func (d *driver) fetchVolume(ctx context.Context, v *volumeRequest) (volumeRecor
 	// written, and an update that then runs out of room fails and leaves the volume as it was.
 	// The record is kept room for too, twice (its new version is written beside the old one):
 	// it holds the pod's items, which may make it larger than reservedBytes.
-	if spare := reservedBytes + 2*recordPages(rec); 2*size+spare > d.tmpfsSize {
-		return volumeRecord{}, volume.View{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s hold %d bytes; a volume needs twice that plus %d bytes for its record and directories, more than the tmpfs size limit of %d bytes (raise --tmpfs-size)",
+	if spare := reservedBytes + 2*volume.RecordPages(rec); 2*size+spare > d.tmpfsSize {
+		return volume.Record{}, volume.View{}, status.Errorf(codes.ResourceExhausted, "the shares of volume %s hold %d bytes; a volume needs twice that plus %d bytes for its record and directories, more than the tmpfs size limit of %d bytes (raise --tmpfs-size)",
 			v.VolumeID, size, spare, d.tmpfsSize)
 	}
 	return rec, view, nil
@@ -187,4 +188,23 @@ func sourceError(sh share.Spec, err error, account sourceaccess.DriverAccount) e
 	default:
 		return status.Errorf(codes.Unavailable, "reading %s: %v", what, err)
 	}
+}
+
+// newVolumeRecord is the record of a volume about to be published for v; its shares are added as
+// they are fetched.
+func newVolumeRecord(v *volumeRequest) volume.Record {
+	return volume.Record{
+		VolumeID: v.VolumeID, Refresh: v.Refresh,
+		PodNamespace: v.PodNamespace, PodName: v.PodName, PodUID: v.PodUID, ServiceAccount: v.ServiceAccount,
+		TargetPath:  v.TargetPath,
+		DefaultMode: v.DefaultMode, Items: v.Items, GID: v.GID, MountContext: v.MountContext,
+	}
+}
+
+// sameRequest says whether a repeated NodePublishVolume, v, asks for what volume r already is.
+func sameRequest(r volume.Record, v *volumeRequest) bool {
+	return slices.Equal(r.Refs(), v.Shares) && r.Refresh == v.Refresh &&
+		r.PodNamespace == v.PodNamespace && r.PodName == v.PodName && r.PodUID == v.PodUID &&
+		r.ServiceAccount == v.ServiceAccount && r.TargetPath == v.TargetPath &&
+		r.DefaultMode == v.DefaultMode && slices.Equal(r.Items, v.Items) && r.GID == v.GID && r.MountContext == v.MountContext
 }

@@ -80,7 +80,7 @@ func BenchmarkPublishOnNode(b *testing.B) {
 			budget := &volume.Budget{Limit: 1 << 30}
 			d := &driver{version: "bench", nodeID: "node", kubeletRoot: root, tmpfsSize: 4 << 20, budget: budget,
 				account: testDriverAccount, mounter: kernelMounter{},
-				store: newVolumeStore(filepath.Join(root, "plugins", driverName), budget), locks: newVolumeLocks(),
+				store: volume.NewStore(filepath.Join(root, "plugins", driverName), budget), locks: newVolumeLocks(),
 				shares:  share.NewIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), func(share.Kind, string) {}),
 				sources: sources, authz: newAuthorizer(grantAll{}, notLoading, time.Hour, time.Minute), events: &record.FakeRecorder{},
 				metrics: newMetrics(), crash: crashpoint.New()}

@@ -251,7 +251,7 @@ func TestPublishBindsTheViewReadOnlyAndUnpublishRemovesAll(t *testing.T) {
 	if _, err := ns.NodePublishVolume(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	volDir := d.store.mountPoint("vol-1")
+	volDir := d.store.MountPoint("vol-1")
 	if tm, ok := m.at(volDir); !ok || tm.entry.FSType != "tmpfs" || tm.size != d.tmpfsSize {
 		t.Fatalf("no tmpfs of %d bytes at %s: %+v", d.tmpfsSize, volDir, tm)
 	}
@@ -263,7 +263,7 @@ func TestPublishBindsTheViewReadOnlyAndUnpublishRemovesAll(t *testing.T) {
 	if err != nil || len(files) != 1 || string(files["ca.crt"].Data) != "CA" || files["ca.crt"].Mode != defaultFileMode {
 		t.Fatalf("the view holds %v (%v), want ca.crt = CA, mode %v", files, err, defaultFileMode)
 	}
-	if rec, ok := d.store.get("vol-1"); !ok || !rec.CreatedTarget || rec.Shares[0].ResourceVersion != "1" {
+	if rec, ok := d.store.Get("vol-1"); !ok || !rec.CreatedTarget || rec.Shares[0].ResourceVersion != "1" {
 		t.Fatalf("record %+v, %v: want one that owns the target and names the source's version", rec, ok)
 	}
 
@@ -276,9 +276,9 @@ func TestPublishBindsTheViewReadOnlyAndUnpublishRemovesAll(t *testing.T) {
 		if _, err := ns.NodeUnpublishVolume(ctx, unpublishRequest(req)); err != nil {
 			t.Fatal(err)
 		}
-		if m.count() != 0 || exists(req.TargetPath) || exists(volDir) || d.store.count() != 0 {
+		if m.count() != 0 || exists(req.TargetPath) || exists(volDir) || d.store.Count() != 0 {
 			t.Fatalf("after unpublish: %d mounts, target there %v, volume dir there %v, %d records; want nothing",
-				m.count(), exists(req.TargetPath), exists(volDir), d.store.count())
+				m.count(), exists(req.TargetPath), exists(volDir), d.store.Count())
 		}
 	}
 }
@@ -333,9 +333,9 @@ func TestPublishThatFailsLeavesTheNodeAsItWas(t *testing.T) {
 			if status.Code(err) != codes.Internal {
 				t.Fatalf("publish: %v, want Internal", err)
 			}
-			if m.count() != 0 || exists(d.store.mountPoint("vol-1")) || d.store.count() != 0 || exists(req.TargetPath) != tc.kubeletTarget {
+			if m.count() != 0 || exists(d.store.MountPoint("vol-1")) || d.store.Count() != 0 || exists(req.TargetPath) != tc.kubeletTarget {
 				t.Fatalf("after the failed publish: %d mounts, volume dir there %v, %d records, target there %v (want %v)",
-					m.count(), exists(d.store.mountPoint("vol-1")), d.store.count(), exists(req.TargetPath), tc.kubeletTarget)
+					m.count(), exists(d.store.MountPoint("vol-1")), d.store.Count(), exists(req.TargetPath), tc.kubeletTarget)
 			}
 		})
 	}

@@ -13,7 +13,7 @@ package main
 //	    counted (a metric).
 //	(3) charge: files a reader keeps open after a refresh removed them keep their pages in the
 //	    tmpfs, and no record names them: whatever (2) did, the volume is charged them on top of
-//	    its record, by the kernel's count (volumeStore.chargeUnlinkedFiles), before the room (2)
+//	    its record, by the kernel's count (volume.Store.ChargeUnlinkedFiles), before the room (2)
 //	    reserved is given back, so that no publish is admitted meanwhile into memory they hold.
 //
 // How each share is judged, and the states it moves through: judge.go's tables.
@@ -92,7 +92,7 @@ func (d *driver) reconcileIfIdle(ctx context.Context, volumeID string, memo *cyc
 		return false
 	}
 	defer unlock()
-	rec, ok := d.store.get(volumeID) // re-read under the lock
+	rec, ok := d.store.Get(volumeID) // re-read under the lock
 	if !ok {
 		return true
 	}
@@ -106,7 +106,7 @@ func (d *driver) reconcileIfIdle(ctx context.Context, volumeID string, memo *cyc
 // reconcile brings one volume to what the cluster says it should be: judge, apply, charge (see
 // the top of this file). The caller holds the volume's lock. It returns the first error met; the
 // shares it concerns were left as they were.
-func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMemo) error {
+func (d *driver) reconcile(ctx context.Context, rec volume.Record, memo *cycleMemo) error {
 	if !d.podDirExists(rec.PodUID) {
 		// The kubelet removes a pod's dir only after its volumes are unmounted; a record that
 		// outlives it is one whose publish never completed. Nobody will unpublish it.
@@ -127,22 +127,22 @@ func (d *driver) reconcile(ctx context.Context, rec volumeRecord, memo *cycleMem
 // nothing changed: a crash between a swap of the view and the save of the record may have left
 // a view its record does not describe (rebuilt from fresh verdicts, never at recovery from the
 // record, which could show a pod files it lost just before the crash).
-func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error {
-	vol := d.store.dirOf(rec)
+func (d *driver) applyVerdicts(rec volume.Record, verdicts []shareVerdict) error {
+	vol := d.store.DirOf(rec)
 	// What the reconcile writes holds room in the budget until the record naming it is saved:
-	// then the store charges what the record says, and the room goes back (budget.go).
-	rw := newVolumeRewrite(d.budget, rec)
-	defer rw.release()
-	defer d.store.chargeUnlinkedFiles(rec) // (3), whatever happened, before the room goes back
+	// then the store charges what the record says, and the room goes back (internal/volume's Rewrite).
+	rw := volume.NewRewrite(d.budget, rec)
+	defer rw.Release()
+	defer d.store.ChargeUnlinkedFiles(rec) // (3), whatever happened, before the room goes back
 	w := d.writeCopies(vol, rec, verdicts, rw)
-	view := reconciledView(w, rw, func() bool { return d.store.viewUnverified(rec.VolumeID) })
+	view := reconciledView(w, rw, func() bool { return d.store.ViewUnverified(rec.VolumeID) })
 	// A state that changed without a reported change (a UID adopted, a list noted, a kept view
 	// dropped) is saved too.
-	if len(w.changes) == 0 && view == viewUnchanged && reflect.DeepEqual(w.next.Shares, rec.Shares) && w.next.KeptBytes == rec.KeptBytes {
+	if len(w.changes) == 0 && view == volume.ViewUnchanged && reflect.DeepEqual(w.next.Shares, rec.Shares) && w.next.KeptBytes == rec.KeptBytes {
 		dropRevokedCopies(vol, rec)
 		return errors.Join(w.errs...)
 	}
-	conflicts, err := d.saveReconciled(vol, w.next, view, rw)
+	conflicts, err := d.store.Commit(w.next, view, rw, d.crash)
 	if err != nil {
 		return errors.Join(append(w.errs, err)...)
 	}
@@ -156,7 +156,7 @@ func (d *driver) applyVerdicts(rec volumeRecord, verdicts []shareVerdict) error 
 
 // copiesWritten is what writeCopies did.
 type copiesWritten struct {
-	next    volumeRecord  // the record to save: rec with each share's new state
+	next    volume.Record // the record to save: rec with each share's new state
 	changes []shareChange // to report
 	errs    []error       // the shares' errors; each such share is left as it was
 }
@@ -166,24 +166,24 @@ type copiesWritten struct {
 // one reported as changing files (a list narrowed where the source could not be read). A view
 // replaced by refreshes alone is kept for readers still on it, if it fits beside what is in use.
 // unverified says whether the view is still to be rebuilt since the volume was recovered.
-func reconciledView(w copiesWritten, rw *volumeRewrite, unverified func() bool) viewChange {
+func reconciledView(w copiesWritten, rw *volume.Rewrite, unverified func() bool) volume.ViewChange {
 	switch {
-	case !rw.anyRewritten() && !slices.ContainsFunc(w.changes, func(c shareChange) bool { return c.kind.changesFiles() }):
+	case !rw.AnyRewritten() && !slices.ContainsFunc(w.changes, func(c shareChange) bool { return c.kind.changesFiles() }):
 		if len(w.errs) == 0 && unverified() {
-			return viewRebuilt
+			return volume.ViewRebuilt
 		}
-		return viewUnchanged
-	case keepsPreviousView(w.changes) && !unverified() && rw.keepsView():
+		return volume.ViewUnchanged
+	case keepsPreviousView(w.changes) && !unverified() && rw.KeepsView():
 		// A view the record does not describe (rebuilt by a reconcile whose record could not be
 		// saved, or left by a crash) is not kept: what it links is not what its record says.
-		return viewReplacedKept
+		return volume.ViewReplacedKept
 	}
-	return viewReplaced
+	return volume.ViewReplaced
 }
 
 // writeCopies writes the new copies the verdicts on rec's shares bring, noting their bytes in rw.
-func (d *driver) writeCopies(vol volume.Dir, rec volumeRecord, verdicts []shareVerdict, rw *volumeRewrite) (w copiesWritten) {
-	w.next = rec.clone()
+func (d *driver) writeCopies(vol volume.Dir, rec volume.Record, verdicts []shareVerdict, rw *volume.Rewrite) (w copiesWritten) {
+	w.next = rec.Clone()
 	// A change drops the view the last refresh kept before writing anything, so that a volume
 	// holds at most two sets of files (the tmpfs's size allows for two), and no longer counts it;
 	// so does the volume's next reconcile without a change: the readers it was kept for were on
@@ -192,7 +192,7 @@ func (d *driver) writeCopies(vol volume.Dir, rec volumeRecord, verdicts []shareV
 		if err := vol.DropPreviousView(); err != nil {
 			klog.ErrorS(err, "Dropping the view kept for readers failed", "volumeID", rec.VolumeID)
 		} else if rec.KeptBytes > 0 {
-			rw.keptViewDropped()
+			rw.KeptViewDropped()
 			w.next.KeptBytes = 0
 		}
 	}
@@ -207,14 +207,14 @@ func (d *driver) writeCopies(vol volume.Dir, rec volumeRecord, verdicts []shareV
 		if v.files != nil {
 			want := v
 			var err error
-			others := volumeEntryCount(w.next.Shares) - w.next.Shares[i].Entries
-			if v, err = writeNewCopy(vol, old, i, v, rw, others, listGrowth(old.Exposed, v.state.Exposed)); err != nil {
+			others := volume.EntryCount(w.next.Shares) - w.next.Shares[i].Entries
+			if v, err = writeNewCopy(vol, old, i, v, rw, others, volume.ListGrowth(old.Exposed, v.state.Exposed)); err != nil {
 				// Not written (a full tmpfs: ENOSPC, out of inodes): the share is as it was...
 				w.errs = append(w.errs, fmt.Errorf("writing the copy of %s: %w", old, err))
 				v = shareVerdict{state: old}
 			}
 			wrote = v.files != nil
-			if want.state.Told.hidden() && !v.state.Told.hidden() {
+			if want.state.Told.Hidden() && !v.state.Told.Hidden() {
 				// ...but a revocation stands, whether or not the copy it keeps for when access
 				// comes back could be narrowed: the share leaves the view now, its copy as it
 				// was, noting the list it was made through (narrowed below, or next time).
@@ -225,7 +225,7 @@ func (d *driver) writeCopies(vol volume.Dir, rec volumeRecord, verdicts []shareV
 			if v.files == nil && !old.Exposed.Same(want.state.Exposed) {
 				v = d.narrowUnwritten(vol, rec, i, want, v) // keys no longer shared still go
 			}
-			if err != nil && v.files == nil && !v.state.Told.hidden() {
+			if err != nil && v.files == nil && !v.state.Told.Hidden() {
 				continue // ...and for the keys no longer shared, when there were some to drop
 			}
 		}
@@ -233,9 +233,9 @@ func (d *driver) writeCopies(vol volume.Dir, rec volumeRecord, verdicts []shareV
 			v = listWithinBudget(rec.VolumeID, old, v, rw)
 		}
 		if v.files != nil { // nil: no new copy, or it did not fit, and was not written
-			rw.rewritten(old, v.state)
-		} else if !old.Told.hidden() {
-			rw.shown(old)
+			rw.Rewritten(old, v.state)
+		} else if !old.Told.Hidden() {
+			rw.Shown(old)
 		}
 		w.next.Shares[i] = v.state
 		if v.change != nil {
@@ -245,7 +245,7 @@ func (d *driver) writeCopies(vol volume.Dir, rec volumeRecord, verdicts []shareV
 	// The copies of revoked shares of a refreshing volume are emptied once the record is saved:
 	// they stop counting.
 	for i, st := range w.next.Shares {
-		if w.next.Refresh && st.Told.hidden() {
+		if w.next.Refresh && st.Told.Hidden() {
 			w.next.Shares[i].Bytes, w.next.Shares[i].Entries = volume.ChargedBytes(nil), 0
 		}
 	}
@@ -254,23 +254,23 @@ func (d *driver) writeCopies(vol volume.Dir, rec volumeRecord, verdicts []shareV
 
 // writeNewCopy writes the new copy of share i that verdict v brings, its bytes reserved in rw
 // beside the old copy's (which stay charged until the record naming the new one is saved), and
-// with them listGrowth, what the share's new list of keys adds to the record. A new
+// with them volume.ListGrowth, what the share's new list of keys adds to the record. A new
 // copy that does not fit is not written: the share keeps its last files, and the pod is told once
 // (overBudget, judge.go); so is one that would make the volume hold more files and directories than
 // maxVolumeEntries, beside the others (the files and directories of the volume's other shares). On
 // an error the share is as it was.
-func writeNewCopy(vol volume.Dir, old shareState, i int, v shareVerdict, rw *volumeRewrite, others int, listGrowth int64) (shareVerdict, error) {
+func writeNewCopy(vol volume.Dir, old volume.ShareState, i int, v shareVerdict, rw *volume.Rewrite, others int, listGrowth int64) (shareVerdict, error) {
 	newBytes, newEntries := volume.ChargedBytes(v.files), volume.FilesEntries(v.files)
 	var refused string
 	if n := others + newEntries; n > maxVolumeEntries {
 		refused = fmt.Sprintf("its new files do not fit in the volume: they would make %d files and directories in it, and a volume holds at most %d "+
 			"(select fewer keys with the volumeAttribute %s)", n, maxVolumeEntries, attrItems)
-	} else if err := rw.fits(newBytes + listGrowth); err != nil {
+	} else if err := rw.Fits(newBytes + listGrowth); err != nil {
 		refused = fmt.Sprintf("its new files do not fit on this node: %v", err)
 	}
 	if refused != "" {
 		var tell bool
-		if old.Told, tell = old.Told.after(outcomeOverBudget); !tell {
+		if old.Told, tell = toldAfter(old.Told, outcomeOverBudget); !tell {
 			return shareVerdict{state: old}, nil
 		}
 		return shareVerdict{state: old, change: &shareChange{share: old.Ref, kind: changeRefreshFailed,
@@ -280,7 +280,7 @@ func writeNewCopy(vol volume.Dir, old shareState, i int, v shareVerdict, rw *vol
 	// another share provides its path (a kept view would show it under its hidden name). The old
 	// copy unreadable: assumed so.
 	if held, err := atomicwriter.ReadFiles(vol.CopyPath(i)); err != nil || volume.DropsFile(held, v.files) {
-		rw.pathDropped()
+		rw.PathDropped()
 	}
 	if err := vol.WriteCopy(i, v.files); err != nil {
 		return v, err
@@ -296,12 +296,12 @@ func writeNewCopy(vol volume.Dir, old shareState, i int, v shareVerdict, rw *vol
 // share's copy holds (v's narrowing kept only files both lists share) and is no larger, and the
 // pod is told once, as for a new copy that does not fit (writeNewCopy). So an edit that lengthens
 // a share's list never makes the node hold more than its budget.
-func listWithinBudget(volumeID string, old shareState, v shareVerdict, rw *volumeRewrite) shareVerdict {
-	growth := listGrowth(old.Exposed, v.state.Exposed)
+func listWithinBudget(volumeID string, old volume.ShareState, v shareVerdict, rw *volume.Rewrite) shareVerdict {
+	growth := volume.ListGrowth(old.Exposed, v.state.Exposed)
 	if growth == 0 {
 		return v
 	}
-	err := rw.fits(growth)
+	err := rw.Fits(growth)
 	if err == nil {
 		return v
 	}
@@ -313,12 +313,12 @@ func listWithinBudget(volumeID string, old shareState, v shareVerdict, rw *volum
 	} else {
 		v.state.Exposed = old.Exposed
 	}
-	if v.state.Told.hidden() {
+	if v.state.Told.Hidden() {
 		return v // revoked: nothing shown, nothing to tell
 	}
 	why := "its new list of keys does not fit on this node: " + err.Error()
 	var tell bool
-	switch v.state.Told, tell = v.state.Told.after(outcomeOverBudget); {
+	switch v.state.Told, tell = toldAfter(v.state.Told, outcomeOverBudget); {
 	case v.change != nil:
 		v.change.why += "; " + why
 	case tell:
@@ -331,9 +331,9 @@ func listWithinBudget(volumeID string, old shareState, v shareVerdict, rw *volum
 // list of keys, brought a new copy that was not written (got: it did not fit, or could not be
 // written; the share keeps its last files): got narrowed to the new list (narrowed, judge.go),
 // its smaller copy written at once. Narrowing only drops files, so it needs no reservation; the
-// volume store charges the smaller copy when the record naming it is saved (budget.go). Should
+// volume store charges the smaller copy when the record naming it is saved (internal/volume). Should
 // even that fail, got stands (logged).
-func (d *driver) narrowUnwritten(vol volume.Dir, rec volumeRecord, i int, want, got shareVerdict) shareVerdict {
+func (d *driver) narrowUnwritten(vol volume.Dir, rec volume.Record, i int, want, got shareVerdict) shareVerdict {
 	v := d.narrowed(rec, i, want.state.Exposed, got)
 	if v.err == nil && v.files == nil {
 		return v // nothing to drop; the record notes the new list
@@ -352,41 +352,6 @@ func (d *driver) narrowUnwritten(vol volume.Dir, rec volumeRecord, i int, want, 
 	}
 	v.change = &shareChange{share: rec.Shares[i].Ref, kind: changeKeys, why: why}
 	return v
-}
-
-// saveReconciled writes a reconciled volume's next state (its new copies already written) to
-// disk: the pod's view rebuilt from the copies as view says, then the record saved, last, so a
-// crash leaves the old record with a view the next reconcile rebuilds. A failure leaves the
-// volume charged what its tmpfs holds and its view marked as one the record may not describe
-// (volumeStore.rewriteUnsaved). It returns the paths two shares both provide, for the caller to
-// report.
-func (d *driver) saveReconciled(vol volume.Dir, next volumeRecord, view viewChange, rw *volumeRewrite) ([]volume.Conflict, error) {
-	var conflicts []volume.Conflict
-	if view != viewUnchanged {
-		// The crash points are a change's steps (test/e2e/api/crash_test.go); a rebuild that
-		// changes nothing has none.
-		if view.changesFiles() {
-			crashpoint.Reached(d.crash, crashpoint.ReconcileCopies)
-		}
-		var kept bool
-		var err error
-		if conflicts, kept, err = vol.RebuildView(next.shown(), view == viewReplacedKept); err != nil {
-			d.store.rewriteUnsaved(next, rw) // the old view still links the old copies' files, beside the new copies
-			return nil, err
-		}
-		if view.changesFiles() {
-			crashpoint.Reached(d.crash, crashpoint.ReconcileData)
-		}
-		// The view replaced is kept for readers still on it, or gone (with any kept before).
-		next.KeptBytes = 0
-		if kept {
-			next.KeptBytes = rw.keptViewCost()
-		}
-	}
-	if err := d.store.saveRewritten(next, view, rw); err != nil {
-		return nil, err
-	}
-	return conflicts, nil
 }
 
 // keepsPreviousView says whether a reconcile that made these changes keeps the view it replaces
@@ -408,7 +373,7 @@ func keepsPreviousView(changes []shareChange) bool {
 }
 
 // reportChanges counts a reconcile's changes and tells the pod about them.
-func (d *driver) reportChanges(rec volumeRecord, changes []shareChange, conflicts []volume.Conflict) {
+func (d *driver) reportChanges(rec volume.Record, changes []shareChange, conflicts []volume.Conflict) {
 	for _, c := range changes {
 		if c.kind.changesFiles() {
 			d.metrics.volumeChanged(c.kind)
@@ -437,7 +402,7 @@ func (d *driver) reportChanges(rec volumeRecord, changes []shareChange, conflict
 	}
 }
 
-func (d *driver) event(rec volumeRecord, eventType, reason, format string, args ...any) {
+func (d *driver) event(rec volume.Record, eventType, reason, format string, args ...any) {
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: rec.PodNamespace, Name: rec.PodName, UID: types.UID(rec.PodUID)}
 	d.events.Eventf(ref, eventType, reason, format, args...)
 }

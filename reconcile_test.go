@@ -60,8 +60,8 @@ func TestReconcileRevokesAndRestoresARefreshingVolume(t *testing.T) {
 	}
 	expectEvents(t, events, "denied", reasonRevoked)
 	rec := savedRecord(t, d, "vol-1")
-	copyLeft, _ := atomicwriter.ReadFiles(d.store.dirOf(rec).CopyPath(0))
-	if !rec.Shares[0].Told.hidden() || len(copyLeft) != 0 || rec.Shares[0].Entries != 0 {
+	copyLeft, _ := atomicwriter.ReadFiles(d.store.DirOf(rec).CopyPath(0))
+	if !rec.Shares[0].Told.Hidden() || len(copyLeft) != 0 || rec.Shares[0].Entries != 0 {
 		t.Fatalf("record %+v, copy %v: want the share revoked and its copy dropped (a restore fetches anew)", rec.Shares[0], copyLeft)
 	}
 
@@ -71,7 +71,7 @@ func TestReconcileRevokesAndRestoresARefreshingVolume(t *testing.T) {
 		t.Fatalf("granted again: %v, the pod sees %v; want the source as it is now", err, podView(t, d, "vol-1"))
 	}
 	expectEvents(t, events, "granted again", reasonRestored)
-	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].Told.hidden() || rec.Shares[0].ResourceVersion != "2" {
+	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].Told.Hidden() || rec.Shares[0].ResourceVersion != "2" {
 		t.Fatalf("record %+v: want the share shown at resourceVersion 2", rec.Shares[0])
 	}
 }
@@ -100,14 +100,14 @@ func TestReconcileRefreshesOnlyANewVersion(t *testing.T) {
 	c := newFakeCluster(t)
 	d, events := c.node()
 	publishVolume(t, d, "vol-1")
-	before, _ := os.ReadFile(d.store.recordPath("vol-1"))
-	viewDir, _ := os.Readlink(filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir, "..data"))
+	before, _ := os.ReadFile(d.store.RecordPath("vol-1"))
+	viewDir, _ := os.Readlink(filepath.Join(d.store.MountPoint("vol-1"), volume.ViewDir, "..data"))
 
 	if err := reconcileVolume(t, d, "vol-1"); err != nil {
 		t.Fatal(err)
 	}
-	after, _ := os.ReadFile(d.store.recordPath("vol-1"))
-	sameView, _ := os.Readlink(filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir, "..data"))
+	after, _ := os.ReadFile(d.store.RecordPath("vol-1"))
+	sameView, _ := os.Readlink(filepath.Join(d.store.MountPoint("vol-1"), volume.ViewDir, "..data"))
 	if string(before) != string(after) || viewDir != sameView {
 		t.Fatalf("the version shown: the record or the view was rewritten (%q, then %q)", viewDir, sameView)
 	}
@@ -211,7 +211,7 @@ func TestReconcileKeepsTheLastFilesOfASourceThePinRefuses(t *testing.T) {
 		}
 	}
 	expectEvents(t, events, "pin refuses", reasonRefreshFailed)
-	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].Told != toldSourceReplaced {
+	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].Told != volume.ToldSourceReplaced {
 		t.Fatalf("record %+v: want SourceReplaced, so the pod is told once", rec.Shares[0])
 	}
 }
@@ -249,7 +249,7 @@ func TestReconcileWithoutAPinOnTheShareKeepsTheVolumesSource(t *testing.T) {
 		}
 	}
 	expectEvents(t, events, "source re-created", reasonRefreshFailed)
-	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].Told != toldSourceReplaced || rec.Shares[0].SourceUID != "src-1" {
+	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].Told != volume.ToldSourceReplaced || rec.Shares[0].SourceUID != "src-1" {
 		t.Fatalf("record %+v: want SourceReplaced and the original UID kept", rec.Shares[0])
 	}
 
@@ -265,7 +265,7 @@ func TestReconcileWithoutAPinOnTheShareKeepsTheVolumesSource(t *testing.T) {
 	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "RE-CREATOR-CA") {
 		t.Fatalf("pin moved to the new object: %v, the pod sees %v; want its files", err, podView(t, d, "vol-1"))
 	}
-	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].Told != toldCurrent || rec.Shares[0].SourceUID != "src-2" {
+	if rec := savedRecord(t, d, "vol-1"); rec.Shares[0].Told != volume.ToldCurrent || rec.Shares[0].SourceUID != "src-2" {
 		t.Fatalf("record %+v: want the new object's UID, not replaced", rec.Shares[0])
 	}
 }
@@ -327,9 +327,9 @@ func TestReconcileTearsDownAVolumeWhosePodIsGone(t *testing.T) {
 	if err := reconcileVolume(t, d, "vol-1"); err != nil {
 		t.Fatal(err)
 	}
-	if m := d.mounter.(*fakeMounter); m.count() != 0 || exists(d.store.mountPoint("vol-1")) || d.store.count() != 0 || d.budget.InUse() != 0 {
+	if m := d.mounter.(*fakeMounter); m.count() != 0 || exists(d.store.MountPoint("vol-1")) || d.store.Count() != 0 || d.budget.InUse() != 0 {
 		t.Fatalf("%d mounts, volume dir there %v, %d records, %d bytes charged; want nothing", m.count(),
-			exists(d.store.mountPoint("vol-1")), d.store.count(), d.budget.InUse())
+			exists(d.store.MountPoint("vol-1")), d.store.Count(), d.budget.InUse())
 	}
 }
 
@@ -345,13 +345,13 @@ func TestReconcileWhoseRecordCannotBeSavedIsRetriedWhole(t *testing.T) {
 	if err := reconcileVolume(t, d, "vol-1"); err == nil || !sees(podView(t, d, "vol-1")) {
 		t.Fatalf("revoked, record unsavable: %v, the pod sees %v; want an error and no files", err, podView(t, d, "vol-1"))
 	}
-	if rec, _ := d.store.get("vol-1"); rec.Shares[0].Told.hidden() {
+	if rec, _ := d.store.Get("vol-1"); rec.Shares[0].Told.Hidden() {
 		t.Fatal("the store remembers a revocation its record does not say")
 	}
 	expectEvents(t, events, "record unsavable")
 
 	fix()
-	if err := reconcileVolume(t, d, "vol-1"); err != nil || !savedRecord(t, d, "vol-1").Shares[0].Told.hidden() {
+	if err := reconcileVolume(t, d, "vol-1"); err != nil || !savedRecord(t, d, "vol-1").Shares[0].Told.Hidden() {
 		t.Fatalf("retried: %v; want the revocation saved", err)
 	}
 	expectEvents(t, events, "retried", reasonRevoked)
@@ -361,7 +361,7 @@ func TestReconcileWhoseRecordCannotBeSavedIsRetriedWhole(t *testing.T) {
 // renamed over a non-empty directory. The returned func puts the record back as it was.
 func unsavable(t *testing.T, d *driver, id string) (fix func()) {
 	t.Helper()
-	record := d.store.recordPath(id)
+	record := d.store.RecordPath(id)
 	saved, err := os.ReadFile(record)
 	if err != nil {
 		t.Fatal(err)

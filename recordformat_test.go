@@ -14,19 +14,20 @@ import (
 	"testing"
 
 	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
-func everyFieldRecord() volumeRecord {
-	rec := volumeRecord{
+func everyFieldRecord() volume.Record {
+	rec := volume.Record{
 		VolumeID: "csi-0123456789abcdef", Refresh: true,
 		PodNamespace: "app", PodName: "web-0", PodUID: "uid-pod", ServiceAccount: "web",
 		TargetPath:    "/var/lib/kubelet/pods/uid-pod/volumes/kubernetes.io~csi/shared/mount",
 		CreatedTarget: true, DefaultMode: 0o440, GID: 2000, MountContext: `system_u:object_r:container_file_t:s0:c1,c2`,
-		Items:     []item{{Key: "tls.crt", Path: "certs/tls.crt"}, {Share: 1, Key: "config", Path: "app.conf", Mode: 0o400}},
+		Items:     []volume.Item{{Key: "tls.crt", Path: "certs/tls.crt"}, {Share: 1, Key: "config", Path: "app.conf", Mode: 0o400}},
 		KeptBytes: 6144,
 	}
 	for i, t := range allTold {
-		rec.Shares = append(rec.Shares, shareState{
+		rec.Shares = append(rec.Shares, volume.ShareState{
 			Ref:             share.Ref{Kind: []share.Kind{share.KindSecret, share.KindConfigMap}[i%2], Name: "share-" + string(rune('a'+i))},
 			SourceNamespace: "src", SourceName: "source", ResourceVersion: "42",
 			Told: t, ShareUID: "uid-share", SourceUID: "uid-source", Bytes: 12288, Entries: 3,
@@ -42,14 +43,14 @@ func TestARecordIsWrittenAndReadInItsFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := everyFieldRecord()
-	got, err := encodeRecord(rec)
+	got, err := volume.EncodeRecord(rec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, bytes.TrimSpace(want)) {
 		t.Errorf("the record is written as\n%s\nwant\n%s", got, want)
 	}
-	var read volumeRecord
+	var read volume.Record
 	if err := json.Unmarshal(want, &read); err != nil {
 		t.Fatal(err)
 	}

@@ -14,9 +14,9 @@ import (
 // recoverVolumes loads the volumes left by a previous run: whole ones are resumed, broken ones
 // cleaned.
 func (d *driver) recoverVolumes() error {
-	ids, err := d.store.volumeIDsOnDisk()
+	ids, err := d.store.VolumeIDsOnDisk()
 	if err != nil {
-		return fmt.Errorf("listing %s: %w", d.store.dir, err)
+		return fmt.Errorf("listing %s: %w", d.store.Path, err)
 	}
 	mounts, err := d.mounter.mounts()
 	if err != nil {
@@ -24,14 +24,14 @@ func (d *driver) recoverVolumes() error {
 	}
 	resumed, cleaned := 0, 0
 	for _, id := range ids {
-		volDir := d.store.mountPoint(id)
+		volDir := d.store.MountPoint(id)
 		if _, mounted := mountinfo.At(mounts, volDir); !mounted {
 			klog.InfoS("Volume dir has no tmpfs; removing it", "volumeID", id)
 			removeDirLogged(volDir)
 			cleaned++
 			continue
 		}
-		rec, err := d.store.readRecord(id)
+		rec, err := d.store.ReadRecord(id)
 		if err == nil {
 			err = validateTargetPath(d.kubeletRoot, rec.TargetPath, rec.PodUID)
 		}
@@ -50,7 +50,7 @@ func (d *driver) recoverVolumes() error {
 			continue
 		}
 		d.countRecovered(&rec)
-		d.store.remember(rec)
+		d.store.Remember(rec)
 		if err := d.ensureBind(rec); err != nil {
 			klog.ErrorS(err, "Re-binding volume failed; the kubelet's retry will try again", "volumeID", id)
 		}

@@ -49,13 +49,13 @@ func must(t *testing.T, err error) {
 var publishUndo = crashStates{
 	crashpoint.PublishBind:   func(t *testing.T, d *driver, target string) { must(t, d.mounter.unmount(target)) },
 	crashpoint.PublishTarget: func(t *testing.T, _ *driver, target string) { must(t, os.Remove(target)) },
-	crashpoint.PublishRecord: func(t *testing.T, d *driver, _ string) { must(t, os.Remove(d.store.recordPath("vol-1"))) },
+	crashpoint.PublishRecord: func(t *testing.T, d *driver, _ string) { must(t, os.Remove(d.store.RecordPath("vol-1"))) },
 	crashpoint.PublishData: func(t *testing.T, d *driver, _ string) {
-		must(t, os.RemoveAll(filepath.Join(d.store.mountPoint("vol-1"), volume.CopiesDir)))
-		must(t, os.RemoveAll(filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir)))
+		must(t, os.RemoveAll(filepath.Join(d.store.MountPoint("vol-1"), volume.CopiesDir)))
+		must(t, os.RemoveAll(filepath.Join(d.store.MountPoint("vol-1"), volume.ViewDir)))
 	},
-	crashpoint.PublishTmpfs: func(t *testing.T, d *driver, _ string) { must(t, d.mounter.unmount(d.store.mountPoint("vol-1"))) },
-	crashpoint.PublishDir:   func(t *testing.T, d *driver, _ string) { must(t, os.Remove(d.store.mountPoint("vol-1"))) },
+	crashpoint.PublishTmpfs: func(t *testing.T, d *driver, _ string) { must(t, d.mounter.unmount(d.store.MountPoint("vol-1"))) },
+	crashpoint.PublishDir:   func(t *testing.T, d *driver, _ string) { must(t, os.Remove(d.store.MountPoint("vol-1"))) },
 }
 
 // A crash during a publish, then the kubelet's retry: recovery cleans a volume not yet whole
@@ -73,9 +73,9 @@ func TestRecoverFromACrashAfterEachPublishStep(t *testing.T) {
 		}
 		d, _ = c.restart(d)
 		m := d.mounter.(*fakeMounter)
-		if _, ok := d.store.get("vol-1"); ok != resumed[at] || (m.count() == 2) != resumed[at] || exists(d.store.mountPoint("vol-1")) != resumed[at] {
+		if _, ok := d.store.Get("vol-1"); ok != resumed[at] || (m.count() == 2) != resumed[at] || exists(d.store.MountPoint("vol-1")) != resumed[at] {
 			t.Fatalf("after recovery: resumed %v, %d mounts, volume dir there %v; want resumed %v (bound) or all cleaned",
-				ok, m.count(), exists(d.store.mountPoint("vol-1")), resumed[at])
+				ok, m.count(), exists(d.store.MountPoint("vol-1")), resumed[at])
 		}
 		ns := &nodeServer{d: d}
 		if _, err := ns.NodePublishVolume(context.Background(), req); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "CA") || m.count() != 2 {
@@ -92,8 +92,8 @@ func TestRecoverFromACrashAfterEachPublishStep(t *testing.T) {
 var unpublishDo = crashStates{
 	crashpoint.UnpublishBind:   func(t *testing.T, d *driver, target string) { must(t, d.mounter.unmount(target)) },
 	crashpoint.UnpublishTarget: func(t *testing.T, _ *driver, target string) { must(t, os.Remove(target)) },
-	crashpoint.UnpublishTmpfs:  func(t *testing.T, d *driver, _ string) { must(t, d.mounter.unmount(d.store.mountPoint("vol-1"))) },
-	crashpoint.UnpublishDir:    func(t *testing.T, d *driver, _ string) { must(t, os.Remove(d.store.mountPoint("vol-1"))) },
+	crashpoint.UnpublishTmpfs:  func(t *testing.T, d *driver, _ string) { must(t, d.mounter.unmount(d.store.MountPoint("vol-1"))) },
+	crashpoint.UnpublishDir:    func(t *testing.T, d *driver, _ string) { must(t, os.Remove(d.store.MountPoint("vol-1"))) },
 }
 
 // A crash during an unpublish, then the kubelet's retry: whatever step was reached, the retry
@@ -136,21 +136,21 @@ func TestRecoverFromACrashAfterEachReconcileStep(t *testing.T) {
 			}
 			undo := crashStates{
 				crashpoint.ReconcileRecord: func(t *testing.T, d *driver, _ string) {
-					must(t, os.WriteFile(d.store.recordPath("vol-1"), old.record, 0o600))
+					must(t, os.WriteFile(d.store.RecordPath("vol-1"), old.record, 0o600))
 				},
 				crashpoint.ReconcileData: func(t *testing.T, d *driver, _ string) {
-					must(t, atomicwriter.Writer{Dir: filepath.Join(d.store.mountPoint("vol-1"), volume.ViewDir), GID: -1}.Write(old.view))
+					must(t, atomicwriter.Writer{Dir: filepath.Join(d.store.MountPoint("vol-1"), volume.ViewDir), GID: -1}.Write(old.view))
 				},
 				crashpoint.ReconcileCopies: func(t *testing.T, d *driver, _ string) {
-					must(t, d.store.dirOf(volumeRecord{VolumeID: "vol-1", GID: -1}).WriteCopy(0, old.copied))
+					must(t, d.store.DirOf(volume.Record{VolumeID: "vol-1", GID: -1}).WriteCopy(0, old.copied))
 				},
 			}
 			forEachStep(t, crashpoint.ReconcileSteps, undo, func(t *testing.T, at crashpoint.Step) {
 				c := newFakeCluster(t)
 				d, _ := c.node()
 				publishVolume(t, d, "vol-1")
-				vol := d.store.dirOf(volumeRecord{VolumeID: "vol-1", GID: -1})
-				old.record, _ = os.ReadFile(d.store.recordPath("vol-1"))
+				vol := d.store.DirOf(volume.Record{VolumeID: "vol-1", GID: -1})
+				old.record, _ = os.ReadFile(d.store.RecordPath("vol-1"))
 				old.copied, _ = atomicwriter.ReadFiles(vol.CopyPath(0))
 				old.view, _ = atomicwriter.ReadFiles(vol.ViewPath())
 				want := []string{"ca.crt", "CA2"} // what the pod sees once the change is done
@@ -174,12 +174,12 @@ func TestRecoverFromACrashAfterEachReconcileStep(t *testing.T) {
 				}
 				d.relistCycle(context.Background(), 0)
 				rec := savedRecord(t, d, "vol-1")
-				if !sees(podView(t, d, "vol-1"), want...) || rec.Shares[0].Told.hidden() != (change == "revoke") ||
+				if !sees(podView(t, d, "vol-1"), want...) || rec.Shares[0].Told.Hidden() != (change == "revoke") ||
 					change == "refresh" && rec.Shares[0].ResourceVersion != "2" {
 					t.Fatalf("after the next relist the pod sees %v, record %+v; want %q", podView(t, d, "vol-1"), rec.Shares[0], want)
 				}
-				if d.budget.InUse() != volumeBytes(rec) {
-					t.Fatalf("%d bytes charged, the saved record says %d", d.budget.InUse(), volumeBytes(rec))
+				if d.budget.InUse() != volume.RecordedBytes(rec) {
+					t.Fatalf("%d bytes charged, the saved record says %d", d.budget.InUse(), volume.RecordedBytes(rec))
 				}
 			})
 		})
@@ -192,15 +192,15 @@ func TestRecoverCleansWhatIsNotWhole(t *testing.T) {
 		name   string
 		breaks func(t *testing.T, d *driver)
 	}{
-		{"its record is corrupt", func(t *testing.T, d *driver) { must(t, os.WriteFile(d.store.recordPath("vol-1"), []byte("{"), 0o600)) }},
+		{"its record is corrupt", func(t *testing.T, d *driver) { must(t, os.WriteFile(d.store.RecordPath("vol-1"), []byte("{"), 0o600)) }},
 		{"its record names a target outside the pods dir", func(t *testing.T, d *driver) {
-			rec, _ := d.store.get("vol-1")
+			rec, _ := d.store.Get("vol-1")
 			rec.TargetPath = "/etc"
-			_, err := d.store.writeRecord(rec)
+			_, err := d.store.WriteRecord(rec)
 			must(t, err)
 		}},
 		{"its pod is gone", func(t *testing.T, d *driver) {
-			rec, _ := d.store.get("vol-1")
+			rec, _ := d.store.Get("vol-1")
 			must(t, d.mounter.unmount(rec.TargetPath))
 			must(t, os.RemoveAll(filepath.Join(d.kubeletRoot, "pods", testPodUID)))
 		}},
@@ -209,7 +209,7 @@ func TestRecoverCleansWhatIsNotWhole(t *testing.T) {
 			c := newFakeCluster(t)
 			d, _ := c.node()
 			publishVolume(t, d, "vol-1")
-			foreign := filepath.Join(d.store.dir, "not a volume id")
+			foreign := filepath.Join(d.store.Path, "not a volume id")
 			must(t, os.Mkdir(foreign, 0o700))
 			tc.breaks(t, d)
 			d, _ = c.restart(d)

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 	"golang.org/x/time/rate"
 	"k8s.io/klog/v2"
 )
@@ -63,7 +64,7 @@ func (d *driver) runRelist(ctx context.Context, interval time.Duration, spread f
 // relistCycle reconciles every volume once, its API requests spread over window, and returns
 // how many volumes it looked at.
 func (d *driver) relistCycle(ctx context.Context, window time.Duration) int {
-	recs := d.store.list()
+	recs := d.store.List()
 	memo := d.newCycleMemo()
 	pacer := newCyclePacer(cycleRequests(recs), window)
 	asked := cycleKeys{}
@@ -153,13 +154,13 @@ type cycleKeys struct {
 
 // add records rec's requests and returns how many of them are new to the cycle: one review per
 // access key, and one GET per source of a volume that refreshes.
-func (k *cycleKeys) add(rec volumeRecord) int {
+func (k *cycleKeys) add(rec volume.Record) int {
 	if k.access == nil {
 		k.access, k.sources = map[accessKey]bool{}, map[share.SourceKey]bool{}
 	}
 	n := 0
 	for j, s := range rec.Shares {
-		if key := rec.accessKey(j); !k.access[key] {
+		if key := accessKeyOf(rec, j); !k.access[key] {
 			k.access[key] = true
 			n++
 		}
@@ -172,7 +173,7 @@ func (k *cycleKeys) add(rec volumeRecord) int {
 }
 
 // cycleRequests estimates the requests a cycle over recs sends.
-func cycleRequests(recs []volumeRecord) int {
+func cycleRequests(recs []volume.Record) int {
 	var k cycleKeys
 	n := 0
 	for _, rec := range recs {

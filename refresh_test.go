@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 func TestRelistScheduleBounds(t *testing.T) {
@@ -130,17 +131,17 @@ func TestCyclePacerSpacesRequestsOverItsWindow(t *testing.T) {
 }
 
 func TestCycleRequestsCountsEachReviewAndGETOnce(t *testing.T) {
-	share := func(name, srcNS, src string) shareState {
-		return shareState{Ref: share.Ref{Kind: share.KindSecret, Name: name}, SourceNamespace: srcNS, SourceName: src}
+	share := func(name, srcNS, src string) volume.ShareState {
+		return volume.ShareState{Ref: share.Ref{Kind: share.KindSecret, Name: name}, SourceNamespace: srcNS, SourceName: src}
 	}
-	recs := []volumeRecord{
+	recs := []volume.Record{
 		// Two volumes of one service account on one share: one review, one GET.
-		{PodNamespace: "a", ServiceAccount: "sa", Refresh: true, Shares: []shareState{share("ca", "p", "ca")}},
-		{PodNamespace: "a", ServiceAccount: "sa", Refresh: true, Shares: []shareState{share("ca", "p", "ca")}},
+		{PodNamespace: "a", ServiceAccount: "sa", Refresh: true, Shares: []volume.ShareState{share("ca", "p", "ca")}},
+		{PodNamespace: "a", ServiceAccount: "sa", Refresh: true, Shares: []volume.ShareState{share("ca", "p", "ca")}},
 		// Another service account: one more review; the same source.
-		{PodNamespace: "b", ServiceAccount: "sa", Refresh: true, Shares: []shareState{share("ca", "p", "ca")}},
+		{PodNamespace: "b", ServiceAccount: "sa", Refresh: true, Shares: []volume.ShareState{share("ca", "p", "ca")}},
 		// refreshResource=false: a review, no GET.
-		{PodNamespace: "c", ServiceAccount: "sa", Refresh: false, Shares: []shareState{share("key", "p", "key")}},
+		{PodNamespace: "c", ServiceAccount: "sa", Refresh: false, Shares: []volume.ShareState{share("key", "p", "key")}},
 	}
 	if got := cycleRequests(recs); got != 3+1 {
 		t.Errorf("cycleRequests = %d, want 3 reviews + 1 GET", got)

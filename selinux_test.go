@@ -36,7 +36,7 @@ func TestPublishPutsTheKubeletsSELinuxContextOnTheTmpfs(t *testing.T) {
 			if _, err := ns.NodePublishVolume(context.Background(), req); err != nil {
 				t.Fatal(err)
 			}
-			tm, ok := m.at(d.store.mountPoint("vol-1"))
+			tm, ok := m.at(d.store.MountPoint("vol-1"))
 			if !ok {
 				t.Fatal("no tmpfs for the volume")
 			}
@@ -44,7 +44,7 @@ func TestPublishPutsTheKubeletsSELinuxContextOnTheTmpfs(t *testing.T) {
 			if tc.want == "" && strings.Contains(opts, "context=") || tc.want != "" && !strings.Contains(opts, tc.want) {
 				t.Fatalf("tmpfs mount data %q, want the context %q", opts, tc.want)
 			}
-			if rec, _ := d.store.get("vol-1"); rec.MountContext != tc.want {
+			if rec, _ := d.store.Get("vol-1"); rec.MountContext != tc.want {
 				t.Fatalf("record keeps context %q, want %q (a restarted driver re-mounts with it)", rec.MountContext, tc.want)
 			}
 		})

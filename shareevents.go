@@ -144,8 +144,8 @@ func (d *driver) runShareEvents(ctx context.Context, events *shareEventQueue) {
 // skipped one whose lock was held.
 func (d *driver) reconcileShare(ctx context.Context, ref share.Ref) (busy bool) {
 	memo := d.newCycleMemo()
-	for _, rec := range d.store.list() {
-		if slices.Contains(rec.refs(), ref) && !d.reconcileIfIdle(ctx, rec.VolumeID, memo) {
+	for _, rec := range d.store.List() {
+		if slices.Contains(rec.Refs(), ref) && !d.reconcileIfIdle(ctx, rec.VolumeID, memo) {
 			busy = true
 		}
 	}

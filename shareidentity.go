@@ -41,6 +41,7 @@ import (
 
 	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/shareapi"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // reasonShareReplaced is the event on a pod whose volume's share was replaced by another object.
@@ -52,7 +53,7 @@ const reasonShareReplaced = shareapi.ReasonShareReplaced
 // answer, not an outage. So a source that cannot be read (not found, forbidden, any API error)
 // does not keep the volume as it was: the new object is not the volume's until its source is
 // read and proves to be the volume's own (adopted then, restoring the volume).
-func shareIdentity(ctx context.Context, st shareState, sh share.Spec, memo *cycleMemo) bool {
+func shareIdentity(ctx context.Context, st volume.ShareState, sh share.Spec, memo *cycleMemo) bool {
 	switch {
 	case st.ShareUID == "" || sh.UID == "" || sh.UID == st.ShareUID:
 		return true
@@ -69,7 +70,7 @@ func shareIdentity(ctx context.Context, st shareState, sh share.Spec, memo *cycl
 }
 
 // replacedShareMessage says which objects these are and what an admin does about it.
-func replacedShareMessage(rec volumeRecord, st shareState, sh share.Spec) string {
+func replacedShareMessage(rec volume.Record, st volume.ShareState, sh share.Spec) string {
 	return fmt.Sprintf("%s %q was deleted and created again (UID %s, sharing %s); this volume was published from UID %s, sharing %s %s/%s: "+
 		"the new object does not feed this running pod, which shows none of its files. If the new object is the one to use, re-create the pod "+
 		"(its controller starts a new one, published from the share as it is now): kubectl delete pod --namespace=%s %s. "+

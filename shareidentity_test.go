@@ -30,6 +30,7 @@ import (
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
 	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // putSecretShare puts (or replaces) the SharedSecret name, object uid, over Secret ns/secret in
@@ -77,7 +78,7 @@ func identityWorld(t *testing.T) (*driver, chan string) {
 // viewOf is what the pod sees of ca.crt in volume id ("" for no such file).
 func viewOf(t *testing.T, d *driver, id string) string {
 	t.Helper()
-	files, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint(id), "data"))
+	files, err := atomicwriter.ReadFiles(filepath.Join(d.store.MountPoint(id), "data"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +127,7 @@ func TestShareRecreatedOverAnotherSecretDoesNotFeedRunningVolumes(t *testing.T) 
 					t.Errorf("the event %q does not say %q", replaced[0], want)
 				}
 			}
-			if rec, _ := d.store.get("vol-1"); rec.Shares[0].Told != toldShareReplaced || rec.Shares[0].ShareUID != "share-1" {
+			if rec, _ := d.store.Get("vol-1"); rec.Shares[0].Told != volume.ToldShareReplaced || rec.Shares[0].ShareUID != "share-1" {
 				t.Fatalf("record %+v: want the share revoked, replaced, still share-1's", rec.Shares[0])
 			}
 
@@ -148,7 +149,7 @@ func TestShareRecreatedOverAnotherSecretDoesNotFeedRunningVolumes(t *testing.T) 
 			if got := step(); got != "REAL-CA" {
 				t.Fatalf("after the share was created again over p/src the pod sees %q, want REAL-CA", got)
 			}
-			if rec, _ := d.store.get("vol-1"); rec.Shares[0].Told != toldCurrent || rec.Shares[0].ShareUID != "share-3" {
+			if rec, _ := d.store.Get("vol-1"); rec.Shares[0].Told != volume.ToldCurrent || rec.Shares[0].ShareUID != "share-3" {
 				t.Fatalf("record %+v: want the share back, adopted as share-3", rec.Shares[0])
 			}
 		})
@@ -168,8 +169,8 @@ func TestShareRecreatedOverTheSameSecretIsAdopted(t *testing.T) {
 	if got := viewOf(t, d, "vol-1"); got != "REAL-CA" {
 		t.Fatalf("the pod sees %q, want REAL-CA", got)
 	}
-	rec, _ := d.store.get("vol-1")
-	if rec.Shares[0].ShareUID != "share-2" || rec.Shares[0].Told.hidden() {
+	rec, _ := d.store.Get("vol-1")
+	if rec.Shares[0].ShareUID != "share-2" || rec.Shares[0].Told.Hidden() {
 		t.Fatalf("record %+v: want the new object adopted", rec.Shares[0])
 	}
 	if n := len(events); n != 0 {
@@ -289,13 +290,13 @@ func TestShareRecreatedExposingMoreIsNotAdopted(t *testing.T) {
 			}
 			put("share-2", tc.items)
 			d.relistCycle(ctx, 0)
-			files, err := atomicwriter.ReadFiles(filepath.Join(d.store.mountPoint("vol-1"), "data"))
+			files, err := atomicwriter.ReadFiles(filepath.Join(d.store.MountPoint("vol-1"), "data"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			seen := slices.Sorted(maps.Keys(files))
 			t.Logf("the pod sees %q", seen)
-			rec, _ := d.store.get("vol-1")
+			rec, _ := d.store.Get("vol-1")
 			replaced := drainEvents(events, reasonShareReplaced)
 			if tc.adopted {
 				if !slices.Equal(seen, []string{"ca.crt"}) || rec.Shares[0].ShareUID != "share-2" || len(replaced) != 0 {
@@ -303,7 +304,7 @@ func TestShareRecreatedExposingMoreIsNotAdopted(t *testing.T) {
 				}
 				return
 			}
-			if len(seen) != 0 || rec.Shares[0].Told != toldShareReplaced || rec.Shares[0].ShareUID != "share-1" || len(replaced) != 1 {
+			if len(seen) != 0 || rec.Shares[0].Told != volume.ToldShareReplaced || rec.Shares[0].ShareUID != "share-1" || len(replaced) != 1 {
 				t.Fatalf("the pod sees %q, share UID %s (replaced: %v), events %q: want nothing, the share replaced (still share-1's), one event",
 					seen, rec.Shares[0].ShareUID, rec.Shares[0].Told, replaced)
 			}
@@ -318,13 +319,13 @@ func TestRecordWithoutShareUIDAdoptsTheShare(t *testing.T) {
 	if _, err := (&nodeServer{d: d}).NodePublishVolume(ctx, publishRequest(t, d, "vol-1")); err != nil {
 		t.Fatal(err)
 	}
-	rec, _ := d.store.get("vol-1")
+	rec, _ := d.store.Get("vol-1")
 	rec.Shares[0].ShareUID, rec.Shares[0].SourceUID = "", ""
-	if err := d.store.save(rec); err != nil {
+	if err := d.store.Save(rec); err != nil {
 		t.Fatal(err)
 	}
 	d.relistCycle(ctx, 0)
-	saved, err := d.store.readRecord("vol-1")
+	saved, err := d.store.ReadRecord("vol-1")
 	if err != nil || saved.Shares[0].ShareUID != "share-1" || saved.Shares[0].SourceUID != "src-1" {
 		t.Fatalf("saved record %+v (%v): want share-1 and its source src-1 adopted", saved.Shares, err)
 	}

@@ -305,7 +305,7 @@ func BenchmarkTmpfsWrite(b *testing.B) {
 }
 
 // A volume's tmpfs holds at most tmpfsInodes entries, hard links included (tmpfs counts each link
-// as an inode: budget.go charges the view's links for that reason): past it, creating a file or
+// as an inode: internal/volume charges the view's links for that reason): past it, creating a file or
 // a link fails with ENOSPC, whatever the size cap leaves.
 func TestTmpfsCapsEntriesHardLinksIncluded(t *testing.T) {
 	for _, kind := range []string{"files", "hard links"} {

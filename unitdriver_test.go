@@ -41,7 +41,7 @@ func newTestDriver(t *testing.T, sar sarCreator, src sourceGetter) *driver {
 		budget:      budget,
 		account:     testDriverAccount,
 		mounter:     &fakeMounter{},
-		store:       newVolumeStore(filepath.Join(root, "plugins", driverName), budget),
+		store:       volume.NewStore(filepath.Join(root, "plugins", driverName), budget),
 		locks:       newVolumeLocks(),
 		shares:      share.NewIndex(dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme()), func(share.Kind, string) {}),
 		sources:     sources,

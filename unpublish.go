@@ -35,7 +35,7 @@ func (s *nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpubli
 // unpublish removes a volume: the bind, the target dir if the driver made it, the tmpfs (and the
 // record with it), the volume dir. The caller holds the volume's lock. Unknown volumes succeed.
 func (d *driver) unpublish(volumeID, target string) error {
-	rec, ok := d.store.get(volumeID)
+	rec, ok := d.store.Get(volumeID)
 	if !ok {
 		klog.V(2).InfoS("Unpublish of an unknown volume: nothing to do", "volumeID", volumeID)
 		return nil

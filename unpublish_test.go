@@ -27,9 +27,9 @@ import (
 func nothingLeft(t *testing.T, d *driver, step string) {
 	t.Helper()
 	m := d.mounter.(*fakeMounter)
-	ids, _ := d.store.volumeIDsOnDisk()
-	if m.count() != 0 || len(ids) != 0 || d.store.count() != 0 || d.budget.InUse() != 0 {
-		t.Fatalf("%s: %d mounts, volume dirs %v, %d records, %d bytes charged; want nothing", step, m.count(), ids, d.store.count(), d.budget.InUse())
+	ids, _ := d.store.VolumeIDsOnDisk()
+	if m.count() != 0 || len(ids) != 0 || d.store.Count() != 0 || d.budget.InUse() != 0 {
+		t.Fatalf("%s: %d mounts, volume dirs %v, %d records, %d bytes charged; want nothing", step, m.count(), ids, d.store.Count(), d.budget.InUse())
 	}
 }
 
@@ -39,7 +39,7 @@ func TestUnpublishThatFailsAtAStepIsFinishedByTheRetry(t *testing.T) {
 		at   func(d *driver, target string) string // the path whose unmount fails
 	}{
 		{"the bind's unmount fails", func(_ *driver, target string) string { return target }},
-		{"the tmpfs's unmount fails", func(d *driver, _ string) string { return d.store.mountPoint("vol-1") }},
+		{"the tmpfs's unmount fails", func(d *driver, _ string) string { return d.store.MountPoint("vol-1") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newFakeCluster(t)
@@ -51,7 +51,7 @@ func TestUnpublishThatFailsAtAStepIsFinishedByTheRetry(t *testing.T) {
 			if _, err := ns.NodeUnpublishVolume(context.Background(), unpublishRequest(req)); status.Code(err) != codes.Internal {
 				t.Fatalf("unpublish: %v, want Internal", err)
 			}
-			if _, ok := d.store.get("vol-1"); !ok || !exists(d.store.recordPath("vol-1")) {
+			if _, ok := d.store.Get("vol-1"); !ok || !exists(d.store.RecordPath("vol-1")) {
 				t.Fatal("the failed unpublish forgot the volume: the kubelet's retry would find nothing to finish")
 			}
 			if _, err := ns.NodeUnpublishVolume(context.Background(), unpublishRequest(req)); err != nil {
@@ -70,8 +70,8 @@ func TestTeardownUnmountsEveryBindOfItsOwn(t *testing.T) {
 	c := newFakeCluster(t)
 	d, _ := c.node()
 	req := publishVolume(t, d, "vol-1")
-	rec, _ := d.store.get("vol-1")
-	if err := d.mounter.bindReadOnly(d.store.dirOf(rec).ViewPath(), req.TargetPath); err != nil {
+	rec, _ := d.store.Get("vol-1")
+	if err := d.mounter.bindReadOnly(d.store.DirOf(rec).ViewPath(), req.TargetPath); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.teardown(rec); err != nil {
@@ -102,7 +102,7 @@ func TestTeardownLeavesAMountItDidNotMake(t *testing.T) {
 	if top, ok := m.at(req.TargetPath); !ok || top.entry.FSType != "tmpfs" || m.count() != 1 || !exists(req.TargetPath) {
 		t.Fatalf("the foreign mount at the target: %+v, %v (%d mounts); want it left, alone", top, ok, m.count())
 	}
-	if exists(d.store.mountPoint("vol-1")) || d.store.count() != 0 {
+	if exists(d.store.MountPoint("vol-1")) || d.store.Count() != 0 {
 		t.Fatal("the volume's own dir or record is still there")
 	}
 }
@@ -113,7 +113,7 @@ func orphanWorld(t *testing.T) (d *driver, m *fakeMounter, volDir, podTarget str
 	t.Helper()
 	d, _ = newFakeCluster(t).node()
 	m = d.mounter.(*fakeMounter)
-	volDir = d.store.mountPoint("vol-x")
+	volDir = d.store.MountPoint("vol-x")
 	podTarget = filepath.Join(d.kubeletRoot, "pods", testPodUID, "volumes", "kubernetes.io~csi", "x", "mount")
 	for _, dir := range []string{volDir, podTarget} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -151,7 +151,7 @@ func TestCleanOrphanLeavesWhatIsNotItsOwn(t *testing.T) {
 	}
 
 	// A volume dir with no tmpfs that holds a file: not made by the driver's publish; left.
-	other := d.store.mountPoint("vol-y")
+	other := d.store.MountPoint("vol-y")
 	if err := os.MkdirAll(other, 0o700); err != nil || os.WriteFile(filepath.Join(other, "keep"), nil, 0o600) != nil {
 		t.Fatal(err)
 	}

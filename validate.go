@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 // maxVolumeEntries bounds the files plus directories of one volume: each share's files and the
@@ -51,7 +52,7 @@ type volumeRequest struct {
 	ServiceAccount string
 	// How the source's keys become files.
 	DefaultMode os.FileMode
-	Items       []item // empty: every key, as a file of the same name
+	Items       []volume.Item // empty: every key, as a file of the same name
 	// Ownership and labels from the kubelet.
 	GID          int    // the pod's fsGroup (VOLUME_MOUNT_GROUP), or -1
 	MountContext string // an SELinux context= mount option for the tmpfs, or ""
@@ -79,20 +80,16 @@ func toStatus(err error) error {
 }
 
 var (
-	// Volume ids become a directory name under the state dir, so they must be one safe segment.
-	// The kubelet's ids for inline volumes look like "csi-<sha256 hex>".
-	volumeIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
-	podUIDPattern   = regexp.MustCompile(`^[a-f0-9-]{1,64}$`)
+	podUIDPattern = regexp.MustCompile(`^[a-f0-9-]{1,64}$`)
 )
 
-// validateVolumeID accepts only ids that are a single, harmless path segment: the id names
-// the volume's directory, and "..", "/" or a leading dot would let a caller escape or collide
-// with our own files.
+// validateVolumeID accepts only ids that are a single, harmless path segment (volume.ValidID):
+// the id names the volume's directory.
 func validateVolumeID(id string) error {
 	if id == "" {
 		return invalidf("volume_id is required")
 	}
-	if len(id) > 128 || !volumeIDPattern.MatchString(id) || strings.Contains(id, "..") {
+	if !volume.ValidID(id) {
 		return invalidf("volume_id %q is not valid: it must be 1-128 characters of [A-Za-z0-9._-], start with a letter or digit and not contain \"..\"", id)
 	}
 	return nil

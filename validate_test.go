@@ -15,6 +15,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/shared-resource/csi-driver/internal/share"
+	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
 const testRoot = "/var/lib/kubelet"
@@ -151,7 +152,7 @@ func TestParseItemsSelectsRenamesAndSetsModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []item{{Key: "ca.crt", Path: "ca.crt"}, {Key: "tls.key", Path: "keys/tls.key", Mode: 0o400}, {Key: "tls.crt", Path: "keys/tls.crt"}}
+	want := []volume.Item{{Key: "ca.crt", Path: "ca.crt"}, {Key: "tls.key", Path: "keys/tls.key", Mode: 0o400}, {Key: "tls.crt", Path: "keys/tls.crt"}}
 	if len(items) != len(want) {
 		t.Fatalf("got %+v", items)
 	}
@@ -221,14 +222,14 @@ func TestParsePublishRequestReadsFsGroupAndFileAttributes(t *testing.T) {
 
 func TestProjectFilesFollowsItemsAndReportsMissingKeys(t *testing.T) {
 	src := map[string][]byte{"ca.crt": []byte("ca"), "tls.key": []byte("key"), "unused": []byte("x")}
-	files, err := projectFiles(src, []item{{Key: "ca.crt", Path: "certs/ca.pem"}, {Key: "tls.key", Path: "tls.key", Mode: 0o400}}, 0, 0o440, nil)
+	files, err := projectFiles(src, []volume.Item{{Key: "ca.crt", Path: "certs/ca.pem"}, {Key: "tls.key", Path: "tls.key", Mode: 0o400}}, 0, 0o440, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(files) != 2 || string(files["certs/ca.pem"].Data) != "ca" || files["certs/ca.pem"].Mode != 0o440 || files["tls.key"].Mode != 0o400 {
 		t.Errorf("got %+v", files)
 	}
-	_, err = projectFiles(src, []item{{Key: "absent", Path: "a"}}, 0, 0o644, nil)
+	_, err = projectFiles(src, []volume.Item{{Key: "absent", Path: "a"}}, 0, 0o644, nil)
 	if err == nil || !strings.Contains(err.Error(), `"absent"`) {
 		t.Errorf("missing key: %v", err)
 	}
@@ -253,7 +254,7 @@ func TestParseSharesListsSeveralSharesAndItemsNameThem(t *testing.T) {
 	if !reflect.DeepEqual(v.Shares, wantShares) {
 		t.Errorf("shares %+v", v.Shares)
 	}
-	wantItems := []item{{Share: 0, Key: "ca.crt", Path: "certs/ca.pem"}, {Share: 1, Key: "proxy.env", Path: "proxy.env"}}
+	wantItems := []volume.Item{{Share: 0, Key: "ca.crt", Path: "certs/ca.pem"}, {Share: 1, Key: "proxy.env", Path: "proxy.env"}}
 	if !reflect.DeepEqual(v.Items, wantItems) {
 		t.Errorf("items %+v", v.Items)
 	}

@@ -1,7 +1,7 @@
 package main
 
 // Specification of what the admin's commands may conclude from the driver's events: every state
-// of a share meets every outcome of the relist (judge.go's told.after), and the event the relist
+// of a share meets every outcome of the relist (judge.go's toldAfter), and the event the relist
 // records for the change, built by the relist's own verdicts and reported by its own
 // reportChanges, leads shareapi.FilesAfter, the table diagnose and who-uses judge by, to the
 // state's own answer: the share's files shown or away. A state, outcome or change kind added to
@@ -29,10 +29,10 @@ var allOutcomes = []outcome{outcomeDenied, outcomeShareReplaced, outcomeAdopted,
 
 // relistChanges is what the relist reports when a share in state st meets outcome o, built by
 // the verdicts the relist itself builds for o (one per way it reports o).
-func relistChanges(t *testing.T, d *driver, st shareState, o outcome) []*shareChange {
+func relistChanges(t *testing.T, d *driver, st volume.ShareState, o outcome) []*shareChange {
 	t.Helper()
 	sh := share.Spec{Kind: st.Kind, Name: st.Name, UID: "new-share-uid", SourceNamespace: "p", SourceName: "src"}
-	rec := volumeRecord{VolumeID: "csi-0123456789abcdef", PodNamespace: "team", PodName: "web", PodUID: "pod-uid", Refresh: true, Shares: []shareState{st}}
+	rec := volume.Record{VolumeID: "csi-0123456789abcdef", PodNamespace: "team", PodName: "web", PodUID: "pod-uid", Refresh: true, Shares: []volume.ShareState{st}}
 	switch o {
 	case outcomeDenied:
 		return []*shareChange{revokeShare(st, "denied").change}
@@ -58,8 +58,8 @@ func relistChanges(t *testing.T, d *driver, st shareState, o outcome) []*shareCh
 		if err != nil {
 			t.Fatal(err)
 		}
-		full := newVolumeRewrite(&volume.Budget{Limit: 1}, rec)
-		defer full.release()
+		full := volume.NewRewrite(&volume.Budget{Limit: 1}, rec)
+		defer full.Release()
 		tooLarge, err := writeNewCopy(volume.Dir{}, st, 0, shareVerdict{state: st, files: files}, full, 0, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -75,7 +75,7 @@ func recordedReason(t *testing.T, d *driver, c shareChange) string {
 	t.Helper()
 	events := make(chan string, 4)
 	d.events = &record.FakeRecorder{Events: events}
-	d.reportChanges(volumeRecord{PodNamespace: "team", PodName: "web", PodUID: "pod-uid"}, []shareChange{c}, nil)
+	d.reportChanges(volume.Record{PodNamespace: "team", PodName: "web", PodUID: "pod-uid"}, []shareChange{c}, nil)
 	select {
 	case e := <-events:
 		// "TYPE REASON MESSAGE"
@@ -93,29 +93,29 @@ func TestVerdictsAgreeWithTheRelist(t *testing.T) {
 	d := newTestDriver(t, nil, nil)
 	for _, from := range allTold {
 		for _, o := range allOutcomes {
-			next, tell := from.after(o)
-			st := shareState{Ref: share.Ref{Kind: share.KindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "src", Told: from}
+			next, tell := toldAfter(from, o)
+			st := volume.ShareState{Ref: share.Ref{Kind: share.KindSecret, Name: "ca"}, SourceNamespace: "p", SourceName: "src", Told: from}
 			changes := relistChanges(t, d, st, o)
 			if !tell {
 				for _, c := range changes {
 					if c != nil {
-						t.Errorf("%q after %s: told.after tells nothing, the relist's verdict reports %s", from, o, c.kind)
+						t.Errorf("%q after %s: toldAfter tells nothing, the relist's verdict reports %s", from, o, c.kind)
 					}
 				}
 				// Untold, the pod's view must not change: the admin's commands see no event.
 				// (9) is taken only while the share's files are shown (judgeSource): a share whose
 				// files are away gets a new copy, (10), and is told.
-				if unreachable := o == outcomeCurrent && from.hidden(); next.hidden() != from.hidden() && !unreachable {
+				if unreachable := o == outcomeCurrent && from.Hidden(); next.Hidden() != from.Hidden() && !unreachable {
 					t.Errorf("%q after %s: %q untold, but the files are %s before and %s after", from, o, next, shownOrAway(from), shownOrAway(next))
 				}
 				continue
 			}
 			if len(changes) == 0 {
-				t.Errorf("%q after %s: told.after tells, the relist's verdict reports nothing", from, o)
+				t.Errorf("%q after %s: toldAfter tells, the relist's verdict reports nothing", from, o)
 			}
 			for _, c := range changes {
 				if c == nil {
-					t.Errorf("%q after %s: told.after tells, the relist's verdict reports nothing", from, o)
+					t.Errorf("%q after %s: toldAfter tells, the relist's verdict reports nothing", from, o)
 					continue
 				}
 				reason := recordedReason(t, d, *c)
@@ -125,9 +125,9 @@ func TestVerdictsAgreeWithTheRelist(t *testing.T) {
 				case shareapi.FilesAway:
 					away = true
 				case shareapi.FilesAsBefore:
-					away = from.hidden()
+					away = from.Hidden()
 				}
-				if !ok || away != next.hidden() {
+				if !ok || away != next.Hidden() {
 					t.Errorf("%q after %s: the relist records %s, which the admin's table reads as files %s (known %v); the share's files are %s in %q",
 						from, o, reason, map[bool]string{false: "shown", true: "away"}[away], ok, shownOrAway(next), next)
 				}
@@ -136,8 +136,8 @@ func TestVerdictsAgreeWithTheRelist(t *testing.T) {
 	}
 }
 
-func shownOrAway(s told) string {
-	if s.hidden() {
+func shownOrAway(s volume.Told) string {
+	if s.Hidden() {
 		return "away"
 	}
 	return "shown"
@@ -146,7 +146,7 @@ func shownOrAway(s told) string {
 // Every kind of change the relist reports records an event whose reason is in the admin's table.
 func TestEveryChangeRecordsAReasonOfTheTable(t *testing.T) {
 	d := newTestDriver(t, nil, nil)
-	for _, kind := range rootConstants(t, "changeKind") {
+	for _, kind := range declaredConstants(t, ".", "changeKind") {
 		reason := recordedReason(t, d, shareChange{share: share.Ref{Kind: share.KindSecret, Name: "ca"}, kind: changeKind(kind), why: "why"})
 		if _, ok := shareapi.FilesAfter(reason); !ok || !slices.Contains(shareapi.ShareEventReasons(), reason) {
 			t.Errorf("change %s records %s, which is not in shareapi's table of the driver's events on a share", kind, reason)
@@ -156,8 +156,12 @@ func TestEveryChangeRecordsAReasonOfTheTable(t *testing.T) {
 
 // The states and outcomes the walks above go through are every one the driver declares.
 func TestTheWalksCoverEveryStateAndOutcome(t *testing.T) {
-	for typ, walked := range map[string][]string{"told": toStrings(allTold), "outcome": toStrings(allOutcomes)} {
-		declared := rootConstants(t, typ)
+	for _, c := range []struct {
+		dir, typ string
+		walked   []string
+	}{{"internal/volume", "Told", toStrings(allTold)}, {".", "outcome", toStrings(allOutcomes)}} {
+		typ, walked := c.typ, c.walked
+		declared := declaredConstants(t, c.dir, typ)
 		slices.Sort(declared)
 		slices.Sort(walked)
 		if !slices.Equal(declared, walked) {
@@ -174,11 +178,11 @@ func toStrings[T ~string](xs []T) []string {
 	return out
 }
 
-// rootConstants is the values of the constants of type typ the root package's production files
-// declare.
-func rootConstants(t *testing.T, typ string) []string {
+// declaredConstants is the values of the constants of type typ the production files of the
+// package in dir declare.
+func declaredConstants(t *testing.T, dir, typ string) []string {
 	t.Helper()
-	files, err := filepath.Glob("*.go")
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +215,7 @@ func rootConstants(t *testing.T, typ string) []string {
 		}
 	}
 	if len(out) == 0 {
-		t.Fatalf("no constant of type %s in the root package", typ)
+		t.Fatalf("no constant of type %s in %s", typ, dir)
 	}
 	return out
 }

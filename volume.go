@@ -6,9 +6,8 @@ package main
 // holds no usable record (cleanOrphan), measuring one a previous run left (countRecovered),
 // counting the mounts the volumes hold (countMounts), and the lock that lets one operation at a
 // time work on a volume (volumeLocks). Below it: the checks of the volume's target and the
-// recognition of its bind (target.go), its record in the store (records.go, which charges the
-// node's budget: budget.go),
-// its directory's layout, copies and view (internal/volume), and the mounts (tmpfs.go). Every step
+// recognition of its bind (target.go); its record in the store, which charges the node's budget,
+// its directory's layout, copies and view (internal/volume); and the mounts (tmpfs.go). Every step
 // acts only on what the driver made: its own bind (checked by device and inode), its own target
 // dir, its own tmpfs.
 
@@ -33,7 +32,7 @@ import (
 
 // createVolume makes a fetched volume on the node, in these steps:
 //
-//	(0) room for its bytes, reserved in the node's volume budget (budget.go) until the record,
+//	(0) room for its bytes, reserved in the node's volume budget (internal/volume) until the record,
 //	    saved, charges them (or the publish is undone);
 //	(1) the volume's dir, <state dir>/volumes/<id> (a leftover of a crash is cleaned first);
 //	(2) its tmpfs, size-limited;
@@ -45,7 +44,7 @@ import (
 //
 // Each step registers its undo; if a later step fails, the undos run in reverse and the node is
 // as before. A crash test kills the driver after each step (internal/crashpoint).
-func (d *driver) createVolume(rec volumeRecord, view volume.View) error {
+func (d *driver) createVolume(rec volume.Record, view volume.View) error {
 	var undo []func()
 	succeeded := false
 	defer func() {
@@ -57,12 +56,12 @@ func (d *driver) createVolume(rec volumeRecord, view volume.View) error {
 	}()
 
 	// (0)
-	room, err := d.budget.Reserve(volumeBytes(rec))
+	room, err := d.budget.Reserve(volume.RecordedBytes(rec))
 	defer room.Release()
 	if err != nil {
 		return status.Errorf(codes.ResourceExhausted, "volume %s cannot be published on this node: %v", rec.VolumeID, err)
 	}
-	vol := d.store.dirOf(rec)
+	vol := d.store.DirOf(rec)
 	// (1)
 	if err := d.prepareVolumeDir(vol.Path); err != nil {
 		return status.Errorf(codes.Internal, "creating volume dir: %v", err)
@@ -89,10 +88,10 @@ func (d *driver) createVolume(rec volumeRecord, view volume.View) error {
 		return err
 	}
 	rec.CreatedTarget = !exists
-	if err := d.store.save(rec); err != nil {
+	if err := d.store.Save(rec); err != nil {
 		return status.Errorf(codes.Internal, "%v", err)
 	}
-	undo = append(undo, func() { d.store.forget(rec.VolumeID) }) // and its bytes
+	undo = append(undo, func() { d.store.Forget(rec.VolumeID) }) // and its bytes
 	crashpoint.Reached(d.crash, crashpoint.PublishRecord)
 	// (5)
 	if !exists {
@@ -113,12 +112,12 @@ func (d *driver) createVolume(rec volumeRecord, view volume.View) error {
 
 // ensureBind makes a repeated publish succeed: the volume exists; its bind may be missing if the
 // driver stopped between saving the record and mounting.
-func (d *driver) ensureBind(rec volumeRecord) error {
+func (d *driver) ensureBind(rec volume.Record) error {
 	mounts, err := d.mounter.mounts()
 	if err != nil {
 		return status.Errorf(codes.Internal, "%v", err)
 	}
-	vol := d.store.dirOf(rec)
+	vol := d.store.DirOf(rec)
 	if isOurBind(mounts, vol, rec.TargetPath) {
 		if e, _ := mountinfo.At(mounts, rec.TargetPath); hasOption(e.Options, "ro") {
 			return nil
@@ -144,7 +143,7 @@ func (d *driver) ensureBind(rec volumeRecord) error {
 	if !exists {
 		if !rec.CreatedTarget {
 			rec.CreatedTarget = true
-			if err := d.store.save(rec); err != nil {
+			if err := d.store.Save(rec); err != nil {
 				return status.Errorf(codes.Internal, "%v", err)
 			}
 		}
@@ -170,7 +169,7 @@ func writeError(volumeID string, limit int64, err error) error {
 func (d *driver) prepareVolumeDir(volDir string) error {
 	err := os.Mkdir(volDir, 0o700)
 	if errors.Is(err, os.ErrNotExist) { // the volumes dir itself: made once, not stat'ed per publish
-		if err := os.MkdirAll(d.store.dir, 0o700); err != nil {
+		if err := os.MkdirAll(d.store.Path, 0o700); err != nil {
 			return err
 		}
 		err = os.Mkdir(volDir, 0o700)
@@ -185,8 +184,8 @@ func (d *driver) prepareVolumeDir(volDir string) error {
 
 // teardown undoes a published volume in the reverse order of publish. Each step acts only on
 // what the driver made: its own bind (checked by device), its own target dir, its own tmpfs.
-func (d *driver) teardown(rec volumeRecord) error {
-	vol := d.store.dirOf(rec)
+func (d *driver) teardown(rec volume.Record) error {
+	vol := d.store.DirOf(rec)
 	for {
 		ours, err := d.bindIsOurs(vol, rec.TargetPath)
 		if err != nil {
@@ -214,7 +213,7 @@ func (d *driver) teardown(rec volumeRecord) error {
 		return fmt.Errorf("removing %s: %w", vol.Path, err)
 	}
 	crashpoint.Reached(d.crash, crashpoint.UnpublishDir)
-	d.store.forget(rec.VolumeID) // and its bytes (none for a volume cleaned at recovery: not yet counted)
+	d.store.Forget(rec.VolumeID) // and its bytes (none for a volume cleaned at recovery: not yet counted)
 	return nil
 }
 
@@ -244,11 +243,11 @@ func (d *driver) cleanOrphan(volDir string) {
 }
 
 // countRecovered measures what a resumed volume's shares cost from their copies: a record
-// written before shares had their bytes recorded, or before entries were charged (budget.go),
+// written before shares had their bytes recorded, or before entries were charged (internal/volume),
 // says less than they hold. The store charges the volume as it remembers it, whether it fits or
 // not (it exists). A copy that cannot be read keeps what its record says.
-func (d *driver) countRecovered(rec *volumeRecord) {
-	vol := d.store.dirOf(*rec)
+func (d *driver) countRecovered(rec *volume.Record) {
+	vol := d.store.DirOf(*rec)
 	for i := range rec.Shares {
 		if files, err := atomicwriter.ReadFiles(vol.CopyPath(i)); err == nil {
 			rec.Shares[i].Bytes, rec.Shares[i].Entries = volume.ChargedBytes(files), volume.FilesEntries(files)
@@ -272,12 +271,12 @@ func removeDirLogged(p string) {
 // fetches fresh data anyway, so revoked bytes are not kept. (A refreshResource=false share keeps
 // its copy: it is exactly what comes back.) Call it only with a record already saved, so that a
 // crash never leaves a granted share with an empty copy.
-func dropRevokedCopies(vd volume.Dir, rec volumeRecord) {
+func dropRevokedCopies(vd volume.Dir, rec volume.Record) {
 	if !rec.Refresh {
 		return
 	}
 	for i, st := range rec.Shares {
-		if st.Told.hidden() {
+		if st.Told.Hidden() {
 			if err := vd.WriteCopy(i, nil); err != nil {
 				klog.ErrorS(err, "Emptying a revoked share's copy failed", "volumeID", rec.VolumeID)
 			}
@@ -319,7 +318,7 @@ func (d *driver) countMounts() int {
 		return -1
 	}
 	devices := map[string]bool{}
-	prefix := d.store.dir + "/"
+	prefix := d.store.Path + "/"
 	n := 0
 	for _, m := range mounts {
 		if strings.HasPrefix(m.MountPoint, prefix) && m.FSType == "tmpfs" {

@@ -1,8 +1,10 @@
 // Package volume is a volume's storage on the node: its directory, the copies of its shares and
-// the pod's view of them, its record's file, what its tmpfs holds, what its files cost the node's
-// memory, the node's budget that charges every volume (Budget), the budget's default from the
-// container's memory limit (DefaultBudget) and the Go runtime's memory limit that follows what
-// the volumes hold (LimitRuntimeMemory).
+// the pod's view of them, its record (Record) and the store of every volume's record (Store),
+// what its tmpfs holds, what it costs the node's memory (RecordedBytes, and a reconcile's account
+// until its record is saved: Rewrite), the node's budget that charges every volume (Budget), the
+// budget's default from the container's memory limit (DefaultBudget) and the Go runtime's memory
+// limit that follows what the volumes hold (LimitRuntimeMemory). The driver decides what a pod
+// should see; this package carries it out on disk and keeps the account of what it holds.
 //
 // A volume's directory (Dir) is the tmpfs mounted at <state dir>/volumes/<volume id>:
 //
@@ -42,11 +44,28 @@
 //	(4) swap the new view in, in one step (the writer's ..data rename)
 //	(5) say whether a view was kept: one was only if the swap changed ..data
 //
-// The contract: a Budget is safe for concurrent use; a Reservation belongs to one operation. A
-// Dir is not safe for concurrent use on the same volume: its caller serializes every write to one
-// volume (the driver's per-volume lock), and calls Measure and CountUnlinked with that lock held. Nothing here mounts, unmounts or removes a volume's directory: the caller
-// owns the tmpfs. The package knows a volume's shares only by their position in the volume's
-// order, and a record as the bytes its owner encoded; it knows nothing of Kubernetes, of shares'
-// names or of what a record says, and imports nothing of the driver's but internal/atomicwriter.
-// The root imports it.
+// Commit, the store's one call for a reconcile's disk work, on a volume whose copies the
+// reconcile has written (WriteCopy):
+//
+//	(1) rebuild the view from the copies (RebuildView), unless nothing the pod sees changed and
+//	    the view is the one the saved record describes (ViewChange says which)
+//	(2) note what a view kept for readers costs in the record to save (KeptBytes)
+//	(3) save the record, last: a crash before leaves the old record, and a view the next
+//	    reconcile rebuilds (the store marks a recovered volume's view unverified until then)
+//
+// A failure at (1) or (3) leaves the volume charged what its tmpfs holds, measured, and its view
+// marked as one the record may not describe, until a reconcile rebuilds it.
+//
+// The contract: a Budget and a Store are safe for concurrent use; a Reservation and a Rewrite
+// belong to one operation. A Dir is not safe for concurrent use on the same volume: its caller
+// serializes every write to one volume (the driver's per-volume lock), and calls Measure,
+// CountUnlinked, the Store's Save, Commit and ChargeUnlinkedFiles with that lock held. The store
+// hands out copies of records (Record.Clone): a record changes only by a save, once the disk has.
+// A record's JSON is a format kept across versions (record.go; testdata/record-format.json pins
+// it byte for byte). Nothing here mounts, unmounts or removes a volume's directory: the caller
+// owns the tmpfs. The package knows a share by its kind and name (internal/share) and by its
+// position in the volume's order; what the pod was told of it (Told) is a state the driver's
+// verdicts move, which this package only stores, and reads for whether the share's files are in
+// the view. It knows nothing of the API server, and imports nothing of the driver's but
+// internal/atomicwriter, internal/share and internal/crashpoint. The root imports it.
 package volume

@@ -107,7 +107,7 @@ func (s *PodSuite) UseSmallDriver(t *testing.T) {
 }
 
 // VolumesOfNamespaces counts the volumes on the node whose records name a pod of one of the
-// namespaces, and the bytes the budget charges for them (budget.go's volumeBytes).
+// namespaces, and the bytes the budget charges for them (internal/volume's RecordedBytes).
 func (s *PodSuite) VolumesOfNamespaces(t *testing.T, namespaces ...string) (n int, bytes int64) {
 	t.Helper()
 	records, err := filepath.Glob(filepath.Join(s.Kubelet, "plugins", DriverName, "volumes", "*", "record.json"))

@@ -1,6 +1,6 @@
 package pods
 
-// Specification of the node's volume budget with real pods (budget.go): the driver, given a
+// Specification of the node's volume budget with real pods (internal/volume): the driver, given a
 // small container (a 96Mi memory limit, an 8Mi source cache: a budget of 24Mi derived from
 // them), is filled past its budget by pods with many 1 MiB volumes. The pods that fit run; the
 // others wait with a FailedMount event naming the budget; the driver is never OOM-killed; a

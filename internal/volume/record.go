@@ -1,4 +1,4 @@
-package main
+package volume
 
 // A volume's record: what the driver remembers of a published volume, and of each of its shares
 // the state the pod was told. Records hold names, never data. Records persist across driver
@@ -10,16 +10,15 @@ package main
 import (
 	"encoding/json"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/shared-resource/csi-driver/internal/share"
 )
 
-// volumeRecord is what the driver must remember about a published volume.
-type volumeRecord struct {
+// Record is what the driver must remember about a published volume.
+type Record struct {
 	VolumeID       string       `json:"volumeID"`
-	Shares         []shareState `json:"shares"`
+	Shares         []ShareState `json:"shares"`
 	Refresh        bool         `json:"refresh"`
 	PodNamespace   string       `json:"podNamespace"`
 	PodName        string       `json:"podName"`
@@ -31,34 +30,34 @@ type volumeRecord struct {
 	// How files are made: modes, key selection, owner group (the pod's fsGroup, -1 for none),
 	// and the tmpfs's SELinux context mount option.
 	DefaultMode  os.FileMode `json:"defaultMode"`
-	Items        []item      `json:"items,omitempty"`
+	Items        []Item      `json:"items,omitempty"`
 	GID          int         `json:"gid"`
 	MountContext string      `json:"mountContext,omitempty"`
 	// KeptBytes is what the view a refresh kept for readers still on it costs in memory
-	// (internal/volume), counted in the budget until the next change drops it.
+	// (Dir.RebuildView), counted in the budget until the next change drops it.
 	KeptBytes int64 `json:"keptBytes,omitempty"`
 }
 
-// shareState is what the volume shows of one of its shares.
-type shareState struct {
+// ShareState is what the volume shows of one of its shares.
+type ShareState struct {
 	share.Ref
 	// The source object whose files the share contributes, and its resourceVersion.
 	SourceNamespace string `json:"sourceNamespace"`
 	SourceName      string `json:"sourceName"`
 	ResourceVersion string `json:"resourceVersion"`
 	// Told is what the pod was last told of the share, and with it whether the pod sees the
-	// share's files (judge.go's table). Absent: the current files, nothing outstanding.
-	Told told `json:"told,omitempty"`
+	// share's files (Told). Absent: the current files, nothing outstanding.
+	Told Told `json:"told,omitempty"`
 	// ShareUID is the share object the volume was published from, and SourceUID the source object
-	// its files come from (shareidentity.go): another object under the share's name does not
+	// its files come from: another object under the share's name does not
 	// feed the volume. Absent in records written before they were kept: adopted at the next
 	// reconcile.
 	ShareUID  string `json:"shareUID,omitempty"`
 	SourceUID string `json:"sourceUID,omitempty"`
-	// Bytes is what the share's copy costs in memory (volume.ChargedBytes), counted in the budget.
+	// Bytes is what the share's copy costs in memory (ChargedBytes), counted in the budget.
 	Bytes int64 `json:"bytes,omitempty"`
-	// Entries is how many files and directories the share's copy holds (volume.PathEntries), counted
-	// against maxVolumeEntries. Absent (records written before it): not counted.
+	// Entries is how many files and directories the share's copy holds (PathEntries), counted
+	// against the driver's bound on a volume's entries. Absent (records written before it): not counted.
 	Entries int `json:"entries,omitempty"`
 	// Exposed is the share's list of keys (spec.items) the files were made through; absent: every
 	// key (as in records written before shares had lists). A list change is applied when it
@@ -66,44 +65,44 @@ type shareState struct {
 	Exposed share.Exposure `json:"exposed,omitempty"`
 }
 
-// told is the state of a share of a volume: what the pod was last told of it, and with it
+// Told is the state of a share of a volume: what the pod was last told of it, and with it
 // whether the pod sees the share's files. The states, and what moves a share from one to
-// another, are the tables at the top of judge.go. Its value is what records hold.
-type told string
+// another, are the driver's (its relist's table of verdicts). Its value is what records hold.
+type Told string
 
 const (
-	toldCurrent                 told = ""
-	toldReadForbidden           told = "readForbidden"
-	toldSourceReplaced          told = "sourceReplaced"
-	toldOverBudget              told = "overBudget"
-	toldRevoked                 told = "revoked"
-	toldShareReplaced           told = "shareReplaced"
-	toldRegrantedReadForbidden  told = "regrantedReadForbidden"
-	toldRegrantedSourceReplaced told = "regrantedSourceReplaced"
-	toldRegrantedOverBudget     told = "regrantedOverBudget"
+	ToldCurrent                 Told = ""
+	ToldReadForbidden           Told = "readForbidden"
+	ToldSourceReplaced          Told = "sourceReplaced"
+	ToldOverBudget              Told = "overBudget"
+	ToldRevoked                 Told = "revoked"
+	ToldShareReplaced           Told = "shareReplaced"
+	ToldRegrantedReadForbidden  Told = "regrantedReadForbidden"
+	ToldRegrantedSourceReplaced Told = "regrantedSourceReplaced"
+	ToldRegrantedOverBudget     Told = "regrantedOverBudget"
 )
 
-// known says whether t is one of the states above.
-func (t told) known() bool {
+// Known says whether t is one of the states above.
+func (t Told) Known() bool {
 	switch t {
-	case toldCurrent, toldReadForbidden, toldSourceReplaced, toldOverBudget, toldRevoked, toldShareReplaced,
-		toldRegrantedReadForbidden, toldRegrantedSourceReplaced, toldRegrantedOverBudget:
+	case ToldCurrent, ToldReadForbidden, ToldSourceReplaced, ToldOverBudget, ToldRevoked, ToldShareReplaced,
+		ToldRegrantedReadForbidden, ToldRegrantedSourceReplaced, ToldRegrantedOverBudget:
 		return true
 	}
 	return false
 }
 
-// hidden says whether the share's files are away from the pod's view in state t.
-func (t told) hidden() bool {
+// Hidden says whether the share's files are away from the pod's view in state t.
+func (t Told) Hidden() bool {
 	switch t {
-	case toldRevoked, toldShareReplaced, toldRegrantedReadForbidden, toldRegrantedSourceReplaced, toldRegrantedOverBudget:
+	case ToldRevoked, ToldShareReplaced, ToldRegrantedReadForbidden, ToldRegrantedSourceReplaced, ToldRegrantedOverBudget:
 		return true
 	}
 	return false
 }
 
-// shareStateFields is shareState without its JSON methods.
-type shareStateFields shareState
+// shareStateFields is ShareState without its JSON methods.
+type shareStateFields ShareState
 
 // shareStateJSON is a share's state as records hold it: its fields, and the flags each of which
 // said what the pod was told before Told did. A record written before Told was kept has only
@@ -120,22 +119,22 @@ type shareStateJSON struct {
 	ShareReplaced  bool `json:"shareReplaced,omitempty"`
 }
 
-func (s shareState) MarshalJSON() ([]byte, error) {
-	return json.Marshal(shareStateJSON{shareStateFields: shareStateFields(s), Revoked: s.Told.hidden()})
+func (s ShareState) MarshalJSON() ([]byte, error) {
+	return json.Marshal(shareStateJSON{shareStateFields: shareStateFields(s), Revoked: s.Told.Hidden()})
 }
 
 // UnmarshalJSON reads a share's state. A record without Told (current, or written before Told
 // was kept, or by a driver rolled back to that release since) is read from the flags, and so is
 // a Told this driver does not know (a newer driver's).
-func (s *shareState) UnmarshalJSON(b []byte) error {
+func (s *ShareState) UnmarshalJSON(b []byte) error {
 	var j shareStateJSON
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*s = shareState(j.shareStateFields)
+	*s = ShareState(j.shareStateFields)
 	// A record that says revoked is read as keeping the files away whatever else it says: no
 	// combination of fields shows a pod files the flags hid.
-	if s.Told == toldCurrent || !s.Told.known() || j.Revoked && !s.Told.hidden() {
+	if s.Told == ToldCurrent || !s.Told.Known() || j.Revoked && !s.Told.Hidden() {
 		s.Told = toldFromFlags(j)
 	}
 	return nil
@@ -148,31 +147,31 @@ func (s *shareState) UnmarshalJSON(b []byte) error {
 // the flags would have, untold). Where several reasons are set, the one most likely told last is
 // chosen; choosing another costs at most the pod being told once more, never a message it
 // misses (a state is told whenever a verdict leads to it from another).
-func toldFromFlags(j shareStateJSON) told {
+func toldFromFlags(j shareStateJSON) Told {
 	switch {
 	case j.Revoked && j.ShareReplaced:
-		return toldShareReplaced
+		return ToldShareReplaced
 	case j.Revoked && j.ReadForbidden:
-		return toldRegrantedReadForbidden
+		return ToldRegrantedReadForbidden
 	case j.Revoked && j.SourceReplaced:
-		return toldRegrantedSourceReplaced
+		return ToldRegrantedSourceReplaced
 	case j.Revoked && j.OverBudget:
-		return toldRegrantedOverBudget
+		return ToldRegrantedOverBudget
 	case j.Revoked:
-		return toldRevoked
+		return ToldRevoked
 	case j.ReadForbidden:
 		// Set with overBudget or sourceReplaced, it was told last: those are judged only from a
 		// source the driver read, after which readForbidden is cleared.
-		return toldReadForbidden
+		return ToldReadForbidden
 	case j.OverBudget:
-		return toldOverBudget
+		return ToldOverBudget
 	case j.SourceReplaced:
-		return toldSourceReplaced
+		return ToldSourceReplaced
 	}
-	return toldCurrent
+	return ToldCurrent
 }
 
-func (r *volumeRecord) refs() []share.Ref {
+func (r *Record) Refs() []share.Ref {
 	out := make([]share.Ref, len(r.Shares))
 	for i, s := range r.Shares {
 		out[i] = s.Ref
@@ -180,17 +179,17 @@ func (r *volumeRecord) refs() []share.Ref {
 	return out
 }
 
-// shown is, for each of the volume's shares, whether the pod sees its files.
-func (r *volumeRecord) shown() []bool {
+// Shown is, for each of the volume's shares, whether the pod sees its files.
+func (r *Record) Shown() []bool {
 	out := make([]bool, len(r.Shares))
 	for i, s := range r.Shares {
-		out[i] = !s.Told.hidden()
+		out[i] = !s.Told.Hidden()
 	}
 	return out
 }
 
-// describe names the volume's shares for logs and messages.
-func (r *volumeRecord) describe() string {
+// Describe names the volume's shares for logs and messages.
+func (r *Record) Describe() string {
 	names := make([]string, len(r.Shares))
 	for i, s := range r.Shares {
 		names[i] = s.String()
@@ -198,26 +197,10 @@ func (r *volumeRecord) describe() string {
 	return strings.Join(names, ",")
 }
 
-// newVolumeRecord is the record of a volume about to be published for v; its shares are added as
-// they are fetched.
-func newVolumeRecord(v *volumeRequest) volumeRecord {
-	return volumeRecord{
-		VolumeID: v.VolumeID, Refresh: v.Refresh,
-		PodNamespace: v.PodNamespace, PodName: v.PodName, PodUID: v.PodUID, ServiceAccount: v.ServiceAccount,
-		TargetPath:  v.TargetPath,
-		DefaultMode: v.DefaultMode, Items: v.Items, GID: v.GID, MountContext: v.MountContext,
-	}
-}
-
-// sameRequest says whether a repeated NodePublishVolume asks for what this volume already is.
-func (r *volumeRecord) sameRequest(v *volumeRequest) bool {
-	return slices.Equal(r.refs(), v.Shares) && r.Refresh == v.Refresh &&
-		r.PodNamespace == v.PodNamespace && r.PodName == v.PodName && r.PodUID == v.PodUID &&
-		r.ServiceAccount == v.ServiceAccount && r.TargetPath == v.TargetPath &&
-		r.DefaultMode == v.DefaultMode && slices.Equal(r.Items, v.Items) && r.GID == v.GID && r.MountContext == v.MountContext
-}
-
-func (r *volumeRecord) accessKey(i int) accessKey {
-	s := r.Shares[i]
-	return accessKey{Namespace: r.PodNamespace, ServiceAccount: r.ServiceAccount, Kind: s.Kind, Share: s.Name}
+// Item selects one key of one share's source and names the file it becomes.
+type Item struct {
+	Share int         `json:"share,omitempty"` // index into the volume's shares
+	Key   string      `json:"key"`
+	Path  string      `json:"path"`
+	Mode  os.FileMode `json:"mode,omitempty"` // 0: the volume's default mode
 }
