@@ -38,7 +38,7 @@ func NewStatusIndex(dyn dynamic.Interface) *Index {
 
 func newIndexKeeping(dyn dynamic.Interface, onChange func(Kind, string), conditions bool) *Index {
 	si := &Index{Dyn: dyn, Informers: map[Kind]cache.SharedIndexInformer{}}
-	for _, row := range Kinds {
+	for _, row := range kinds {
 		k := row.Kind
 		shares := dyn.Resource(GVR(k))
 		lw := &cache.ListWatch{

@@ -185,11 +185,11 @@ func syncShareCaches(t *testing.T, n int, spec, status func(int) map[string]any,
 		return l
 	}
 	listKinds := map[schema.GroupVersionResource]string{}
-	for _, row := range Kinds {
+	for _, row := range kinds {
 		listKinds[GVR(row.Kind)] = row.TypeName + "List"
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(k8sruntime.NewScheme(), listKinds)
-	dyn.PrependReactor("list", Kinds[0].Resource, func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+	dyn.PrependReactor("list", kinds[0].Resource, func(k8stesting.Action) (bool, k8sruntime.Object, error) {
 		return true, list(), nil
 	})
 	si := build(dyn)
