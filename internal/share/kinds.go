@@ -63,7 +63,7 @@ type SourceObject interface {
 // ProtoUnmarshaler is a generated API type's protobuf decoder.
 type ProtoUnmarshaler interface{ Unmarshal([]byte) error }
 
-// kinds is every kind of share: what each is called (shareapi.Kinds, in its order), and
+// kinds is every kind of share: what each is called (shareapi.AllKinds, in its order), and
 // how its source is decoded.
 var kinds = []KindInfo{
 	kindRow(shareapi.KindSecret, func() SourceObject { return &corev1.Secret{} }, secretFiles),
