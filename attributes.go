@@ -17,7 +17,7 @@ import (
 )
 
 // Volume attributes a pod author may set (API-compatible with OpenShift's driver), besides each
-// share kind's own (sharedSecret, sharedConfigMap: share.Kinds).
+// share kind's own (sharedSecret, sharedConfigMap: share.AllKinds).
 const (
 	attrRefreshResource = "refreshResource"
 	attrDefaultMode     = "defaultMode"
@@ -87,7 +87,7 @@ func parseVolumeAttributes(vc map[string]string, v *volumeRequest) error {
 // sharedConfigMap: NAME (OpenShift's attributes) or shares: "secret/NAME, configmap/NAME, ...".
 func parseShareAttributes(vc map[string]string) ([]share.Ref, error) {
 	var shares []share.Ref
-	for _, row := range share.Kinds {
+	for _, row := range share.AllKinds() {
 		if name, ok := vc[row.Attribute]; ok {
 			shares = append(shares, share.Ref{Kind: row.Kind, Name: name})
 		}

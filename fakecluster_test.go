@@ -26,6 +26,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/shared-resource/csi-driver/internal/atomicwriter"
+	"github.com/shared-resource/csi-driver/internal/share"
 	"github.com/shared-resource/csi-driver/internal/volume"
 )
 
@@ -66,12 +67,14 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 // and its events recorded in the returned channel.
 func (c *fakeCluster) node() (*driver, chan string) {
 	d := newTestDriver(c.t, c.client.AuthorizationV1().SubjectAccessReviews(), fakeSources{c.client})
+	shares := dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme())
+	shares.PrependReactor("get", "*", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		return c.shareErr != nil, nil, c.shareErr
+	})
+	d.shares = share.NewIndex(shares, func(share.Kind, string) {})
 	putSecretShare(c.t, d, "share", "share-1", "p", "src")
 	events := make(chan string, 100)
 	d.events = &record.FakeRecorder{Events: events}
-	d.shares.Dyn.(*dynamicfake.FakeDynamicClient).PrependReactor("get", "*", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
-		return c.shareErr != nil, nil, c.shareErr
-	})
 	return d, events
 }
 

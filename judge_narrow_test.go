@@ -67,7 +67,7 @@ func (w *narrowWorld) judge(t *testing.T, refresh bool) shareVerdict {
 	if w.pin != "" {
 		u.Object["status"] = map[string]any{share.PinField: w.pin}
 	}
-	if err := w.d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
+	if err := w.d.shares.Informer(share.KindSecret).GetStore().Update(u); err != nil {
 		t.Fatal(err)
 	}
 	rec := volume.Record{VolumeID: "v", PodNamespace: "team", PodName: "app", ServiceAccount: "app", Refresh: refresh, GID: -1, DefaultMode: 0o644,
@@ -189,7 +189,7 @@ func publishedThroughTheList(t *testing.T, client *fake.Clientset, items ...map[
 	t.Helper()
 	d, _ := nodeWorldWith(t, client)
 	setItems := func(items ...map[string]any) {
-		if err := d.shares.Informers[share.KindSecret].GetStore().Update(&unstructured.Unstructured{Object: map[string]any{
+		if err := d.shares.Informer(share.KindSecret).GetStore().Update(&unstructured.Unstructured{Object: map[string]any{
 			"metadata": map[string]any{"name": "share"},
 			"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "items": list(items...)},
 		}}); err != nil {
@@ -221,7 +221,7 @@ func TestRevocationStandsWhenTheNodeIsFull(t *testing.T) {
 			"metadata": map[string]any{"name": "share"},
 			"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "items": list(items...)},
 		}
-		if err := d.shares.Informers[share.KindSecret].GetStore().Update(&unstructured.Unstructured{Object: u}); err != nil {
+		if err := d.shares.Informer(share.KindSecret).GetStore().Update(&unstructured.Unstructured{Object: u}); err != nil {
 			t.Fatal(err)
 		}
 	}

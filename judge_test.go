@@ -121,7 +121,7 @@ func TestJudgeShareFollowsTheSharesListOfKeys(t *testing.T) {
 		if items != nil {
 			spec["items"] = list(items...)
 		}
-		if err := w.d.shares.Informers[share.KindSecret].GetStore().Update(&unstructured.Unstructured{Object: map[string]any{
+		if err := w.d.shares.Informer(share.KindSecret).GetStore().Update(&unstructured.Unstructured{Object: map[string]any{
 			"metadata": map[string]any{"name": "ca"}, "spec": spec}}); err != nil {
 			t.Fatal(err)
 		}

@@ -88,7 +88,7 @@ func BenchmarkPublishOnNode(b *testing.B) {
 				"metadata": map[string]any{"name": "share", "uid": "share-1"},
 				"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}},
 			}}
-			if err := d.shares.Informers[share.KindSecret].GetStore().Add(u); err != nil {
+			if err := d.shares.Informer(share.KindSecret).GetStore().Add(u); err != nil {
 				b.Fatal(err)
 			}
 			target := filepath.Join(root, "pods", testPodUID, "volumes", "kubernetes.io~csi", "ca", "mount")

@@ -201,7 +201,7 @@ func TestReconcileKeepsTheLastFilesOfASourceThePinRefuses(t *testing.T) {
 		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}},
 		"status":   map[string]any{share.PinField: "src-0"}, // made for an object since deleted
 	}}
-	if err := d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
+	if err := d.shares.Informer(share.KindSecret).GetStore().Update(u); err != nil {
 		t.Fatal(err)
 	}
 	c.setSource(map[string]string{"ca.crt": "NOT-THE-SAME-OBJECT"})
@@ -259,7 +259,7 @@ func TestReconcileWithoutAPinOnTheShareKeepsTheVolumesSource(t *testing.T) {
 		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}},
 		"status":   map[string]any{share.PinField: "src-2"},
 	}}
-	if err := d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
+	if err := d.shares.Informer(share.KindSecret).GetStore().Update(u); err != nil {
 		t.Fatal(err)
 	}
 	if err := reconcileVolume(t, d, "vol-1"); err != nil || !sees(podView(t, d, "vol-1"), "ca.crt", "RE-CREATOR-CA") {
@@ -279,7 +279,7 @@ func TestReconcileOfAShareThatFollowsTakesARecreatedSource(t *testing.T) {
 		"metadata": map[string]any{"name": "share", "uid": "share-1"},
 		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, share.RecreationField: share.RecreationFollow},
 	}}
-	if err := d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
+	if err := d.shares.Informer(share.KindSecret).GetStore().Update(u); err != nil {
 		t.Fatal(err)
 	}
 	c.recreateSource("src-2", map[string]string{"ca.crt": "CA2"})
@@ -310,7 +310,7 @@ func setShareItems(t *testing.T, d *driver, items ...map[string]any) {
 		"metadata": map[string]any{"name": "share", "uid": "share-1"},
 		"spec":     map[string]any{"secretRef": map[string]any{"namespace": "p", "name": "src"}, "items": list(items...)},
 	}}
-	if err := d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
+	if err := d.shares.Informer(share.KindSecret).GetStore().Update(u); err != nil {
 		t.Fatal(err)
 	}
 }

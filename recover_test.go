@@ -64,12 +64,13 @@ var publishUndo = crashStates{
 // unpublish leaves nothing.
 func TestRecoverFromACrashAfterEachPublishStep(t *testing.T) {
 	resumed := map[crashpoint.Step]bool{crashpoint.PublishTarget: true, crashpoint.PublishBind: true}
-	forEachStep(t, crashpoint.PublishSteps, publishUndo, func(t *testing.T, at crashpoint.Step) {
+	steps := crashpoint.PublishSteps()
+	forEachStep(t, steps, publishUndo, func(t *testing.T, at crashpoint.Step) {
 		c := newFakeCluster(t)
 		d, _ := c.node()
 		req := publishVolume(t, d, "vol-1")
-		for i := len(crashpoint.PublishSteps) - 1; crashpoint.PublishSteps[i] != at; i-- {
-			publishUndo[crashpoint.PublishSteps[i]](t, d, req.TargetPath)
+		for i := len(steps) - 1; steps[i] != at; i-- {
+			publishUndo[steps[i]](t, d, req.TargetPath)
 		}
 		d, _ = c.restart(d)
 		m := d.mounter.(*fakeMounter)
@@ -100,11 +101,12 @@ var unpublishDo = crashStates{
 // succeeds and leaves nothing. (Crashed just after the bind went, the volume is resumed and bound
 // again: its target and pod are still there; the retry takes it.)
 func TestRecoverFromACrashAfterEachUnpublishStep(t *testing.T) {
-	forEachStep(t, crashpoint.UnpublishSteps, unpublishDo, func(t *testing.T, at crashpoint.Step) {
+	steps := crashpoint.UnpublishSteps()
+	forEachStep(t, steps, unpublishDo, func(t *testing.T, at crashpoint.Step) {
 		c := newFakeCluster(t)
 		d, _ := c.node()
 		req := publishVolume(t, d, "vol-1")
-		for _, step := range crashpoint.UnpublishSteps {
+		for _, step := range steps {
 			unpublishDo[step](t, d, req.TargetPath)
 			if step == at {
 				break
@@ -145,7 +147,8 @@ func TestRecoverFromACrashAfterEachReconcileStep(t *testing.T) {
 					must(t, d.store.DirOf(volume.Record{VolumeID: "vol-1", GID: -1}).WriteCopy(0, old.copied))
 				},
 			}
-			forEachStep(t, crashpoint.ReconcileSteps, undo, func(t *testing.T, at crashpoint.Step) {
+			steps := crashpoint.ReconcileSteps()
+			forEachStep(t, steps, undo, func(t *testing.T, at crashpoint.Step) {
 				c := newFakeCluster(t)
 				d, _ := c.node()
 				publishVolume(t, d, "vol-1")
@@ -163,8 +166,8 @@ func TestRecoverFromACrashAfterEachReconcileStep(t *testing.T) {
 				if change == "revoke" { // a revoke writes no copy, and drops it only after the last step
 					undo[crashpoint.ReconcileCopies](t, d, "")
 				}
-				for i := len(crashpoint.ReconcileSteps) - 1; crashpoint.ReconcileSteps[i] != at; i-- {
-					undo[crashpoint.ReconcileSteps[i]](t, d, "")
+				for i := len(steps) - 1; steps[i] != at; i-- {
+					undo[steps[i]](t, d, "")
 				}
 				atCrash := podView(t, d, "vol-1")
 

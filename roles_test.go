@@ -157,7 +157,7 @@ func newRecordingAPI(t *testing.T) *recordingAPI {
 		a.mu.Lock()
 		a.seen = append(a.seen, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
 		a.mu.Unlock()
-		for _, row := range share.Kinds {
+		for _, row := range share.AllKinds() {
 			gvr := share.GVR(row.Kind)
 			if r.Method != http.MethodGet || r.URL.Path != "/apis/"+gvr.Group+"/"+gvr.Version+"/"+gvr.Resource {
 				continue
@@ -208,7 +208,7 @@ func (a *recordingAPI) requests() []string {
 
 // listedBothShareKinds: each share kind has been listed (not only watched).
 func (a *recordingAPI) listedBothShareKinds() bool {
-	for _, row := range share.Kinds {
+	for _, row := range share.AllKinds() {
 		gvr := share.GVR(row.Kind)
 		listed := false
 		for _, r := range a.requests() {

@@ -42,7 +42,7 @@ func putSecretShare(t *testing.T, d *driver, name, uid, ns, secret string) {
 		"spec":     map[string]any{"secretRef": map[string]any{"namespace": ns, "name": secret}},
 	}}
 	u.SetUID(types.UID(uid))
-	if err := d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
+	if err := d.shares.Informer(share.KindSecret).GetStore().Update(u); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -51,7 +51,7 @@ func putSecretShare(t *testing.T, d *driver, name, uid, ns, secret string) {
 // delivers a delete.
 func deleteShareFromCache(t *testing.T, d *driver, name string) {
 	t.Helper()
-	store := d.shares.Informers[share.KindSecret].GetStore()
+	store := d.shares.Informer(share.KindSecret).GetStore()
 	obj, ok, err := store.GetByKey(name)
 	if err != nil || !ok {
 		t.Fatalf("share %s not cached: %v", name, err)
@@ -279,7 +279,7 @@ func TestShareRecreatedExposingMoreIsNotAdopted(t *testing.T) {
 					u.Object["spec"].(map[string]any)["items"] = items
 				}
 				u.SetUID(types.UID(uid))
-				if err := d.shares.Informers[share.KindSecret].GetStore().Update(u); err != nil {
+				if err := d.shares.Informer(share.KindSecret).GetStore().Update(u); err != nil {
 					t.Fatal(err)
 				}
 			}

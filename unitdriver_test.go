@@ -55,7 +55,7 @@ func newTestDriver(t *testing.T, sar sarCreator, src sourceGetter) *driver {
 // addSecretShare puts the SharedSecret name, over Secret namespace/secret, in d's informer cache.
 func addSecretShare(t *testing.T, d *driver, name, namespace, secret string) {
 	t.Helper()
-	if err := d.shares.Informers[share.KindSecret].GetStore().Add(&unstructured.Unstructured{Object: map[string]any{
+	if err := d.shares.Informer(share.KindSecret).GetStore().Add(&unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"name": name},
 		"spec":     map[string]any{"secretRef": map[string]any{"namespace": namespace, "name": secret}},
 	}}); err != nil {

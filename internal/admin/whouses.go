@@ -50,7 +50,7 @@ func whoUsesShares(ctx context.Context, a *adminClient, ns, target string) ([]sh
 		return nil, fmt.Errorf("%q: name sharedsecret/NAME, sharedconfigmap/NAME, or a source secret/NAME or configmap/NAME (its namespace with -n)", target)
 	}
 	kind = strings.ToLower(kind)
-	for _, row := range shareapi.Kinds {
+	for _, row := range shareapi.AllKinds() {
 		switch kind {
 		case strings.ToLower(row.TypeName), row.Resource:
 			if _, err := a.getShare(ctx, row.Kind, name); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {

@@ -22,9 +22,20 @@ const (
 	ReconcileRecord Step = "reconcile:record"
 )
 
-// The steps of each operation, in order.
-var (
-	PublishSteps   = []Step{PublishDir, PublishTmpfs, PublishData, PublishRecord, PublishTarget, PublishBind}
-	UnpublishSteps = []Step{UnpublishBind, UnpublishTarget, UnpublishTmpfs, UnpublishDir}
-	ReconcileSteps = []Step{ReconcileCopies, ReconcileData, ReconcileRecord}
-)
+// The steps of each operation, in the order it reaches them. Each call returns a new slice: what
+// one caller does with its copy changes no other's.
+
+// PublishSteps returns the steps of a publish.
+func PublishSteps() []Step {
+	return []Step{PublishDir, PublishTmpfs, PublishData, PublishRecord, PublishTarget, PublishBind}
+}
+
+// UnpublishSteps returns the steps of an unpublish.
+func UnpublishSteps() []Step {
+	return []Step{UnpublishBind, UnpublishTarget, UnpublishTmpfs, UnpublishDir}
+}
+
+// ReconcileSteps returns the steps of a reconcile.
+func ReconcileSteps() []Step {
+	return []Step{ReconcileCopies, ReconcileData, ReconcileRecord}
+}

@@ -1,4 +1,4 @@
-// Package share is what a share is to the driver: the kinds of share and their table (Kinds, one
+// Package share is what a share is to the driver: the kinds of share and their table (AllKinds, one
 // row a kind: what it is called, after internal/shareapi, and how its source is decoded), a
 // share's name (Ref) and its source's (SourceKey), the part of a SharedSecret or SharedConfigMap
 // the driver uses (Spec, read from an object by FromObject, with the errors of a share that

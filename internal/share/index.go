@@ -6,6 +6,8 @@ package share
 import (
 	"context"
 	"fmt"
+	"iter"
+	"maps"
 	"reflect"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,8 +20,8 @@ import (
 
 // Index serves shares from the informers' caches.
 type Index struct {
-	Dyn       dynamic.Interface
-	Informers map[Kind]cache.SharedIndexInformer
+	dyn       dynamic.Interface // the live GET of a share the cache has not seen yet
+	informers map[Kind]cache.SharedIndexInformer
 }
 
 // NewIndex sets up informers on both share kinds for the node plugin. onChange is called with
@@ -37,8 +39,8 @@ func NewStatusIndex(dyn dynamic.Interface) *Index {
 }
 
 func newIndexKeeping(dyn dynamic.Interface, onChange func(Kind, string), conditions bool) *Index {
-	si := &Index{Dyn: dyn, Informers: map[Kind]cache.SharedIndexInformer{}}
-	for _, row := range Kinds {
+	si := &Index{dyn: dyn, informers: map[Kind]cache.SharedIndexInformer{}}
+	for _, row := range kinds {
 		k := row.Kind
 		shares := dyn.Resource(GVR(k))
 		lw := &cache.ListWatch{
@@ -80,7 +82,7 @@ func newIndexKeeping(dyn dynamic.Interface, onChange func(Kind, string), conditi
 			},
 			DeleteFunc: notify,
 		})
-		si.Informers[k] = inf
+		si.informers[k] = inf
 	}
 	return si
 }
@@ -171,14 +173,23 @@ func Changed(k Kind, oldObj, newObj any) bool {
 
 // Start runs the informers until ctx ends.
 func (si *Index) Start(ctx context.Context) {
-	for _, inf := range si.Informers {
+	for _, inf := range si.informers {
 		go inf.RunWithContext(ctx)
 	}
 }
 
+// Informers yields each kind of share with its informer, for a caller that handles the shares'
+// events itself (the status writer).
+func (si *Index) Informers() iter.Seq2[Kind, cache.SharedIndexInformer] {
+	return maps.All(si.informers)
+}
+
+// Informer is the informer of kind k's shares; nil for a kind the index has none for.
+func (si *Index) Informer(k Kind) cache.SharedIndexInformer { return si.informers[k] }
+
 // Synced says whether every informer has synced its cache.
 func (si *Index) Synced() bool {
-	for _, inf := range si.Informers {
+	for _, inf := range si.informers {
 		if !inf.HasSynced() {
 			return false
 		}
@@ -202,10 +213,10 @@ func (si *Index) Get(ctx context.Context, k Kind, name string) (Spec, error) {
 
 // object is the share object from the cache, or from a live GET.
 func (si *Index) object(ctx context.Context, k Kind, name string) (*unstructured.Unstructured, error) {
-	if obj, exists, err := si.Informers[k].GetStore().GetByKey(name); err == nil && exists {
+	if obj, exists, err := si.informers[k].GetStore().GetByKey(name); err == nil && exists {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
 			return u, nil
 		}
 	}
-	return si.Dyn.Resource(GVR(k)).Get(ctx, name, metav1.GetOptions{})
+	return si.dyn.Resource(GVR(k)).Get(ctx, name, metav1.GetOptions{})
 }

@@ -185,11 +185,11 @@ func syncShareCaches(t *testing.T, n int, spec, status func(int) map[string]any,
 		return l
 	}
 	listKinds := map[schema.GroupVersionResource]string{}
-	for _, row := range Kinds {
+	for _, row := range kinds {
 		listKinds[GVR(row.Kind)] = row.TypeName + "List"
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(k8sruntime.NewScheme(), listKinds)
-	dyn.PrependReactor("list", Kinds[0].Resource, func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+	dyn.PrependReactor("list", kinds[0].Resource, func(k8stesting.Action) (bool, k8sruntime.Object, error) {
 		return true, list(), nil
 	})
 	si := build(dyn)
@@ -199,7 +199,7 @@ func syncShareCaches(t *testing.T, n int, spec, status func(int) map[string]any,
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	si.Start(ctx)
-	for deadline := time.Now().Add(30 * time.Second); !si.Synced() || len(si.Informers[KindSecret].GetStore().ListKeys()) < n; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); !si.Synced() || len(si.informers[KindSecret].GetStore().ListKeys()) < n; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the share caches did not sync")
 		}
@@ -211,7 +211,7 @@ func syncShareCaches(t *testing.T, n int, spec, status func(int) map[string]any,
 
 func cachedShare(t *testing.T, si *Index, name string) *unstructured.Unstructured {
 	t.Helper()
-	obj, _, _ := si.Informers[KindSecret].GetStore().GetByKey(name)
+	obj, _, _ := si.informers[KindSecret].GetStore().GetByKey(name)
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		t.Fatalf("%s not cached: %v", name, obj)
@@ -241,7 +241,7 @@ func TestShareBeingDeletedIsNotFound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := si.Informers[KindSecret].GetStore().Add(transformed); err != nil {
+		if err := si.informers[KindSecret].GetStore().Add(transformed); err != nil {
 			t.Fatal(err)
 		}
 		sh, err := si.Get(context.Background(), KindSecret, "corp-ca")

@@ -1,12 +1,14 @@
 package share
 
 // The two kinds of share, SharedSecret and SharedConfigMap. Everything that differs between them
-// is one row of Kinds; the rest of the driver asks the row and never switches on the
-// kind, so a third kind is one more row here and one in internal/shareapi (what the kind is
-// called, which the admin's commands read too), and in the chart its CRD with its row beside it
-// (templates/crds.yaml: the chart's RBAC and admission policy take their resources from those).
+// is one row of the table kinds (which importers read through AllKinds); the rest of the driver
+// asks the row and never switches on the kind, so a third kind is one more row here and one in
+// internal/shareapi (what the kind is called, which the admin's commands read too), and in the
+// chart its CRD with its row beside it (templates/crds.yaml: the chart's RBAC and admission
+// policy take their resources from those).
 
 import (
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,12 +63,16 @@ type SourceObject interface {
 // ProtoUnmarshaler is a generated API type's protobuf decoder.
 type ProtoUnmarshaler interface{ Unmarshal([]byte) error }
 
-// Kinds is every kind of share: what each is called (shareapi.Kinds, in its order), and
+// kinds is every kind of share: what each is called (shareapi.AllKinds, in its order), and
 // how its source is decoded.
-var Kinds = []KindInfo{
+var kinds = []KindInfo{
 	kindRow(shareapi.KindSecret, func() SourceObject { return &corev1.Secret{} }, secretFiles),
 	kindRow(shareapi.KindConfigMap, func() SourceObject { return &corev1.ConfigMap{} }, configMapFiles),
 }
+
+// AllKinds returns every kind of share, in the table's order: a copy, which the caller may keep
+// or change without changing the table.
+func AllKinds() []KindInfo { return slices.Clone(kinds) }
 
 // kindRow is the row of kind k: its names from shareapi, its decoding from the arguments.
 func kindRow(k shareapi.Kind, newSource func() SourceObject, files func(SourceObject) map[string][]byte) KindInfo {
@@ -78,7 +84,7 @@ func kindRow(k shareapi.Kind, newSource func() SourceObject, files func(SourceOb
 // Info returns the kind's row; ok is false for a kind that is not in the table (only a corrupt
 // record or a bug can hold one: requests and records are checked with Known).
 func (k Kind) Info() (info KindInfo, ok bool) {
-	for _, row := range Kinds {
+	for _, row := range kinds {
 		if row.Kind == k {
 			return row, true
 		}
@@ -118,7 +124,7 @@ func (k Kind) ListName() string { return strings.ToLower(string(k)) }
 // order.
 func Attributes() []string {
 	var out []string
-	for _, row := range Kinds {
+	for _, row := range kinds {
 		out = append(out, row.Attribute)
 	}
 	return out
@@ -127,20 +133,20 @@ func Attributes() []string {
 // SourceKindsText names the kinds of source in the table's order, for messages: "Secret and
 // ConfigMap".
 func SourceKindsText() string {
-	var kinds []string
-	for _, row := range Kinds {
-		kinds = append(kinds, string(row.Kind))
+	var names []string
+	for _, row := range kinds {
+		names = append(names, string(row.Kind))
 	}
-	if len(kinds) < 2 {
-		return strings.Join(kinds, "")
+	if len(names) < 2 {
+		return strings.Join(names, "")
 	}
-	return strings.Join(kinds[:len(kinds)-1], ", ") + " and " + kinds[len(kinds)-1]
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // ListForms are the forms of an entry of the shares attribute: secret/NAME, configmap/NAME.
 func ListForms() []string {
 	var out []string
-	for _, row := range Kinds {
+	for _, row := range kinds {
 		out = append(out, row.Kind.ListName()+"/NAME")
 	}
 	return out
@@ -148,7 +154,7 @@ func ListForms() []string {
 
 // KindOfListName is the kind a shares attribute entry names, or "" for none.
 func KindOfListName(s string) Kind {
-	for _, row := range Kinds {
+	for _, row := range kinds {
 		if row.Kind.ListName() == s {
 			return row.Kind
 		}

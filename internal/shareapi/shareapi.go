@@ -12,6 +12,7 @@
 package shareapi
 
 import (
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -54,17 +55,21 @@ type KindInfo struct {
 	Source schema.GroupVersionResource
 }
 
-// Kinds is every kind of share, in the order messages list them: the one place they are named.
-var Kinds = []KindInfo{
+// kinds is every kind of share, in the order messages list them: the one place they are named.
+var kinds = []KindInfo{
 	{Kind: KindSecret, TypeName: "SharedSecret", Resource: "sharedsecrets", Attribute: "sharedSecret", RefField: "secretRef",
 		Source: schema.GroupVersionResource{Version: "v1", Resource: "secrets"}},
 	{Kind: KindConfigMap, TypeName: "SharedConfigMap", Resource: "sharedconfigmaps", Attribute: "sharedConfigMap", RefField: "configMapRef",
 		Source: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}},
 }
 
-// Info is the kind's row of Kinds; ok is false for a kind that is not in it.
+// AllKinds returns every kind of share, in the order messages list them: a copy, which the caller
+// may keep or change without changing the table.
+func AllKinds() []KindInfo { return slices.Clone(kinds) }
+
+// Info is the kind's row of the table; ok is false for a kind that is not in it.
 func (k Kind) Info() (info KindInfo, ok bool) {
-	for _, row := range Kinds {
+	for _, row := range kinds {
 		if row.Kind == k {
 			return row, true
 		}
@@ -72,7 +77,7 @@ func (k Kind) Info() (info KindInfo, ok bool) {
 	return KindInfo{}, false
 }
 
-// TypeName is the custom resource's Kind, for messages ("" for a kind not in Kinds).
+// TypeName is the custom resource's Kind, for messages ("" for a kind not in the table).
 func (k Kind) TypeName() string { i, _ := k.Info(); return i.TypeName }
 
 // Resource is the RBAC resource name the `use` verb is checked against.

@@ -121,7 +121,7 @@ func (w *statusWriter) lead(ctx context.Context) {
 	klog.InfoS("Leading the share status writer", "identity", w.identity)
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[share.Ref]())
 	defer q.ShutDown()
-	for k, inf := range w.cfg.Shares.Informers {
+	for k, inf := range w.cfg.Shares.Informers() {
 		enqueue := func(obj any) {
 			if u, ok := obj.(*unstructured.Unstructured); ok {
 				q.Add(share.Ref{Kind: k, Name: u.GetName()})
@@ -152,7 +152,7 @@ func (w *statusWriter) lead(ctx context.Context) {
 		q.ShutDown()
 	}()
 	go wait.UntilWithContext(ctx, func(context.Context) {
-		for k, inf := range w.cfg.Shares.Informers {
+		for k, inf := range w.cfg.Shares.Informers() {
 			for _, name := range inf.GetStore().ListKeys() {
 				q.Add(share.Ref{Kind: k, Name: name})
 			}
@@ -178,7 +178,7 @@ func (w *statusWriter) lead(ctx context.Context) {
 
 // sync checks one share's source and writes its Ready condition if it changed.
 func (w *statusWriter) sync(ctx context.Context, ref share.Ref) error {
-	obj, exists, err := w.cfg.Shares.Informers[ref.Kind].GetStore().GetByKey(ref.Name)
+	obj, exists, err := w.cfg.Shares.Informer(ref.Kind).GetStore().GetByKey(ref.Name)
 	if err != nil || !exists {
 		return err
 	}
