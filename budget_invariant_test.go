@@ -175,7 +175,7 @@ func (w *budgetWorld) refreshBroken(n int, breakIt, fix func()) {
 func (w *budgetWorld) restart() {
 	n := *w.d
 	n.budget = &volume.Budget{Limit: w.d.budget.Limit}
-	n.store = volume.NewStore(filepath.Dir(w.d.store.Path), n.budget)
+	n.store = volume.NewStore(filepath.Dir(w.d.store.Path()), n.budget)
 	n.locks = newVolumeLocks()
 	w.d = &n
 	if err := w.d.recoverVolumes(); err != nil {

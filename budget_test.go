@@ -96,14 +96,14 @@ func TestRecordsAreChargedWhatTheHeapHolds(t *testing.T) {
 func TestVolumeBytesCountTheRecordAsSaved(t *testing.T) {
 	rec := volume.Record{VolumeID: "vol-1", Shares: []volume.ShareState{{Ref: share.Ref{Kind: share.KindSecret, Name: "s"}, Bytes: 10000}}}
 	if got, want := volume.RecordedBytes(rec), int64(volume.PageSize+volume.OwnEntries*volume.EntryBytes+10000)+volume.HeapBytes(rec); got != want {
-		t.Errorf("volumeBytes of a small record = %d, want %d", got, want)
+		t.Errorf("RecordedBytes of a small record = %d, want %d", got, want)
 	}
 	for i := range 200 { // a long list of items makes a record of several pages
 		rec.Items = append(rec.Items, volume.Item{Key: fmt.Sprintf("key-%d", i), Path: fmt.Sprintf("some/where/file-%d", i)})
 	}
 	b, _ := volume.EncodeRecord(rec)
 	if got, want := volume.RecordedBytes(rec), volume.Pages(int64(len(b)))+volume.OwnEntries*volume.EntryBytes+10000+volume.HeapBytes(rec); got != want || want < 4*volume.PageSize {
-		t.Errorf("volumeBytes of a record of %d bytes = %d, want %d", len(b), got, want)
+		t.Errorf("RecordedBytes of a record of %d bytes = %d, want %d", len(b), got, want)
 	}
 }
 

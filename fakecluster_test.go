@@ -182,7 +182,7 @@ func (c *fakeCluster) restart(d *driver) (*driver, chan string) {
 	n, events := c.node()
 	n.kubeletRoot, n.mounter = d.kubeletRoot, d.mounter
 	n.budget.Limit = d.budget.Limit
-	n.store = volume.NewStore(filepath.Dir(d.store.Path), n.budget)
+	n.store = volume.NewStore(filepath.Dir(d.store.Path()), n.budget)
 	if err := n.recoverVolumes(); err != nil {
 		c.t.Fatalf("recover: %v", err)
 	}

@@ -51,9 +51,10 @@ package main
 //	(10) access granted; anything else: a new copy    refreshed        any           current; always told (refreshed,
 //	                                                                                 keysChanged, or restored from away)
 //	(11) as (10), but the new copy does not fit in    overBudget       shown         overBudget: the last files stay
-//	     the node's volume budget (internal/volume) or in             away          regrantedOverBudget
-//	     the volume (maxVolumeEntries); known only
-//	     when it is written (reconcile.go's writeNewCopy)
+//	     the node's volume budget (internal/volume)                 away          regrantedOverBudget
+//	     or in the volume (maxVolumeEntries); known
+//	     only when it is written (reconcile.go's
+//	     writeNewCopy)
 //
 // When the share's list of keys (spec.items, internal/share/exposure.go) is not the one the volume shows, the
 // share is refreshed from the source ((10), keysChanged: it gains and loses keys in one swap).

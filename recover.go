@@ -16,7 +16,7 @@ import (
 func (d *driver) recoverVolumes() error {
 	ids, err := d.store.VolumeIDsOnDisk()
 	if err != nil {
-		return fmt.Errorf("listing %s: %w", d.store.Path, err)
+		return fmt.Errorf("listing %s: %w", d.store.Path(), err)
 	}
 	mounts, err := d.mounter.mounts()
 	if err != nil {

@@ -199,7 +199,10 @@ func TestRecoverCleansWhatIsNotWhole(t *testing.T) {
 		{"its record names a target outside the pods dir", func(t *testing.T, d *driver) {
 			rec, _ := d.store.Get("vol-1")
 			rec.TargetPath = "/etc"
-			_, err := d.store.WriteRecord(rec)
+			b, err := volume.EncodeRecord(rec)
+			if err == nil {
+				err = d.store.DirOf(rec).WriteRecord(b)
+			}
 			must(t, err)
 		}},
 		{"its pod is gone", func(t *testing.T, d *driver) {
@@ -212,7 +215,7 @@ func TestRecoverCleansWhatIsNotWhole(t *testing.T) {
 			c := newFakeCluster(t)
 			d, _ := c.node()
 			publishVolume(t, d, "vol-1")
-			foreign := filepath.Join(d.store.Path, "not a volume id")
+			foreign := filepath.Join(d.store.Path(), "not a volume id")
 			must(t, os.Mkdir(foreign, 0o700))
 			tc.breaks(t, d)
 			d, _ = c.restart(d)

@@ -169,7 +169,7 @@ func writeError(volumeID string, limit int64, err error) error {
 func (d *driver) prepareVolumeDir(volDir string) error {
 	err := os.Mkdir(volDir, 0o700)
 	if errors.Is(err, os.ErrNotExist) { // the volumes dir itself: made once, not stat'ed per publish
-		if err := os.MkdirAll(d.store.Path, 0o700); err != nil {
+		if err := os.MkdirAll(d.store.Path(), 0o700); err != nil {
 			return err
 		}
 		err = os.Mkdir(volDir, 0o700)
@@ -318,7 +318,7 @@ func (d *driver) countMounts() int {
 		return -1
 	}
 	devices := map[string]bool{}
-	prefix := d.store.Path + "/"
+	prefix := d.store.Path() + "/"
 	n := 0
 	for _, m := range mounts {
 		if strings.HasPrefix(m.MountPoint, prefix) && m.FSType == "tmpfs" {

@@ -28,7 +28,7 @@ import (
 // Limit before the budget is used. It is the one place that knows what each volume is charged and
 // what is reserved.
 //
-// A volume is charged the bytes of its saved record: the driver's volume store charges them when
+// A volume is charged the bytes of its saved record: the Store (store.go) charges them when
 // it saves a record, or loads one at start (ChargeSaved), and frees them when the volume is
 // forgotten (ChargeSaved with nothing). So the bytes in use are, at every moment no
 // operation is in progress, the sum over the records saved, but for two exceptions that keep the

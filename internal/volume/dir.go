@@ -11,7 +11,7 @@ import (
 
 // The entries of a volume's directory.
 const (
-	RecordFile = "record.json" // the volume's record: its owner writes it here, and nothing else does
+	RecordFile = "record.json" // the volume's record: the Store writes it here, and nothing else does
 	ViewDir    = "data"        // the pod's view
 	CopiesDir  = "shares"      // shares/<i>: share i's copy
 )

@@ -8,7 +8,7 @@
 //
 // A volume's directory (Dir) is the tmpfs mounted at <state dir>/volumes/<volume id>:
 //
-//	record.json   the volume's record (RecordFile): names and flags, never data; WriteRecord
+//	record.json   the volume's record (RecordFile): names and flags, never data; Dir.WriteRecord
 //	              replaces it whole, through .record.json.tmp beside it
 //	shares/<i>/   share i's copy: its files as last fetched, out of the pod's view (CopyPath)
 //	data/         the pod's view, bound read-only onto the target (ViewPath)
@@ -61,11 +61,12 @@
 // serializes every write to one volume (the driver's per-volume lock), and calls Measure,
 // CountUnlinked, the Store's Save, Commit and ChargeUnlinkedFiles with that lock held. The store
 // hands out copies of records (Record.Clone): a record changes only by a save, once the disk has.
-// A record's JSON is a format kept across versions (record.go; testdata/record-format.json pins
-// it byte for byte). Nothing here mounts, unmounts or removes a volume's directory: the caller
+// A record's JSON is a format kept across versions (record.go; the root's testdata/record-format.json
+// pins it byte for byte). Nothing here mounts, unmounts or removes a volume's directory: the caller
 // owns the tmpfs. The package knows a share by its kind and name (internal/share) and by its
 // position in the volume's order; what the pod was told of it (Told) is a state the driver's
 // verdicts move, which this package only stores, and reads for whether the share's files are in
-// the view. It knows nothing of the API server, and imports nothing of the driver's but
-// internal/atomicwriter, internal/share and internal/crashpoint. The root imports it.
+// the view. Its own code knows nothing of the API server; it imports, of the driver's, only
+// internal/atomicwriter, internal/share (and through it the share API's names and informers)
+// and internal/crashpoint. The root imports it.
 package volume

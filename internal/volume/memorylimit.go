@@ -58,13 +58,9 @@ type runtimeMemory struct {
 	apply func(int64) int64 // debug.SetMemoryLimit
 }
 
-// NewRuntimeMemory is what sets the Go runtime's soft memory limit (debug.SetMemoryLimit) as it
+// newRuntimeMemory is what sets the Go runtime's soft memory limit (debug.SetMemoryLimit) as it
 // follows a budget (Budget.FollowedBy), in a container whose memory limit is container beside a
 // source cache bounded by cacheBytes.
-func NewRuntimeMemory(container, cacheBytes int64) MemoryFollower {
-	return newRuntimeMemory(container, cacheBytes)
-}
-
 func newRuntimeMemory(container, cacheBytes int64) *runtimeMemory {
 	return &runtimeMemory{container: container, floor: cacheBytes + DriverMemoryMargin, apply: debug.SetMemoryLimit}
 }

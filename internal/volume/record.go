@@ -5,7 +5,8 @@ package volume
 // upgrades: their JSON names never change, and a field added later must be optional (omitempty,
 // zero when absent). A field replaced by another is still read (a share's flags, now its Told),
 // and what a driver rolled back needs to show the pod what it saw is still written (revoked:
-// shareStateJSON). testdata/record-format.json is the format, byte for byte.
+// shareStateJSON). The root's testdata/record-format.json is the format, byte for byte
+// (recordformat_test.go).
 
 import (
 	"encoding/json"
@@ -46,7 +47,7 @@ type ShareState struct {
 	SourceName      string `json:"sourceName"`
 	ResourceVersion string `json:"resourceVersion"`
 	// Told is what the pod was last told of the share, and with it whether the pod sees the
-	// share's files (Told). Absent: the current files, nothing outstanding.
+	// share's files (Told.Hidden). Absent: the current files, nothing outstanding.
 	Told Told `json:"told,omitempty"`
 	// ShareUID is the share object the volume was published from, and SourceUID the source object
 	// its files come from: another object under the share's name does not

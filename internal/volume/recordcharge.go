@@ -184,7 +184,7 @@ const exposedKeySlotBytes = 64
 // itemSlotBytes is an item's struct (an int, two string headers, a mode), rounded up.
 const itemSlotBytes = 64
 
-// EncodeRecord is rec as the volume store writes it (Store's WriteRecord), and so as the
+// EncodeRecord is rec as the volume store writes it (Store.Save), and so as the
 // budget counts it.
 func EncodeRecord(rec Record) ([]byte, error) { return json.Marshal(rec) }
 

@@ -1,7 +1,7 @@
 package volume
 
 // The record's file: the volume's record, written whole, through a temporary file beside it, by
-// its owner. What a record says is its owner's; here it is bytes.
+// the Store (store.go), which encodes it (record.go); here it is bytes.
 
 import (
 	"errors"

@@ -30,7 +30,7 @@ import (
 // more than the record says (rewriteUnsaved, Remember), and the files no name leads to on top
 // (ChargeUnlinkedFiles).
 type Store struct {
-	Path   string // <state dir>/volumes
+	path   string // <state dir>/volumes
 	budget *Budget
 	mu     sync.Mutex
 	vols   map[string]Record
@@ -47,12 +47,15 @@ type Store struct {
 }
 
 func NewStore(stateDir string, budget *Budget) *Store {
-	return &Store{Path: filepath.Join(stateDir, "volumes"), budget: budget,
+	return &Store{path: filepath.Join(stateDir, "volumes"), budget: budget,
 		vols: map[string]Record{}, unverified: map[string]bool{}, counted: map[string]DiskState{}}
 }
 
+// Path is the directory of the volumes' mount points, <state dir>/volumes.
+func (s *Store) Path() string { return s.path }
+
 // MountPoint is where the volume's tmpfs is mounted. id is a ValidID.
-func (s *Store) MountPoint(id string) string { return filepath.Join(s.Path, id) }
+func (s *Store) MountPoint(id string) string { return filepath.Join(s.path, id) }
 
 // DirOf is rec's volume directory, writing files with rec's group.
 func (s *Store) DirOf(rec Record) Dir {
@@ -98,7 +101,7 @@ func (s *Store) Count() int {
 // charge for the volume, so neither claims a state the disk does not have: a save that fails
 // changes nothing.
 func (s *Store) Save(rec Record) error {
-	size, err := s.WriteRecord(rec)
+	size, err := s.writeRecord(rec)
 	if err != nil {
 		return err
 	}
@@ -319,7 +322,7 @@ func (s *Store) ReadRecord(id string) (Record, error) {
 // VolumeIDsOnDisk lists the entries of the volumes dir that are valid volume ids; anything else
 // there was not made by this driver and is left alone.
 func (s *Store) VolumeIDsOnDisk() ([]string, error) {
-	entries, err := os.ReadDir(s.Path)
+	entries, err := os.ReadDir(s.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -340,11 +343,11 @@ func (s *Store) RecordPath(id string) string {
 	return filepath.Join(s.MountPoint(id), RecordFile)
 }
 
-// WriteRecord replaces rec's record.json atomically: a crash leaves the old record or the new one.
+// writeRecord replaces rec's record.json atomically: a crash leaves the old record or the new one.
 // It returns the record's size, for the budget (volumeBytesSized), which would otherwise encode
 // the record again to learn it. The caller holds the volume's lock, or runs before the driver
 // serves (recovery): one save at a time per volume (Dir.WriteRecord).
-func (s *Store) WriteRecord(rec Record) (size int64, err error) {
+func (s *Store) writeRecord(rec Record) (size int64, err error) {
 	b, err := EncodeRecord(rec)
 	if err != nil {
 		return 0, err
