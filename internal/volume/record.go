@@ -71,6 +71,7 @@ type ShareState struct {
 // another, are the driver's (its relist's table of verdicts). Its value is what records hold.
 type Told string
 
+// The states a share can be in; the driver's table of verdicts says what each one means.
 const (
 	ToldCurrent                 Told = ""
 	ToldReadForbidden           Told = "readForbidden"
@@ -120,6 +121,7 @@ type shareStateJSON struct {
 	ShareReplaced  bool `json:"shareReplaced,omitempty"`
 }
 
+// MarshalJSON writes a share's state as records hold it (shareStateJSON).
 func (s ShareState) MarshalJSON() ([]byte, error) {
 	return json.Marshal(shareStateJSON{shareStateFields: shareStateFields(s), Revoked: s.Told.Hidden()})
 }
@@ -172,6 +174,7 @@ func toldFromFlags(j shareStateJSON) Told {
 	return ToldCurrent
 }
 
+// Refs is the volume's shares, in its order.
 func (r *Record) Refs() []share.Ref {
 	out := make([]share.Ref, len(r.Shares))
 	for i, s := range r.Shares {

@@ -46,6 +46,8 @@ type Store struct {
 	counted map[string]DiskState
 }
 
+// NewStore is the store of the volumes under stateDir/volumes, charging budget; empty until
+// records are saved or remembered.
 func NewStore(stateDir string, budget *Budget) *Store {
 	return &Store{path: filepath.Join(stateDir, "volumes"), budget: budget,
 		vols: map[string]Record{}, unverified: map[string]bool{}, counted: map[string]DiskState{}}
@@ -72,6 +74,7 @@ func (r Record) Clone() Record {
 	return r
 }
 
+// Get is volume id's record, and whether the store has one.
 func (s *Store) Get(id string) (Record, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -91,6 +94,7 @@ func (s *Store) List() []Record {
 	return out
 }
 
+// Count is how many volumes the store holds.
 func (s *Store) Count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -219,14 +223,14 @@ func (s *Store) chargeUnlinked(id string, now DiskState, unlinked int64) {
 type ViewChange int
 
 const (
-	// ViewUnchanged: no file changed, and the view is the record's; it stays.
+	// ViewUnchanged means no file changed, and the view is the record's; it stays.
 	ViewUnchanged ViewChange = iota
-	// ViewRebuilt: no file changed, but the view was not verified since the volume was
+	// ViewRebuilt means no file changed, but the view was not verified since the volume was
 	// recovered (ViewUnverified); it is rebuilt from the copies, changing nothing the record says.
 	ViewRebuilt
-	// ViewReplaced: files changed; the view is rebuilt, and the one it replaces dropped.
+	// ViewReplaced means files changed; the view is rebuilt, and the one it replaces dropped.
 	ViewReplaced
-	// ViewReplacedKept: files changed by refreshes alone; the view is rebuilt, and the one it
+	// ViewReplacedKept means files changed by refreshes alone; the view is rebuilt, and the one it
 	// replaces kept for readers still on it (Dir.RebuildView), charged in the record.
 	ViewReplacedKept
 )
